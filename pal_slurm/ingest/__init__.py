@@ -1,0 +1,1 @@
+"""Reading profile files (PAL artifact CSVs, pal JSON-lines) into ProfileRecords."""

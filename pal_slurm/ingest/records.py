@@ -1,0 +1,53 @@
+"""The one record every import format is parsed into before it touches the database.
+
+Parsers are pure (text in, records out); only `pal_slurm.db.store` writes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """What a profile file tells about the GPU a run was measured on (all but uuid optional)."""
+
+    uuid: str
+    node: str | None = None
+    model: str | None = None
+    nvml_index: int | None = None
+    minor_number: int | None = None
+    pci_bus_id: str | None = None
+    serial: str | None = None
+    memory_mib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRecord:
+    """One benchmark run on one GPU.
+
+    `run_key` makes imports idempotent: the same run imported twice has the same key,
+    so the second import adds nothing. `source`/`line` point back at the input for errors.
+    """
+
+    run_key: str
+    gpu: GpuInfo
+    benchmark: str
+    started_at: datetime  # timezone-aware, UTC
+    score: float
+    unit: str
+    lower_is_better: bool
+    source: str  # e.g. "pal-artifact", "pal-profiler"
+    source_file: str
+    line: int
+    duration_s: float | None = None
+    repeats: int | None = None
+    spread: float | None = None  # relative spread of the repeats (e.g. IQR / median)
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    throttle_reasons: int | None = None  # NVML clocks-event-reasons bitmask (OR over the run)
+    driver_version: str | None = None
+    cuda_version: str | None = None
