@@ -1,0 +1,173 @@
+"""Typed configuration: /etc/pal/pal.toml, overridden by --config/PAL_CONFIG and --db/PAL_DB_URL.
+
+Loaded once by the CLI entry point and passed down; nothing here runs at import time.
+Every setting has a default, so a missing file is fine; an invalid one gives one line
+that names the key and what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pal_slurm.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("/etc/pal/pal.toml")
+DEFAULT_JOB_CLASSES: dict[str, dict[str, str]] = {
+    "A": {"benchmark": "resnet50", "description": "most variability-sensitive (compute-bound training)"},
+    "B": {"benchmark": "bert", "description": "sensitive (transformer training)"},
+    "C": {"benchmark": "bert", "description": "moderately sensitive"},
+    "D": {"benchmark": "pagerank", "description": "least sensitive (memory-bound)"},
+}
+
+
+def default_data_dir(env: Mapping[str, str] | None = None, *, is_root: bool | None = None) -> Path:
+    """/var/lib/pal for root (a service), the XDG data dir for everyone else (a user trying it out)."""
+    env = os.environ if env is None else env
+    if is_root is None:
+        is_root = os.geteuid() == 0
+    if is_root:
+        return Path("/var/lib/pal")
+    xdg = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local" / "share")
+    return Path(xdg) / "pal"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatabaseConfig(_Section):
+    url: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite file in the data dir")
+    echo: bool = False
+    connect_timeout_s: int = Field(default=10, ge=1, le=600)
+
+
+class ClassificationConfig(_Section):
+    min_runs: int = Field(default=3, ge=1)
+    max_bins: int = Field(default=8, ge=1, le=64)
+    outlier_z: float = Field(default=3.5, gt=0)
+    outlier_min_excess: float = Field(default=0.03, ge=0)
+    hysteresis: float = Field(default=0.0, ge=0)
+
+
+class JobClassConfig(_Section):
+    benchmark: str = Field(min_length=1)
+    description: str = ""
+
+
+class LoggingConfig(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class ReportConfig(_Section):
+    outlier_action: str = "drain the node, then run `dcgmi diag -r 3` on it and re-profile"
+
+
+class PalConfig(_Section):
+    """The whole effective configuration. `source` says where it came from (for `pal config show`)."""
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    database: DatabaseConfig = DatabaseConfig()
+    classification: ClassificationConfig = ClassificationConfig()
+    job_classes: dict[str, JobClassConfig] = Field(
+        default_factory=lambda: {k: JobClassConfig(**v) for k, v in DEFAULT_JOB_CLASSES.items()}
+    )
+    logging: LoggingConfig = LoggingConfig()
+    report: ReportConfig = ReportConfig()
+
+    @field_validator("job_classes")
+    @classmethod
+    def _class_names(cls, value: dict[str, JobClassConfig]) -> dict[str, JobClassConfig]:
+        if not value:
+            raise ValueError("at least one job class is needed")
+        for name in value:
+            if not name.isalnum() or len(name) > 16:
+                raise ValueError(f"job class name {name!r} must be 1-16 letters or digits")
+        return dict(sorted(value.items()))
+
+    @model_validator(mode="after")
+    def _url_default(self) -> "PalConfig":
+        if self.database.url is None:
+            url = f"sqlite:///{self.data_dir / 'pal.db'}"
+            object.__setattr__(self, "database", self.database.model_copy(update={"url": url}))
+        return self
+
+    @property
+    def db_url(self) -> str:
+        assert self.database.url is not None
+        return self.database.url
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown setting"
+    return f"{source}: {key}: {msg}"
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    db_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> PalConfig:
+    """Build the effective configuration.
+
+    Precedence (highest first): `db_url` argument (--db), PAL_DB_URL, the file's
+    [database] url; the file is `path` (--config), else PAL_CONFIG, else
+    /etc/pal/pal.toml when it exists. An explicitly named file must exist.
+    """
+    env = os.environ if env is None else env
+    explicit = path if path is not None else env.get("PAL_CONFIG") or None
+    file = Path(explicit) if explicit else DEFAULT_CONFIG_PATH
+    data: dict[str, Any] = {}
+    source = str(file)
+    if file.exists() or explicit:
+        try:
+            with open(file, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"{file}: configuration file not found") from exc
+        except PermissionError as exc:
+            raise ConfigError(f"{file}: cannot read configuration file (permission denied)") from exc
+        except IsADirectoryError as exc:
+            raise ConfigError(f"{file}: is a directory, not a configuration file") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{file}: invalid TOML: {exc}") from exc
+    url = db_url or env.get("PAL_DB_URL") or None
+    if url:
+        data.setdefault("database", {})
+        if not isinstance(data["database"], dict):
+            raise ConfigError(f"{source}: database: must be a table")
+        data["database"] = {**data["database"], "url": url}
+    if "data_dir" not in data:
+        data["data_dir"] = str(default_data_dir(env))
+    try:
+        return PalConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(exc, source)) from exc
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password replaced, for logs and `pal config show` (credentials never printed)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable URL>"
+
+
+def config_as_dict(cfg: PalConfig) -> dict[str, Any]:
+    """JSON/TOML-ready view of the effective configuration with secrets masked."""
+    out = cfg.model_dump(mode="json")
+    out["database"]["url"] = mask_url(cfg.db_url)
+    return out

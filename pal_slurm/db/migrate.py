@@ -1,0 +1,94 @@
+"""Schema migrations through Alembic, configured in code (no alembic.ini to deploy).
+
+`pal db upgrade` brings a database to the newest schema; every command that reads or
+writes data first checks that the schema is current and refuses a mismatch with a
+clear message instead of failing half-way.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from pal_slurm.config import mask_url
+from pal_slurm.db.engine import describe_error
+from pal_slurm.errors import DatabaseError
+
+SCRIPT_LOCATION = "pal_slurm.db:migrations"
+
+
+def alembic_config(url: str = "sqlite://") -> Config:
+    cfg = Config(stdout=io.StringIO())
+    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    current: str | None
+    head: str
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == self.head
+
+
+def schema_state(engine: Engine) -> SchemaState:
+    try:
+        with engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+    except SQLAlchemyError as exc:
+        raise DatabaseError(f"cannot reach the database {mask_url(str(engine.url))}: {describe_error(exc)}") from exc
+    return SchemaState(current=current, head=head_revision())
+
+
+def upgrade(engine: Engine, revision: str = "head") -> SchemaState:
+    cfg = alembic_config(str(engine.url))
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+    except SQLAlchemyError as exc:
+        raise DatabaseError(f"migration failed on {mask_url(str(engine.url))}: {describe_error(exc)}") from exc
+    return schema_state(engine)
+
+
+def require_current(engine: Engine) -> None:
+    """Refuse to work on a database whose schema is not exactly ours."""
+    state = schema_state(engine)
+    if state.current is None:
+        raise DatabaseError(
+            f"the database {mask_url(str(engine.url))} has no pal schema yet: run `pal db upgrade`"
+        )
+    if not state.up_to_date:
+        known = {rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+        if state.current in known:
+            raise DatabaseError(
+                f"the database schema is at {state.current}, this pal needs {state.head}: run `pal db upgrade`"
+            )
+        raise DatabaseError(
+            f"the database schema {state.current} is newer than this pal ({state.head}): upgrade pal-slurm"
+        )
+
+
+def offline_sql(dialect: str) -> str:
+    """The DDL of every migration for one dialect (postgresql, mysql, sqlite): what sql/ holds."""
+    cfg = alembic_config(f"{dialect}://")
+    buf = io.StringIO()
+    cfg.output_buffer = buf
+    command.upgrade(cfg, "head", sql=True)
+    return buf.getvalue()

@@ -1,0 +1,226 @@
+"""The schema, as SQLAlchemy 2 declarative models.
+
+Changes to these models ship only through an Alembic migration
+(pal_slurm/db/migrations/versions); a test compares the two and fails on drift.
+Identity of a GPU is its UUID: nodes and slots change, the UUID does not.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timestamps stored as naive UTC everywhere, returned timezone-aware.
+
+    SQLite and MariaDB have no time zones; storing UTC and attaching it on read keeps
+    the three dialects identical.
+    """
+
+    impl = DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        # MariaDB/MySQL DATETIME drops fractions of a second unless asked for them.
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime())
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the database; use timezone-aware UTC")
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    first_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    gpus: Mapped[list[Gpu]] = relationship(back_populates="node")
+
+
+class Gpu(Base):
+    __tablename__ = "gpus"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(128), unique=True)
+    node_id: Mapped[int | None] = mapped_column(ForeignKey("nodes.id"), index=True)
+    nvml_index: Mapped[int | None] = mapped_column(Integer)
+    minor_number: Mapped[int | None] = mapped_column(Integer)
+    pci_bus_id: Mapped[str | None] = mapped_column(String(32))
+    model: Mapped[str] = mapped_column(String(128), index=True)
+    serial: Mapped[str | None] = mapped_column(String(64))
+    memory_mib: Mapped[int | None] = mapped_column(Integer)
+    first_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    state: Mapped[str] = mapped_column(String(16), default="present")  # present | missing
+    node: Mapped[Node | None] = relationship(back_populates="gpus")
+
+
+class Benchmark(Base):
+    __tablename__ = "benchmarks"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    unit: Mapped[str] = mapped_column(String(32))
+    lower_is_better: Mapped[bool] = mapped_column(Boolean)
+    description: Mapped[str] = mapped_column(Text, default="")
+
+
+class ProfileRun(Base):
+    __tablename__ = "profile_runs"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    run_key: Mapped[str] = mapped_column(String(64), unique=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    benchmark_id: Mapped[int] = mapped_column(ForeignKey("benchmarks.id"))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    duration_s: Mapped[float | None] = mapped_column(Double)
+    score: Mapped[float] = mapped_column(Double)
+    unit: Mapped[str] = mapped_column(String(32))
+    lower_is_better: Mapped[bool] = mapped_column(Boolean)
+    repeats: Mapped[int | None] = mapped_column(Integer)
+    spread: Mapped[float | None] = mapped_column(Double)
+    sm_clock_mhz: Mapped[float | None] = mapped_column(Double)
+    mem_clock_mhz: Mapped[float | None] = mapped_column(Double)
+    power_w: Mapped[float | None] = mapped_column(Double)
+    temperature_c: Mapped[float | None] = mapped_column(Double)
+    throttle_reasons: Mapped[int | None] = mapped_column(BigInteger)
+    driver_version: Mapped[str | None] = mapped_column(String(32))
+    cuda_version: Mapped[str | None] = mapped_column(String(32))
+    source: Mapped[str] = mapped_column(String(32))
+    imported_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    __table_args__ = (Index("ix_profile_runs_gpu_bench", "gpu_id", "benchmark_id"),)
+
+
+class JobClass(Base):
+    """A job class (A-D by default) and the benchmark that measures GPUs for it."""
+
+    __tablename__ = "job_classes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(16), unique=True)
+    benchmark_id: Mapped[int | None] = mapped_column(ForeignKey("benchmarks.id"))
+    description: Mapped[str] = mapped_column(Text, default="")
+
+
+class ClassificationRun(Base):
+    """One `pal classify`: versioned, with the parameters it used, never overwritten."""
+
+    __tablename__ = "classification_runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, unique=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    previous_version: Mapped[int | None] = mapped_column(Integer)
+    note: Mapped[str] = mapped_column(Text, default="")
+
+
+class ClassificationBin(Base):
+    """A bin of one (model, benchmark) group in a classification run."""
+
+    __tablename__ = "classification_bins"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("classification_runs.id", ondelete="CASCADE"))
+    model: Mapped[str] = mapped_column(String(128))
+    benchmark_id: Mapped[int] = mapped_column(ForeignKey("benchmarks.id"))
+    bin: Mapped[int] = mapped_column(Integer)
+    centroid: Mapped[float] = mapped_column(Double)
+    slowdown: Mapped[float] = mapped_column(Double)
+    gpus: Mapped[int] = mapped_column(Integer)
+    outlier: Mapped[bool] = mapped_column(Boolean)
+    low: Mapped[float] = mapped_column(Double)
+    high: Mapped[float] = mapped_column(Double)
+
+    __table_args__ = (UniqueConstraint("run_id", "model", "benchmark_id", "bin"),)
+
+
+class ClassificationResult(Base):
+    """Per GPU and benchmark: its median, PerfVar, bin and slowdown (or unprofiled)."""
+
+    __tablename__ = "classification_results"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("classification_runs.id", ondelete="CASCADE"))
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    benchmark_id: Mapped[int] = mapped_column(ForeignKey("benchmarks.id"))
+    runs: Mapped[int] = mapped_column(Integer)
+    median_score: Mapped[float | None] = mapped_column(Double)
+    perfvar: Mapped[float | None] = mapped_column(Double)
+    bin: Mapped[int | None] = mapped_column(Integer)
+    slowdown: Mapped[float | None] = mapped_column(Double)
+    outlier: Mapped[bool] = mapped_column(Boolean, default=False)
+    profiled: Mapped[bool] = mapped_column(Boolean)
+
+    __table_args__ = (UniqueConstraint("run_id", "gpu_id", "benchmark_id"),)
+
+
+class GpuClass(Base):
+    """Per GPU and job class: what the placement policies read (bin and slowdown factor)."""
+
+    __tablename__ = "gpu_classes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("classification_runs.id", ondelete="CASCADE"))
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    job_class: Mapped[str] = mapped_column(String(16))
+    benchmark_id: Mapped[int] = mapped_column(ForeignKey("benchmarks.id"))
+    bin: Mapped[int | None] = mapped_column(Integer)
+    slowdown: Mapped[float | None] = mapped_column(Double)
+    outlier: Mapped[bool] = mapped_column(Boolean, default=False)
+    profiled: Mapped[bool] = mapped_column(Boolean)
+
+    __table_args__ = (UniqueConstraint("run_id", "gpu_id", "job_class"),)
+
+
+class Placement(Base):
+    """One placement decision of the placement daemon, for `pal explain` and audits."""
+
+    __tablename__ = "placements"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    slurm_job_id: Mapped[str] = mapped_column(String(64), index=True)
+    policy: Mapped[str] = mapped_column(String(64))
+    job_class: Mapped[str | None] = mapped_column(String(16))
+    classification_version: Mapped[int | None] = mapped_column(Integer)
+    gpus: Mapped[list[Any]] = mapped_column(JSON)
+    alternatives: Mapped[list[Any] | None] = mapped_column(JSON)
+    reason: Mapped[str] = mapped_column(Text)
+    outcome: Mapped[str] = mapped_column(String(32))  # applied | released-unchanged | failed | observe
+    decided_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    applied_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

@@ -1,0 +1,315 @@
+"""Parser for the PAL artifact's aggregated per-run CSVs (TACC Longhorn V100 measurements).
+
+The data comes from the PAL artifact (SC'24; repository hal-uw/blox-pal, branch
+``artifact``), MIT licensed. Files: ``variability/longhorn/{resnet,bert,pagerank,sgemm}-
+longhorn-agg.csv``. Their headers differ, so every column is found by NAME, never by
+position (see docs/import-formats.md for the full mapping).
+
+Pure: text lines in, ProfileRecords out. `parse_file` is the convenience that opens a file.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pal_slurm.errors import InputError
+from pal_slurm.ingest.records import GpuInfo, ProfileRecord
+
+__all__ = [
+    "SOURCE",
+    "REQUIRED_COLUMNS",
+    "artifact_run_key",
+    "benchmark_from_filename",
+    "parse_artifact_csv",
+    "parse_file",
+]
+
+SOURCE = "pal-artifact"
+REQUIRED_COLUMNS = ("uuid", "perf", "ts")
+RUN_KEY_NAMESPACE = "pal-artifact-csv/1"
+
+# ts == -1 is the artifact's "unknown" sentinel (24 sgemm rows); such runs keep the Unix
+# epoch as their start time, which sorts before every real measurement.
+_UNKNOWN_TS = datetime(1970, 1, 1, tzinfo=UTC)
+# 104 bert rows have train_time values like "121.28596447600285Iteration",
+# "88.75737034302438Total" or "86.57913603895577[2022-05-18": the start of the next log
+# line was scraped into the field. The full-precision number in front is the value.
+_LOG_TAIL = re.compile(r"([0-9]+(?:\.[0-9]*)?)[A-Za-z\[]")
+_LOG_TAIL_COLUMNS = frozenset({"train_time"})
+
+
+def artifact_run_key(benchmark: str, fields: list[str], occurrence: int) -> str:
+    """sha256 hex of the canonical JSON [namespace, benchmark, raw fields, occurrence (1-based)]."""
+    canonical = json.dumps([RUN_KEY_NAMESPACE, benchmark, fields, occurrence], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def benchmark_from_filename(path: str | Path) -> str:
+    """'resnet-longhorn-agg.csv' -> 'resnet' (the text before the first '-')."""
+    return Path(path).name.split("-", 1)[0].split(".", 1)[0]
+
+
+def parse_file(
+    path: str | Path,
+    *,
+    benchmark: str | None = None,
+    model: str,
+    unit: str = "ms",
+) -> list[ProfileRecord]:
+    """Open `path` (utf-8, newline='') and parse it; `benchmark` defaults to the file-name prefix."""
+    path = Path(path)
+    name = str(path)
+    try:
+        with path.open("r", encoding="utf-8", newline="") as stream:
+            return parse_artifact_csv(
+                stream,
+                source_file=name,
+                benchmark=benchmark if benchmark is not None else benchmark_from_filename(path),
+                model=model,
+                unit=unit,
+            )
+    except FileNotFoundError:
+        raise InputError("file not found", source=name) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a file", source=name) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not valid UTF-8 text ({exc.reason} at byte {exc.start})", source=name) from None
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
+
+
+def _number(column: str, raw: str, src: str, line: int) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InputError(f"column {column!r}: {raw!r} is not a number", source=src, line=line) from None
+    if not math.isfinite(value):
+        raise InputError(f"column {column!r}: {raw!r} is not a finite number", source=src, line=line)
+    return value
+
+
+def _optional_number(column: str, raw: str, src: str, line: int) -> float | None:
+    """Empty, NaN and the artifact's -1 sentinel mean 'not measured' -> None."""
+    text = raw.strip()
+    if not text or text.lower() == "nan":
+        return None
+    if column in _LOG_TAIL_COLUMNS and (m := _LOG_TAIL.match(text)) is not None:
+        text = m.group(1)
+    value = _number(column, text, src, line)
+    if value == -1:
+        return None
+    return value
+
+
+def _optional_int(column: str, raw: str, src: str, line: int) -> int | None:
+    value = _optional_number(column, raw, src, line)
+    if value is None:
+        return None
+    if not value.is_integer():
+        raise InputError(f"column {column!r}: {raw!r} is not an integer", source=src, line=line)
+    return int(value)
+
+
+def _non_negative(column: str, value: float | None, raw: str, src: str, line: int) -> float | None:
+    if value is not None and value < 0:
+        raise InputError(f"column {column!r}: must not be negative, got {raw.strip()}", source=src, line=line)
+    return value
+
+
+class _Columns:
+    """Indices of the columns the parser uses, found by name in the header."""
+
+    __slots__ = (
+        "uuid", "perf", "ts", "cab_node", "cabinet", "node", "freq", "memfreq",
+        "pwr", "temp", "reps", "train_time", "device", "device_name", "memfreq_name",
+    )  # fmt: skip
+
+    def __init__(self, header: list[str], src: str) -> None:
+        names = [h.strip() for h in header]
+        if names:
+            names[0] = names[0].lstrip("\ufeff").strip()
+        index: dict[str, int] = {}
+        dupes: set[str] = set()
+        for i, n in enumerate(names):
+            if n in index:
+                dupes.add(n)
+            else:
+                index[n] = i
+        for name in REQUIRED_COLUMNS:
+            if name not in index:
+                raise InputError(
+                    f"missing required column {name!r} (header has: {', '.join(repr(n) for n in names)})",
+                    source=src,
+                    line=1,
+                )
+
+        def col(*candidates: str) -> int | None:
+            for c in candidates:
+                if c in index:
+                    if c in dupes:
+                        raise InputError(f"column {c!r} appears more than once in the header", source=src, line=1)
+                    return index[c]
+            return None
+
+        self.uuid = col("uuid")
+        self.perf = col("perf")
+        self.ts = col("ts")
+        self.cab_node = col("cab-node")
+        self.cabinet = col("cabinet")
+        self.node = col("node")
+        self.freq = col("freq")
+        self.memfreq = col("memfreq", "median_memfreq")
+        self.pwr = col("pwr")
+        self.temp = col("temp")
+        self.reps = col("reps")
+        self.train_time = col("train_time")
+        self.device = col("device", "dev_id")
+        self.device_name = names[self.device] if self.device is not None else "device"
+        self.memfreq_name = names[self.memfreq] if self.memfreq is not None else "memfreq"
+
+
+def _node_name(c: _Columns, row: list[str], src: str, line: int) -> str | None:
+    if c.cab_node is not None:
+        value = row[c.cab_node].strip()
+        if value and value != "-1":
+            return value
+    if c.cabinet is None or c.node is None:
+        return None
+    cabinet = row[c.cabinet].strip()
+    node_raw = row[c.node].strip()
+    if not cabinet or not node_raw or cabinet.startswith("-"):
+        return None
+    try:
+        node = int(node_raw)
+    except ValueError:
+        raise InputError(f"column 'node': {node_raw!r} is not an integer", source=src, line=line) from None
+    if node < 0:
+        return None
+    return f"{cabinet}-{node}"
+
+
+def _started_at(raw: str, src: str, line: int) -> datetime:
+    text = raw.strip()
+    if not text:
+        raise InputError("column 'ts': empty", source=src, line=line)
+    try:
+        ts = float(text)
+    except ValueError:
+        raise InputError(f"column 'ts': {raw!r} is not a unix timestamp", source=src, line=line) from None
+    if ts == -1:
+        return _UNKNOWN_TS
+    if not math.isfinite(ts) or ts < 0:
+        raise InputError(f"column 'ts': {raw!r} is not a valid unix timestamp", source=src, line=line)
+    try:
+        return datetime.fromtimestamp(ts, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        raise InputError(f"column 'ts': {raw!r} is out of range", source=src, line=line) from None
+
+
+def parse_artifact_csv(
+    lines: Iterable[str],
+    *,
+    source_file: str,
+    benchmark: str,
+    model: str,
+    unit: str = "ms",
+) -> list[ProfileRecord]:
+    """Parse one PAL artifact aggregated CSV into records (one per data row, duplicates kept).
+
+    `lines`: the file's text lines (with or without line endings, e.g. a stream opened with
+    newline=''); `source_file`: the name used in records and error messages; `benchmark`,
+    `model` (GPU model) and `unit` (of `perf`) are not in the file and come from the caller.
+    Raises InputError(source_file:line) on the first bad row; nothing is returned then.
+    """
+    src = source_file
+    reader = csv.reader(lines)
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise InputError(f"malformed CSV: {exc}", source=src, line=reader.line_num or 1) from None
+    if header is None:
+        raise InputError("no data rows (the file is empty)", source=src, line=1)
+    c = _Columns(header, src)
+    width = len(header)
+    records: list[ProfileRecord] = []
+    seen: dict[tuple[str, ...], int] = {}
+    last_line = reader.line_num
+    uuid_i, perf_i, ts_i = c.uuid, c.perf, c.ts
+    while True:
+        try:
+            row = next(reader, None)
+        except csv.Error as exc:
+            raise InputError(f"malformed CSV: {exc}", source=src, line=last_line + 1) from None
+        if row is None:
+            break
+        line = last_line + 1  # physical line where this record starts
+        last_line = reader.line_num
+        if not row:  # blank line
+            continue
+        if len(row) != width:
+            raise InputError(f"expected {width} fields (as in the header), got {len(row)}", source=src, line=line)
+
+        uuid = row[uuid_i].strip()
+        if not uuid:
+            raise InputError("column 'uuid': empty", source=src, line=line)
+        perf_raw = row[perf_i]
+        if not perf_raw.strip():
+            raise InputError("column 'perf': empty", source=src, line=line)
+        perf = _number("perf", perf_raw, src, line)
+        if perf <= 0:
+            raise InputError(f"column 'perf': must be positive, got {perf_raw.strip()}", source=src, line=line)
+        started_at = _started_at(row[ts_i], src, line)
+
+        key_fields = tuple(row)
+        occurrence = seen.get(key_fields, 0) + 1
+        seen[key_fields] = occurrence
+        run_key = artifact_run_key(benchmark, row, occurrence)
+
+        nvml_index = None
+        if c.device is not None:
+            nvml_index = _optional_int(c.device_name, row[c.device], src, line)
+            if nvml_index is not None and nvml_index < 0:
+                nvml_index = None
+        repeats = None
+        if c.reps is not None:
+            repeats = _optional_int("reps", row[c.reps], src, line)
+            if repeats is not None and repeats < 1:
+                raise InputError(f"column 'reps': must be at least 1, got {row[c.reps].strip()}", source=src, line=line)
+
+        def opt(index: int | None, column: str, non_negative: bool = True) -> float | None:
+            if index is None:
+                return None
+            raw = row[index]
+            value = _optional_number(column, raw, src, line)
+            return _non_negative(column, value, raw, src, line) if non_negative else value
+
+        records.append(
+            ProfileRecord(
+                run_key=run_key,
+                gpu=GpuInfo(uuid=uuid, node=_node_name(c, row, src, line), model=model, nvml_index=nvml_index),
+                benchmark=benchmark,
+                started_at=started_at,
+                score=perf,
+                unit=unit,
+                lower_is_better=True,
+                source=SOURCE,
+                source_file=src,
+                line=line,
+                duration_s=opt(c.train_time, "train_time"),
+                repeats=repeats,
+                sm_clock_mhz=opt(c.freq, "freq"),
+                mem_clock_mhz=opt(c.memfreq, c.memfreq_name),
+                power_w=opt(c.pwr, "pwr"),
+                temperature_c=opt(c.temp, "temp", non_negative=False),
+            )
+        )
+    if not records:
+        raise InputError("no data rows (only a header)", source=src, line=1)
+    return records
