@@ -69,6 +69,11 @@ MY_LOG="$STATE_DIR/mariadb/mariadb.log"
 
 IS_ROOT=0
 if [ "$(id -u)" -eq 0 ]; then IS_ROOT=1; fi
+# MariaDB admin account, authenticated by unix_socket (OS user = account):
+# root when run as root, else an account named after the OS user, made by
+# mariadb-install-db --auth-root-socket-user.
+MY_ADMIN_USER="root"
+if [ "$IS_ROOT" -ne 1 ]; then MY_ADMIN_USER="$(id -un)"; fi
 
 # ---------------------------------------------------------------- helpers
 
@@ -99,10 +104,21 @@ pg_bindir() {
 
 # Is something accepting TCP connections on 127.0.0.1:$1?
 port_open() {
+    # shellcheck disable=SC2016  # $1 is expanded by the inner bash
     timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" >/dev/null 2>&1
 }
 
-pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+# Is process $1 alive?  A zombie (dead, not yet reaped: common in containers
+# whose PID 1 reaps slowly) counts as dead.
+pid_alive() {
+    local pid="${1:-}" state
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+    if [ -r "/proc/$pid/stat" ]; then
+        state="$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" || return 0
+        [ "$state" != "Z" ] || return 1
+    fi
+    return 0
+}
 
 # Run a command as the postgres OS user (as ourselves when not root), from /
 # so that it never trips over an unreadable working directory.
@@ -245,7 +261,10 @@ pg_start() {
     bin="$(pg_bin)"
     if [ "$IS_ROOT" -eq 1 ]; then require_os_user "$PG_OS_USER"; fi
 
-    if pg_ctl_running "$bin"; then
+    # A server of ours that is starting up, shutting down or just died (pid
+    # file still there, process a zombie) gets a bounded wait to settle.
+    local waited=0
+    while pg_ctl_running "$bin"; do
         if pg_answers; then
             log "PostgreSQL: already running on 127.0.0.1:$PG_PORT"
             return 0
@@ -257,8 +276,13 @@ pg_start() {
             pg_answers || die "PostgreSQL: running but $DB_USER cannot log in on 127.0.0.1:$PG_PORT (port changed? run '$0 restart'; see $PG_LOG)"
             return 0
         fi
-        die "PostgreSQL: server in $PG_DATA is running but does not answer on port $PG_PORT (run '$0 restart'; see $PG_LOG)"
-    fi
+        if [ "$waited" -ge "$WAIT_S" ]; then
+            die "PostgreSQL: server in $PG_DATA is running but does not answer on port $PG_PORT (run '$0 restart'; see $PG_LOG)"
+        fi
+        if [ "$waited" -eq 0 ]; then log "PostgreSQL: server in $PG_DATA does not answer yet, waiting"; fi
+        sleep 1
+        waited=$((waited + 1))
+    done
     if port_open "$PG_PORT"; then
         die "PostgreSQL: port 127.0.0.1:$PG_PORT is already used by another process (set PAL_TEST_PG_PORT)"
     fi
@@ -337,18 +361,20 @@ my_pid() {
     printf '%s\n' "$pid"
 }
 
-# Admin client over the unix socket; root authenticates by unix_socket.
+# Admin client over the unix socket (unix_socket authentication).
+# shellcheck disable=SC2120  # callers may pass client options
 my_admin_sql() {
-    timeout 60 "$MY_CLIENT" --no-defaults --protocol=socket --socket="$MY_SOCK" -uroot \
+    timeout 60 "$MY_CLIENT" --no-defaults --protocol=socket --socket="$MY_SOCK" -u"$MY_ADMIN_USER" \
         --connect-timeout=5 --batch --skip-column-names "$@"
 }
 
 my_ping_socket() {
-    timeout 10 "$MY_ADMIN" --no-defaults --protocol=socket --socket="$MY_SOCK" -uroot \
+    timeout 10 "$MY_ADMIN" --no-defaults --protocol=socket --socket="$MY_SOCK" -u"$MY_ADMIN_USER" \
         --connect-timeout=3 ping >/dev/null 2>&1
 }
 
 my_provision() {
+    # shellcheck disable=SC2119
     my_admin_sql <<SQL || die "MariaDB: could not create user $DB_USER / database $DB_NAME (see $MY_LOG)"
 DELETE FROM mysql.global_priv WHERE User = '';
 FLUSH PRIVILEGES;
@@ -466,7 +492,7 @@ my_stop() {
     log "MariaDB: stopping (pid $pid)"
     local admin
     if admin="$(find_cmd mariadb-admin mysqladmin)"; then
-        timeout 30 "$admin" --no-defaults --protocol=socket --socket="$MY_SOCK" -uroot \
+        timeout 30 "$admin" --no-defaults --protocol=socket --socket="$MY_SOCK" -u"$MY_ADMIN_USER" \
             --connect-timeout=5 shutdown >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null || true
     else
         kill -TERM "$pid" 2>/dev/null || true
