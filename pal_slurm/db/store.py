@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from pal_slurm.db.models import Benchmark, Gpu, Node, ProfileRun, utcnow
 from pal_slurm.errors import InputError
+from pal_slurm.fleet import GroupRuns
 from pal_slurm.ingest.records import GpuInfo, ProfileRecord
 
 _CHUNK = 500
@@ -192,16 +193,6 @@ def import_records(session: Session, records: Sequence[ProfileRecord]) -> Import
     _extend_seen(gpus, new)
     result.added = len(new)
     return result
-
-
-@dataclass(frozen=True)
-class GroupRuns:
-    """All runs of one (GPU model, benchmark): the input of one classification group."""
-
-    model: str
-    benchmark: str
-    lower_is_better: bool
-    runs: dict[str, list[float]]
 
 
 def load_group_runs(session: Session, *, models: Sequence[str] | None = None) -> list[GroupRuns]:

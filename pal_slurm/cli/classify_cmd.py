@@ -1,0 +1,35 @@
+"""`pal classify`: compute a new versioned classification from all stored runs."""
+
+from __future__ import annotations
+
+import click
+
+from pal_slurm.cli.main import AppContext
+from pal_slurm.cli.render import Column, emit_rows, format_option
+from pal_slurm.services import run_classification
+
+
+@click.command()
+@click.option("--hysteresis", type=click.FloatRange(min=0), metavar="H",
+              help="Keep a GPU in its previous bin unless its PerfVar leaves that bin by more than H "
+                   "(e.g. 0.01); default from the config (0 = off).")
+@click.option("--min-runs", type=click.IntRange(min=1), help="Runs a GPU needs to be classified for a benchmark.")
+@click.option("--model", "models", multiple=True, metavar="NAME", help="Only this GPU model (repeatable).")
+@click.option("--note", default="", help="Free text stored with the run.")
+@format_option
+@click.pass_obj
+def classify(app: AppContext, hysteresis: float | None, min_runs: int | None, models: tuple[str, ...], note: str,
+             fmt: str) -> None:
+    """Bin every GPU per model and benchmark (PerfVar, outliers, optimal 1-D k-means with K by BIC)
+    and store the result as a new classification version."""
+    summary = run_classification(app.engine, app.cfg, hysteresis=hysteresis, min_runs=min_runs,
+                                 models=list(models) or None, note=note)
+    columns = [
+        Column("model", lambda r: r["model"]), Column("benchmark", lambda r: r["benchmark"]),
+        Column("GPUs", lambda r: r["gpus"], "right"), Column("unprofiled", lambda r: r["unprofiled"], "right"),
+        Column("K", lambda r: r["k"], "right"), Column("bins", lambda r: r["bins"], "right"),
+        Column("outliers", lambda r: r["outliers"], "right"),
+    ]
+    emit_rows(summary.groups, columns, fmt, title=f"classification version {summary.version}",
+              json_data={"version": summary.version, "previous_version": summary.previous_version,
+                         "groups": summary.groups})

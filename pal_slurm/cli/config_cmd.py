@@ -1,0 +1,27 @@
+"""`pal config`: show the effective configuration (secrets masked)."""
+
+from __future__ import annotations
+
+import click
+import tomli_w
+
+from pal_slurm.cli.main import AppContext
+from pal_slurm.cli.render import emit_json
+from pal_slurm.config import config_as_dict
+
+
+@click.group()
+def config() -> None:
+    """Inspect the configuration (/etc/pal/pal.toml, --config, PAL_CONFIG, PAL_DB_URL)."""
+
+
+@config.command("show")
+@click.option("--format", "fmt", type=click.Choice(["toml", "json"]), default="toml", show_default=True)
+@click.pass_obj
+def show(app: AppContext, fmt: str) -> None:
+    """Print the effective configuration, defaults included, with the database password masked."""
+    data = config_as_dict(app.cfg)
+    if fmt == "json":
+        emit_json(data)
+    else:
+        click.echo(tomli_w.dumps(data).rstrip())

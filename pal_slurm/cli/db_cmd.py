@@ -1,0 +1,52 @@
+"""`pal db`: create and migrate the schema; print its DDL."""
+
+from __future__ import annotations
+
+import click
+
+from pal_slurm.cli.main import AppContext
+from pal_slurm.cli.render import emit_json
+from pal_slurm.config import mask_url
+from pal_slurm.db import migrate
+
+
+@click.group()
+def db() -> None:
+    """Database schema: upgrade, current revision, DDL for DBAs."""
+
+
+@db.command("upgrade")
+@click.pass_obj
+def upgrade(app: AppContext) -> None:
+    """Create the schema or migrate it to the newest revision (safe to run again)."""
+    before = migrate.schema_state(app.engine)
+    after = migrate.upgrade(app.engine)
+    where = mask_url(app.cfg.db_url)
+    if before.current == after.current:
+        click.echo(f"{where}: already at revision {after.current}")
+    else:
+        click.echo(f"{where}: upgraded from {before.current or 'empty'} to {after.current}")
+
+
+@db.command("current")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def current(app: AppContext, as_json: bool) -> None:
+    """Show the database's schema revision and whether it is up to date (exit 1 when not)."""
+    state = migrate.schema_state(app.engine)
+    data = {"url": mask_url(app.cfg.db_url), "current": state.current, "head": state.head,
+            "up_to_date": state.up_to_date}
+    if as_json:
+        emit_json(data)
+    else:
+        status = "up to date" if state.up_to_date else "needs `pal db upgrade`"
+        click.echo(f"{data['url']}: revision {state.current or 'none (empty database)'} (head {state.head}): {status}")
+    if not state.up_to_date:
+        raise click.exceptions.Exit(1)
+
+
+@db.command("sql")
+@click.option("--dialect", type=click.Choice(["postgresql", "mysql", "sqlite"]), required=True)
+def sql(dialect: str) -> None:
+    """Print the schema as SQL for one dialect, generated from the migrations (what sql/ holds)."""
+    click.echo(migrate.offline_sql(dialect), nl=False)

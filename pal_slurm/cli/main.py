@@ -1,0 +1,153 @@
+"""Entry point of `pal`: global options, logging, and the one error boundary.
+
+Every known error (PalError, database errors) becomes one line on stderr and exit
+code 1; usage errors exit 2 (click); tracebacks only with --debug.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from pal_slurm import __version__
+from pal_slurm.config import PalConfig, load_config
+from pal_slurm.errors import PalError
+
+
+@dataclass
+class AppContext:
+    """What every command may need, built lazily so `--help` reads no file and opens no database."""
+
+    config_path: str | None
+    db_url: str | None
+    debug: bool
+    _cfg: PalConfig | None = field(default=None, repr=False)
+    _engine: Engine | None = field(default=None, repr=False)
+
+    @property
+    def cfg(self) -> PalConfig:
+        if self._cfg is None:
+            self._cfg = load_config(self.config_path, db_url=self.db_url)
+        return self._cfg
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            from pal_slurm.services import open_engine
+
+            self._engine = open_engine(self.cfg)
+        return self._engine
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+
+
+class PalFailure(click.ClickException):
+    """A known failure, shown as one line `pal: error: ...` with exit code 1."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"pal: error: {self.format_message()}", err=True)
+
+
+class PalGroup(click.Group):
+    """Turns PalError and driver errors raised by any subcommand into PalFailure."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except PalError as exc:
+            if _debug(ctx):
+                raise
+            raise PalFailure(str(exc)) from exc
+        except SQLAlchemyError as exc:
+            if _debug(ctx):
+                raise
+            from pal_slurm.db.engine import describe_error
+
+            raise PalFailure(f"database error: {describe_error(exc)}") from exc
+        except OSError as exc:
+            if _debug(ctx):
+                raise
+            name = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+            raise PalFailure(f"{exc.strerror or exc}:{name}".rstrip(":")) from exc
+
+
+def _debug(ctx: click.Context) -> bool:
+    obj = ctx.find_object(AppContext)
+    return bool(obj and obj.debug)
+
+
+@click.group(cls=PalGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--config", "config_path", metavar="FILE", envvar="PAL_CONFIG",
+              help="Configuration file [default: /etc/pal/pal.toml; env PAL_CONFIG].")
+@click.option("--db", "db_url", metavar="URL", envvar="PAL_DB_URL",
+              help="Database URL, overrides the file [env PAL_DB_URL]; e.g. postgresql+psycopg://pal@db/pal.")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logging.")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+@click.version_option(__version__, prog_name="pal")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, db_url: str | None, debug: bool, verbose: int) -> None:
+    """pal-slurm: measure GPU performance variability and place Slurm GPU jobs with the PAL policy.
+
+    \b
+    Typical first steps:
+      pal db upgrade                      create or migrate the database
+      pal profile import FILE...          load benchmark results
+      pal classify                        compute performance bins per GPU model
+      pal report                          see the fleet's variability
+    """
+    level = logging.DEBUG if debug or verbose > 1 else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="pal: %(levelname)s: %(message)s", stream=sys.stderr, force=True)
+    app = AppContext(config_path=config_path, db_url=db_url, debug=debug)
+    ctx.obj = app
+    ctx.call_on_close(app.close)
+
+
+def _register() -> None:
+    from pal_slurm.cli import classify_cmd, config_cmd, db_cmd, demo_cmd, profile_cmd, report_cmd
+
+    cli.add_command(config_cmd.config)
+    cli.add_command(db_cmd.db)
+    cli.add_command(profile_cmd.profile)
+    cli.add_command(classify_cmd.classify)
+    cli.add_command(report_cmd.report)
+    cli.add_command(report_cmd.gpus)
+    cli.add_command(demo_cmd.demo)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry: quiet on Ctrl-C and closed pipes, like other HPC tools."""
+    try:
+        cli.main(args=argv, prog_name="pal", standalone_mode=True)
+    except KeyboardInterrupt:
+        click.echo("pal: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 1
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    except Exception as exc:  # a bug: one line unless --debug asked for the traceback
+        if "--debug" in (argv if argv is not None else sys.argv):
+            raise
+        click.echo(f"pal: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

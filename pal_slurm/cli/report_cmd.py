@@ -1,0 +1,90 @@
+"""`pal report` and `pal gpus`: what operators read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pal_slurm.cli.main import AppContext
+from pal_slurm.cli.render import Column, console, emit_rows, format_option
+from pal_slurm.services import load_for_html, load_gpu_rows, load_report
+
+
+def _bins_text(item: dict[str, Any]) -> str:
+    return " ".join(f"{b['slowdown']:.3f}x{b['gpus']}{'!' if b['outlier'] else ''}" for b in item["bins"])
+
+
+def _pv(key: str):  # type: ignore[no-untyped-def]
+    return lambda r: None if r["perfvar"] is None else round(r["perfvar"][key], 4)
+
+
+REPORT_COLUMNS = [
+    Column("scope", lambda r: r.get("job_class") and f"class {r['job_class']}" or "benchmark"),
+    Column("model", lambda r: r["model"]),
+    Column("benchmark", lambda r: r["benchmark"]),
+    Column("GPUs", lambda r: r["gpus"], "right"),
+    Column("min", _pv("min"), "right"),
+    Column("p5", _pv("p5"), "right"),
+    Column("median", _pv("median"), "right"),
+    Column("p95", _pv("p95"), "right"),
+    Column("max", _pv("max"), "right"),
+    Column("bins (slowdown x GPUs, ! outlier)", _bins_text),
+    Column("outliers", lambda r: len(r["outliers"]), "right"),
+]
+
+
+@click.command()
+@format_option
+@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Also write a self-contained HTML page with plots to FILE.")
+@click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
+@click.pass_obj
+def report(app: AppContext, fmt: str, html_path: Path | None, version: int | None) -> None:
+    """Variability per GPU model x benchmark and per job class: PerfVar spread, bins with
+    slowdown factors, and outliers with what to do about them. JSON shape: docs/report-json.md."""
+    if html_path is not None:
+        from pal_slurm.report_html import write_html
+
+        stored, data = load_for_html(app.engine, app.cfg, version)
+        write_html(html_path, stored, data)
+    else:
+        data = load_report(app.engine, app.cfg, version)
+    rows = [*data["benchmarks"], *data["job_classes"]]
+    emit_rows(rows, REPORT_COLUMNS, fmt, json_data=data,
+              title=f"GPU variability (classification version {data['classification']['version']}; "
+                    "PerfVar > 1 = slower than the model's median GPU)")
+    if fmt == "table":
+        notes = [o for item in data["benchmarks"] for o in item["outlier_details"]]
+        out = console()
+        for item in data["benchmarks"]:
+            for o in item["outlier_details"]:
+                out.print(f"outlier {o['uuid']} on {o['node'] or 'unknown node'} ({item['model']}, "
+                          f"{item['benchmark']}): PerfVar {o['perfvar']:.3f}: {o['recommendation']}",
+                          markup=False, highlight=False)
+        if not notes:
+            out.print("no outliers", markup=False)
+        if html_path is not None:
+            out.print(f"HTML report written to {html_path}", markup=False)
+
+
+@click.command()
+@format_option
+@click.option("--model", metavar="NAME", help="Only GPUs of this model.")
+@click.option("--node", metavar="NAME", help="Only GPUs of this node.")
+@click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
+@click.pass_obj
+def gpus(app: AppContext, fmt: str, model: str | None, node: str | None, version: int | None) -> None:
+    """One row per GPU: node, model, bin and slowdown factor per job class, last profiled."""
+    rows = load_gpu_rows(app.engine, version)
+    rows = [r for r in rows if (model is None or r["model"] == model) and (node is None or r["node"] == node)]
+    classes = sorted({c for r in rows for c in r["classes"]})
+    columns = [Column("node", lambda r: r["node"]), Column("uuid", lambda r: r["uuid"]),
+               Column("model", lambda r: r["model"])]
+    for c in classes:
+        columns.append(Column(f"{c} bin", lambda r, c=c: r["classes"][c]["bin"], "right"))
+        columns.append(Column(f"{c} slowdown", lambda r, c=c: r["classes"][c]["slowdown"], "right"))
+    columns += [Column("outlier", lambda r: "yes" if r["outlier"] else ""),
+                Column("last profiled", lambda r: r["last_profiled"])]
+    emit_rows(rows, columns, fmt)

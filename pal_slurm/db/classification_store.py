@@ -1,0 +1,222 @@
+"""Storing classification runs and reading them back for reports and placement.
+
+A run is never changed after it is written; each `pal classify` adds a new version,
+so any placement can be explained with the classes it used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, aliased
+
+from pal_slurm.db.models import (
+    Benchmark,
+    ClassificationBin,
+    ClassificationResult,
+    ClassificationRun,
+    Gpu,
+    GpuClass,
+    JobClass,
+    Node,
+    ProfileRun,
+)
+from pal_slurm.fleet import ClassAssignment, GroupClassification, PreviousSlowdowns
+
+
+def sync_job_classes(session: Session, class_benchmarks: Mapping[str, tuple[str, str]]) -> None:
+    """Make the job_classes table match the configuration (name -> (benchmark, description)).
+
+    A class whose benchmark has no runs yet keeps benchmark_id NULL until it has.
+    """
+    benches = {b.name: b.id for b in session.scalars(select(Benchmark))}
+    existing = {jc.name: jc for jc in session.scalars(select(JobClass))}
+    for name, (bench, description) in class_benchmarks.items():
+        jc = existing.get(name) or JobClass(name=name)
+        jc.benchmark_id = benches.get(bench)
+        jc.description = description
+        session.add(jc)
+    session.flush()
+
+
+def gpus_by_model(session: Session) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for model, uuid in session.execute(select(Gpu.model, Gpu.uuid).order_by(Gpu.model, Gpu.uuid)):
+        out.setdefault(model, []).append(uuid)
+    return out
+
+
+def latest_run(session: Session) -> ClassificationRun | None:
+    return session.scalars(select(ClassificationRun).order_by(ClassificationRun.version.desc()).limit(1)).first()
+
+
+def get_run(session: Session, version: int | None) -> ClassificationRun | None:
+    if version is None:
+        return latest_run(session)
+    return session.scalars(select(ClassificationRun).where(ClassificationRun.version == version)).first()
+
+
+def previous_slowdowns(session: Session, run: ClassificationRun) -> PreviousSlowdowns:
+    """(model, benchmark) -> uuid -> slowdown, from a stored run, as hysteresis input."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    stmt = (
+        select(Gpu.model, Benchmark.name, Gpu.uuid, ClassificationResult.slowdown)
+        .join(Gpu, Gpu.id == ClassificationResult.gpu_id)
+        .join(Benchmark, Benchmark.id == ClassificationResult.benchmark_id)
+        .where(ClassificationResult.run_id == run.id, ClassificationResult.slowdown.is_not(None))
+    )
+    for model, bench, uuid, sf in session.execute(stmt):
+        out.setdefault((model, bench), {})[uuid] = sf
+    return out
+
+
+def save_classification(
+    session: Session,
+    classified: Sequence[GroupClassification],
+    assignments: Sequence[ClassAssignment],
+    *,
+    params: dict[str, Any],
+    previous_version: int | None,
+    note: str = "",
+) -> ClassificationRun:
+    """Write one classification run with its bins, per-benchmark results and per-class rows."""
+    version = (session.scalar(select(func.max(ClassificationRun.version))) or 0) + 1
+    run = ClassificationRun(version=version, params=params, previous_version=previous_version, note=note)
+    session.add(run)
+    session.flush()
+    bench_ids = {b.name: b.id for b in session.scalars(select(Benchmark))}
+    gpu_ids = {u: i for u, i in session.execute(select(Gpu.uuid, Gpu.id))}
+    bins, results = [], []
+    for grp in classified:
+        bid = bench_ids[grp.benchmark]
+        for b in grp.result.bins:
+            bins.append(
+                {"run_id": run.id, "model": grp.model, "benchmark_id": bid, "bin": b.index, "centroid": b.centroid,
+                 "slowdown": b.slowdown, "gpus": b.gpus, "outlier": b.outlier, "low": b.low, "high": b.high}
+            )
+        for g in grp.result.gpus:
+            results.append(
+                {"run_id": run.id, "gpu_id": gpu_ids[g.uuid], "benchmark_id": bid, "runs": g.runs,
+                 "median_score": g.median_score, "perfvar": g.perfvar, "bin": g.bin, "slowdown": g.slowdown,
+                 "outlier": g.outlier, "profiled": g.profiled}
+            )
+    classes = [
+        {"run_id": run.id, "gpu_id": gpu_ids[a.uuid], "job_class": a.job_class,
+         "benchmark_id": bench_ids.get(a.benchmark), "bin": a.bin, "slowdown": a.slowdown,
+         "outlier": a.outlier, "profiled": a.profiled}
+        for a in assignments
+        if a.benchmark in bench_ids
+    ]
+    for table, rows in ((ClassificationBin, bins), (ClassificationResult, results), (GpuClass, classes)):
+        if rows:
+            session.execute(table.__table__.insert(), rows)
+    return run
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One GPU x benchmark of a stored run, joined with what a report shows next to it."""
+
+    uuid: str
+    node: str | None
+    model: str
+    benchmark: str
+    runs: int
+    median_score: float | None
+    perfvar: float | None
+    bin: int | None
+    slowdown: float | None
+    outlier: bool
+    profiled: bool
+    median_sm_clock_mhz: float | None = None
+    last_profiled: datetime | None = None
+
+
+@dataclass(frozen=True)
+class BinRow:
+    model: str
+    benchmark: str
+    bin: int
+    centroid: float
+    slowdown: float
+    gpus: int
+    outlier: bool
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class StoredClassification:
+    version: int
+    created_at: datetime
+    params: dict[str, Any]
+    results: tuple[ResultRow, ...]
+    bins: tuple[BinRow, ...]
+    job_classes: dict[str, str]  # class name -> benchmark name
+
+
+def load_classification(session: Session, run: ClassificationRun, *, with_clocks: bool = False) -> StoredClassification:
+    node = aliased(Node)
+    stmt = (
+        select(
+            Gpu.uuid, node.name, Gpu.model, Benchmark.name, ClassificationResult.runs,
+            ClassificationResult.median_score, ClassificationResult.perfvar, ClassificationResult.bin,
+            ClassificationResult.slowdown, ClassificationResult.outlier, ClassificationResult.profiled,
+            Gpu.id, Benchmark.id,
+        )
+        .join(Gpu, Gpu.id == ClassificationResult.gpu_id)
+        .outerjoin(node, node.id == Gpu.node_id)
+        .join(Benchmark, Benchmark.id == ClassificationResult.benchmark_id)
+        .where(ClassificationResult.run_id == run.id)
+        .order_by(Gpu.model, Benchmark.name, Gpu.uuid)
+    )
+    extra: dict[tuple[int, int], tuple[float | None, datetime | None]] = {}
+    if with_clocks:
+        extra = _clock_and_last(session)
+    results = []
+    for uuid, nname, model, bench, runs, med, pv, b, sf, outl, prof, gid, bid in session.execute(stmt):
+        clock, last = extra.get((gid, bid), (None, None))
+        results.append(ResultRow(uuid, nname, model, bench, runs, med, pv, b, sf, bool(outl), bool(prof), clock, last))
+    bins = [
+        BinRow(m, bn, r.bin, r.centroid, r.slowdown, r.gpus, bool(r.outlier), r.low, r.high)
+        for r, m, bn in session.execute(
+            select(ClassificationBin, ClassificationBin.model, Benchmark.name)
+            .join(Benchmark, Benchmark.id == ClassificationBin.benchmark_id)
+            .where(ClassificationBin.run_id == run.id)
+            .order_by(ClassificationBin.model, Benchmark.name, ClassificationBin.bin)
+        )
+    ]
+    classes = {
+        name: bench
+        for name, bench in session.execute(
+            select(GpuClass.job_class, Benchmark.name)
+            .join(Benchmark, Benchmark.id == GpuClass.benchmark_id)
+            .where(GpuClass.run_id == run.id)
+            .distinct()
+        )
+    }
+    return StoredClassification(run.version, run.created_at, dict(run.params), tuple(results), tuple(bins),
+                                dict(sorted(classes.items())))
+
+
+def _clock_and_last(session: Session) -> dict[tuple[int, int], tuple[float | None, datetime | None]]:
+    """Per GPU and benchmark: the median of the runs' SM clocks and the time of the last run.
+
+    The median is computed here (portable across dialects) from one ordered scan.
+    """
+    import statistics
+
+    clocks: dict[tuple[int, int], list[float]] = {}
+    last: dict[tuple[int, int], datetime] = {}
+    stmt = select(ProfileRun.gpu_id, ProfileRun.benchmark_id, ProfileRun.sm_clock_mhz, ProfileRun.started_at)
+    for gid, bid, clk, ts in session.execute(stmt):
+        key = (gid, bid)
+        if clk is not None:
+            clocks.setdefault(key, []).append(clk)
+        if key not in last or ts > last[key]:
+            last[key] = ts
+    return {k: (statistics.median(clocks[k]) if k in clocks else None, last[k]) for k in last}

@@ -1,0 +1,164 @@
+"""Use cases behind the CLI: each opens what it needs, does one job, returns plain data.
+
+Click commands call these and render the result; daemons and tests call them directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Engine
+
+from pal_slurm.classify import ClassifyParams
+from pal_slurm.config import PalConfig
+from pal_slurm.db import classification_store as cstore
+from pal_slurm.db.engine import make_engine, session_scope
+from pal_slurm.db.migrate import require_current
+from pal_slurm.db.store import ImportResult, import_records, load_group_runs
+from pal_slurm.errors import InputError, PalError
+from pal_slurm.fleet import assign_job_classes, classify_fleet
+from pal_slurm.ingest.records import ProfileRecord
+from pal_slurm.report import build_report, gpu_rows
+
+log = logging.getLogger(__name__)
+
+ImportFormat = Literal["pal-artifact", "jsonl"]
+
+
+def open_engine(cfg: PalConfig) -> Engine:
+    return make_engine(cfg.db_url, echo=cfg.database.echo, connect_timeout_s=cfg.database.connect_timeout_s)
+
+
+def read_profile_file(path: Path, fmt: ImportFormat, *, benchmark: str | None, model: str | None,
+                      unit: str | None) -> list[ProfileRecord]:
+    """Parse one file (no database): the artifact CSV needs --benchmark and --model."""
+    if fmt == "pal-artifact":
+        from pal_slurm.ingest.artifact_csv import parse_artifact_file
+
+        if not benchmark or not model:
+            raise InputError("--format pal-artifact needs --benchmark NAME and --model NAME (the CSV has neither)")
+        return parse_artifact_file(path, benchmark=benchmark, model=model, unit=unit or "ms")
+    if fmt == "jsonl":
+        from pal_slurm.ingest.jsonl import parse_jsonl_file
+
+        if benchmark or model:
+            raise InputError("--benchmark/--model are for --format pal-artifact; JSON-lines files carry both")
+        return parse_jsonl_file(path)
+    raise InputError(f"unknown format {fmt!r}")
+
+
+@dataclass(frozen=True)
+class FileImport:
+    path: str
+    result: ImportResult
+
+
+def import_files(engine: Engine, paths: Sequence[Path], fmt: ImportFormat, *, benchmark: str | None = None,
+                 model: str | None = None, unit: str | None = None) -> list[FileImport]:
+    """Each file is parsed whole first, then written in its own transaction (all or nothing)."""
+    require_current(engine)
+    done = []
+    for path in paths:
+        records = read_profile_file(path, fmt, benchmark=benchmark, model=model, unit=unit)
+        with session_scope(engine) as session:
+            result = import_records(session, records)
+        log.info("%s: %d runs read, %d added, %d already present", path, result.records, result.added,
+                 result.already_present)
+        done.append(FileImport(str(path), result))
+    return done
+
+
+def import_records_now(engine: Engine, records: Sequence[ProfileRecord]) -> ImportResult:
+    require_current(engine)
+    with session_scope(engine) as session:
+        return import_records(session, records)
+
+
+def classify_params(cfg: PalConfig, *, hysteresis: float | None = None, min_runs: int | None = None) -> ClassifyParams:
+    c = cfg.classification
+    try:
+        return ClassifyParams(
+            min_runs=c.min_runs if min_runs is None else min_runs,
+            max_bins=c.max_bins,
+            outlier_z=c.outlier_z,
+            outlier_min_excess=c.outlier_min_excess,
+            hysteresis=c.hysteresis if hysteresis is None else hysteresis,
+        )
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class ClassifySummary:
+    version: int
+    previous_version: int | None
+    groups: list[dict[str, Any]]
+
+
+def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | None = None,
+                       min_runs: int | None = None, models: Sequence[str] | None = None,
+                       note: str = "") -> ClassifySummary:
+    """Classify every (model, benchmark) from all stored runs and store a new versioned run."""
+    require_current(engine)
+    params = classify_params(cfg, hysteresis=hysteresis, min_runs=min_runs)
+    class_benchmarks = {name: jc.benchmark for name, jc in cfg.job_classes.items()}
+    with session_scope(engine) as session:
+        groups = load_group_runs(session, models=models)
+        if not groups:
+            raise PalError("no profile runs in the database: import some with `pal profile import` first")
+        prev_run = cstore.latest_run(session)
+        previous = cstore.previous_slowdowns(session, prev_run) if prev_run and params.hysteresis > 0 else None
+        classified = classify_fleet(groups, params, previous)
+        all_gpus = cstore.gpus_by_model(session)
+        if models:
+            all_gpus = {m: g for m, g in all_gpus.items() if m in models}
+        assignments = assign_job_classes(classified, class_benchmarks, all_gpus)
+        cstore.sync_job_classes(session, {n: (jc.benchmark, jc.description) for n, jc in cfg.job_classes.items()})
+        run = cstore.save_classification(
+            session, classified, assignments,
+            params={**params.as_dict(), "job_classes": class_benchmarks, "models": list(models or [])},
+            previous_version=prev_run.version if prev_run else None, note=note,
+        )
+        summary = ClassifySummary(
+            version=run.version,
+            previous_version=prev_run.version if prev_run else None,
+            groups=[
+                {"model": c.model, "benchmark": c.benchmark, "gpus": sum(1 for g in c.result.gpus if g.profiled),
+                 "unprofiled": sum(1 for g in c.result.gpus if not g.profiled), "k": c.result.k_regular,
+                 "bins": len(c.result.bins), "outliers": sum(1 for g in c.result.gpus if g.outlier),
+                 "criterion": c.result.criterion}
+                for c in classified
+            ],
+        )
+    missing = sorted(set(class_benchmarks.values()) - {c.benchmark for c in classified})
+    for bench in missing:
+        log.warning("no runs of benchmark %r: job classes measured by it are unprofiled", bench)
+    return summary
+
+
+def _stored(engine: Engine, version: int | None, with_clocks: bool) -> cstore.StoredClassification:
+    require_current(engine)
+    with session_scope(engine) as session:
+        run = cstore.get_run(session, version)
+        if run is None:
+            if version is None:
+                raise PalError("no classification yet: run `pal classify` first")
+            raise PalError(f"classification version {version} does not exist")
+        return cstore.load_classification(session, run, with_clocks=with_clocks)
+
+
+def load_report(engine: Engine, cfg: PalConfig, version: int | None = None) -> dict[str, Any]:
+    return build_report(_stored(engine, version, False), outlier_action=cfg.report.outlier_action)
+
+
+def load_gpu_rows(engine: Engine, version: int | None = None) -> list[dict[str, Any]]:
+    return gpu_rows(_stored(engine, version, True))
+
+
+def load_for_html(engine: Engine, cfg: PalConfig, version: int | None = None):  # type: ignore[no-untyped-def]
+    stored = _stored(engine, version, True)
+    return stored, build_report(stored, outlier_action=cfg.report.outlier_action)
