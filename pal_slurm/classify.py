@@ -248,18 +248,14 @@ def _segments_from_labels(labels: Sequence[int]) -> list[tuple[int, int]] | None
     """[start, end) index ranges of the clusters of sorted data, or None if not a proper partition.
 
     Optimal 1-D k-means clusters are contiguous in sorted order; we rely on
-    that and reject (skip) a K whose labelling is not contiguous or leaves a
-    cluster empty, which cannot happen for K <= number of distinct values.
+    that and reject (skip) a K whose labelling is not contiguous, which cannot
+    happen for K <= number of distinct values.
     """
-    segments: list[tuple[int, int]] = []
-    start = 0
-    n = len(labels)
-    for i in range(1, n + 1):
-        if i == n or labels[i] != labels[i - 1]:
-            segments.append((start, i))
-            start = i
-    seen = [labels[s] for s, _ in segments]
-    if len(set(seen)) != len(seen):
+    lab = np.asarray(labels)
+    cuts = (np.flatnonzero(lab[1:] != lab[:-1]) + 1).tolist()
+    bounds = [0, *cuts, len(lab)]
+    segments = list(zip(bounds[:-1], bounds[1:]))
+    if len(set(lab[[s for s, _ in segments]].tolist())) != len(segments):
         return None
     return segments
 
