@@ -28,6 +28,7 @@ __all__ = [
     "artifact_run_key",
     "benchmark_from_filename",
     "parse_artifact_csv",
+    "parse_artifact_file",
     "parse_file",
 ]
 
@@ -47,7 +48,9 @@ _LOG_TAIL_COLUMNS = frozenset({"train_time"})
 
 def artifact_run_key(benchmark: str, fields: list[str], occurrence: int) -> str:
     """sha256 hex of the canonical JSON [namespace, benchmark, raw fields, occurrence (1-based)]."""
-    canonical = json.dumps([RUN_KEY_NAMESPACE, benchmark, fields, occurrence], ensure_ascii=False, separators=(",", ":"))
+    canonical = json.dumps(
+        [RUN_KEY_NAMESPACE, benchmark, list(fields), occurrence], ensure_ascii=False, separators=(",", ":")
+    )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -83,6 +86,9 @@ def parse_file(
         raise InputError(f"not valid UTF-8 text ({exc.reason} at byte {exc.start})", source=name) from None
     except OSError as exc:
         raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
+
+
+parse_artifact_file = parse_file  # the name pal_slurm.services imports
 
 
 def _number(column: str, raw: str, src: str, line: int) -> float:
