@@ -52,7 +52,10 @@ Pipeline (each step is documented on the function that does it):
    within-cluster variances; ``L`` is the log-likelihood of the data under
    that mixture (density summed over the components), ``p = 3K - 1`` free
    parameters and ``BIC = -2 L + p ln n``. The smallest BIC wins; ties go to
-   the smaller K. Variances that would be zero are replaced as in
+   the smaller K. Only partitions whose adjacent centroids differ by at least
+   ``min_bin_gap`` (default 0.01, i.e. 1 % speed) compete: BIC on its own splits
+   tiers that are tighter than benchmark noise (two GPU groups at 1.000 and
+   1.001), which no scheduler can use. Variances that would be zero are replaced as in
    Ckmeans.1d.dp: a one-member cluster uses ``d^2`` and a zero-variance
    multi-member cluster ``d^2 / 36``, with ``d`` the gap to the nearest value
    outside the cluster; finally every variance is floored at
@@ -131,13 +134,17 @@ class ClassifyParams:
             PerfVar by at least this much; guards MAD = 0 (identical GPUs).
         hysteresis: PerfVar margin within which a GPU keeps its previous bin
             (0 = off); see the module docstring.
+        min_bin_gap: adjacent regular bins must have centroids at least this
+            far apart (PerfVar units; 0.01 = 1 %): BIC alone splits tiers that
+            are tighter than benchmark noise, which a scheduler cannot use.
     """
 
     min_runs: int = 3
     max_bins: int = 8
     outlier_z: float = 3.5
-    outlier_min_excess: float = 0.03
+    outlier_min_excess: float = 0.10
     hysteresis: float = 0.0
+    min_bin_gap: float = 0.01
 
     def __post_init__(self) -> None:
         for name in ("min_runs", "max_bins"):
@@ -146,7 +153,7 @@ class ClassifyParams:
                 raise ValueError(f"ClassifyParams.{name} must be an integer, got {value!r}")
             if value < 1:
                 raise ValueError(f"ClassifyParams.{name} must be >= 1, got {value}")
-        for name in ("outlier_z", "outlier_min_excess", "hysteresis"):
+        for name in ("outlier_z", "outlier_min_excess", "hysteresis", "min_bin_gap"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"ClassifyParams.{name} must be a number, got {value!r}")
@@ -299,8 +306,17 @@ def _mixture_bic(x: np.ndarray, segments: list[tuple[int, int]], floor_var: floa
     return -2.0 * loglik + (3 * k - 1) * math.log(n)
 
 
-def _choose_partition(values: list[float], max_bins: int) -> tuple[list[tuple[int, int]], str]:
-    """Best partition (by BIC) of sorted ``values`` into contiguous clusters, and a description."""
+def _centroids_apart(x: np.ndarray, segments: list[tuple[int, int]], min_gap: float) -> bool:
+    means = [float(x[a:b].mean()) for a, b in segments]
+    return all(hi - lo >= min_gap for lo, hi in zip(means, means[1:]))
+
+
+def _choose_partition(values: list[float], max_bins: int, min_bin_gap: float = 0.0) -> tuple[list[tuple[int, int]], str]:
+    """Best partition (by BIC) of sorted ``values`` into contiguous clusters, and a description.
+
+    Only partitions whose adjacent centroids are at least ``min_bin_gap`` apart compete:
+    bins closer than the benchmarks' resolution are not different GPUs to a scheduler.
+    """
     n = len(values)
     distinct = 1 + sum(1 for i in range(1, n) if values[i] != values[i - 1])
     k_max = min(max_bins, distinct)
@@ -317,6 +333,8 @@ def _choose_partition(values: list[float], max_bins: int) -> tuple[list[tuple[in
             segments = _segments_from_labels(kmeans1d.cluster(values, k).clusters)
             if segments is None or len(segments) != k:
                 continue
+            if not _centroids_apart(x, segments, min_bin_gap):
+                continue
         bic = _mixture_bic(x, segments, floor_var)
         if best is None or bic < best[0]:  # strict: ties keep the smaller K
             best = (bic, segments)
@@ -324,7 +342,7 @@ def _choose_partition(values: list[float], max_bins: int) -> tuple[list[tuple[in
     chosen = best[1]
     return chosen, (
         f"BIC over K=1..{k_max} (optimal 1-D k-means via kmeans1d; Gaussian-mixture likelihood "
-        f"as in Ckmeans.1d.dp); chose K={len(chosen)}"
+        f"as in Ckmeans.1d.dp; adjacent bins at least {min_bin_gap:g} PerfVar apart); chose K={len(chosen)}"
     )
 
 
@@ -383,7 +401,7 @@ def classify_group(
     members: list[tuple[list[str], bool]] = []  # (uuids, outlier) per bin, ascending centroid
     if regular:
         reg_values = [perfvar[u] for u in regular]
-        segments, criterion = _choose_partition(reg_values, params.max_bins)
+        segments, criterion = _choose_partition(reg_values, params.max_bins, params.min_bin_gap)
         members.extend((regular[s:e], False) for s, e in segments)
         k_regular = len(segments)
     else:  # impossible by the rule (the median GPU is never an outlier); kept for robustness

@@ -51,8 +51,9 @@ class ClassificationConfig(_Section):
     min_runs: int = Field(default=3, ge=1)
     max_bins: int = Field(default=8, ge=1, le=64)
     outlier_z: float = Field(default=3.5, gt=0)
-    outlier_min_excess: float = Field(default=0.03, ge=0)
+    outlier_min_excess: float = Field(default=0.10, ge=0)
     hysteresis: float = Field(default=0.0, ge=0)
+    min_bin_gap: float = Field(default=0.01, ge=0)
 
 
 class JobClassConfig(_Section):

@@ -87,6 +87,7 @@ def classify_params(cfg: PalConfig, *, hysteresis: float | None = None, min_runs
             outlier_z=c.outlier_z,
             outlier_min_excess=c.outlier_min_excess,
             hysteresis=c.hysteresis if hysteresis is None else hysteresis,
+            min_bin_gap=c.min_bin_gap,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from exc

@@ -172,12 +172,12 @@ def test_fast_outlier_is_not_flagged():
 
 def test_outlier_min_excess_guards_zero_mad():
     base = {f"g{i}": 1.0 for i in range(9)}  # MAD = 0
-    r = classify_group(fleet({**base, "bit_slow": 1.02}), lower_is_better=True)
-    assert not by_uuid(r)["bit_slow"].outlier  # 0.02 excess < 0.03
-    r = classify_group(fleet({**base, "slow": 1.05}), lower_is_better=True)
+    r = classify_group(fleet({**base, "bit_slow": 1.08}), lower_is_better=True)
+    assert not by_uuid(r)["bit_slow"].outlier  # 0.08 excess < 0.10 (the default)
+    r = classify_group(fleet({**base, "slow": 1.15}), lower_is_better=True)
     check_invariants(r)
-    assert by_uuid(r)["slow"].outlier  # 0.05 > max(0.03, 0)
-    assert r.k_regular == 1 and r.bins[0].slowdown == 1.0 and r.bins[1].slowdown == pytest.approx(1.05)
+    assert by_uuid(r)["slow"].outlier  # 0.15 > max(0.10, 0)
+    assert r.k_regular == 1 and r.bins[0].slowdown == 1.0 and r.bins[1].slowdown == pytest.approx(1.15)
 
 
 def test_outlier_rule_uses_modified_z():
@@ -412,7 +412,8 @@ def test_params_validation(kwargs, field):
 def test_params_as_dict_roundtrip():
     p = ClassifyParams(min_runs=5, max_bins=4, outlier_z=3.0, outlier_min_excess=0.05, hysteresis=0.01)
     d = p.as_dict()
-    assert d == {"min_runs": 5, "max_bins": 4, "outlier_z": 3.0, "outlier_min_excess": 0.05, "hysteresis": 0.01}
+    assert d == {"min_runs": 5, "max_bins": 4, "outlier_z": 3.0, "outlier_min_excess": 0.05, "hysteresis": 0.01,
+                 "min_bin_gap": 0.01}
     assert ClassifyParams(**d) == p
     with pytest.raises(Exception):
         p.min_runs = 1  # type: ignore[misc]  # frozen
@@ -439,3 +440,13 @@ def test_twenty_thousand_gpus_is_fast():
     assert sum(b.gpus for b in r.bins) == 20_000
     assert elapsed < 3.0  # typically ~0.4 s; generous bound for a loaded CI machine
     assert math.isclose(sum(1 for g in r.gpus if g.bin is not None), 20_000)
+
+
+def test_min_bin_gap_merges_tiers_tighter_than_noise():
+    tiers = {**group("a", 1.000, 6, step=0.0), **group("b", 1.001, 6, step=0.0), **group("c", 1.002, 6, step=0.0)}
+    merged = classify_group(fleet(tiers), lower_is_better=True)
+    assert merged.k_regular == 1
+    split = classify_group(fleet(tiers), lower_is_better=True, params=ClassifyParams(min_bin_gap=0.0))
+    assert split.k_regular == 3
+    apart = {**group("a", 1.00, 6, step=0.0), **group("b", 1.05, 6, step=0.0)}
+    assert classify_group(fleet(apart), lower_is_better=True).k_regular == 2

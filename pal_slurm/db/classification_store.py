@@ -199,6 +199,9 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
             .distinct()
         )
     }
+    configured = run.params.get("job_classes") if isinstance(run.params, dict) else None
+    if isinstance(configured, dict):  # includes classes whose benchmark has no runs (all unprofiled)
+        classes = {str(k): str(v) for k, v in configured.items()}
     return StoredClassification(run.version, run.created_at, dict(run.params), tuple(results), tuple(bins),
                                 dict(sorted(classes.items())))
 

@@ -1,0 +1,52 @@
+# pal-slurm: `make demo` and `make test` do all set-up on a fresh Debian machine (run as root for apt).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PAL := $(VENV)/bin/pal
+PYTEST_ARGS ?=
+DB_SERVERS := tests/services/db-servers.sh
+
+.PHONY: demo test test-fast venv db-servers db-servers-stop sql bench clean help
+
+help:
+	@echo "make demo   - venv + install + run the demo (SQLite, simulated GPU fleet, report, HTML)"
+	@echo "make test   - everything CI runs: installs and starts PostgreSQL and MariaDB, then pytest"
+	@echo "make test-fast - pytest on SQLite only (no servers)"
+	@echo "make sql    - regenerate sql/*.sql from the migrations"
+	@echo "make bench  - run the benchmarks in bench/"
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pal-slurm needs Python >= 3.11")'
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 && $(PYTHON) -c 'import ensurepip' 2>/dev/null || { \
+	  echo "installing python3-venv (apt)"; apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(PAL) demo --dir pal-demo
+
+db-servers:
+	$(DB_SERVERS) install
+	$(DB_SERVERS) start
+
+db-servers-stop:
+	$(DB_SERVERS) stop
+
+test: venv db-servers
+	eval "$$($(DB_SERVERS) env)" && PAL_REQUIRE_DB_SERVERS=1 $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+sql: venv
+	for d in postgresql mysql sqlite; do $(PAL) db sql --dialect $$d > sql/schema-$$d.sql; done
+
+bench: venv
+	$(VENV)/bin/python bench/import_speed.py
+
+clean:
+	rm -rf $(VENV) pal-demo .pytest_cache build *.egg-info

@@ -1,0 +1,28 @@
+"""`pal demo`: the whole flow on embedded defaults, for a newcomer with no GPU and no data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pal_slurm.cli.main import AppContext
+from pal_slurm.demo import DemoOptions, run_demo
+
+
+@click.command()
+@click.option("--dir", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("pal-demo"),
+              show_default=True, help="Where the demo writes its SQLite database, profile file and HTML report.")
+@click.option("--nodes", type=click.IntRange(1, 4096), default=16, show_default=True)
+@click.option("--gpus-per-node", type=click.IntRange(1, 16), default=4, show_default=True)
+@click.option("--runs", "runs_per_gpu", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Benchmark runs per GPU and benchmark.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulated fleet.")
+@click.pass_obj
+def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_per_gpu: int, seed: int) -> None:
+    """Profile a simulated GPU fleet, import it, classify it and report, on a fresh SQLite file.
+
+    Uses --db instead of the demo's own SQLite file only when given explicitly.
+    """
+    run_demo(DemoOptions(out_dir=out_dir, nodes=nodes, gpus_per_node=gpus_per_node, runs_per_gpu=runs_per_gpu,
+                         seed=seed, db_url=app.db_url), app_config_path=app.config_path)

@@ -1,0 +1,81 @@
+"""Shared fixtures: a database per backend (SQLite always; PostgreSQL and MariaDB when
+`make test` started them), and the CLI runner.
+
+The real servers are reached through PAL_TEST_POSTGRES_URL / PAL_TEST_MYSQL_URL. Each
+test gets a throwaway database created on the server and dropped afterwards. When
+PAL_REQUIRE_DB_SERVERS=1 (as `make test` and CI set it) a missing server is an error,
+never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+ARTIFACT_DIR = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared" / "data" / "pal-artifact"))
+
+SERVER_ENV = {"postgres": "PAL_TEST_POSTGRES_URL", "mysql": "PAL_TEST_MYSQL_URL"}
+
+
+def _server_url(kind: str) -> str:
+    url = os.environ.get(SERVER_ENV[kind])
+    if not url:
+        if os.environ.get("PAL_REQUIRE_DB_SERVERS") == "1":
+            pytest.fail(f"{SERVER_ENV[kind]} is not set but PAL_REQUIRE_DB_SERVERS=1 (run `make test`)")
+        pytest.skip(f"no {kind} server: set {SERVER_ENV[kind]} (make test starts one)")
+    return url
+
+
+def _throwaway_db(kind: str) -> Iterator[str]:
+    base = make_url(_server_url(kind))
+    name = f"pal_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    quote = '"' if kind == "postgres" else "`"
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {quote}{name}{quote}"))
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            if kind == "postgres":
+                conn.execute(text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n AND pid <> pg_backend_pid()"
+                ), {"n": name})
+            conn.execute(text(f"DROP DATABASE IF EXISTS {quote}{name}{quote}"))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
+                        pytest.param("mysql", marks=pytest.mark.mysql)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database on every backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'pal.db'}"
+    else:
+        yield from _throwaway_db(request.param)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'pal.db'}"
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def artifact_dir() -> Path:
+    if not (ARTIFACT_DIR / "variability" / "longhorn").is_dir():
+        pytest.skip(f"PAL artifact data not found at {ARTIFACT_DIR} (set PAL_ARTIFACT_DIR)")
+    return ARTIFACT_DIR
