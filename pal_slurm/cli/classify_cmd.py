@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pal_slurm.cli.main import AppContext
+from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import Column, emit_rows, format_option
 from pal_slurm.services import run_classification
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import tomli_w
 
-from pal_slurm.cli.main import AppContext
+from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import emit_json
 from pal_slurm.config import config_as_dict
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pal_slurm.cli.main import AppContext
+from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import emit_json
 from pal_slurm.config import mask_url
 from pal_slurm.db import migrate

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from pal_slurm.cli.main import AppContext
-from pal_slurm.demo import DemoOptions, run_demo
+from pal_slurm.cli.context import AppContext
 
 
 @click.command()
@@ -24,5 +23,7 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
 
     Uses --db instead of the demo's own SQLite file only when given explicitly.
     """
+    from pal_slurm.demo import DemoOptions, run_demo
+
     run_demo(DemoOptions(out_dir=out_dir, nodes=nodes, gpus_per_node=gpus_per_node, runs_per_gpu=runs_per_gpu,
                          seed=seed, db_url=app.db_url), app_config_path=app.config_path)

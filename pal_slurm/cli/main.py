@@ -8,45 +8,15 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass, field
 from typing import Any
 
 import click
-from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from pal_slurm import __version__
-from pal_slurm.config import PalConfig, load_config
+from pal_slurm.cli import classify_cmd, config_cmd, db_cmd, demo_cmd, profile_cmd, report_cmd
+from pal_slurm.cli.context import AppContext
 from pal_slurm.errors import PalError
-
-
-@dataclass
-class AppContext:
-    """What every command may need, built lazily so `--help` reads no file and opens no database."""
-
-    config_path: str | None
-    db_url: str | None
-    debug: bool
-    _cfg: PalConfig | None = field(default=None, repr=False)
-    _engine: Engine | None = field(default=None, repr=False)
-
-    @property
-    def cfg(self) -> PalConfig:
-        if self._cfg is None:
-            self._cfg = load_config(self.config_path, db_url=self.db_url)
-        return self._cfg
-
-    @property
-    def engine(self) -> Engine:
-        if self._engine is None:
-            from pal_slurm.services import open_engine
-
-            self._engine = open_engine(self.cfg)
-        return self._engine
-
-    def close(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose()
 
 
 class PalFailure(click.ClickException):
@@ -114,19 +84,9 @@ def cli(ctx: click.Context, config_path: str | None, db_url: str | None, debug: 
     ctx.call_on_close(app.close)
 
 
-def _register() -> None:
-    from pal_slurm.cli import classify_cmd, config_cmd, db_cmd, demo_cmd, profile_cmd, report_cmd
-
-    cli.add_command(config_cmd.config)
-    cli.add_command(db_cmd.db)
-    cli.add_command(profile_cmd.profile)
-    cli.add_command(classify_cmd.classify)
-    cli.add_command(report_cmd.report)
-    cli.add_command(report_cmd.gpus)
-    cli.add_command(demo_cmd.demo)
-
-
-_register()
+for _command in (config_cmd.config, db_cmd.db, profile_cmd.profile, classify_cmd.classify, report_cmd.report,
+                 report_cmd.gpus, demo_cmd.demo):
+    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> int:

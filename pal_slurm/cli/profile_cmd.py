@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from pal_slurm.cli.main import AppContext
+from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import emit_json
 from pal_slurm.services import import_files
 

@@ -33,7 +33,11 @@ def fmt_float(value: float | None, digits: int = 3) -> str:
 
 
 def console() -> Console:
-    return Console(soft_wrap=False, highlight=False)
+    """A terminal gets its own width; a pipe or file gets wide lines rather than truncated cells."""
+    out = Console(soft_wrap=False, highlight=False)
+    if not out.is_terminal:
+        out = Console(soft_wrap=False, highlight=False, width=200)
+    return out
 
 
 def emit_json(data: Any) -> None:

@@ -7,32 +7,41 @@ from typing import Any
 
 import click
 
-from pal_slurm.cli.main import AppContext
-from pal_slurm.cli.render import Column, console, emit_rows, format_option
+from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option
 from pal_slurm.services import load_for_html, load_gpu_rows, load_report
 
 
 def _bins_text(item: dict[str, Any]) -> str:
-    return " ".join(f"{b['slowdown']:.3f}x{b['gpus']}{'!' if b['outlier'] else ''}" for b in item["bins"])
+    """Regular bins as slowdown x GPUs; outliers are listed below the table."""
+    return "  ".join(f"{b['slowdown']:.3f}x{b['gpus']}" for b in item["bins"] if not b["outlier"])
 
 
 def _pv(key: str):  # type: ignore[no-untyped-def]
     return lambda r: None if r["perfvar"] is None else round(r["perfvar"][key], 4)
 
 
-REPORT_COLUMNS = [
-    Column("scope", lambda r: r.get("job_class") and f"class {r['job_class']}" or "benchmark"),
+BENCHMARK_COLUMNS = [
     Column("model", lambda r: r["model"]),
     Column("benchmark", lambda r: r["benchmark"]),
     Column("GPUs", lambda r: r["gpus"], "right"),
-    Column("min", _pv("min"), "right"),
+    Column("unprofiled", lambda r: r["unprofiled"], "right"),
+    Column("PerfVar min", _pv("min"), "right"),
     Column("p5", _pv("p5"), "right"),
     Column("median", _pv("median"), "right"),
     Column("p95", _pv("p95"), "right"),
     Column("max", _pv("max"), "right"),
-    Column("bins (slowdown x GPUs, ! outlier)", _bins_text),
+    Column("bins (slowdown x GPUs)", _bins_text),
     Column("outliers", lambda r: len(r["outliers"]), "right"),
 ]
+OUTLIER_COLUMNS = [
+    Column("node", lambda r: r["node"]), Column("GPU", lambda r: r["uuid"]), Column("model", lambda r: r["model"]),
+    Column("benchmark", lambda r: r["benchmark"]), Column("PerfVar", lambda r: r["perfvar"], "right"),
+    Column("recommendation", lambda r: r["recommendation"]),
+]
+CLASS_COLUMNS = [Column("class", lambda r: r["job_class"]), *BENCHMARK_COLUMNS]
+CSV_COLUMNS = [Column("job_class", lambda r: r.get("job_class")), *BENCHMARK_COLUMNS[:-2],
+               Column("bins", _bins_text), Column("outliers", lambda r: " ".join(r["outliers"]))]
 
 
 @click.command()
@@ -49,24 +58,26 @@ def report(app: AppContext, fmt: str, html_path: Path | None, version: int | Non
 
         stored, data = load_for_html(app.engine, app.cfg, version)
         write_html(html_path, stored, data)
+        click.echo(f"HTML report written to {html_path}", err=True)
     else:
         data = load_report(app.engine, app.cfg, version)
-    rows = [*data["benchmarks"], *data["job_classes"]]
-    emit_rows(rows, REPORT_COLUMNS, fmt, json_data=data,
-              title=f"GPU variability (classification version {data['classification']['version']}; "
+    if fmt == "json":
+        emit_json(data)
+        return
+    if fmt == "csv":  # one row per benchmark (job_class empty), then one per job class
+        emit_rows([*data["benchmarks"], *data["job_classes"]], CSV_COLUMNS, "csv")
+        return
+    version = data["classification"]["version"]
+    emit_rows(data["benchmarks"], BENCHMARK_COLUMNS, "table",
+              title=f"GPU variability per model and benchmark (classification version {version}; "
                     "PerfVar > 1 = slower than the model's median GPU)")
-    if fmt == "table":
-        notes = [o for item in data["benchmarks"] for o in item["outlier_details"]]
-        out = console()
-        for item in data["benchmarks"]:
-            for o in item["outlier_details"]:
-                out.print(f"outlier {o['uuid']} on {o['node'] or 'unknown node'} ({item['model']}, "
-                          f"{item['benchmark']}): PerfVar {o['perfvar']:.3f}: {o['recommendation']}",
-                          markup=False, highlight=False)
-        if not notes:
-            out.print("no outliers", markup=False)
-        if html_path is not None:
-            out.print(f"HTML report written to {html_path}", markup=False)
+    emit_rows(data["job_classes"], CLASS_COLUMNS, "table", title="Per job class (the bins placement uses)")
+    outliers = [{**o, "model": item["model"], "benchmark": item["benchmark"]}
+                for item in data["benchmarks"] for o in item["outlier_details"]]
+    if outliers:
+        emit_rows(outliers, OUTLIER_COLUMNS, "table", title="Outliers: what to do")
+    else:
+        console().print("no outliers", markup=False)
 
 
 @click.command()

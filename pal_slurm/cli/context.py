@@ -1,0 +1,38 @@
+"""The object every `pal` command receives: global options, lazily loaded config and engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+
+from pal_slurm.config import PalConfig, load_config
+
+
+@dataclass
+class AppContext:
+    """What every command may need, built lazily so `--help` reads no file and opens no database."""
+
+    config_path: str | None
+    db_url: str | None
+    debug: bool
+    _cfg: PalConfig | None = field(default=None, repr=False)
+    _engine: Engine | None = field(default=None, repr=False)
+
+    @property
+    def cfg(self) -> PalConfig:
+        if self._cfg is None:
+            self._cfg = load_config(self.config_path, db_url=self.db_url)
+        return self._cfg
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            from pal_slurm.services import open_engine
+
+            self._engine = open_engine(self.cfg)
+        return self._engine
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
