@@ -9,20 +9,20 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Engine
 
-from pal_slurm.classify import ClassifyParams
 from pal_slurm.config import PalConfig
 from pal_slurm.db import classification_store as cstore
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.migrate import require_current
 from pal_slurm.db.store import ImportResult, import_records, load_group_runs
 from pal_slurm.errors import InputError, PalError
-from pal_slurm.fleet import assign_job_classes, classify_fleet
 from pal_slurm.ingest.records import ProfileRecord
-from pal_slurm.report import build_report, gpu_rows
+
+if TYPE_CHECKING:
+    from pal_slurm.classify import ClassifyParams
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,8 @@ def import_records_now(engine: Engine, records: Sequence[ProfileRecord]) -> Impo
 
 
 def classify_params(cfg: PalConfig, *, hysteresis: float | None = None, min_runs: int | None = None) -> ClassifyParams:
+    from pal_slurm.classify import ClassifyParams
+
     c = cfg.classification
     try:
         return ClassifyParams(
@@ -104,6 +106,8 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
                        min_runs: int | None = None, models: Sequence[str] | None = None,
                        note: str = "") -> ClassifySummary:
     """Classify every (model, benchmark) from all stored runs and store a new versioned run."""
+    from pal_slurm.fleet import assign_job_classes, classify_fleet
+
     require_current(engine)
     params = classify_params(cfg, hysteresis=hysteresis, min_runs=min_runs)
     class_benchmarks = {name: jc.benchmark for name, jc in cfg.job_classes.items()}
@@ -153,13 +157,19 @@ def _stored(engine: Engine, version: int | None, with_clocks: bool) -> cstore.St
 
 
 def load_report(engine: Engine, cfg: PalConfig, version: int | None = None) -> dict[str, Any]:
+    from pal_slurm.report import build_report
+
     return build_report(_stored(engine, version, False), outlier_action=cfg.report.outlier_action)
 
 
 def load_gpu_rows(engine: Engine, version: int | None = None) -> list[dict[str, Any]]:
+    from pal_slurm.report import gpu_rows
+
     return gpu_rows(_stored(engine, version, True))
 
 
 def load_for_html(engine: Engine, cfg: PalConfig, version: int | None = None):  # type: ignore[no-untyped-def]
+    from pal_slurm.report import build_report
+
     stored = _stored(engine, version, True)
     return stored, build_report(stored, outlier_action=cfg.report.outlier_action)

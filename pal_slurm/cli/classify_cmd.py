@@ -6,7 +6,6 @@ import click
 
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import Column, emit_rows, format_option
-from pal_slurm.services import run_classification
 
 
 @click.command()
@@ -22,6 +21,8 @@ def classify(app: AppContext, hysteresis: float | None, min_runs: int | None, mo
              fmt: str) -> None:
     """Bin every GPU per model and benchmark (PerfVar, outliers, optimal 1-D k-means with K by BIC)
     and store the result as a new classification version."""
+    from pal_slurm.services import run_classification
+
     summary = run_classification(app.engine, app.cfg, hysteresis=hysteresis, min_runs=min_runs,
                                  models=list(models) or None, note=note)
     columns = [

@@ -23,7 +23,20 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
 
     Uses --db instead of the demo's own SQLite file only when given explicitly.
     """
+    from pal_slurm.cli.report_cmd import show_report
     from pal_slurm.demo import DemoOptions, run_demo
 
-    run_demo(DemoOptions(out_dir=out_dir, nodes=nodes, gpus_per_node=gpus_per_node, runs_per_gpu=runs_per_gpu,
-                         seed=seed, db_url=app.db_url), app_config_path=app.config_path)
+    result = run_demo(DemoOptions(out_dir=out_dir, nodes=nodes, gpus_per_node=gpus_per_node,
+                                  runs_per_gpu=runs_per_gpu, seed=seed, db_url=app.db_url),
+                      app_config_path=app.config_path, say=click.echo)
+    click.echo("")
+    show_report(result.report)
+    click.echo("")
+    click.echo("How well classification recovered the simulated fleet's true tiers (bin rank vs true tier rank):")
+    for bench, r in result.recovery.items():
+        click.echo(f"  {bench}: {r['exact']}/{r['gpus']} GPUs in their true tier, {r['within_one']}/{r['gpus']} "
+                   "within one tier")
+    click.echo(f"  planted defective GPUs: {len(result.planted_bad)}")
+    click.echo("")
+    click.echo(f"Next: open {result.html_file}, or explore with "
+               f"`pal --db {result.db_url} gpus` and `pal --db {result.db_url} report --format json`.")

@@ -8,7 +8,6 @@ import click
 
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import emit_json
-from pal_slurm.services import import_files
 
 
 @click.group()
@@ -32,6 +31,8 @@ def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str |
 
     See docs/import-formats.md for both formats.
     """
+    from pal_slurm.services import import_files
+
     done = import_files(app.engine, list(files), fmt, benchmark=benchmark, model=model, unit=unit)  # type: ignore[arg-type]
     if as_json:
         emit_json([{"file": d.path, "runs": d.result.records, "added": d.result.added,

@@ -9,7 +9,6 @@ import click
 
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option
-from pal_slurm.services import load_for_html, load_gpu_rows, load_report
 
 
 def _bins_text(item: dict[str, Any]) -> str:
@@ -53,6 +52,8 @@ CSV_COLUMNS = [Column("job_class", lambda r: r.get("job_class")), *BENCHMARK_COL
 def report(app: AppContext, fmt: str, html_path: Path | None, version: int | None) -> None:
     """Variability per GPU model x benchmark and per job class: PerfVar spread, bins with
     slowdown factors, and outliers with what to do about them. JSON shape: docs/report-json.md."""
+    from pal_slurm.services import load_for_html, load_report
+
     if html_path is not None:
         from pal_slurm.report_html import write_html
 
@@ -67,6 +68,11 @@ def report(app: AppContext, fmt: str, html_path: Path | None, version: int | Non
     if fmt == "csv":  # one row per benchmark (job_class empty), then one per job class
         emit_rows([*data["benchmarks"], *data["job_classes"]], CSV_COLUMNS, "csv")
         return
+    show_report(data)
+
+
+def show_report(data: dict[str, Any]) -> None:
+    """The report as tables for people (also used by `pal demo`)."""
     version = data["classification"]["version"]
     emit_rows(data["benchmarks"], BENCHMARK_COLUMNS, "table",
               title=f"GPU variability per model and benchmark (classification version {version}; "
@@ -88,6 +94,8 @@ def report(app: AppContext, fmt: str, html_path: Path | None, version: int | Non
 @click.pass_obj
 def gpus(app: AppContext, fmt: str, model: str | None, node: str | None, version: int | None) -> None:
     """One row per GPU: node, model, bin and slowdown factor per job class, last profiled."""
+    from pal_slurm.services import load_gpu_rows
+
     rows = load_gpu_rows(app.engine, version)
     rows = [r for r in rows if (model is None or r["model"] == model) and (node is None or r["node"] == node)]
     classes = sorted({c for r in rows for c in r["classes"]})

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Time `pal profile import` of the four Longhorn CSVs (PAL artifact, MIT) into a fresh database.
+
+Target (foundation issue): all four files in under 10 s on the 2-core CI machine.
+Usage: bench/import_speed.py [--db URL] [--artifact DIR]. Prints one line per file and the total;
+the parse and database phases are timed separately, in-process (no interpreter start-up counted),
+and also the whole CLI as a user runs it (subprocess, start-up included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+FILES = {"resnet50": "resnet", "bert": "bert", "pagerank": "pagerank", "sgemm": "sgemm"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", help="database URL [default: a fresh SQLite file]")
+    ap.add_argument("--artifact", type=Path,
+                    default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared/data/pal-artifact")))
+    args = ap.parse_args()
+    longhorn = args.artifact / "variability" / "longhorn"
+    if not longhorn.is_dir():
+        print(f"import_speed: no artifact data at {longhorn} (use --artifact DIR)", file=sys.stderr)
+        return 2
+
+    from pal_slurm.db import migrate
+    from pal_slurm.db.engine import make_engine, session_scope
+    from pal_slurm.db.store import import_records
+    from pal_slurm.ingest.artifact_csv import parse_artifact_file
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = args.db or f"sqlite:///{tmp}/bench.db"
+        engine = make_engine(url)
+        migrate.upgrade(engine)
+        total_rows, t_parse, t_db = 0, 0.0, 0.0
+        for bench, stem in FILES.items():
+            path = longhorn / f"{stem}-longhorn-agg.csv"
+            t0 = time.perf_counter()
+            recs = parse_artifact_file(path, benchmark=bench, model="V100")
+            t1 = time.perf_counter()
+            with session_scope(engine) as s:
+                res = import_records(s, recs)
+            t2 = time.perf_counter()
+            total_rows += len(recs)
+            t_parse += t1 - t0
+            t_db += t2 - t1
+            print(f"{path.name:28s} {len(recs):6d} runs  parse {t1 - t0:6.2f} s  db {t2 - t1:6.2f} s  added {res.added}")
+        print(f"in-process total: {total_rows} runs in {t_parse + t_db:.2f} s "
+              f"(parse {t_parse:.2f} s, db {t_db:.2f} s) -> {total_rows / (t_parse + t_db):,.0f} runs/s")
+        engine.dispose()
+
+        url2 = args.db or f"sqlite:///{tmp}/bench-cli.db"
+        pal = [sys.executable, "-m", "pal_slurm", "--db", url2]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        subprocess.run([*pal, "db", "upgrade"], check=True, capture_output=True, env=env)
+        t0 = time.perf_counter()
+        for bench, stem in FILES.items():
+            subprocess.run([*pal, "profile", "import", "--format", "pal-artifact", "--benchmark", bench + "-cli",
+                            "--model", "V100", str(longhorn / f"{stem}-longhorn-agg.csv")],
+                           check=True, capture_output=True, env=env)
+        t_cli = time.perf_counter() - t0
+        print(f"CLI (4 x `pal profile import`, interpreter start-up included): {t_cli:.2f} s; target < 10 s: "
+              f"{'met' if t_cli < 10 else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+CREATE TABLE alembic_version (
+    version_num VARCHAR(32) NOT NULL, 
+    CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
+);
+
+-- Running upgrade  -> 0001
+
+CREATE TABLE benchmarks (
+    id INTEGER NOT NULL AUTO_INCREMENT, 
+    name VARCHAR(64) NOT NULL, 
+    unit VARCHAR(32) NOT NULL, 
+    lower_is_better BOOL NOT NULL, 
+    description TEXT NOT NULL, 
+    CONSTRAINT pk_benchmarks PRIMARY KEY (id), 
+    CONSTRAINT uq_benchmarks_name UNIQUE (name)
+);
+
+CREATE TABLE classification_runs (
+    id INTEGER NOT NULL AUTO_INCREMENT, 
+    version INTEGER NOT NULL, 
+    created_at DATETIME(6) NOT NULL, 
+    params JSON NOT NULL, 
+    previous_version INTEGER, 
+    note TEXT NOT NULL, 
+    CONSTRAINT pk_classification_runs PRIMARY KEY (id), 
+    CONSTRAINT uq_classification_runs_version UNIQUE (version)
+);
+
+CREATE TABLE nodes (
+    id INTEGER NOT NULL AUTO_INCREMENT, 
+    name VARCHAR(255) NOT NULL, 
+    first_seen DATETIME(6) NOT NULL, 
+    last_seen DATETIME(6) NOT NULL, 
+    CONSTRAINT pk_nodes PRIMARY KEY (id), 
+    CONSTRAINT uq_nodes_name UNIQUE (name)
+);
+
+CREATE TABLE placements (
+    id BIGINT NOT NULL AUTO_INCREMENT, 
+    slurm_job_id VARCHAR(64) NOT NULL, 
+    policy VARCHAR(64) NOT NULL, 
+    job_class VARCHAR(16), 
+    classification_version INTEGER, 
+    gpus JSON NOT NULL, 
+    alternatives JSON, 
+    reason TEXT NOT NULL, 
+    outcome VARCHAR(32) NOT NULL, 
+    decided_at DATETIME(6) NOT NULL, 
+    applied_at DATETIME(6), 
+    CONSTRAINT pk_placements PRIMARY KEY (id)
+);
+
+CREATE INDEX ix_placements_slurm_job_id ON placements (slurm_job_id);
+
+CREATE TABLE classification_bins (
+    id INTEGER NOT NULL AUTO_INCREMENT, 
+    run_id INTEGER NOT NULL, 
+    model VARCHAR(128) NOT NULL, 
+    benchmark_id INTEGER NOT NULL, 
+    bin INTEGER NOT NULL, 
+    centroid DOUBLE NOT NULL, 
+    slowdown DOUBLE NOT NULL, 
+    gpus INTEGER NOT NULL, 
+    outlier BOOL NOT NULL, 
+    low DOUBLE NOT NULL, 
+    high DOUBLE NOT NULL, 
+    CONSTRAINT pk_classification_bins PRIMARY KEY (id), 
+    CONSTRAINT fk_classification_bins_benchmark_id_benchmarks FOREIGN KEY(benchmark_id) REFERENCES benchmarks (id), 
+    CONSTRAINT fk_classification_bins_run_id_classification_runs FOREIGN KEY(run_id) REFERENCES classification_runs (id) ON DELETE CASCADE, 
+    CONSTRAINT uq_classification_bins_run_id_model_benchmark_id_bin UNIQUE (run_id, model, benchmark_id, bin)
+);
+
+CREATE TABLE gpus (
+    id INTEGER NOT NULL AUTO_INCREMENT, 
+    uuid VARCHAR(128) NOT NULL, 
+    node_id INTEGER, 
+    nvml_index INTEGER, 
+    minor_number INTEGER, 
+    pci_bus_id VARCHAR(32), 
+    model VARCHAR(128) NOT NULL, 
+    serial VARCHAR(64), 
+    memory_mib INTEGER, 
+    first_seen DATETIME(6) NOT NULL, 
+    last_seen DATETIME(6) NOT NULL, 
+    state VARCHAR(16) NOT NULL, 
+    CONSTRAINT pk_gpus PRIMARY KEY (id), 
+    CONSTRAINT fk_gpus_node_id_nodes FOREIGN KEY(node_id) REFERENCES nodes (id), 
+    CONSTRAINT uq_gpus_uuid UNIQUE (uuid)
+);
+
+CREATE INDEX ix_gpus_model ON gpus (model);
+
+CREATE INDEX ix_gpus_node_id ON gpus (node_id);
+
+CREATE TABLE job_classes (
+    id INTEGER NOT NULL AUTO_INCREMENT, 
+    name VARCHAR(16) NOT NULL, 
+    benchmark_id INTEGER, 
+    description TEXT NOT NULL, 
+    CONSTRAINT pk_job_classes PRIMARY KEY (id), 
+    CONSTRAINT fk_job_classes_benchmark_id_benchmarks FOREIGN KEY(benchmark_id) REFERENCES benchmarks (id), 
+    CONSTRAINT uq_job_classes_name UNIQUE (name)
+);
+
+CREATE TABLE classification_results (
+    id INTEGER NOT NULL AUTO_INCREMENT, 
+    run_id INTEGER NOT NULL, 
+    gpu_id INTEGER NOT NULL, 
+    benchmark_id INTEGER NOT NULL, 
+    runs INTEGER NOT NULL, 
+    median_score DOUBLE, 
+    perfvar DOUBLE, 
+    bin INTEGER, 
+    slowdown DOUBLE, 
+    outlier BOOL NOT NULL, 
+    profiled BOOL NOT NULL, 
+    CONSTRAINT pk_classification_results PRIMARY KEY (id), 
+    CONSTRAINT fk_classification_results_benchmark_id_benchmarks FOREIGN KEY(benchmark_id) REFERENCES benchmarks (id), 
+    CONSTRAINT fk_classification_results_gpu_id_gpus FOREIGN KEY(gpu_id) REFERENCES gpus (id), 
+    CONSTRAINT fk_classification_results_run_id_classification_runs FOREIGN KEY(run_id) REFERENCES classification_runs (id) ON DELETE CASCADE, 
+    CONSTRAINT uq_classification_results_run_id_gpu_id_benchmark_id UNIQUE (run_id, gpu_id, benchmark_id)
+);
+
+CREATE TABLE gpu_classes (
+    id INTEGER NOT NULL AUTO_INCREMENT, 
+    run_id INTEGER NOT NULL, 
+    gpu_id INTEGER NOT NULL, 
+    job_class VARCHAR(16) NOT NULL, 
+    benchmark_id INTEGER NOT NULL, 
+    bin INTEGER, 
+    slowdown DOUBLE, 
+    outlier BOOL NOT NULL, 
+    profiled BOOL NOT NULL, 
+    CONSTRAINT pk_gpu_classes PRIMARY KEY (id), 
+    CONSTRAINT fk_gpu_classes_benchmark_id_benchmarks FOREIGN KEY(benchmark_id) REFERENCES benchmarks (id), 
+    CONSTRAINT fk_gpu_classes_gpu_id_gpus FOREIGN KEY(gpu_id) REFERENCES gpus (id), 
+    CONSTRAINT fk_gpu_classes_run_id_classification_runs FOREIGN KEY(run_id) REFERENCES classification_runs (id) ON DELETE CASCADE, 
+    CONSTRAINT uq_gpu_classes_run_id_gpu_id_job_class UNIQUE (run_id, gpu_id, job_class)
+);
+
+CREATE TABLE profile_runs (
+    id BIGINT NOT NULL AUTO_INCREMENT, 
+    run_key VARCHAR(64) NOT NULL, 
+    gpu_id INTEGER NOT NULL, 
+    benchmark_id INTEGER NOT NULL, 
+    started_at DATETIME(6) NOT NULL, 
+    duration_s DOUBLE, 
+    score DOUBLE NOT NULL, 
+    unit VARCHAR(32) NOT NULL, 
+    lower_is_better BOOL NOT NULL, 
+    repeats INTEGER, 
+    spread DOUBLE, 
+    sm_clock_mhz DOUBLE, 
+    mem_clock_mhz DOUBLE, 
+    power_w DOUBLE, 
+    temperature_c DOUBLE, 
+    throttle_reasons BIGINT, 
+    driver_version VARCHAR(32), 
+    cuda_version VARCHAR(32), 
+    source VARCHAR(32) NOT NULL, 
+    imported_at DATETIME(6) NOT NULL, 
+    CONSTRAINT pk_profile_runs PRIMARY KEY (id), 
+    CONSTRAINT fk_profile_runs_benchmark_id_benchmarks FOREIGN KEY(benchmark_id) REFERENCES benchmarks (id), 
+    CONSTRAINT fk_profile_runs_gpu_id_gpus FOREIGN KEY(gpu_id) REFERENCES gpus (id), 
+    CONSTRAINT uq_profile_runs_run_key UNIQUE (run_key)
+);
+
+CREATE INDEX ix_profile_runs_gpu_bench ON profile_runs (gpu_id, benchmark_id);
+
+INSERT INTO alembic_version (version_num) VALUES ('0001');
+
