@@ -1,0 +1,75 @@
+"""Configuration: defaults, precedence of overrides, one-line errors naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pal_slurm.config import config_as_dict, default_data_dir, load_config, mask_url
+from pal_slurm.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "pal.toml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_without_a_file(tmp_path: Path) -> None:
+    cfg = load_config(None, env={"HOME": str(tmp_path)})
+    assert cfg.classification.min_runs == 3 and cfg.classification.max_bins == 8
+    assert cfg.job_classes["A"].benchmark == "resnet50" and cfg.job_classes["D"].benchmark == "pagerank"
+    assert cfg.db_url == f"sqlite:///{cfg.data_dir / 'pal.db'}"
+
+
+def test_data_dir_root_and_user(tmp_path: Path) -> None:
+    assert default_data_dir({}, is_root=True) == Path("/var/lib/pal")
+    assert default_data_dir({"HOME": "/home/u"}, is_root=False) == Path("/home/u/.local/share/pal")
+    assert default_data_dir({"XDG_DATA_HOME": "/x"}, is_root=False) == Path("/x/pal")
+
+
+def test_precedence(tmp_path: Path) -> None:
+    f = write(tmp_path, '[database]\nurl = "sqlite:///file.db"\n')
+    assert load_config(f, env={}).db_url == "sqlite:///file.db"
+    assert load_config(f, env={"PAL_DB_URL": "sqlite:///env.db"}).db_url == "sqlite:///env.db"
+    assert load_config(f, db_url="sqlite:///flag.db", env={"PAL_DB_URL": "sqlite:///env.db"}).db_url == "sqlite:///flag.db"
+    assert load_config(None, env={"PAL_CONFIG": str(f)}).db_url == "sqlite:///file.db"
+
+
+def test_file_settings_and_custom_classes(tmp_path: Path) -> None:
+    f = write(tmp_path, 'data_dir = "/srv/pal"\n[classification]\nmin_runs = 5\nhysteresis = 0.01\n'
+                        '[job_classes.A]\nbenchmark = "gemm-fp16"\n[job_classes.Z]\nbenchmark = "stream"\n')
+    cfg = load_config(f, env={})
+    assert cfg.classification.min_runs == 5 and cfg.classification.hysteresis == 0.01
+    assert set(cfg.job_classes) == {"A", "Z"} and cfg.job_classes["A"].benchmark == "gemm-fp16"
+    assert cfg.db_url == "sqlite:////srv/pal/pal.db"
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("[classification]\nmin_runs = 0\n", "classification.min_runs: Input should be greater than or equal to 1"),
+    ("[classification]\nmin_run = 2\n", "classification.min_run: unknown setting"),
+    ("[database]\necho = 'loud'\n", "database.echo: Input should be a valid boolean"),
+    ("[job_classes.A]\ndescription = 'x'\n", "job_classes.A.benchmark: Field required"),
+    ("[job_classes]\n", "job_classes: Value error, at least one job class is needed"),
+    ("database = 3\n", "database: Input should be a valid dictionary"),
+    ("[logging]\nlevel = 'LOUD'\n", "logging.level: Input should be"),
+    ("[classification\n", "invalid TOML"),
+])
+def test_invalid_file_one_line_names_key(tmp_path: Path, text: str, fragment: str) -> None:
+    f = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(f, env={})
+    msg = str(err.value)
+    assert msg.startswith(str(f)) and fragment in msg and "\n" not in msg
+
+
+def test_explicit_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.toml", env={})
+
+
+def test_secrets_masked() -> None:
+    assert mask_url("mysql+pymysql://pal:hunter2@db:3306/pal") == "mysql+pymysql://pal:***@db:3306/pal"
+    cfg = load_config(None, db_url="postgresql+psycopg://u:hunter2@h/d", env={})
+    assert "hunter2" not in repr(config_as_dict(cfg))
