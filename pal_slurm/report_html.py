@@ -1,0 +1,602 @@
+"""`pal report --html FILE`: one self-contained HTML page with tables and plots for operators.
+
+The page needs nothing but a browser: the CSS is inline and the three plots are PNG
+images embedded as base64 ``data:`` URIs. There is no JavaScript, no font, no
+external link. Everything that comes from data (model, benchmark, node and job-class
+names, UUIDs, parameters, recommendations) is passed through :func:`html.escape`:
+these strings come from profile files, the inventory and the configuration, and a
+node called ``<script>`` must show up as text, not run.
+
+Plots are drawn with matplotlib's Agg renderer on private :class:`Figure` objects
+(never pyplot and its global figure registry), so this works on a headless
+login node and is safe to call from a long-running process.
+
+:func:`render_html` is pure (the same input gives the same page; no clock, no I/O);
+:func:`write_html` writes it atomically (temporary file in the same directory, then
+``os.replace``) and turns every failure into one :class:`PalError` line.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pal_slurm.db.classification_store import ResultRow, StoredClassification
+from pal_slurm.errors import PalError
+
+__all__ = ["render_html", "write_html", "MAX_HEATMAP_NODES", "MAX_PANELS"]
+
+#: Rows of the per-node heatmap: the nodes with the worst PerfVar are kept.
+MAX_HEATMAP_NODES = 40
+#: Panels of the per-benchmark histogram and of the clock scatter (model x benchmark groups).
+MAX_PANELS = 24
+#: Rows of the per-node table (under the heatmap).
+MAX_NODE_TABLE_ROWS = 2000
+#: Rows of the unprofiled-GPU table.
+MAX_UNPROFILED_ROWS = 200
+DPI = 90
+FIG_WIDTH_IN = 10.0
+UNKNOWN_NODE = "unknown"
+
+_REGULAR = "#4c78a8"
+_OUTLIER = "#d62728"
+_BIN_SHADES = ("#dfe9f5", "#eef3e6")
+_OUTLIER_SHADE = "#fbe0dd"
+
+_CSS = """
+:root { color-scheme: light; }
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
+       margin: 0 auto; padding: 1rem 1.25rem 3rem; max-width: 1200px; color: #1d1d1f;
+       line-height: 1.4; font-size: 15px; }
+h1 { font-size: 1.6rem; margin: .4rem 0 .2rem; }
+h2 { font-size: 1.25rem; margin: 2rem 0 .5rem; border-bottom: 1px solid #ddd; padding-bottom: .2rem; }
+.sub { color: #555; margin: 0 0 1rem; }
+nav a { margin-right: 1rem; }
+.wrap { overflow-x: auto; }
+table { border-collapse: collapse; margin: .4rem 0 1rem; font-size: .9rem; }
+th, td { border: 1px solid #d8d8d8; padding: .25rem .5rem; text-align: left; vertical-align: top; }
+th { background: #f2f4f7; }
+summary { cursor: pointer; color: #333; margin: .3rem 0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr:nth-child(even) td { background: #fafbfc; }
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: .85em;
+              word-break: break-all; }
+.bin { display: inline-block; margin: 0 .3rem .15rem 0; padding: 0 .3rem; border-radius: 3px;
+       background: #e8eef7; white-space: nowrap; font-variant-numeric: tabular-nums; }
+.bin.out { background: #fbe0dd; color: #8b1a10; }
+.bad { color: #b3261e; font-weight: 600; }
+.note { color: #555; font-size: .9rem; }
+.cards { display: flex; flex-wrap: wrap; gap: .6rem; margin: .6rem 0; }
+.card { border: 1px solid #ddd; border-radius: 6px; padding: .4rem .8rem; min-width: 7rem; }
+.card b { display: block; font-size: 1.3rem; }
+figure { margin: .5rem 0 1.5rem; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { color: #555; font-size: .9rem; }
+"""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _e(value: Any) -> str:
+    """Escape anything for HTML text and attribute values (control characters become U+FFFD)."""
+    return _CONTROL.sub("\ufffd", html.escape("" if value is None else str(value), quote=True))
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    """A number as plain (unescaped) text; '–' for None."""
+    if v is None:
+        return "–"
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _num(v: Any, digits: int = 3) -> str:
+    """A number as HTML text."""
+    return _e(_fmt(v, digits))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _mpl_text(s: Any, limit: int = 40) -> str:
+    """A data string made safe for a matplotlib label: no mathtext, bounded length."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in str(s))
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text.replace("$", r"\$")
+
+
+def _node(r: ResultRow) -> str:
+    return r.node if r.node else UNKNOWN_NODE
+
+
+def _profiled(rows: Iterable[ResultRow]) -> list[ResultRow]:
+    return [r for r in rows if r.profiled and _finite(r.perfvar)]
+
+
+def _group_rows(stored: StoredClassification) -> dict[tuple[str, str], list[ResultRow]]:
+    out: dict[tuple[str, str], list[ResultRow]] = {}
+    for r in stored.results:
+        out.setdefault((r.model, r.benchmark), []).append(r)
+    return out
+
+
+def _new_figure(width: float, height: float):  # type: ignore[no-untyped-def]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    # No layout engine: constrained/tight layout measure every label and roughly double the
+    # rendering time; margins are set by hand in inches instead (see _panel_grid).
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _panel_grid(n: int, *, top_in: float, integer_y: bool):  # type: ignore[no-untyped-def]
+    """A figure with n panels on a grid, fixed margins in inches; returns (fig, axes list)."""
+    cols = 1 if n == 1 else 2 if n <= 4 else 3
+    rows = math.ceil(n / cols)
+    panel_h, gap_h, bottom_in = 2.1, 0.85, 0.55
+    height = top_in + rows * panel_h + (rows - 1) * gap_h + bottom_in
+    fig = _new_figure(FIG_WIDTH_IN, height)
+    left_in, right_in, gap_w = 0.65, 0.2, 0.6
+    panel_w = (FIG_WIDTH_IN - left_in - right_in - (cols - 1) * gap_w) / cols
+    fig.subplots_adjust(left=left_in / FIG_WIDTH_IN, right=1 - right_in / FIG_WIDTH_IN,
+                        bottom=bottom_in / height, top=1 - top_in / height,
+                        wspace=gap_w / panel_w, hspace=gap_h / panel_h)
+    axes = fig.subplots(rows, cols, squeeze=False).flat
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in axes[:n]:  # few ticks: tick labels are most of the drawing time
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4 if integer_y else 5, integer=integer_y))
+    return fig, list(axes[:n])
+
+
+def _png(fig) -> tuple[str, int, int]:  # type: ignore[no-untyped-def]
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    w, h = fig.canvas.get_width_height()
+    return base64.b64encode(buf.getvalue()).decode("ascii"), w, h
+
+
+def _img(data: str, w: int, h: int, alt: str) -> str:
+    return f'<img src="data:image/png;base64,{data}" width="{w}" height="{h}" alt="{_e(alt)}">'
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _histogram_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[ResultRow]]) -> tuple[str, str]:
+    """(img HTML or '', plain-text note): histogram of per-GPU PerfVar per model x benchmark."""
+    import numpy as np
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    items = [i for i in report.get("benchmarks", []) if _profiled(groups.get((i["model"], i["benchmark"]), []))]
+    if not items:
+        return "", "No profiled GPU has a PerfVar yet: nothing to plot."
+    notes = []
+    if len(items) > MAX_PANELS:
+        notes.append(f"Showing the first {MAX_PANELS} of {len(items)} model × benchmark groups.")
+        items = items[:MAX_PANELS]
+    fig, axes = _panel_grid(len(items), top_in=0.75, integer_y=True)
+    for ax, item in zip(axes, items):
+        prof = _profiled(groups[(item["model"], item["benchmark"])])
+        values = np.array([r.perfvar for r in prof], dtype=float)
+        is_out = np.array([r.outlier for r in prof], dtype=bool)
+        lo, hi = float(values.min()), float(values.max())
+        if hi - lo < 1e-9:
+            lo, hi = lo - 0.01, hi + 0.01
+        nbins = int(min(40, max(8, math.ceil(math.sqrt(values.size) * 2))))
+        edges = np.linspace(lo, hi, nbins + 1)
+        reg_counts, _ = np.histogram(values[~is_out], bins=edges)
+        out_counts, _ = np.histogram(values[is_out], bins=edges)
+        for k, b in enumerate(item.get("bins", [])):
+            if not (_finite(b.get("low")) and _finite(b.get("high"))):
+                continue
+            shade = _OUTLIER_SHADE if b.get("outlier") else _BIN_SHADES[k % 2]
+            ax.axvspan(b["low"], b["high"], color=shade, zorder=0, lw=0)
+            if _finite(b.get("centroid")):
+                ax.axvline(b["centroid"], color="#555", ls="--", lw=0.9, zorder=3)
+        ax.stairs(reg_counts, edges, fill=True, color=_REGULAR, alpha=0.9, zorder=2)
+        if is_out.any():
+            ax.stairs(reg_counts + out_counts, edges, baseline=reg_counts, fill=True, color=_OUTLIER, zorder=2)
+            ax.plot(values[is_out], np.zeros(int(is_out.sum())), ls="none", marker="|", ms=14, mew=2,
+                    color=_OUTLIER, zorder=4, clip_on=False)
+        ax.axvline(1.0, color="#222", lw=0.6, alpha=0.5, zorder=3)
+        ax.set_title(f"{_mpl_text(item['model'])} · {_mpl_text(item['benchmark'])} "
+                     f"({_count(values.size, 'GPU')}, {_count(int(is_out.sum()), 'outlier')})", fontsize=9)
+        ax.set_xlabel("PerfVar (>1 = slower than median GPU)", fontsize=8)
+        ax.set_ylabel("GPUs", fontsize=8)
+        ax.tick_params(labelsize=7)
+    handles = [Patch(color=_REGULAR, label="GPUs"), Patch(color=_OUTLIER, label="outlier GPUs"),
+               Patch(color=_BIN_SHADES[0], label="bin range (low–high)"),
+               Patch(color=_OUTLIER_SHADE, label="outlier bin range"),
+               Line2D([], [], color="#555", ls="--", label="bin centroid")]
+    fig.legend(handles=handles, loc="upper center", ncols=5, fontsize=8, frameon=False)
+    data, w, h = _png(fig)
+    img = _img(data, w, h, "Histogram of per-GPU PerfVar per model and benchmark")
+    return img, " ".join(notes)
+
+
+def _node_cells(stored: StoredClassification) -> tuple[dict[str, dict[str, float]], list[str], list[str]]:
+    """(node -> benchmark -> worst PerfVar, benchmarks, nodes sorted worst first)."""
+    cells: dict[str, dict[str, float]] = {}
+    for r in _profiled(stored.results):
+        row = cells.setdefault(_node(r), {})
+        pv = float(r.perfvar)  # type: ignore[arg-type]
+        if pv > row.get(r.benchmark, -math.inf):
+            row[r.benchmark] = pv
+    benches = sorted({b for row in cells.values() for b in row})
+    order = sorted(cells, key=lambda n: (-max(cells[n].values()), n))
+    return cells, benches, order
+
+
+def _heatmap_plot(stored: StoredClassification) -> tuple[str, str]:
+    """Nodes x benchmarks, each cell the worst (max) PerfVar of the node's GPUs."""
+    import numpy as np
+    from matplotlib.colors import Normalize
+
+    cells, benches, order = _node_cells(stored)
+    if not cells:
+        return "", "No profiled GPU has a PerfVar yet: nothing to plot."
+    notes = []
+    if len(order) > MAX_HEATMAP_NODES:
+        notes.append(f"Showing the {MAX_HEATMAP_NODES} nodes with the worst PerfVar of {len(order)} nodes.")
+        order = order[:MAX_HEATMAP_NODES]
+    if any(not r.node for r in stored.results):
+        notes.append(f"GPUs without a known node are grouped as “{UNKNOWN_NODE}”.")
+    mat = np.full((len(order), len(benches)), np.nan)
+    for i, n in enumerate(order):
+        for j, b in enumerate(benches):
+            if b in cells[n]:
+                mat[i, j] = cells[n][b]
+    # Symmetric around 1.0 (the model's median GPU) so that the colour of a cell means the
+    # same distance from the median on both sides.
+    half = max(float(np.nanmax(mat)) - 1.0, 1.0 - float(np.nanmin(mat)), 0.01)
+    norm = Normalize(vmin=1.0 - half, vmax=1.0 + half)
+    ylabels = [_mpl_text(n, 32) for n in order]
+    xlabels = [_mpl_text(b, 24) for b in benches]
+    rotate = len(benches) > 4 or max(len(x) for x in xlabels) > 14
+    left_in = min(2.3, 0.3 + 0.062 * max(len(x) for x in ylabels))
+    top_in = 0.45 + (0.033 * max(len(x) for x in xlabels) if rotate else 0.0)
+    bottom_in, cbar_in = 0.2, 1.1
+    plot_w = min(FIG_WIDTH_IN - left_in - cbar_in, 1.1 * len(benches))
+    plot_h = 0.22 * len(order)
+    width, height = left_in + plot_w + cbar_in, top_in + plot_h + bottom_in
+    fig = _new_figure(width, height)
+    ax = fig.add_axes((left_in / width, bottom_in / height, plot_w / width, plot_h / height))
+    from matplotlib import colormaps
+
+    cmap = colormaps["RdYlGn_r"].with_extremes(bad="#e0e0e0")
+    im = ax.imshow(np.ma.masked_invalid(mat), aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
+    ax.set_yticks(range(len(order)), labels=ylabels, fontsize=7)
+    ax.xaxis.tick_top()
+    ax.set_xticks(range(len(benches)), labels=xlabels, fontsize=8,
+                  rotation=30 if rotate else 0, ha="left" if rotate else "center", rotation_mode="anchor")
+    if mat.size <= 600 and plot_w / len(benches) >= 0.45:
+        for i in range(mat.shape[0]):
+            for j in range(mat.shape[1]):
+                if not math.isnan(mat[i, j]):
+                    ax.text(j, i, f"{mat[i, j]:.3f}", ha="center", va="center", fontsize=6.5, color="#111")
+    cb_h = min(plot_h, 4.0)
+    cax = fig.add_axes(((left_in + plot_w + 0.2) / width, (bottom_in + plot_h - cb_h) / height, 0.15 / width,
+                        cb_h / height))
+    cb = fig.colorbar(im, cax=cax)
+    cb.set_label("worst PerfVar on node", fontsize=8)
+    cb.ax.tick_params(labelsize=7)
+    data, w, h = _png(fig)
+    img = _img(data, w, h, "Heatmap of the worst PerfVar per node and benchmark")
+    return img, " ".join(notes)
+
+
+def _clock_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[ResultRow]]) -> tuple[str, str]:
+    """Scatter of median SM clock vs PerfVar per model x benchmark, where clocks are known."""
+    import numpy as np
+
+    items, no_clock = [], 0
+    for item in report.get("benchmarks", []):
+        prof = _profiled(groups.get((item["model"], item["benchmark"]), []))
+        with_clock = [r for r in prof if _finite(r.median_sm_clock_mhz)]
+        if with_clock:
+            items.append((item, with_clock, len(prof)))
+        elif prof:
+            no_clock += 1
+    if not items:
+        return "", ("No SM clock readings are known for the profiled GPUs (the profiler records them "
+                    "when nvidia-smi/DCGM reports them): clock vs performance plot skipped.")
+    notes = []
+    if len(items) > MAX_PANELS:
+        notes.append(f"Showing the first {MAX_PANELS} of {len(items)} model × benchmark groups with clocks.")
+        items = items[:MAX_PANELS]
+    fig, axes = _panel_grid(len(items), top_in=0.35, integer_y=False)
+    for ax, (item, pts, total) in zip(axes, items):
+        x = np.array([r.median_sm_clock_mhz for r in pts], dtype=float)
+        y = np.array([r.perfvar for r in pts], dtype=float)
+        out = np.array([r.outlier for r in pts], dtype=bool)
+        ax.scatter(x[~out], y[~out], s=12, color=_REGULAR, alpha=0.75, lw=0, label="GPU")
+        if out.any():
+            ax.scatter(x[out], y[out], s=28, color=_OUTLIER, marker="x", label="outlier")
+        ax.axhline(1.0, color="#222", lw=0.6, alpha=0.5)
+        ax.set_title(f"{_mpl_text(item['model'])} · {_mpl_text(item['benchmark'])} "
+                     f"({len(pts)} of {total} GPUs with clocks)", fontsize=9)
+        ax.set_xlabel("median SM clock (MHz)", fontsize=8)
+        ax.set_ylabel("PerfVar", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, lw=0.4, alpha=0.5)
+        if out.any():
+            ax.legend(fontsize=7, loc="upper right")
+    if no_clock:
+        notes.append(f"{no_clock} model × benchmark group(s) have no clock readings and are not shown.")
+    data, w, h = _png(fig)
+    img = _img(data, w, h, "Scatter of median SM clock against PerfVar per model and benchmark")
+    return img, " ".join(notes)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _bins_html(bins: Sequence[dict[str, Any]]) -> str:
+    if not bins:
+        return '<span class="note">–</span>'
+    parts = []
+    for b in bins:
+        cls = "bin out" if b.get("outlier") else "bin"
+        title = (f"bin {b.get('bin')}: PerfVar {_fmt(b.get('low'))}–{_fmt(b.get('high'))}, "
+                 f"centroid {_fmt(b.get('centroid'))}{' (outlier bin)' if b.get('outlier') else ''}")
+        parts.append(f'<span class="{cls}" title="{_e(title)}">{_num(b.get("slowdown"))}×{_e(b.get("gpus"))}'
+                     f'{"!" if b.get("outlier") else ""}</span>')
+    return "".join(parts)
+
+
+def _pv_cells(pv: dict[str, float] | None) -> str:
+    keys = ("min", "p5", "median", "p95", "max")
+    if not pv:
+        return "".join('<td class="num">–</td>' for _ in keys)
+    return "".join(f'<td class="num">{_num(pv.get(k))}</td>' for k in keys)
+
+
+def _summary_table(items: Sequence[dict[str, Any]], *, job_class: bool) -> str:
+    if not items:
+        return '<p class="note">None.</p>'
+    head = ("<th>Job class</th>" if job_class else "") + (
+        "<th>Model</th><th>Benchmark</th><th>GPUs</th><th>Unprofiled</th><th>PerfVar min</th><th>p5</th>"
+        "<th>median</th><th>p95</th><th>max</th><th>Bins (slowdown × GPUs, ! outlier)</th><th>Outliers</th>")
+    rows = []
+    for it in items:
+        n_out = len(it.get("outliers", []))
+        rows.append(
+            "<tr>"
+            + (f"<td>{_e(it.get('job_class'))}</td>" if job_class else "")
+            + f"<td>{_e(it.get('model'))}</td><td>{_e(it.get('benchmark'))}</td>"
+            f'<td class="num">{_e(it.get("gpus"))}</td><td class="num">{_e(it.get("unprofiled"))}</td>'
+            + _pv_cells(it.get("perfvar"))
+            + f"<td>{_bins_html(it.get('bins', []))}</td>"
+            f'<td class="num{" bad" if n_out else ""}">{n_out}</td></tr>'
+        )
+    return f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def _outlier_table(report: dict[str, Any]) -> str:
+    rows = []
+    for it in report.get("benchmarks", []):
+        for o in it.get("outlier_details", []):
+            rows.append(
+                f"<tr><td>{_e(o.get('node') or UNKNOWN_NODE)}</td><td class=\"mono\">{_e(o.get('uuid'))}</td>"
+                f"<td>{_e(it.get('model'))}</td><td>{_e(it.get('benchmark'))}</td>"
+                f'<td class="num bad">{_num(o.get("perfvar"))}</td><td class="num">{_num(o.get("slowdown"))}</td>'
+                f"<td>{_e(o.get('recommendation'))}</td></tr>"
+            )
+    if not rows:
+        return '<p class="note">No outliers in this classification.</p>'
+    head = ("<th>Node</th><th>UUID</th><th>Model</th><th>Benchmark</th><th>PerfVar</th><th>Slowdown</th>"
+            "<th>Recommendation</th>")
+    return f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def _unprofiled_table(stored: StoredClassification) -> str:
+    rows = sorted((r for r in stored.results if not (r.profiled and _finite(r.perfvar))),
+                  key=lambda r: (r.model, r.benchmark, _node(r), r.uuid))
+    if not rows:
+        return '<p class="note">Every GPU is profiled for every benchmark.</p>'
+    note = ""
+    if len(rows) > MAX_UNPROFILED_ROWS:
+        note = f'<p class="note">Showing {MAX_UNPROFILED_ROWS} of {len(rows)} unprofiled GPU × benchmark rows.</p>'
+        rows = rows[:MAX_UNPROFILED_ROWS]
+    body = "".join(
+        f"<tr><td>{_e(_node(r))}</td><td class=\"mono\">{_e(r.uuid)}</td><td>{_e(r.model)}</td>"
+        f'<td>{_e(r.benchmark)}</td><td class="num">{_e(r.runs)}</td></tr>'
+        for r in rows
+    )
+    return (f'{note}<div class="wrap"><table><thead><tr><th>Node</th><th>UUID</th><th>Model</th><th>Benchmark</th>'
+            f'<th>Valid runs</th></tr></thead><tbody>{body}</tbody></table></div>')
+
+
+def _node_table(stored: StoredClassification) -> str:
+    """Every node (worst first): GPUs, outlier GPUs, worst PerfVar per benchmark; searchable text."""
+    cells, benches, order = _node_cells(stored)
+    if not order:
+        return ""
+    gpus: dict[str, set[str]] = {}
+    outliers: dict[str, set[str]] = {}
+    for r in stored.results:
+        gpus.setdefault(_node(r), set()).add(r.uuid)
+        if r.outlier and r.profiled:
+            outliers.setdefault(_node(r), set()).add(r.uuid)
+    note = ""
+    if len(order) > MAX_NODE_TABLE_ROWS:
+        note = f'<p class="note">Showing the {MAX_NODE_TABLE_ROWS} worst of {len(order)} nodes.</p>'
+        order = order[:MAX_NODE_TABLE_ROWS]
+    head = "<th>Node</th><th>GPUs</th><th>Outlier GPUs</th>" + "".join(f"<th>{_e(b)}</th>" for b in benches)
+    rows = []
+    for n in order:
+        n_out = len(outliers.get(n, ()))
+        rows.append(
+            f"<tr><td>{_e(n)}</td><td class=\"num\">{len(gpus.get(n, ()))}</td>"
+            f'<td class="num{" bad" if n_out else ""}">{n_out}</td>'
+            + "".join(f'<td class="num">{_num(cells[n].get(b))}</td>' for b in benches) + "</tr>"
+        )
+    return (f"<details><summary>All nodes as a table ({len(order)} rows; worst PerfVar per benchmark)</summary>"
+            f'{note}<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+            "</table></div></details>")
+
+
+def _params_table(params: Any) -> str:
+    if not isinstance(params, dict) or not params:
+        return '<p class="note">No parameters recorded.</p>'
+    body = "".join(
+        f'<tr><th scope="row">{_e(k)}</th><td class="mono">{_e(json.dumps(v, sort_keys=True, default=str))}</td></tr>'
+        for k, v in sorted(params.items(), key=lambda kv: str(kv[0]))
+    )
+    return f'<div class="wrap"><table><tbody>{body}</tbody></table></div>'
+
+
+def _figure(title: str, anchor: str, caption: str, img: str, note: str) -> str:
+    parts = [f'<h2 id="{anchor}">{title}</h2>']
+    if img:
+        parts.append(f"<figure>{img}<figcaption>{_e(caption)}</figcaption></figure>")
+    if note:
+        parts.append(f'<p class="note">{_e(note)}</p>')
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- page
+
+
+def _safe_plot(fn, *args: Any) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """A plot that cannot be drawn (odd data, a matplotlib quirk) costs its figure, not the page."""
+    try:
+        return fn(*args)  # type: ignore[no-any-return]
+    except Exception as exc:  # noqa: BLE001 - the tables are still worth writing
+        return "", f"This plot could not be drawn ({type(exc).__name__}: {exc})."
+
+
+def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
+    """The whole page as a string: pure, deterministic, self-contained."""
+    cls = report.get("classification", {})
+    version = cls.get("version", stored.version)
+    created = cls.get("created_at") or stored.created_at.isoformat()
+    params = cls.get("params", stored.params)
+    groups = _group_rows(stored)
+
+    gpus = {r.uuid for r in stored.results}
+    nodes = {_node(r) for r in stored.results}
+    models = sorted({r.model for r in stored.results})
+    n_outlier_gpus = len({o["uuid"] for it in report.get("benchmarks", []) for o in it.get("outlier_details", [])})
+    n_unprof = sum(1 for r in stored.results if not (r.profiled and _finite(r.perfvar)))
+
+    hist_img, hist_note = _safe_plot(_histogram_plot, report, groups)
+    heat_img, heat_note = _safe_plot(_heatmap_plot, stored)
+    clock_img, clock_note = _safe_plot(_clock_plot, report, groups)
+
+    cards = "".join(
+        f'<div class="card"><b>{_e(v)}</b>{_e(k)}</div>'
+        for k, v in (("GPUs", len(gpus)), ("nodes", len(nodes)), ("models", len(models)),
+                     ("benchmarks", len({r.benchmark for r in stored.results})),
+                     ("outlier GPUs", n_outlier_gpus), ("unprofiled GPU × benchmark", n_unprof))
+    )
+    title = f"GPU variability report — classification version {_e(version)}"
+    body = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<meta name="generator" content="pal-slurm">',
+        f"<title>{title}</title>",
+        f"<style>{_CSS}</style>",
+        "</head><body>",
+        f"<h1>{title}</h1>",
+        f'<p class="sub">Created {_e(created)} · format {_e(report.get("format", ""))} · '
+        f"models: {_e(', '.join(models)) or '–'} · PerfVar &gt; 1 means slower than the model's median GPU; "
+        "slowdown is the bin's factor used for placement.</p>",
+        '<nav><a href="#summary">Summary</a><a href="#classes">Job classes</a><a href="#outliers">Outliers</a>'
+        '<a href="#dist">Distributions</a><a href="#nodes">Nodes</a><a href="#clocks">Clocks</a>'
+        '<a href="#unprofiled">Unprofiled</a></nav>',
+        f'<details open><summary>Classification parameters</summary>{_params_table(params)}</details>',
+        f'<div class="cards">{cards}</div>',
+        '<h2 id="summary">Per model × benchmark</h2>',
+        _summary_table(report.get("benchmarks", []), job_class=False),
+        '<h2 id="classes">Per job class</h2>',
+        _summary_table(report.get("job_classes", []), job_class=True),
+        '<h2 id="outliers">Outliers</h2>',
+        _outlier_table(report),
+        _figure("PerfVar distribution per benchmark", "dist",
+                "Histogram of per-GPU PerfVar for each model × benchmark. Shaded bands are the bins' PerfVar "
+                "ranges, dashed lines their centroids; outlier GPUs are red.", hist_img, hist_note),
+        _figure("Worst PerfVar per node", "nodes",
+                "Each cell is the highest PerfVar among the node's GPUs for that benchmark (grey: no data). "
+                "Nodes are sorted worst first.", heat_img, heat_note),
+        _node_table(stored),
+        _figure("SM clock vs performance", "clocks",
+                "Median SM clock of each GPU's profile runs against its PerfVar; a GPU that is slow at a low "
+                "clock is likely throttled (power or thermal).", clock_img, clock_note),
+        '<h2 id="unprofiled">Unprofiled GPUs</h2>',
+        _unprofiled_table(stored),
+        "</body></html>",
+        "",
+    ]
+    return "\n".join(body)
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def write_html(path: Path, stored: StoredClassification, report: dict[str, Any]) -> None:
+    """Render the page and write it to ``path`` atomically; PalError (one line) on failure."""
+    path = Path(path)
+    parent = path.parent
+    if not parent.is_dir():
+        why = "is not a directory" if parent.exists() else "does not exist"
+        raise PalError(f"cannot write HTML report {path}: directory {parent} {why}")
+    if path.is_dir():
+        raise PalError(f"cannot write HTML report {path}: it is a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PalError(f"cannot write HTML report {path}: directory {parent} is not writable")
+    text = render_html(stored, report)
+    tmp: str | None = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise PalError(f"cannot write HTML report {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

@@ -1,0 +1,226 @@
+"""The HTML report: one self-contained page, escaped data, three PNG plots, atomic write."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import stat
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from pal_slurm import report_html
+from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
+from pal_slurm.errors import PalError
+from pal_slurm.report import build_report
+from pal_slurm.report_html import (
+    MAX_HEATMAP_NODES,
+    _clock_plot,
+    _group_rows,
+    _heatmap_plot,
+    render_html,
+    write_html,
+)
+
+HOSTILE = "<script>alert(1)</script>"
+ACTION = "drain <node> & run `dcgmi diag -r 3`"
+OUTLIER_UUID = "GPU-bad-0003"
+PNG_RE = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+
+
+def _row(uuid, node, model, bench, pv, b, sf, *,  # type: ignore[no-untyped-def]
+         outlier=False, profiled=True, clock=None):
+    return ResultRow(uuid=uuid, node=node, model=model, benchmark=bench, runs=5 if profiled else 1,
+                     median_score=None if pv is None else 100 * pv, perfvar=pv, bin=b, slowdown=sf,
+                     outlier=outlier, profiled=profiled, median_sm_clock_mhz=clock)
+
+
+def _stored(model_b: str = "H100", node_name: str = "node-a",
+            note_params: dict | None = None) -> StoredClassification:
+    """Two models; A100 has sgemm and resnet (with clocks for sgemm only), model_b has sgemm."""
+    results = []
+    a100 = [("GPU-a-0001", node_name, 0.97, 1410.0), ("GPU-a-0002", node_name, 1.00, 1395.0),
+            (OUTLIER_UUID, "node-b", 1.40, 1100.0), ("GPU-a-0004", "node-b", 1.02, None),
+            ("GPU-a-0005", None, 1.01, 1400.0)]
+    for uuid, node, pv, clk in a100:
+        out = uuid == OUTLIER_UUID
+        results.append(_row(uuid, node, "A100", "sgemm", pv, 1 if out else 0, 1.40 if out else 1.0,
+                            outlier=out, clock=clk))
+        results.append(_row(uuid, node, "A100", "resnet", pv * 0.99, 1 if out else 0, 1.39 if out else 1.0,
+                            outlier=out))
+    results.append(_row("GPU-a-0006", "node-c", "A100", "sgemm", None, None, None, profiled=False))
+    for i, pv in enumerate((0.98, 1.0, 1.03)):
+        results.append(_row(f"GPU-h-000{i}", "node-d", model_b, "sgemm", pv, 0, 1.0, clock=1900.0 - 10 * i))
+    bins = [
+        BinRow("A100", "sgemm", 0, 1.0, 1.0, 4, False, 0.97, 1.02),
+        BinRow("A100", "sgemm", 1, 1.40, 1.40, 1, True, 1.40, 1.40),
+        BinRow("A100", "resnet", 0, 0.99, 1.0, 4, False, 0.96, 1.01),
+        BinRow("A100", "resnet", 1, 1.386, 1.39, 1, True, 1.386, 1.386),
+        BinRow(model_b, "sgemm", 0, 1.0, 1.0, 3, False, 0.98, 1.03),
+    ]
+    params = note_params if note_params is not None else {"max_bins": 8, "outlier_z": 3.5, "note": "weekly run"}
+    return StoredClassification(version=7, created_at=datetime(2024, 11, 1, 12, 0, tzinfo=timezone.utc),
+                                params=params, results=tuple(results), bins=tuple(bins),
+                                job_classes={"compute": "sgemm", "train": "resnet"})
+
+
+@pytest.fixture(scope="module")
+def page() -> str:
+    stored = _stored()
+    return render_html(stored, build_report(stored, outlier_action=ACTION))
+
+
+def test_one_html_document_with_tables(page: str) -> None:
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.count("<html") == 1 and page.rstrip().endswith("</html>")
+    assert "classification version 7" in page
+    assert "2024-11-01T12:00:00+00:00" in page
+    assert "outlier_z" in page and "3.5" in page  # parameters in the header
+    # per model x benchmark: A100 sgemm has 5 profiled GPUs, 1 unprofiled, bins 1.000x4 and 1.400x1!
+    assert re.search(r"<td>A100</td><td>sgemm</td><td class=\"num\">5</td><td class=\"num\">1</td>", page)
+    assert "1.000×4" in page and "1.400×1!" in page
+    # per job class table
+    assert "<td>compute</td><td>A100</td><td>sgemm</td>" in page
+    assert "<td>train</td><td>A100</td><td>resnet</td>" in page
+    # outliers table: node, uuid, PerfVar, escaped recommendation
+    assert re.search(rf"<td>node-b</td><td class=\"mono\">{OUTLIER_UUID}</td>.*?1\.400", page)
+    assert "drain &lt;node&gt; &amp; run `dcgmi diag -r 3`" in page
+    # the unprofiled GPU, and the GPU without a node shown as "unknown"
+    assert "GPU-a-0006" in page
+    assert "unknown" in page
+
+
+def test_self_contained_three_png_plots(page: str) -> None:
+    images = PNG_RE.findall(page)
+    assert len(images) == 3
+    for data in images:
+        assert base64.b64decode(data).startswith(b"\x89PNG\r\n\x1a\n")
+    assert not re.search(r"(?:src|href)=\"(?:https?:|//|file:)", page)
+    assert "<script" not in page and "<link" not in page and "@import" not in page
+
+
+def test_hostile_names_are_escaped() -> None:
+    """Node, model, parameter and recommendation strings come from files and users."""
+    stored = _stored(model_b=HOSTILE + " $x^{", node_name=HOSTILE + " n$1$\x00",
+                     note_params={"note": HOSTILE, HOSTILE: "x"})
+    out = render_html(stored, build_report(stored, outlier_action=HOSTILE))
+    assert "<script" not in out.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; n$1$\ufffd" in out  # node (control char replaced)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; $x^{" in out  # model
+    assert "\x00" not in out
+    # names with mathtext syntax do not break the plots
+    images = PNG_RE.findall(out)
+    assert len(images) == 3
+
+
+def test_no_clocks_skips_scatter_with_note() -> None:
+    base = _stored()
+    stored = replace(base, results=tuple(replace(r, median_sm_clock_mhz=None) for r in base.results))
+    report = build_report(stored, outlier_action="x")
+    img, note = _clock_plot(report, _group_rows(stored))
+    assert img == "" and "clock vs performance plot skipped" in note
+
+
+def test_empty_classification_renders() -> None:
+    stored = StoredClassification(1, datetime(2024, 1, 1, tzinfo=timezone.utc), {}, (), (), {})
+    out = render_html(stored, build_report(stored, outlier_action="x"))
+    assert out.startswith("<!DOCTYPE html>") and "nothing to plot" in out
+    assert not PNG_RE.findall(out)
+
+
+def test_plot_failure_degrades_to_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: object) -> tuple[str, str]:
+        raise ValueError("<bad> data")
+
+    monkeypatch.setattr(report_html, "_histogram_plot", boom)
+    monkeypatch.setattr(report_html, "_heatmap_plot", boom)
+    monkeypatch.setattr(report_html, "_clock_plot", boom)
+    stored = _stored()
+    out = render_html(stored, build_report(stored, outlier_action="x"))
+    assert out.count("This plot could not be drawn (ValueError: &lt;bad&gt; data).") == 3
+    assert OUTLIER_UUID in out
+
+
+def test_heatmap_is_capped_with_note() -> None:
+    n = MAX_HEATMAP_NODES + 2
+    rows = tuple(_row(f"GPU-{i}", f"n{i:03d}", "A100", "sgemm", 1.0 + i / 1000, 0, 1.0) for i in range(n))
+    stored = StoredClassification(1, datetime(2024, 1, 1, tzinfo=timezone.utc), {}, rows, (), {})
+    img, note = _heatmap_plot(stored)
+    assert img.startswith('<img src="data:image/png;base64,')
+    assert note == f"Showing the {MAX_HEATMAP_NODES} nodes with the worst PerfVar of {n} nodes."
+
+
+def test_write_html_is_atomic(tmp_path: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    stored = _stored()
+    report = build_report(stored, outlier_action=ACTION)
+    monkeypatch.setattr(report_html, "render_html", lambda s, r: page)  # rendering is tested above
+    target = tmp_path / "report.html"
+    target.write_text("old")
+    write_html(target, stored, report)
+    text = target.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>") and OUTLIER_UUID in text
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary file left
+    assert stat.S_IMODE(target.stat().st_mode) & 0o044  # readable by others like a normal file (umask 022)
+
+
+def test_write_html_missing_dir_is_pal_error(tmp_path: Path) -> None:
+    target = tmp_path / "nope" / "report.html"
+    with pytest.raises(PalError) as exc:
+        write_html(target, _stored(), {"benchmarks": [], "job_classes": []})
+    msg = str(exc.value)
+    assert str(target) in msg and "does not exist" in msg and "\n" not in msg
+
+
+def test_write_html_parent_is_file_is_pal_error(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    target = tmp_path / "f" / "report.html"
+    with pytest.raises(PalError, match="is not a directory"):
+        write_html(target, _stored(), {})
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can write anywhere")
+def test_write_html_unwritable_dir_is_pal_error(tmp_path: Path) -> None:
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o500)
+    try:
+        with pytest.raises(PalError) as exc:
+            write_html(d / "report.html", _stored(), {})
+        assert str(d / "report.html") in str(exc.value) and "not writable" in str(exc.value)
+    finally:
+        d.chmod(0o700)
+
+
+def test_write_html_not_writable_per_access_is_pal_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same check as above, also under root (which may write anywhere): os.access says no."""
+    monkeypatch.setattr(report_html.os, "access", lambda path, mode: False)
+    target = tmp_path / "report.html"
+    with pytest.raises(PalError) as exc:
+        write_html(target, _stored(), {})
+    assert str(target) in str(exc.value) and "not writable" in str(exc.value)
+    assert not target.exists()
+
+
+def test_write_html_target_is_directory_is_pal_error(tmp_path: Path) -> None:
+    with pytest.raises(PalError, match="is a directory"):
+        write_html(tmp_path, _stored(), {})
+
+
+def test_write_failure_is_pal_error_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure after the temp file exists (e.g. disk full, EACCES on rename) leaves nothing behind."""
+    stored = _stored()
+    report = build_report(stored, outlier_action="x")
+    monkeypatch.setattr(report_html, "render_html", lambda s, r: "<!DOCTYPE html><html></html>")
+
+    def refuse(src: str, dst: str) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    target = tmp_path / "report.html"
+    with pytest.raises(PalError) as exc:
+        write_html(target, stored, report)
+    assert str(target) in str(exc.value) and "Permission denied" in str(exc.value)
+    assert list(tmp_path.iterdir()) == []
