@@ -1,0 +1,267 @@
+"""Per-GPU variability for the simulator: raw PerfVar and binned slowdown factor per job
+class A-D, either drawn as the PAL artifact draws them or taken from a stored
+classification of real GPUs.
+
+**The artifact's draw**, as read in hal-uw/blox-pal (branch ``artifact``; read, not copied):
+
+- ``blox/profiles.json`` maps classA -> ``resnet-longhorn-agg.csv``, classB and classC ->
+  ``bert-longhorn-agg.csv``, classD -> ``pagerank-longhorn-agg.csv``, in that key order.
+- ``blox/cluster_state.py``: ``ClusterState.__init__`` calls ``random.seed(42)``;
+  ``_add_new_machines`` walks nodes in registration order and their GPUs in local order
+  (so GPU ids 0..63 node-major) and calls ``_get_machine_slowdowns`` once per GPU, which
+  loops over the profiles.json keys A, B, C, D. For each it reads the CSV, divides the
+  ``perf`` column by that column's median over **all rows** (pandas ``median``), and, since
+  the simulator's GPU UUIDs ("0".."3") match no ``uuid`` in the files, takes
+  ``random.choice`` over the normalised column (all rows, file order). Class C reads the
+  BERT file again and makes its own draw. 4 draws per GPU, 256 for 16 x 4 GPUs; whatever
+  uses the global ``random`` next (the random placement policies) continues from there.
+  (Older revisions took one row per GPU (``idxmax``) or per-GPU medians: not what ran.)
+- ``random.choice(seq)`` is ``seq[rng._randbelow(len(seq))]`` on CPython 3.x, so
+  `draw_artifact` with ``random.Random(42)`` over a list of the same values reproduces it.
+  Values are parsed with Python's ``float`` (pandas' default parser can differ in the last
+  bit for some decimal strings; irrelevant to every decision in practice).
+
+**The artifact's binning** (``placement/pal.py`` and ``placement/pmfirst.py``:
+``identify_outliers``, ``get_optimal_k``, ``get_slowdown_factors``), per class over the
+GPUs' PerfVars:
+
+- outliers are values > mean + 3 * std, with pandas' **sample** std (ddof=1);
+- K = ``get_optimal_k`` + number of outliers, and ``get_optimal_k`` returns 2 from inside
+  the first iteration of its silhouette loop, so K = 2 + outliers;
+- sklearn ``KMeans(init='k-means++', algorithm='full', random_state=1)`` (n_init 10 under
+  scikit-learn 1.3) on all values, outliers included;
+- sf(g) = centroid of g's cluster / ``np.median`` of all K centroids (outlier clusters
+  included; for even K the mean of the two middle centroids, so for K = 2 no class has
+  sf 1.0).
+
+We use ``kmeans1d.cluster`` (an exact dynamic program for optimal 1-D k-means) instead of
+sklearn. For the artifact's own case, ``Random(42)`` and 16 x 4 GPUs, both give the same
+partitions for all four classes (checked against scikit-learn 1.3.2 and pandas: PerfVars
+identical, except one-ulp differences in class D from pandas' float parser, and
+slowdowns within 4.5e-16). k-means++ with 10 restarts is a heuristic, though: over 200
+other seeds (64 GPUs) it stopped in a worse local optimum for about 6% of the class draws,
+and with Random(42) for 48 or 128 GPUs some classes differ. There the optimal partition
+is what we give, and an exact replay of the artifact's numbers is not guaranteed.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kmeans1d
+import numpy as np
+
+from pal_slurm.errors import InputError
+from pal_slurm.placement.model import Cluster, GpuRef
+from pal_slurm.simulate.traces import JOB_CLASSES
+
+__all__ = [
+    "ARTIFACT_CLASS_BENCHMARK",
+    "ArtifactProfiles",
+    "GpuVariability",
+    "artifact_slowdowns",
+    "cluster_from_variability",
+    "draw_artifact",
+    "from_classification",
+    "load_artifact_profiles",
+    "normalise_perf",
+]
+
+#: Job class -> the benchmark whose profile the artifact uses for it (blox/profiles.json).
+ARTIFACT_CLASS_BENCHMARK: Mapping[str, str] = {"A": "resnet", "B": "bert", "C": "bert", "D": "pagerank"}
+
+PERF_COLUMN = "perf"
+
+
+@dataclass(frozen=True)
+class GpuVariability:
+    """One GPU: raw PerfVar (what the simulator slows progress by) and binned slowdown
+    factor (what policies rank by), per job class; higher = slower."""
+
+    perfvar: dict[str, float]
+    slowdown: dict[str, float]
+    uuid: str | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class ArtifactProfiles:
+    """Normalised ``perf`` rows per job class (file order), as the artifact draws from them."""
+
+    rows: Mapping[str, tuple[float, ...]]
+    files: Mapping[str, str]
+    medians: Mapping[str, float]
+
+
+def normalise_perf(values: Sequence[float]) -> list[float]:
+    """Each value divided by the median of all of them."""
+    median = statistics.median(values)
+    return [v / median for v in values]
+
+
+def _read_perf_column(path: Path) -> list[float]:
+    source = str(path)
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None or PERF_COLUMN not in [h.strip() for h in header]:
+                raise InputError(f"no {PERF_COLUMN!r} column in the header", source=source, line=1)
+            col = [h.strip() for h in header].index(PERF_COLUMN)
+            values: list[float] = []
+            for fields in reader:
+                if not fields or all(not x.strip() for x in fields):
+                    continue
+                line = reader.line_num
+                if col >= len(fields):
+                    raise InputError(f"row has {len(fields)} fields, no {PERF_COLUMN!r}", source=source, line=line)
+                try:
+                    x = float(fields[col])
+                except ValueError:
+                    raise InputError(f"{PERF_COLUMN} {fields[col]!r} is not a number", source=source,
+                                     line=line) from None
+                if not (math.isfinite(x) and x > 0):
+                    raise InputError(f"{PERF_COLUMN} must be a positive time, got {fields[col]!r}", source=source,
+                                     line=line)
+                values.append(x)
+    except OSError as e:
+        raise InputError(f"cannot read the profile: {e}", source=source) from e
+    if not values:
+        raise InputError("no measurement rows", source=source)
+    return values
+
+
+def _find_profile(directory: Path, benchmark: str) -> Path:
+    matches = sorted(p for p in directory.glob(f"{benchmark}*.csv") if p.is_file())
+    if not matches:
+        raise InputError(f"no {benchmark}*.csv profile (the artifact's input for class(es) "
+                         f"{', '.join(c for c, b in ARTIFACT_CLASS_BENCHMARK.items() if b == benchmark)})",
+                         source=str(directory))
+    if len(matches) > 1:
+        raise InputError(f"several {benchmark}*.csv profiles: {', '.join(p.name for p in matches)}",
+                         source=str(directory))
+    return matches[0]
+
+
+def load_artifact_profiles(directory: str | Path) -> ArtifactProfiles:
+    """Read ``resnet*.csv``, ``bert*.csv`` and ``pagerank*.csv`` in `directory` (e.g. the
+    artifact's ``variability/longhorn``) and normalise each ``perf`` column by its median."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError("not a directory of artifact profiles", source=str(d))
+    rows: dict[str, tuple[float, ...]] = {}
+    files: dict[str, str] = {}
+    medians: dict[str, float] = {}
+    cache: dict[str, tuple[str, float, tuple[float, ...]]] = {}
+    for cls, bench in ARTIFACT_CLASS_BENCHMARK.items():
+        if bench not in cache:
+            path = _find_profile(d, bench)
+            raw = _read_perf_column(path)
+            cache[bench] = (str(path), statistics.median(raw), tuple(normalise_perf(raw)))
+        files[cls], medians[cls], rows[cls] = cache[bench]
+    return ArtifactProfiles(rows=rows, files=files, medians=medians)
+
+
+def draw_artifact(profiles: ArtifactProfiles, n_gpus: int, rng: random.Random) -> list[GpuVariability]:
+    """The artifact's draw: for GPU 0..n-1, for class A, B, C, D, ``rng.choice`` over that
+    class's normalised rows; then `artifact_slowdowns` per class over the n PerfVars.
+    Pass ``random.Random(42)`` to reproduce the artifact; `rng` is left advanced by
+    exactly 4 * n choices, as the artifact leaves its global random state."""
+    classes = [c for c in JOB_CLASSES if c in profiles.rows]
+    pools = {c: list(profiles.rows[c]) for c in classes}
+    perfvars = [{c: rng.choice(pools[c]) for c in classes} for _ in range(n_gpus)]
+    sfs = {c: artifact_slowdowns([pv[c] for pv in perfvars]) for c in classes} if n_gpus else {}
+    return [GpuVariability(perfvar=pv, slowdown={c: sfs[c][g] for c in classes})
+            for g, pv in enumerate(perfvars)]
+
+
+def artifact_slowdowns(values: Sequence[float]) -> list[float]:
+    """The artifact's binning of one class: K = 2 + outliers (> mean + 3 sample-std),
+    optimal 1-D k-means, sf = centroid of the value's cluster / median of the K centroids.
+
+    K is capped at the number of distinct values (sklearn would leave empty clusters); with
+    a single distinct value every sf is 1.0. Fewer than two values: sf 1.0.
+    """
+    xs = [float(v) for v in values]
+    if len(xs) < 2 or len(set(xs)) < 2:
+        return [1.0] * len(xs)
+    arr = np.asarray(xs)
+    threshold = arr.mean() + 3 * arr.std(ddof=1)
+    outliers = int((arr > threshold).sum())
+    k = min(2 + outliers, len(set(xs)))
+    result = kmeans1d.cluster(xs, k)
+    centroids = list(result.centroids)
+    median_centroid = float(np.median(centroids))
+    return [centroids[label] / median_centroid for label in result.clusters]
+
+
+def from_classification(stored_gpu_rows: Sequence[Mapping[str, Any]],
+                        classes: Sequence[str] = JOB_CLASSES) -> list[GpuVariability]:
+    """Variability of real GPUs from rows shaped like `pal_slurm.report.gpu_rows` output
+    (``{"uuid", "node", "classes": {cls: {"slowdown", "perfvar"?, ...}}}``), in row order.
+
+    An unprofiled GPU (slowdown None, or the class missing) gets the **worst** (largest)
+    slowdown of that class among the rows: a GPU we know nothing about must not attract
+    sensitive jobs. When no row of a class is profiled, every GPU gets 1.0 for it. A
+    missing PerfVar is taken equal to the (filled) slowdown.
+    """
+    def entry(row: Mapping[str, Any], cls: str) -> Mapping[str, Any]:
+        return (row.get("classes") or {}).get(cls) or {}
+
+    worst: dict[str, float] = {}
+    for cls in classes:
+        known = [float(entry(r, cls)["slowdown"]) for r in stored_gpu_rows if entry(r, cls).get("slowdown") is not None]
+        worst[cls] = max(known) if known else 1.0
+    out: list[GpuVariability] = []
+    for row in stored_gpu_rows:
+        sf: dict[str, float] = {}
+        pv: dict[str, float] = {}
+        for cls in classes:
+            e = entry(row, cls)
+            sf[cls] = float(e["slowdown"]) if e.get("slowdown") is not None else worst[cls]
+            pv[cls] = float(e["perfvar"]) if e.get("perfvar") is not None else sf[cls]
+        out.append(GpuVariability(perfvar=pv, slowdown=sf, uuid=row.get("uuid"), node=row.get("node")))
+    return out
+
+
+def cluster_from_variability(var: Sequence[GpuVariability], nodes: int, gpus_per_node: int) -> Cluster:
+    """A `Cluster` of `nodes` x `gpus_per_node` GPUs, GPU i = var[i] on node i // gpus_per_node.
+
+    Node names come from the GPUs' ``node`` when every GPU has one, each node's GPUs agree
+    and the names are distinct; when no GPU names a node they are n0, n1, ...
+    """
+    if nodes < 1 or gpus_per_node < 1:
+        raise ValueError(f"need at least one node and one GPU per node, got {nodes} x {gpus_per_node}")
+    n = nodes * gpus_per_node
+    if len(var) != n:
+        raise ValueError(f"{len(var)} GPUs of variability for {nodes} x {gpus_per_node} = {n} GPUs")
+    classes = list(var[0].slowdown)
+    for i, v in enumerate(var):
+        if set(v.slowdown) != set(classes) or set(v.perfvar) != set(classes):
+            raise ValueError(f"GPU {i} has classes {sorted(v.slowdown)}/{sorted(v.perfvar)}, GPU 0 has {sorted(classes)}")
+    gpus = tuple(GpuRef(id=i, node=i // gpus_per_node, slot=i % gpus_per_node, uuid=v.uuid) for i, v in enumerate(var))
+    return Cluster(node_names=_node_names(var, nodes, gpus_per_node), gpus=gpus,
+                   slowdown={c: tuple(v.slowdown[c] for v in var) for c in classes},
+                   perfvar={c: tuple(v.perfvar[c] for v in var) for c in classes})
+
+
+def _node_names(var: Sequence[GpuVariability], nodes: int, gpus_per_node: int) -> tuple[str, ...]:
+    if all(v.node is None for v in var):
+        return tuple(f"n{i}" for i in range(nodes))
+    names: list[str] = []
+    for i in range(nodes):
+        block = {v.node for v in var[i * gpus_per_node:(i + 1) * gpus_per_node]}
+        if len(block) != 1 or None in block:
+            raise ValueError(f"GPUs {i * gpus_per_node}..{(i + 1) * gpus_per_node - 1} should share one node, "
+                             f"they name {sorted(map(str, block))}")
+        names.append(block.pop())  # type: ignore[arg-type]
+    if len(set(names)) != len(names):
+        raise ValueError(f"a node name appears in more than one block of {gpus_per_node} GPUs: {names}")
+    return tuple(names)
