@@ -15,9 +15,20 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+from pal_slurm.errors import PalError
+
+if TYPE_CHECKING:
+    from pal_slurm.placement.index import ClusterIndex
 
 #: A job of a class nobody measured is treated as the most sensitive one (PAL's worst case).
 DEFAULT_CLASS = "A"
+
+
+class PlacementError(PalError, ValueError):
+    """A bad placement input: an unknown policy or queue order, a snapshot naming GPUs that do
+    not exist. A ValueError too, so callers validating names may catch either."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +86,14 @@ class Cluster:
     def max_gpus_per_node(self) -> int:
         return max((len(ids) for ids in self.node_gpus), default=0)
 
+    @cached_property
+    def placement_index(self) -> "ClusterIndex":
+        """Numpy views policies rank by, built once per cluster (imported lazily so this
+        module stays free of numpy)."""
+        from pal_slurm.placement.index import ClusterIndex
+
+        return ClusterIndex(self)
+
     def class_key(self, job_class: str | None) -> str:
         """The class whose factors apply: unknown or unmeasured classes fall back to A."""
         if job_class is not None and job_class in self.slowdown:
@@ -126,11 +145,19 @@ class JobRequest:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The moment of one decision: which GPUs are free and who holds the others."""
+    """The moment of one decision: which GPUs are free and who holds the others.
+
+    `now` and `expected_end` (job id -> estimated finish time of a running job, same clock
+    as `now`) are optional; backfilling policies use them to tell whether starting a job
+    now could delay the head of the queue. A running job without an expected end is
+    assumed to run forever, which only makes backfilling more careful.
+    """
 
     cluster: Cluster
     free: frozenset[int]
     running: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    now: float | None = None
+    expected_end: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, cluster: Cluster) -> "Snapshot":

@@ -1,0 +1,162 @@
+"""The policy interface, the registry, and the in-order walk every policy here shares.
+
+A policy maps (snapshot, queue in queue order, context) to a `Decision`. The concrete
+policies differ in typed class attributes and overridden methods only:
+
+- `sticky` tells the *caller* how to call it: True means running jobs keep their GPUs
+  (it passes only waiting jobs and the GPUs they do not hold); False means the caller may
+  re-place everything each round (it passes every job with every GPU free).
+- `class_sorted_prefix` selects PM-First's queue treatment (see `class_sorted_prefix`).
+- `pick` / `pick_split` choose GPUs for one job.
+- A policy that does more than walk the queue and stop at the first job that does not
+  fit (pal-backfill) overrides `place` and reuses `placement_order` and `choose`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar
+
+import numpy as np
+
+from pal_slurm.placement.index import ClassTable, ClusterIndex, FreeState
+from pal_slurm.placement.model import Assignment, Decision, JobRequest, PlacementContext, PlacementError, Snapshot
+
+#: PM-First's class order; a class outside it (or none) ranks as A, the worst case.
+CLASS_RANK: dict[str, int] = {"A": 0, "B": 1, "C": 2, "D": 3}
+
+
+def class_rank(job_class: str | None) -> int:
+    return CLASS_RANK.get(job_class or "", 0)
+
+
+def class_sorted_prefix(queue: Sequence[JobRequest], capacity: int) -> list[JobRequest]:
+    """PM-First's queue treatment: the longest prefix whose total GPU demand fits
+    `capacity`, stable-sorted by class A < B < C < D, then the rest in queue order."""
+    total, cut = 0, len(queue)
+    for i, job in enumerate(queue):
+        total += job.gpus
+        if total > capacity:
+            cut = i
+            break
+    return sorted(queue[:cut], key=lambda j: class_rank(j.job_class)) + list(queue[cut:])
+
+
+@dataclass(frozen=True)
+class Choice:
+    """GPUs chosen for one job, with the explanation that goes into its Assignment."""
+
+    gpus: tuple[int, ...]
+    reason: str
+    alternatives: tuple[tuple[tuple[int, ...], float], ...] = ()
+
+    def assignment(self, job_id: str) -> Assignment:
+        return Assignment(job_id=job_id, gpus=self.gpus, reason=self.reason, alternatives=self.alternatives)
+
+
+def as_gpus(ids: np.ndarray | Sequence[int]) -> tuple[int, ...]:
+    return tuple(sorted(int(g) for g in ids))
+
+
+def describe_gpus(ix: ClusterIndex, tab: ClassTable, gpus: Sequence[int]) -> str:
+    """'g4@n1 sf=1.000, g5@n1 sf=1.020': the per-GPU factors a choice relied on."""
+    names = ix.node_names
+    return ", ".join(f"g{g}@{names[ix.node_of[g]]} sf={tab.sf[g]:.3f}" for g in gpus)
+
+
+class Policy(ABC):
+    """One placement policy: `place` is pure (the rng comes in the context)."""
+
+    name: ClassVar[str]
+    sticky: ClassVar[bool]
+    description: ClassVar[str]
+    #: may place jobs after the first one that does not fit (a caller must re-run it when
+    #: jobs arrive even while the head of the queue is blocked)
+    backfills: ClassVar[bool] = False
+    #: how many jobs after the first that does not fit it looks at (0: it stops there); a
+    #: caller may cut the queue after that many without changing the decision
+    lookahead: ClassVar[int] = 0
+    #: draws nothing from ctx.rng: the same inputs always give the same decision
+    deterministic: ClassVar[bool] = True
+    #: reads remaining_s, snapshot.now or snapshot.expected_end, so a decision cached by
+    #: job ids alone goes stale as jobs progress
+    time_aware: ClassVar[bool] = False
+
+    @abstractmethod
+    def place(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
+        """Assign GPUs from `snapshot.free` to jobs of `queue` (already in queue order)."""
+
+
+POLICIES: dict[str, type[Policy]] = {}
+
+P = TypeVar("P", bound=type[Policy])
+
+
+def register(cls: P) -> P:
+    """Class decorator: make a policy available by its `name`."""
+    if cls.name in POLICIES:
+        raise PlacementError(f"policy {cls.name!r} registered twice")
+    POLICIES[cls.name] = cls
+    return cls
+
+
+class InOrderPolicy(Policy):
+    """Place jobs one by one in (the policy's) order; stop at the first that does not fit."""
+
+    class_sorted_prefix: ClassVar[bool] = False
+
+    def place(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
+        check_unique(queue)
+        state = FreeState(snapshot)
+        placed: list[Assignment] = []
+        for job in self.placement_order(queue, snapshot):
+            choice = self.choose(job, state, ctx)
+            if choice is None:
+                return Decision(assignments=tuple(placed), blocked=job.id)
+            state.take(choice.gpus)
+            placed.append(choice.assignment(job.id))
+        return Decision(assignments=tuple(placed), blocked=None)
+
+    def placement_order(self, queue: Sequence[JobRequest], snapshot: Snapshot) -> list[JobRequest]:
+        """The order jobs are tried in: the queue's, or PM-First's class-sorted prefix."""
+        return class_sorted_prefix(queue, len(snapshot.free)) if self.class_sorted_prefix else list(queue)
+
+    def choose(self, job: JobRequest, state: FreeState, ctx: PlacementContext) -> Choice | None:
+        """GPUs for `job` from what is still free, honouring allowed_nodes and gpus_per_node."""
+        if state.free_on(job.allowed_nodes) < job.gpus:
+            return None
+        cand = state.candidates(job.allowed_nodes)
+        if job.gpus_per_node is not None:
+            return self.pick_split(job, cand, state, ctx)
+        return self.pick(job, cand, state, ctx)
+
+    @abstractmethod
+    def pick(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext) -> Choice | None:
+        """Choose job.gpus GPUs among `cand` (free, allowed, ascending; at least job.gpus)."""
+
+    @abstractmethod
+    def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState,
+                   ctx: PlacementContext) -> Choice | None:
+        """Choose job.gpus_per_node GPUs on each of job.gpus / job.gpus_per_node nodes."""
+
+
+def check_unique(queue: Sequence[JobRequest]) -> None:
+    seen: set[str] = set()
+    for job in queue:
+        if job.id in seen:
+            raise PlacementError(f"job {job.id} appears twice in the queue")
+        seen.add(job.id)
+
+
+def free_on_node(ix: ClusterIndex, state: FreeState) -> Callable[[int], list[int]]:
+    """A function node -> its free GPU ids, ascending (nodes outside a job's allowed set
+    must already have a zero count, so callers never ask for them)."""
+    node_gpus = ix.cluster.node_gpus
+    mask = state.mask
+
+    def listing(node: int) -> list[int]:
+        return [g for g in node_gpus[node] if mask[g]]
+
+    return listing

@@ -1,0 +1,148 @@
+"""Array views of a cluster and of one decision's free GPUs, so policies stay fast at scale.
+
+A `ClusterIndex` is built once per `Cluster` (cached on it as `Cluster.placement_index`)
+and holds numpy arrays: the node of every GPU and, per job class, every GPU's slowdown
+factor and its *level* (the rank of its factor among the class's distinct factors, so
+"sf <= s" becomes an integer comparison and equal factors compare equal exactly).
+
+A `FreeState` is the mutable scratch state of one `place()` call: which GPUs are still
+free and how many are free per node. Policies read candidates from it and `take` what
+they assign, so a GPU can never be handed out twice within a decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from pal_slurm.placement.model import Cluster, PlacementError, Snapshot
+
+
+@dataclass(frozen=True)
+class ClassTable:
+    """One job class's factors as arrays: `sf[g]`, `level[g]` (index into `values`), `pv[g]`."""
+
+    key: str
+    sf: np.ndarray
+    level: np.ndarray
+    values: tuple[float, ...]  # distinct sf values, ascending
+    pv: np.ndarray
+
+    @property
+    def n_levels(self) -> int:
+        return len(self.values)
+
+
+class ClusterIndex:
+    """Numpy arrays derived from a `Cluster`; immutable after construction."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.n = cluster.size
+        self.n_nodes = len(cluster.node_names)
+        self.node_of = np.asarray(cluster.node_of, dtype=np.int64).reshape(self.n)
+        self.max_gpus_per_node = cluster.max_gpus_per_node
+        ids = np.arange(self.n, dtype=np.int64)
+        # ids are node-major on every cluster we build, but nothing in Cluster enforces it
+        self.node_major_ids = bool(self.n == 0 or np.all(np.diff(self.node_of) >= 0))
+        self.node_major = ids if self.node_major_ids else np.lexsort((ids, self.node_of))
+        self._tables: dict[str, ClassTable] = {}
+
+    def table(self, job_class: str | None) -> ClassTable:
+        """The factors that apply to `job_class` (unknown classes fall back as Cluster.class_key says)."""
+        key = self.cluster.class_key(job_class)
+        tab = self._tables.get(key)
+        if tab is None:
+            sf = np.asarray(self.cluster.slowdown[key], dtype=np.float64).reshape(self.n)
+            values, level = np.unique(sf, return_inverse=True)
+            pv_src = self.cluster.perfvar.get(key, self.cluster.slowdown[key])
+            pv = np.asarray(pv_src, dtype=np.float64).reshape(self.n)
+            tab = ClassTable(key=key, sf=sf, level=level.astype(np.int64).reshape(self.n),
+                             values=tuple(float(v) for v in values), pv=pv)
+            self._tables[key] = tab
+        return tab
+
+    @cached_property
+    def node_names(self) -> tuple[str, ...]:
+        return self.cluster.node_names
+
+    def in_node_major(self, ids: np.ndarray) -> np.ndarray:
+        """`ids` (ascending) reordered node by node, ascending within a node."""
+        if self.node_major_ids:
+            return ids
+        return ids[np.lexsort((ids, self.node_of[ids]))]
+
+
+class FreeState:
+    """Free GPUs of one decision, shrinking as the policy assigns them."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        ix = snapshot.cluster.placement_index
+        self.index = ix
+        mask = np.zeros(ix.n, dtype=bool)
+        if snapshot.free:
+            free = np.fromiter(snapshot.free, dtype=np.int64, count=len(snapshot.free))
+            if free.min() < 0 or free.max() >= ix.n:
+                bad = sorted(int(g) for g in free if not 0 <= g < ix.n)
+                raise PlacementError(f"snapshot.free names GPUs that do not exist: {bad[:5]}")
+            mask[free] = True
+        self.mask = mask
+        self.count = np.bincount(ix.node_of[mask], minlength=ix.n_nodes).astype(np.int64)
+        self.n_free = int(mask.sum())
+        self._allowed_masks: dict[frozenset[int], np.ndarray] = {}
+
+    def node_mask(self, allowed: frozenset[int] | None) -> np.ndarray | None:
+        """Boolean per node for an allowed-nodes set (None = every node)."""
+        if allowed is None:
+            return None
+        m = self._allowed_masks.get(allowed)
+        if m is None:
+            m = np.zeros(self.index.n_nodes, dtype=bool)
+            ok = [i for i in allowed if 0 <= i < self.index.n_nodes]
+            m[ok] = True
+            self._allowed_masks[allowed] = m
+        return m
+
+    def candidates(self, allowed: frozenset[int] | None) -> np.ndarray:
+        """Free GPU ids on allowed nodes, ascending."""
+        nm = self.node_mask(allowed)
+        if nm is None:
+            return np.flatnonzero(self.mask)
+        return np.flatnonzero(self.mask & nm[self.index.node_of])
+
+    def free_on(self, allowed: frozenset[int] | None) -> int:
+        nm = self.node_mask(allowed)
+        return self.n_free if nm is None else int(self.count[nm].sum())
+
+    def node_counts(self, allowed: frozenset[int] | None) -> np.ndarray:
+        """Free GPUs per node, zero on nodes outside `allowed`."""
+        nm = self.node_mask(allowed)
+        return self.count if nm is None else np.where(nm, self.count, 0)
+
+    def take(self, gpus: tuple[int, ...]) -> None:
+        for g in gpus:
+            if not self.mask[g]:
+                raise AssertionError(f"GPU {g} assigned twice or not free")  # a policy bug
+            self.mask[g] = False
+            self.count[self.index.node_of[g]] -= 1
+        self.n_free -= len(gpus)
+
+    def release(self, gpus: Iterable[int]) -> None:
+        """Mark `gpus` free (those already free are left alone)."""
+        for g in gpus:
+            if not self.mask[g]:
+                self.mask[g] = True
+                self.count[self.index.node_of[g]] += 1
+                self.n_free += 1
+
+    def copy(self) -> "FreeState":
+        twin = object.__new__(FreeState)
+        twin.index = self.index
+        twin.mask = self.mask.copy()
+        twin.count = self.count.copy()
+        twin.n_free = self.n_free
+        twin._allowed_masks = self._allowed_masks
+        return twin

@@ -1,0 +1,44 @@
+"""Queue orders: which waiting job comes first.
+
+Each order is a pure function ``(jobs) -> list`` that sorts a copy and never drops or
+adds a job. Python's sort is stable, so jobs that tie on every key keep the order they
+came in: that is the "stable input order" FIFO falls back to, and the reason LAS and
+SRTF break their ties by FIFO simply by sorting on (key, submit_time).
+
+``ORDERS`` maps the names the CLI and the config accept to the functions;
+``get_order`` turns an unknown name into a ValueError that lists the valid ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pal_slurm.placement.model import JobRequest, PlacementError
+
+QueueOrder = Callable[[Sequence[JobRequest]], list[JobRequest]]
+
+
+def fifo(jobs: Sequence[JobRequest]) -> list[JobRequest]:
+    """First come, first served: submit_time ascending, ties in input order."""
+    return sorted(jobs, key=lambda j: j.submit_time)
+
+
+def las(jobs: Sequence[JobRequest]) -> list[JobRequest]:
+    """Least attained service first (attained_s ascending), ties FIFO."""
+    return sorted(jobs, key=lambda j: (j.attained_s, j.submit_time))
+
+
+def srtf(jobs: Sequence[JobRequest]) -> list[JobRequest]:
+    """Shortest remaining time first (remaining_s ascending), ties FIFO."""
+    return sorted(jobs, key=lambda j: (j.remaining_s, j.submit_time))
+
+
+ORDERS: dict[str, QueueOrder] = {"fifo": fifo, "las": las, "srtf": srtf}
+
+
+def get_order(name: str) -> QueueOrder:
+    """The queue order called `name`; PlacementError (a ValueError) naming the valid ones otherwise."""
+    try:
+        return ORDERS[name]
+    except KeyError:
+        raise PlacementError(f"unknown queue order {name!r}; valid: {', '.join(ORDERS)}") from None

@@ -1,0 +1,30 @@
+"""The placement policies by name: the one place the CLI, the config and the simulator
+look them up.
+
+Importing this module registers every policy (the artifact's six and ours); `POLICIES`
+maps names to classes and `get_policy` returns a ready instance or a PlacementError (a
+ValueError) that lists the valid names.
+"""
+
+from __future__ import annotations
+
+from pal_slurm.placement import artifact as _artifact  # noqa: F401  (registers the artifact's policies)
+from pal_slurm.placement import backfill as _backfill  # noqa: F401  (registers pal-backfill)
+from pal_slurm.placement.base import POLICIES, Choice, InOrderPolicy, Policy, class_sorted_prefix, register
+from pal_slurm.placement.model import PlacementError
+
+__all__ = ["POLICIES", "Choice", "InOrderPolicy", "Policy", "class_sorted_prefix", "get_policy", "policy_names",
+           "register"]
+
+
+def policy_names() -> list[str]:
+    return list(POLICIES)
+
+
+def get_policy(name: str) -> Policy:
+    """A fresh instance of the policy called `name`."""
+    try:
+        cls = POLICIES[name]
+    except KeyError:
+        raise PlacementError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}") from None
+    return cls()

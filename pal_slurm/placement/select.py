@@ -1,0 +1,169 @@
+"""GPU-choosing primitives shared by the policies, written over numpy arrays.
+
+Every function takes `cand`, the ids of the GPUs a job may use (free, on allowed nodes),
+ascending, and returns ids or None; none of them mutates anything. "Level" is a GPU's
+rank among its class's distinct slowdown factors (see `ClassTable`), so comparing levels
+is comparing factors exactly.
+
+The per-(node, level) count matrix is the workhorse: with it, "how many free GPUs of
+sf <= s does node v have" and "what is the smallest possible max sf of N GPUs on node v"
+are a cumulative sum and an argmax over a (nodes x levels) array, with no enumeration of
+GPU combinations and no Python loop over GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pal_slurm.placement.index import ClassTable, ClusterIndex
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """One job's usable GPUs with their class levels and nodes, and the count matrix."""
+
+    ids: np.ndarray  # GPU ids, ascending
+    level: np.ndarray  # level of each id for the job's class
+    node: np.ndarray  # node of each id
+    counts: np.ndarray  # counts[v, l] = usable GPUs on node v at level l
+
+    @classmethod
+    def build(cls, ix: ClusterIndex, tab: ClassTable, ids: np.ndarray) -> "Candidates":
+        level = tab.level[ids]
+        node = ix.node_of[ids]
+        n_levels = max(tab.n_levels, 1)
+        flat = np.bincount(node * n_levels + level, minlength=ix.n_nodes * n_levels)
+        return cls(ids=ids, level=level, node=node, counts=flat.reshape(ix.n_nodes, n_levels))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def pm_first(c: Candidates, n: int, max_level: int | None = None,
+             spare: np.ndarray | None = None) -> np.ndarray | None:
+    """PM-First: rank usable GPUs by (sf, |same-sf free GPUs on the node - n|), stable in id
+    order, and take the first n. With `max_level`, only GPUs of level <= max_level count.
+
+    `spare` (per GPU id, small ints, lower = take first) replaces the id tie-break: ties
+    go first to the (node, sf) group holding the lowest spare value, then the lower node,
+    then within the group the lowest spare GPU, then id. Whole groups are ranked, so a
+    node's GPUs of one sf stay together as they do in id order. The max sf of the pick
+    is the same with or without `spare` (sf is the first key).
+    """
+    if max_level is None:
+        ids, level, node = c.ids, c.level, c.node
+    else:
+        keep = c.level <= max_level
+        ids, level, node = c.ids[keep], c.level[keep], c.node[keep]
+    if len(ids) < n:
+        return None
+    score = np.abs(c.counts[node, level] - n)
+    # one int64 key, exact: levels * (cluster size + n) * nodes * spare range^2 stays far
+    # below 2^63 for any cluster we schedule;
+    # kind="stable" keeps ties in id order, as the artifact's multi-column sort_values does
+    key = level * (int(score.max()) + 1) + score
+    if spare is not None:
+        mine = spare[ids]
+        span = int(mine.max()) + 1
+        group = node * c.counts.shape[1] + level
+        low = np.full(c.counts.size, span, dtype=np.int64)
+        np.minimum.at(low, group, mine)
+        key = ((key * span + low[group]) * c.counts.shape[0] + node) * span + mine
+    if n < len(ids) // 8:
+        # only the n smallest keys matter: partition, then sort just those stably
+        kth = np.partition(key, n - 1)[n - 1]
+        pool = np.flatnonzero(key <= kth)
+        order = pool[np.argsort(key[pool], kind="stable")][:n]
+    else:
+        order = np.argsort(key, kind="stable")[:n]
+    return ids[order]
+
+
+def best_single_node(c: Candidates, n: int, max_level: int,
+                     spare: np.ndarray | None = None) -> tuple[np.ndarray, int] | None:
+    """PAL's within-node step: nodes with >= n usable GPUs of level <= max_level; the
+    n-GPU set with the smallest max sf (ties: the node with more such GPUs, then the lower
+    node id; on the node, the first such set in id order, as itertools.combinations would
+    find it). Returns (ids, the set's max level) or None.
+
+    With `spare`, ties between nodes go first to the node whose eligible GPUs include the
+    lowest spare value, and on the node the n eligible GPUs with the lowest spare values
+    are taken (any n of them have the same max sf, which is what the job runs at).
+    """
+    cum = np.cumsum(c.counts[:, : max_level + 1], axis=1)
+    qualifying = cum[:, max_level]
+    valid = np.flatnonzero(qualifying >= n)
+    if not valid.size:
+        return None
+    nth = np.argmax(cum[valid] >= n, axis=1)  # smallest max level of n GPUs on each node
+    if spare is None:
+        best = np.lexsort((valid, -qualifying[valid], nth))[0]
+        node, top = int(valid[best]), int(nth[best])
+        on = np.flatnonzero((c.node == node) & (c.level <= top))[:n]
+        return c.ids[on], top
+    top = int(nth.min())
+    tied = valid[nth == top]
+    eligible = np.flatnonzero(c.level <= top)
+    mine = spare[c.ids[eligible]]
+    low = np.full(len(c.counts), int(mine.max()) + 1, dtype=np.int64)
+    np.minimum.at(low, c.node[eligible], mine)
+    node = int(tied[np.lexsort((tied, -qualifying[tied], low[tied]))[0]])
+    on = eligible[c.node[eligible] == node]
+    on = on[np.argsort(spare[c.ids[on]], kind="stable")[:n]]
+    return np.sort(c.ids[on]), top
+
+
+def best_split(ix: ClusterIndex, c: Candidates, per_node: int, nodes: int) -> np.ndarray | None:
+    """Exactly `per_node` GPUs on each of `nodes` distinct nodes (a Slurm per-node GRES
+    request), minimising the job's max sf: nodes ranked by the smallest max level of their
+    best `per_node` GPUs, then fewer usable GPUs (pack), then lower id; on each node the
+    best GPUs by (level, id)."""
+    cum = np.cumsum(c.counts, axis=1)
+    total = cum[:, -1]
+    valid = np.flatnonzero(total >= per_node)
+    if valid.size < nodes:
+        return None
+    kth = np.argmax(cum[valid] >= per_node, axis=1)
+    chosen = valid[np.lexsort((valid, total[valid], kth))[:nodes]]
+    out: list[np.ndarray] = []
+    for v in chosen:
+        on = np.flatnonzero(c.node == v)
+        out.append(c.ids[on[np.argsort(c.level[on], kind="stable")[:per_node]]])
+    return np.concatenate(out)
+
+
+def packed(counts: np.ndarray, free_on_node: Callable[[int], list[int]], n: int) -> list[int] | None:
+    """The artifact's consolidated placement: the first node with exactly n free; else the
+    node with the fewest free >= n (lower id on ties), its lowest n ids; else the node with
+    the most free (lower id on ties), again and again, until n are collected.
+    `counts[v]` is node v's usable free GPUs and `free_on_node(v)` lists them ascending."""
+    exact = np.flatnonzero(counts == n)
+    if exact.size:
+        return free_on_node(int(exact[0]))[:n]
+    big = np.where(counts >= n, counts, np.iinfo(np.int64).max)
+    node = int(np.argmin(big))
+    if counts[node] >= n:
+        return free_on_node(node)[:n]
+    if int(counts.sum()) < n:
+        return None
+    by_most = np.lexsort((np.arange(len(counts)), -counts))
+    got: list[int] = []
+    for v in by_most:
+        got.extend(free_on_node(int(v))[: n - len(got)])
+        if len(got) == n:
+            break
+    return got
+
+
+def packed_split(counts: np.ndarray, free_on_node: Callable[[int], list[int]], per_node: int,
+                 nodes: int) -> list[int] | None:
+    """Packing for a per-node request: nodes with exactly `per_node` free first, then the
+    fewest free (lower id on ties), the lowest `per_node` ids on each."""
+    valid = np.flatnonzero(counts >= per_node)
+    if valid.size < nodes:
+        return None
+    chosen = valid[np.lexsort((valid, counts[valid]))[:nodes]]
+    return [g for v in chosen for g in free_on_node(int(v))[:per_node]]

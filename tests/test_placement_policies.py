@@ -1,0 +1,404 @@
+"""Placement policies: hand-built clusters with known right answers, then invariants checked
+on seeded random clusters and queues for EVERY registered policy (new policies are covered
+by registering them)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from pal_slurm.placement.model import (
+    Cluster,
+    Decision,
+    GpuRef,
+    JobRequest,
+    PlacementContext,
+    PlacementError,
+    Snapshot,
+)
+from pal_slurm.placement.policies import POLICIES, Policy, class_sorted_prefix, get_policy
+
+#: The PAL artifact's six policies; every other registered policy is ours.
+ARTIFACT = ("packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky", "pm-first", "pal")
+
+
+def cluster(sizes: Sequence[int], sf: Mapping[str, Sequence[float]] | None = None,
+            pv: Mapping[str, Sequence[float]] | None = None) -> Cluster:
+    """Nodes of the given sizes, GPU ids node-major; sf defaults to 1.0 for class A."""
+    gpus = []
+    for node, size in enumerate(sizes):
+        for slot in range(size):
+            gpus.append(GpuRef(id=len(gpus), node=node, slot=slot))
+    n = len(gpus)
+    sf_t = {k: tuple(map(float, v)) for k, v in (sf or {"A": [1.0] * n}).items()}
+    pv_t = {k: tuple(map(float, v)) for k, v in (pv or sf_t).items()}
+    return Cluster(node_names=tuple(f"n{i}" for i in range(len(sizes))), gpus=tuple(gpus), slowdown=sf_t, perfvar=pv_t)
+
+
+def job(jid: str, gpus: int, cls: str | None = "A", submit: float = 0.0, **kw) -> JobRequest:
+    return JobRequest(id=jid, gpus=gpus, job_class=cls, submit_time=submit, **kw)
+
+
+def place(name: str, snap: Snapshot, queue: Sequence[JobRequest], *, lam: float = 1.7, seed: int = 0) -> Decision:
+    return get_policy(name).place(snap, queue, PlacementContext(locality_penalty=lam, rng=random.Random(seed)))
+
+
+def free_only(c: Cluster, free: Sequence[int]) -> Snapshot:
+    return Snapshot(cluster=c, free=frozenset(free))
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_registry_holds_the_artifact_policies_and_ours() -> None:
+    assert set(ARTIFACT) < set(POLICIES)
+    assert {"pal-backfill", "pal-match"} <= set(POLICIES)
+    for name, cls in POLICIES.items():
+        assert issubclass(cls, Policy) and cls.name == name
+        assert isinstance(cls.sticky, bool) and cls.description
+    assert POLICIES["packed-sticky"].sticky and POLICIES["random-sticky"].sticky
+    assert not any(POLICIES[n].sticky for n in ("packed-nonsticky", "random-nonsticky", "pm-first", "pal",
+                                                 "pal-backfill"))
+
+
+def test_policy_traits_are_typed_and_consistent() -> None:
+    for cls in POLICIES.values():
+        assert isinstance(cls.backfills, bool) and isinstance(cls.deterministic, bool)
+        assert isinstance(cls.time_aware, bool) and isinstance(cls.lookahead, int)
+        assert cls.backfills == (cls.lookahead > 0)
+    for name in ARTIFACT:
+        assert not POLICIES[name].backfills and not POLICIES[name].time_aware
+    assert not POLICIES["random-sticky"].deterministic and POLICIES["pal"].deterministic
+    assert POLICIES["pal-backfill"].backfills and POLICIES["pal-backfill"].time_aware
+
+
+def test_unknown_policy_lists_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown policy 'best'; valid: packed-sticky, packed-nonsticky, ") as err:
+        get_policy("best")
+    assert isinstance(err.value, PlacementError)
+
+
+def test_snapshot_naming_a_gpu_that_does_not_exist_is_refused() -> None:
+    with pytest.raises(PlacementError, match="do not exist"):
+        place("pal", free_only(cluster([2]), [0, 5]), [job("a", 1)])
+
+
+def test_duplicate_job_ids_are_refused() -> None:
+    with pytest.raises(PlacementError, match="twice"):
+        place("pal", Snapshot.empty(cluster([2])), [job("a", 1), job("a", 1)])
+
+
+# --------------------------------------------------------------------------- PAL / PM-First
+
+
+@pytest.mark.parametrize("name", ["pal", "pm-first"])
+def test_class_a_pair_gets_the_two_best_gpus_of_one_node(name: str) -> None:
+    c = cluster([4, 4], {"A": [1.1, 1.0, 1.2, 1.0, 1.05, 1.05, 1.05, 1.3]})
+    d = place(name, Snapshot.empty(c), [job("a", 2)])
+    assert d.as_dict() == {"a": (1, 3)} and d.blocked is None
+    assert "sf=1.000" in d.assignments[0].reason
+
+
+def lambda_cluster() -> Snapshot:
+    """Free: one sf-1.0 GPU on each of n0 and n1, two sf-1.1 GPUs on n2."""
+    c = cluster([4, 4, 4], {"A": [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.1, 1.1, 1.1, 1.1]})
+    return free_only(c, [0, 4, 8, 9])
+
+
+def test_pal_prefers_a_slower_local_pair_when_lambda_is_high() -> None:
+    d = place("pal", lambda_cluster(), [job("a", 2)], lam=1.7)
+    assert d.as_dict() == {"a": (8, 9)}
+    # walked: within sf<=1.0 (nothing), then within sf<=1.1 -> n2
+    assert d.assignments[0].alternatives == (((), 1.0), ((8, 9), 1.1))
+    assert "within-node" in d.assignments[0].reason
+
+
+@pytest.mark.parametrize("lam", [1.0, 1.05])
+def test_pal_takes_the_faster_cross_node_pair_when_lambda_is_about_one(lam: float) -> None:
+    d = place("pal", lambda_cluster(), [job("a", 2)], lam=lam)
+    assert d.as_dict() == {"a": (0, 4)}
+    assert "across-nodes" in d.assignments[0].reason
+
+
+def test_pm_first_ignores_locality_beyond_its_score() -> None:
+    # PM-First ranks by sf first: the two sf-1.0 GPUs, wherever they are
+    assert place("pm-first", lambda_cluster(), [job("a", 2)]).as_dict() == {"a": (0, 4)}
+
+
+def test_pm_first_score_prefers_the_node_whose_same_sf_count_matches() -> None:
+    # sf 1.0 everywhere; n0 has 3 free, n1 exactly 2: |3-2| = 1 > |2-2| = 0
+    c = cluster([4, 4])
+    d = place("pm-first", free_only(c, [0, 1, 2, 4, 5]), [job("a", 2)])
+    assert d.as_dict() == {"a": (4, 5)}
+
+
+def test_pal_within_node_tie_goes_to_the_node_with_more_qualifying_gpus() -> None:
+    c = cluster([4, 4])
+    d = place("pal", free_only(c, [0, 1, 4, 5, 6]), [job("a", 2)])
+    assert d.as_dict() == {"a": (4, 5)}
+
+
+def test_pal_within_node_takes_the_first_set_in_id_order_with_the_smallest_max() -> None:
+    # node n0: levels 1.1, 1.0, 1.1, 1.0 -> for 3 GPUs max is 1.1; combinations give (0, 1, 2) first
+    c = cluster([4], {"A": [1.1, 1.0, 1.1, 1.0]})
+    assert place("pal", Snapshot.empty(c), [job("a", 3)]).as_dict() == {"a": (0, 1, 2)}
+
+
+def test_pal_uses_pm_first_for_jobs_wider_than_a_node() -> None:
+    c = cluster([2, 2, 2], {"A": [1.2, 1.0, 1.0, 1.3, 1.1, 1.0]})
+    d = place("pal", Snapshot.empty(c), [job("a", 3)])
+    assert d.as_dict() == {"a": (1, 2, 5)}
+    assert "PM-First" in d.assignments[0].reason
+
+
+def test_pal_uses_the_jobs_class_factors() -> None:
+    c = cluster([2, 2], {"A": [1.0, 1.0, 1.2, 1.2], "D": [1.2, 1.2, 1.0, 1.0]})
+    d = place("pal", Snapshot.empty(c), [job("a", 2, "A"), job("d", 2, "D")])
+    assert d.as_dict() == {"a": (0, 1), "d": (2, 3)}
+    # an unmeasured class is treated as A
+    assert place("pal", Snapshot.empty(c), [job("x", 2, "Z")]).as_dict() == {"x": (0, 1)}
+
+
+@pytest.mark.parametrize("name", ["pm-first", "pal"])
+def test_class_sorted_prefix_places_a_before_b_before_c_before_d(name: str) -> None:
+    c = cluster([4, 4], {"A": [1.0 + 0.01 * g for g in range(8)]})
+    queue = [job("d", 2, "D", 0), job("c", 2, "C", 1), job("a", 2, "A", 2), job("b", 2, "B", 3),
+             job("late-a", 1, "A", 4)]
+    d = place(name, Snapshot.empty(c), queue)
+    assert [a.job_id for a in d.assignments] == ["a", "b", "c", "d"]
+    assert d.blocked == "late-a"
+    assert d.as_dict()["a"] == (0, 1)
+
+
+def test_class_sorted_prefix_keeps_the_rest_in_queue_order_and_ranks_unknown_as_a() -> None:
+    queue = [job("d", 1, "D"), job("x", 1, None), job("b", 1, "B"), job("z", 2, "Z"), job("big", 9, "A"),
+             job("c", 1, "C")]
+    assert [j.id for j in class_sorted_prefix(queue, 5)] == ["x", "z", "b", "d", "big", "c"]
+
+
+# --------------------------------------------------------------------------- packed
+
+
+@pytest.mark.parametrize("name", ["packed-sticky", "packed-nonsticky"])
+def test_packed_exact_fit_then_fewest_free_then_most_free(name: str) -> None:
+    c = cluster([4, 4, 4, 4])
+    snap = free_only(c, [0, 1, 2, 5, 6, 8, 9, 10, 11, 13, 14])  # free per node: 3, 2, 4, 2
+    assert place(name, snap, [job("j", 2)]).as_dict() == {"j": (5, 6)}  # first exact fit: n1
+    assert place(name, snap, [job("j", 1)]).as_dict() == {"j": (5,)}  # fewest >= 1: n1 (tie with n3)
+    assert place(name, snap, [job("j", 3)]).as_dict() == {"j": (0, 1, 2)}  # exact: n0
+    assert place(name, snap, [job("j", 4)]).as_dict() == {"j": (8, 9, 10, 11)}
+    snap2 = free_only(c, [0, 1, 2, 5, 6, 13, 14])  # 3, 2, 0, 2: no node holds 5
+    assert place(name, snap2, [job("j", 6)]).as_dict() == {"j": (0, 1, 2, 5, 6, 13)}
+
+
+def test_packed_fewest_free_takes_the_lowest_ids() -> None:
+    c = cluster([4, 4])
+    d = place("packed-sticky", free_only(c, [0, 1, 2, 3, 5, 6, 7]), [job("j", 2)])
+    assert d.as_dict() == {"j": (5, 6)}  # n1 has 3 free < 4
+
+
+def test_packed_places_in_queue_order_on_the_shrinking_free_set() -> None:
+    c = cluster([4, 4])
+    d = place("packed-nonsticky", Snapshot.empty(c), [job("a", 3), job("b", 3), job("c", 2)])
+    assert d.as_dict() == {"a": (0, 1, 2), "b": (4, 5, 6), "c": (3, 7)}
+
+
+# --------------------------------------------------------------------------- random
+
+
+@pytest.mark.parametrize("name", ["random-sticky", "random-nonsticky"])
+def test_random_is_the_artifacts_sample_call(name: str) -> None:
+    c = cluster([4] * 8)
+    free = [g for g in range(32) if g % 3]
+    snap = free_only(c, free)
+    d = place(name, snap, [job("a", 3), job("b", 2)], seed=11)
+    rng = random.Random(11)
+    first = rng.sample(sorted(free), 3)
+    second = rng.sample([g for g in sorted(free) if g not in first], 2)
+    assert d.as_dict() == {"a": tuple(sorted(first)), "b": tuple(sorted(second))}
+
+
+@pytest.mark.parametrize("name", ["random-sticky", "random-nonsticky"])
+def test_random_is_reproducible_with_a_seed_and_differs_with_another(name: str) -> None:
+    snap = Snapshot.empty(cluster([4] * 16))
+    queue = [job("a", 4), job("b", 2), job("c", 1)]
+    assert place(name, snap, queue, seed=1) == place(name, snap, queue, seed=1)
+    assert place(name, snap, queue, seed=1).as_dict() != place(name, snap, queue, seed=2).as_dict()
+
+
+def test_random_draws_nothing_for_a_job_that_does_not_fit() -> None:
+    rng = random.Random(3)
+    state = rng.getstate()
+    d = get_policy("random-sticky").place(free_only(cluster([4]), [0, 1]), [job("a", 3)], PlacementContext(rng=rng))
+    assert d.assignments == () and d.blocked == "a" and rng.getstate() == state
+
+
+# --------------------------------------------------------------------------- no backfill vs. ours
+
+
+def blocked_head_case() -> tuple[Snapshot, list[JobRequest]]:
+    c = cluster([4, 4])
+    snap = Snapshot(cluster=c, free=frozenset(range(4)), running={"r": (4, 5, 6, 7)}, now=0.0,
+                    expected_end={"r": 100.0})
+    return snap, [job("head", 8, remaining_s=50.0), job("short", 1, submit=1.0, remaining_s=50.0)]
+
+
+@pytest.mark.parametrize("name", ARTIFACT)
+def test_artifact_policies_stop_at_a_blocked_head(name: str) -> None:
+    snap, queue = blocked_head_case()
+    d = place(name, snap, queue)
+    assert d.assignments == () and d.blocked == "head"
+
+
+@pytest.mark.parametrize("name", [n for n in POLICIES if n not in ARTIFACT])
+def test_our_policies_backfill_past_a_blocked_head(name: str) -> None:
+    snap, queue = blocked_head_case()
+    d = place(name, snap, queue)
+    assert list(d.as_dict()) == ["short"] and d.blocked == "head"
+    assert "backfilled past head" in d.assignments[0].reason
+
+
+# --------------------------------------------------------------------------- per-node splits
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_gpus_per_node_split_is_honoured(name: str) -> None:
+    c = cluster([4, 4, 4], {"A": [1.0, 1.3, 1.0, 1.0, 1.2, 1.0, 1.0, 1.0, 1.0, 1.0, 1.1, 1.0]})
+    snap = free_only(c, [0, 1, 2, 4, 5, 8, 9, 10, 11])  # 3, 2, 4 free
+    d = place(name, snap, [job("s", 4, gpus_per_node=2)])
+    got = d.as_dict()["s"]
+    per_node = {v: sum(1 for g in got if c.node_of[g] == v) for v in {c.node_of[g] for g in got}}
+    assert sorted(per_node.values()) == [2, 2]
+
+
+def test_variability_split_prefers_nodes_with_the_better_worst_gpu() -> None:
+    c = cluster([4, 4, 4], {"A": [1.0, 1.3, 1.0, 1.0, 1.2, 1.0, 1.0, 1.0, 1.0, 1.0, 1.1, 1.0]})
+    snap = free_only(c, [0, 1, 2, 4, 5, 8, 9, 10, 11])
+    # n0 offers 0, 2 (max 1.0), n2 offers 8, 9 (1.0), n1 only 4, 5 (max 1.2)
+    assert place("pal", snap, [job("s", 4, gpus_per_node=2)]).as_dict() == {"s": (0, 2, 8, 9)}
+    # packed: exact fit first (n1 has exactly 2), then the fewest free (n0: 3)
+    assert place("packed-sticky", snap, [job("s", 4, gpus_per_node=2)]).as_dict() == {"s": (0, 1, 4, 5)}
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_allowed_nodes_are_honoured(name: str) -> None:
+    c = cluster([4, 4, 4], {"A": [1.3] * 4 + [1.0] * 4 + [1.2] * 4})
+    d = place(name, Snapshot.empty(c), [job("a", 3, allowed_nodes=frozenset({0, 2}))])
+    assert {c.node_of[g] for g in d.as_dict()["a"]} <= {0, 2}
+    blocked = place(name, Snapshot.empty(c), [job("b", 5, allowed_nodes=frozenset({1}))])
+    assert blocked.assignments == () and blocked.blocked == "b"
+
+
+# --------------------------------------------------------------------------- invariants
+
+
+def random_case(seed: int) -> tuple[Snapshot, list[JobRequest]]:
+    """A random cluster (uneven node sizes, tied factors), free set, running jobs and queue."""
+    rng = random.Random(seed)
+    sizes = [rng.randint(1, 6) for _ in range(rng.randint(1, 7))]
+    n = sum(sizes)
+    sf = {k: [rng.choice(levels) for _ in range(n)] for k, levels in
+          {"A": (0.95, 1.0, 1.1, 1.6), "B": (1.0, 1.05), "C": (0.98, 1.0, 1.03), "D": (1.0,)}.items()}
+    pv = {k: [v * rng.uniform(0.97, 1.03) for v in vals] for k, vals in sf.items()}
+    c = cluster(sizes, sf, pv)
+    busy = [g for g in range(n) if rng.random() < 0.4]
+    running: dict[str, tuple[int, ...]] = {}
+    while busy:
+        k = rng.randint(1, min(4, len(busy)))
+        running[f"r{len(running)}"] = tuple(busy[:k])
+        busy = busy[k:]
+    held = {g for gs in running.values() for g in gs}
+    now = rng.uniform(0, 100)
+    ends = {jid: now + rng.uniform(1, 500) for jid in running if rng.random() < 0.8}
+    snap = Snapshot(cluster=c, free=frozenset(set(range(n)) - held), running=running, now=now, expected_end=ends)
+    queue = []
+    for i in range(rng.randint(0, 9)):
+        gpus = rng.randint(1, max(1, min(n, 10)))
+        per = None
+        if rng.random() < 0.2:
+            per = rng.choice([d for d in range(1, gpus + 1) if gpus % d == 0])
+        allowed = None
+        if rng.random() < 0.2:
+            allowed = frozenset(v for v in range(len(sizes)) if rng.random() < 0.6)
+        queue.append(JobRequest(id=f"j{i}", gpus=gpus, job_class=rng.choice(["A", "B", "C", "D", None, "Q"]),
+                                submit_time=float(i), gpus_per_node=per, allowed_nodes=allowed,
+                                remaining_s=rng.choice([0.0, rng.uniform(1, 800)])))
+    return snap, queue
+
+
+def check_decision(snap: Snapshot, queue: Sequence[JobRequest], d: Decision) -> None:
+    c = snap.cluster
+    jobs = {j.id: j for j in queue}
+    used: list[int] = []
+    seen_jobs: set[str] = set()
+    for a in d.assignments:
+        j = jobs[a.job_id]
+        assert a.job_id not in seen_jobs
+        seen_jobs.add(a.job_id)
+        assert len(a.gpus) == j.gpus == len(set(a.gpus))
+        assert set(a.gpus) <= snap.free, "only free GPUs"
+        nodes = [c.node_of[g] for g in a.gpus]
+        if j.allowed_nodes is not None:
+            assert set(nodes) <= j.allowed_nodes
+        if j.gpus_per_node is not None:
+            counts = {v: nodes.count(v) for v in set(nodes)}
+            assert len(counts) == j.gpus // j.gpus_per_node and set(counts.values()) == {j.gpus_per_node}
+        assert "sf=" in a.reason
+        used.extend(a.gpus)
+    assert len(used) == len(set(used)), "a GPU used twice"
+    assert len(used) <= len(snap.free), "capacity"
+    held = {g for gs in snap.running.values() for g in gs}
+    assert not held & set(used), "a running job's GPU"
+    if d.blocked is None:
+        assert seen_jobs == set(jobs), "nothing blocked, so everything placed"
+    else:
+        assert d.blocked in jobs and d.blocked not in seen_jobs
+
+
+CASES = range(120)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_invariants_on_random_cases(name: str) -> None:
+    policy = get_policy(name)
+    for seed in CASES:
+        snap, queue = random_case(seed)
+        d = policy.place(snap, queue, PlacementContext(locality_penalty=1.0 + (seed % 4) * 0.5,
+                                                       rng=random.Random(seed)))
+        check_decision(snap, queue, d)
+        again = policy.place(snap, queue, PlacementContext(locality_penalty=1.0 + (seed % 4) * 0.5,
+                                                           rng=random.Random(seed)))
+        assert again == d, f"not deterministic for seed {seed}"
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_invariants_when_everything_is_free(name: str) -> None:
+    """The non-sticky (round-mode) call: every job, every GPU free, no running jobs."""
+    policy = get_policy(name)
+    for seed in CASES:
+        snap, queue = random_case(seed)
+        snap = Snapshot.empty(snap.cluster)
+        d = policy.place(snap, queue, PlacementContext(rng=random.Random(seed)))
+        check_decision(snap, queue, d)
+        if all(j.allowed_nodes is None and j.gpus_per_node is None for j in queue):
+            placed = sum(len(a.gpus) for a in d.assignments)
+            nxt = [j for j in queue if j.id == d.blocked]
+            assert not nxt or placed + nxt[0].gpus > snap.cluster.size, "blocked although it fitted"
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(POLICIES) if POLICIES[n].sticky])
+def test_sticky_policies_leave_running_jobs_alone(name: str) -> None:
+    c = cluster([4, 4, 4], {"A": [1.0] * 8 + [1.5] * 4})
+    running = {"r1": (0, 1, 2, 3), "r2": (4, 5)}
+    snap = Snapshot(cluster=c, free=frozenset(range(6, 12)), running=running)
+    d = place(name, snap, [job("a", 4), job("b", 2), job("c", 1)])
+    used = {g for a in d.assignments for g in a.gpus}
+    assert used == set(range(6, 12)) and d.blocked == "c"
+
+
+def test_artifact_policies_need_no_timing_information() -> None:
+    snap = Snapshot.empty(cluster([4, 4]))
+    for name in POLICIES:
+        assert place(name, snap, [job("a", 8)]).as_dict() == {"a": tuple(range(8))}
