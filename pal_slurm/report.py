@@ -95,9 +95,10 @@ def gpu_rows(stored: StoredClassification) -> list[dict[str, Any]]:
         for job_class, bench in stored.job_classes.items():
             r = by_bench.get((uuid, bench))
             if r is None or not r.profiled:
-                row["classes"][job_class] = {"bin": None, "slowdown": None, "outlier": False}
+                row["classes"][job_class] = {"bin": None, "slowdown": None, "outlier": False, "perfvar": None}
             else:
-                row["classes"][job_class] = {"bin": r.bin, "slowdown": r.slowdown, "outlier": r.outlier}
+                row["classes"][job_class] = {"bin": r.bin, "slowdown": r.slowdown, "outlier": r.outlier,
+                                             "perfvar": r.perfvar}
                 row["outlier"] = row["outlier"] or r.outlier
         if row["last_profiled"] is not None:
             row["last_profiled"] = row["last_profiled"].isoformat()

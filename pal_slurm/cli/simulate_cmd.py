@@ -1,0 +1,175 @@
+"""`pal simulate`: replay traces under placement policies before turning placement on."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.render import Column, console, emit_json, emit_rows
+from pal_slurm.errors import InputError
+
+
+def _cluster(value: str) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", value)
+    if not m or int(m[1]) < 1 or int(m[2]) < 1:
+        raise click.BadParameter(f"{value!r}: expected NODESxGPUS, e.g. 16x4")
+    return int(m[1]), int(m[2])
+
+
+def _policy_names(value: str) -> tuple[str, ...]:
+    from pal_slurm.placement.policies import POLICIES
+
+    if value == "all":
+        return tuple(POLICIES)
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names:
+        raise click.BadParameter(f"unknown policy {', '.join(map(repr, unknown)) or repr(value)}; "
+                                 f"valid: {', '.join(POLICIES)} (or all)")
+    return names
+
+
+RUN_COLUMNS = [
+    Column("trace", lambda r: r["trace"]), Column("policy", lambda r: r["policy"]),
+    Column("jobs", lambda r: r["jobs"], "right"),
+    Column("avg JCT (h)", lambda r: round(r["avg_jct_s"] / 3600, 2), "right"),
+    Column("median JCT (h)", lambda r: round(r["median_jct_s"] / 3600, 2), "right"),
+    Column("p99 JCT (h)", lambda r: round(r["p99_jct_s"] / 3600, 2), "right"),
+    Column("avg wait (h)", lambda r: round(r["avg_queue_delay_s"] / 3600, 2), "right"),
+    Column("makespan (h)", lambda r: round(r["makespan_s"] / 3600, 2), "right"),
+    Column("utilization", lambda r: round(r["utilization"], 3), "right"),
+]
+CSV_COLUMNS = [Column(k, lambda r, k=k: r[k]) for k in (
+    "trace", "policy", "mode", "order", "jobs", "avg_jct_s", "median_jct_s", "p99_jct_s", "avg_queue_delay_s",
+    "makespan_s", "utilization", "skipped")]
+
+
+@click.command()
+@click.option("--trace", "traces", multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Trace file (Sia-Philly CSV or `sacct -P` export); repeatable.")
+@click.option("--trace-format", type=click.Choice(["auto", "philly", "sacct"]), default="auto", show_default=True)
+@click.option("--synthetic", "synthetic_jobs", type=click.IntRange(min=1), metavar="N",
+              help="Also simulate a synthetic trace of N jobs (Poisson arrivals, Philly-like sizes).")
+@click.option("--skip-invalid", is_flag=True, help="Skip malformed trace rows (counted in the output) "
+                                                   "instead of stopping at the first one.")
+@click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS",
+              help="Simulated cluster [default: 16x4]; with --variability db the real GPUs are used.")
+@click.option("--variability", required=True, metavar="DIR|db",
+              help="The PAL artifact's CSV directory (class A from resnet*, B/C from bert*, D from pagerank*), "
+                   "or db: the latest classification in the database, on the real GPUs.")
+@click.option("--classification", "version", type=int, metavar="N", help="With --variability db: version N.")
+@click.option("--policy", "policy_spec", default="all", show_default=True, metavar="NAME[,NAME...]",
+              help="Placement policies to compare (all = every registered one).")
+@click.option("--order", type=click.Choice(["fifo", "las", "srtf"]), default="fifo", show_default=True,
+              help="Queue order.")
+@click.option("--mode", type=click.Choice(["round", "event"]), default="round", show_default=True,
+              help="round: the PAL artifact's 360 s rounds with free preemption; event: continuous time, "
+                   "no preemption, as Slurm runs jobs. See docs/simulation.md.")
+@click.option("--round-seconds", type=click.FloatRange(min=1), default=360.0, show_default=True)
+@click.option("--locality-penalty", type=click.FloatRange(min=1.0), default=1.7, show_default=True,
+              help="Slowdown of a job spread across nodes (PAL's lambda).")
+@click.option("--seed", type=int, default=42, show_default=True, help="Seed of the variability draw and random policies.")
+@click.option("--baseline", default="packed-sticky", show_default=True, help="Policy the summary ratios are against.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Write JCT CDFs and busy GPUs over time (.png, .svg or .pdf).")
+@click.pass_obj
+def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synthetic_jobs: int | None,
+             skip_invalid: bool, cluster_shape: str | None, variability: str, version: int | None, policy_spec: str,
+             order: str, mode: str, round_seconds: float, locality_penalty: float, seed: int, baseline: str,
+             fmt: str, as_json: bool, plot_path: Path | None) -> None:
+    """Replay job traces under placement policies and compare JCT, makespan and utilization.
+
+    \b
+    Example (the PAL paper's setting):
+      pal simulate --trace workload-1.csv --variability longhorn/ --cluster 16x4 --mode round
+    """
+    from pal_slurm.simulate.runner import SimulationSpec, run_simulations
+
+    fmt = "json" if as_json else fmt
+    policies = _policy_names(policy_spec)
+    _policy_names(baseline)
+    if not traces and not synthetic_jobs:
+        raise click.UsageError("give at least one --trace FILE or --synthetic N")
+    source, total_gpus = _variability(app, variability, cluster_shape, version)
+    loaded = _load_traces(traces, trace_format, total_gpus, skip_invalid, synthetic_jobs, seed)
+    spec = SimulationSpec(traces=tuple(loaded), policies=policies, variability=source, mode=mode,  # type: ignore[arg-type]
+                          order=order, locality_penalty=locality_penalty, round_seconds=round_seconds, seed=seed,
+                          baseline=baseline)
+    report = _run_with_progress(spec, run_simulations)
+    if plot_path is not None:
+        from pal_slurm.simulate.plot import write_plot
+
+        write_plot(plot_path, report.results)
+        click.echo(f"plot written to {plot_path}", err=True)
+    data = report.as_dict()
+    rows = [{**r.as_dict()} for r in report.results]
+    if fmt == "json":
+        emit_json(data)
+    elif fmt == "csv":
+        emit_rows(rows, CSV_COLUMNS, "csv")
+    else:
+        emit_rows(rows, RUN_COLUMNS, "table", title=f"{mode} mode, {order}, lambda {locality_penalty}")
+        summary = [{"policy": p, **v} for p, v in data["summary"].items()]
+        emit_rows(summary, [Column("policy", lambda r: r["policy"]),
+                            Column(f"avg JCT / {baseline}", lambda r: round(r["avg_jct_ratio"], 3), "right"),
+                            Column(f"makespan / {baseline}", lambda r: round(r["makespan_ratio"], 3), "right"),
+                            Column(f"utilization / {baseline}", lambda r: round(r["utilization_ratio"], 3), "right")],
+                  "table", title=f"geomean over {len(loaded)} trace(s) of the ratio to {baseline} (JCT < 1 is better)")
+        skipped = sum(t.skipped and len(t.skipped) or 0 for t in loaded)
+        if skipped:
+            console().print(f"{skipped} invalid trace rows skipped", markup=False)
+
+
+def _variability(app: AppContext, value: str, cluster_shape: str | None, version: int | None) -> tuple[Any, int]:
+    from pal_slurm.simulate.runner import ArtifactVariability, FixedVariability, cluster_from_gpus
+
+    if value == "db":
+        if cluster_shape is not None:
+            raise click.UsageError("--cluster does not apply to --variability db: the database's GPUs are the cluster")
+        from pal_slurm.services import load_gpu_rows
+        from pal_slurm.simulate.variability import from_classification
+
+        rows = load_gpu_rows(app.engine, version)
+        classes = sorted(app.cfg.job_classes)
+        cluster = cluster_from_gpus(from_classification(rows, classes))
+        return FixedVariability(cluster), cluster.size
+    if version is not None:
+        raise click.UsageError("--classification goes with --variability db")
+    from pal_slurm.simulate.variability import load_artifact_profiles
+
+    nodes, gpn = _cluster(cluster_shape or "16x4")
+    return ArtifactVariability(load_artifact_profiles(Path(value)), nodes, gpn), nodes * gpn
+
+
+def _load_traces(paths: tuple[Path, ...], fmt: str, max_gpus: int, skip_invalid: bool, synthetic_jobs: int | None,
+                 seed: int) -> list[Any]:
+    from pal_slurm.simulate.traces import read_trace_file
+
+    loaded = [read_trace_file(p, format=fmt, max_gpus=max_gpus, skip_invalid=skip_invalid) for p in paths]
+    if synthetic_jobs:
+        from pal_slurm.simulate.synthetic import generate
+
+        loaded.append(generate(synthetic_jobs, seed=seed, max_gpus=max_gpus))
+    names = [t.name for t in loaded]
+    if len(set(names)) != len(names):
+        raise InputError(f"two traces have the same name: {', '.join(sorted(n for n in names if names.count(n) > 1))}")
+    return loaded
+
+
+def _run_with_progress(spec: Any, run: Any) -> Any:
+    runs = len(spec.traces) * len(dict.fromkeys((*spec.policies, spec.baseline)))
+    if not sys.stderr.isatty():
+        return run(spec)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), transient=True, console=console().__class__(stderr=True)) as bar:
+        task = bar.add_task("", total=runs)
+        return run(spec, lambda r: bar.update(task, advance=1, description=f"{r.trace} / {r.policy}"))

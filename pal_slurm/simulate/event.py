@@ -1,0 +1,136 @@
+"""Event mode: continuous time, no preemption, a job starts the moment it is placed and
+holds its GPUs until it ends -- the way Slurm runs jobs.
+
+Each scheduling pass (after every arrival or completion) orders the waiting jobs, hands
+the policy the free GPUs (sticky semantics: running jobs never move, whatever the
+policy's own round-mode behaviour), and starts what it places. A job's run time is its
+nominal run time x the largest raw PerfVar of its class over its GPUs (a synchronous job
+runs at its slowest GPU's pace) x the locality penalty when it spans nodes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pal_slurm.placement.model import Cluster, JobRequest, PlacementContext, Snapshot
+from pal_slurm.placement.orders import get_order
+from pal_slurm.placement.policies import Policy
+from pal_slurm.simulate.metrics import JobOutcome, run_metrics
+from pal_slurm.simulate.result import SimResult
+from pal_slurm.simulate.traces import Trace, TraceJob
+
+Progress = Callable[[int], None]  # called with the number of jobs finished so far
+
+
+@dataclass(frozen=True)
+class EventOptions:
+    order: str = "fifo"
+    locality_penalty: float = 1.7
+    seed: int = 0
+
+
+def runtime_s(job: TraceJob, gpus: Sequence[int], cluster: Cluster, locality_penalty: float) -> float:
+    pv = cluster.pv(job.job_class)
+    slowest = max(pv[g] for g in gpus)
+    nodes = {cluster.node_of[g] for g in gpus}
+    return job.nominal_runtime_s * slowest * (locality_penalty if len(nodes) > 1 else 1.0)
+
+
+def _window(queue: Sequence[JobRequest], free: int, extra: int) -> list[JobRequest]:
+    """The fitting prefix, the first job that does not fit, and `extra` more: all a
+    non-backfilling policy can use, and a bounded look-ahead for backfilling ones."""
+    demand = 0
+    for i, job in enumerate(queue):
+        demand += job.gpus
+        if demand > free:
+            return list(queue[: i + 1 + extra])
+    return list(queue)
+
+
+def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: EventOptions = EventOptions(),
+                    progress: Progress | None = None) -> SimResult:
+    order = get_order(options.order)
+    ctx = PlacementContext(locality_penalty=options.locality_penalty, rng=random.Random(options.seed))
+    jobs = sorted(trace.jobs, key=lambda j: j.submit_time)  # stable: file order on ties
+    by_id = {j.job_id: j for j in jobs}
+    if len(by_id) != len(jobs):
+        raise ValueError(f"{trace.name}: job ids are not unique")
+    free: set[int] = set(range(cluster.size))
+    running: dict[str, tuple[int, ...]] = {}
+    started: dict[str, float] = {}
+    waiting: list[JobRequest] = []
+    finish_heap: list[tuple[float, int, str]] = []
+    outcomes: dict[str, JobOutcome] = {}
+    busy_gpu_s = 0.0
+    seq = 0
+    i = 0
+    freed_since_pass = True
+    blocked_last = False
+    ends: dict[str, float] = {}
+    reorder_on_arrival = options.order != "fifo" or policy.backfills
+    while i < len(jobs) or finish_heap:
+        t_arr = jobs[i].submit_time if i < len(jobs) else math.inf
+        t_fin = finish_heap[0][0] if finish_heap else math.inf
+        now = min(t_arr, t_fin)
+        while finish_heap and finish_heap[0][0] <= now:
+            _, _, jid = heapq.heappop(finish_heap)
+            gpus = running.pop(jid)
+            free.update(gpus)
+            del ends[jid]
+            job = by_id[jid]
+            outcomes[jid] = JobOutcome(jid, job.num_gpus, job.submit_time, started[jid], now)
+            freed_since_pass = True
+            if progress is not None:
+                progress(len(outcomes))
+        arrived = False
+        while i < len(jobs) and jobs[i].submit_time <= now:
+            j = jobs[i]
+            waiting.append(JobRequest(id=j.job_id, gpus=j.num_gpus, job_class=j.job_class, submit_time=j.submit_time,
+                                      gpus_per_node=j.gpus_per_node, remaining_s=j.nominal_runtime_s))
+            i += 1
+            arrived = True
+        if not waiting or not free:
+            continue
+        if not freed_since_pass and blocked_last and not (arrived and reorder_on_arrival):
+            continue  # nothing a pass could change: same free GPUs, same head of line
+        queue = _window(order(waiting), len(free), policy.lookahead)
+        snap = Snapshot(cluster=cluster, free=frozenset(free), running=dict(running), now=now, expected_end=dict(ends))
+        decision = policy.place(snap, queue, ctx)
+        placed = set()
+        for a in decision.assignments:
+            job = by_id[a.job_id]
+            free.difference_update(a.gpus)
+            running[a.job_id] = a.gpus
+            started[a.job_id] = now
+            dur = runtime_s(job, a.gpus, cluster, options.locality_penalty)
+            busy_gpu_s += dur * len(a.gpus)
+            ends[a.job_id] = now + dur
+            seq += 1
+            heapq.heappush(finish_heap, (now + dur, seq, a.job_id))
+            placed.add(a.job_id)
+        if placed:
+            waiting = [w for w in waiting if w.id not in placed]
+        blocked_last = decision.blocked is not None or bool(waiting)
+        freed_since_pass = False
+        if not finish_heap and waiting and i >= len(jobs):
+            raise RuntimeError(f"{trace.name}: jobs {[w.id for w in waiting[:5]]} can never be placed on this cluster")
+    ordered = tuple(outcomes[j.job_id] for j in trace.jobs)
+    metrics = run_metrics(ordered, busy_gpu_seconds=busy_gpu_s, cluster_gpus=cluster.size)
+    return SimResult(trace=trace.name, policy=policy.name, mode="event", order=options.order, outcomes=ordered,
+                     metrics=metrics, busy_timeline=busy_curve(ordered),
+                     cluster_gpus=cluster.size, skipped=len(trace.skipped))
+
+
+def busy_curve(outcomes: Sequence[JobOutcome]) -> tuple[tuple[float, int], ...]:
+    """GPUs allocated over time, as (time, busy) steps, from the jobs' start and finish times."""
+    deltas = sorted([(o.start_time, o.gpus) for o in outcomes] + [(o.finish_time, -o.gpus) for o in outcomes])
+    steps: dict[float, int] = {0.0: 0}
+    busy = 0
+    for t, d in deltas:
+        busy += d
+        steps[t] = busy  # the last change at a time wins
+    return tuple(sorted(steps.items()))

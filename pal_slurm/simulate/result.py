@@ -1,0 +1,24 @@
+"""What one simulated run produces, the same for both simulation modes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pal_slurm.simulate.metrics import JobOutcome, RunMetrics
+
+
+@dataclass(frozen=True)
+class SimResult:
+    trace: str
+    policy: str
+    mode: str
+    order: str
+    outcomes: tuple[JobOutcome, ...]  # traced jobs only, in trace order
+    metrics: RunMetrics
+    busy_timeline: tuple[tuple[float, int], ...]  # (time, GPUs allocated) at each change
+    cluster_gpus: int
+    skipped: int = 0  # invalid trace rows skipped with --skip-invalid
+
+    def as_dict(self) -> dict[str, object]:
+        return {"trace": self.trace, "policy": self.policy, "mode": self.mode, "order": self.order,
+                **self.metrics.as_dict(), "skipped": self.skipped}

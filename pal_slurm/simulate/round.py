@@ -1,0 +1,234 @@
+"""Round mode: the PAL artifact's simulation semantics, so that its numbers reproduce.
+
+Exactly as ../shared/docs/design.md section 2 and docs/simulation.md state them:
+rounds at T = 0, R, 2R, ... (R = 360 s). At each T: (1) every placed job gains
+R / (iter_time x pm x loc) iterations, pm = the largest raw PerfVar of its class over its
+GPUs and loc = lambda when it spans nodes, both fixed when it was (re)launched; (2) a job
+whose iterations reach its duration finishes at T and frees its GPUs; (3) jobs submitted
+at or before T join the queue; (4) the queue is ordered (FIFO by submit time, stable, by
+default); (5) the policy places. Sticky policies keep running jobs where they are and
+place only waiting jobs; non-sticky ones clear every allocation each round and re-place
+all jobs in queue order (preemption and migration are free and keep progress).
+
+After the traced jobs the artifact keeps generating jobs: job k copies trace row
+k mod len(trace), arriving ceil(3600 x -ln(1 - U) / 2) s after the previous one, U from a
+Random seeded 1 at the start of each run. They compete for GPUs but are not counted.
+The run ends after the round in which every traced job has finished.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pal_slurm.placement.model import Cluster, JobRequest, PlacementContext, Snapshot
+from pal_slurm.placement.orders import get_order
+from pal_slurm.placement.policies import Policy
+from pal_slurm.simulate.metrics import JobOutcome, run_metrics
+from pal_slurm.simulate.result import SimResult
+from pal_slurm.simulate.traces import Trace, TraceJob
+
+
+@dataclass(frozen=True)
+class RoundOptions:
+    order: str = "fifo"
+    locality_penalty: float = 1.7
+    round_seconds: float = 360.0
+    extra_jobs: bool = True  # the artifact's endless stream of generated jobs after the trace
+    extra_seed: int = 1
+    max_rounds: int = 2_000_000
+
+
+@dataclass
+class _Job:
+    src: TraceJob
+    traced: bool
+    submit: float
+    done_iters: float = 0.0
+    gpus: tuple[int, ...] = ()
+    rate: float = 0.0  # iterations per second at the current placement
+    first_start: float | None = None
+    finish: float | None = None
+    attained_s: float = 0.0
+    seq: int = 0  # arrival order, the FIFO tie-break
+    _req: JobRequest | None = None
+
+    def request(self, with_progress: bool) -> JobRequest:
+        """The job as a policy sees it; rebuilt only when the order needs current progress."""
+        if self._req is None or with_progress:
+            remaining = max(self.src.work - self.done_iters, 0.0) * self.src.iter_time_s
+            self._req = JobRequest(id=self.src.job_id, gpus=self.src.num_gpus, job_class=self.src.job_class,
+                                   submit_time=self.submit, gpus_per_node=self.src.gpus_per_node,
+                                   attained_s=self.attained_s, remaining_s=remaining)
+        return self._req
+
+
+def _extra_arrivals(trace: Trace, seed: int) -> "Callable[[], TraceJob]":
+    rng = random.Random(seed)
+    rows = trace.jobs
+    last = max((j.submit_time for j in rows), default=0.0)
+    k = len(rows)
+
+    def next_job() -> TraceJob:
+        nonlocal last, k
+        u = rng.random()
+        last = last + math.ceil(3600 * -math.log(1 - u) / 2)
+        row = rows[k % len(rows)]
+        job = TraceJob(job_id=f"extra-{k}", num_gpus=row.num_gpus, submit_time=last, work=row.work,
+                       work_unit=row.work_unit, model=row.model, job_class=row.job_class,
+                       iter_time_s=row.iter_time_s, line=row.line, source="generated",
+                       gpus_per_node=row.gpus_per_node, name=row.name)
+        k += 1
+        return job
+
+    return next_job
+
+
+def simulate_rounds(trace: Trace, cluster: Cluster, policy: Policy, options: RoundOptions = RoundOptions(), *,
+                    rng: random.Random | None = None) -> SimResult:
+    """One run of `policy` on `trace`; `rng` continues the stream the variability was drawn from."""
+    order = get_order(options.order)
+    ctx = PlacementContext(locality_penalty=options.locality_penalty, rng=rng or random.Random(42))
+    R = options.round_seconds
+    pending = sorted(trace.jobs, key=lambda j: j.submit_time)
+    next_extra = _extra_arrivals(trace, options.extra_seed) if options.extra_jobs and trace.jobs else None
+    upcoming = next_extra() if next_extra else None
+    jobs: dict[str, _Job] = {}
+    active: list[_Job] = []  # arrived, unfinished, in arrival order
+    traced_left = len(trace.jobs)
+    busy_traced_gpu_s = 0.0
+    memo = _Memo()
+    timeline: list[tuple[float, int]] = [(0.0, 0)]  # GPUs allocated (generated jobs included) per round
+    seq = 0
+    i = 0
+    for rnd in range(options.max_rounds):
+        now = rnd * R
+        # (1)-(2): progress over the past round, finishes at this boundary
+        finished = False
+        if rnd:
+            for job in active:
+                if job.gpus:
+                    job.done_iters += job.rate * R
+                    job.attained_s += R * len(job.gpus)
+                    if job.traced:
+                        busy_traced_gpu_s += R * len(job.gpus)
+                    if job.done_iters >= job.src.work - 1e-9:
+                        job.finish = now
+                        job.gpus = ()
+                        finished = True
+                        if job.traced:
+                            traced_left -= 1
+            if finished:
+                active = [j for j in active if j.finish is None]
+        if traced_left == 0:
+            break
+        # (3) arrivals
+        arrived = False
+        while i < len(pending) and pending[i].submit_time <= now:
+            seq += 1
+            j = _Job(pending[i], True, pending[i].submit_time, seq=seq)
+            jobs[j.src.job_id] = j
+            active.append(j)
+            i += 1
+            arrived = True
+        while upcoming is not None and upcoming.submit_time <= now:
+            seq += 1
+            j = _Job(upcoming, False, upcoming.submit_time, seq=seq)
+            jobs[j.src.job_id] = j
+            active.append(j)
+            upcoming = next_extra() if next_extra else None
+            arrived = True
+        if arrived:
+            active.sort(key=lambda x: (x.submit, x.seq))
+        # (4)-(5) order and place
+        if not policy.sticky or finished or arrived or options.order != "fifo":
+            # a sticky pass with nothing new would find the same jobs blocked on the same GPUs
+            _place_round(active, cluster, policy, order, ctx, now, options, memo)
+        busy = sum(len(j.gpus) for j in active if j.gpus)
+        if busy != timeline[-1][1]:
+            timeline.append((now, busy))
+    else:
+        raise RuntimeError(f"{trace.name}: {policy.name} did not finish within {options.max_rounds} rounds")
+    outcomes = tuple(
+        JobOutcome(j.job_id, j.num_gpus, j.submit_time, _first_start(jobs[j.job_id]), jobs[j.job_id].finish or 0.0)
+        for j in trace.jobs
+    )
+    metrics = run_metrics(outcomes, busy_gpu_seconds=busy_traced_gpu_s, cluster_gpus=cluster.size)
+    return SimResult(trace=trace.name, policy=policy.name, mode="round", order=options.order, outcomes=outcomes,
+                     metrics=metrics, busy_timeline=tuple(timeline), cluster_gpus=cluster.size,
+                     skipped=len(trace.skipped))
+
+
+def _first_start(job: _Job) -> float:
+    return job.first_start if job.first_start is not None else (job.finish or 0.0)
+
+
+def _launch(job: _Job, gpus: tuple[int, ...], cluster: Cluster, lam: float, now: float) -> None:
+    pv = cluster.pv(job.src.job_class)
+    pm = max(pv[g] for g in gpus)
+    loc = lam if len({cluster.node_of[g] for g in gpus}) > 1 else 1.0
+    job.gpus = gpus
+    job.rate = 1.0 / (job.src.iter_time_s * pm * loc)
+    if job.first_start is None:
+        job.first_start = now
+
+
+def window(jobs: Sequence[_Job], capacity: int, lookahead: int) -> list[_Job]:
+    """The jobs a policy can act on this round: the prefix whose demand fits `capacity`, the
+    first job that does not (it blocks a non-backfilling policy), and `lookahead` more for a
+    backfilling one. Exactly equivalent for the artifact's policies, and it keeps a round
+    cheap when hundreds of generated jobs queue up."""
+    demand = 0
+    for i, job in enumerate(jobs):
+        demand += job.src.num_gpus
+        if demand > capacity:
+            return list(jobs[: i + 1 + lookahead])
+    return list(jobs)
+
+
+@dataclass
+class _Memo:
+    """A deterministic non-sticky policy given the same jobs places them the same way."""
+
+    key: tuple[str, ...] | None = None
+    decision: dict[str, tuple[int, ...]] | None = None
+
+
+def _place_round(active: list[_Job], cluster: Cluster, policy: Policy, order: Callable[..., list[JobRequest]],
+                 ctx: PlacementContext, now: float, options: RoundOptions, memo: _Memo) -> None:
+    lookahead = policy.lookahead
+    if options.order == "fifo":
+        ordered = active  # kept sorted by (submit time, arrival)
+    else:
+        by_id = {j.src.job_id: j for j in active}
+        ordered = [by_id[r.id] for r in order([j.request(True) for j in active])]
+    if policy.sticky:
+        free = cluster.size - sum(len(j.gpus) for j in active if j.gpus)
+        if free <= 0:
+            return
+        cand = window([j for j in ordered if not j.gpus], free, lookahead)
+        if not cand:
+            return
+        held = {g for j in active for g in j.gpus}
+        snap = Snapshot(cluster=cluster, free=frozenset(g for g in range(cluster.size) if g not in held),
+                        running={j.src.job_id: j.gpus for j in active if j.gpus})
+        by_id = {j.src.job_id: j for j in cand}
+        for a in policy.place(snap, [j.request(False) for j in cand], ctx).assignments:
+            _launch(by_id[a.job_id], a.gpus, cluster, options.locality_penalty, now)
+        return
+    cand = window(ordered, cluster.size, lookahead)
+    key = tuple(j.src.job_id for j in cand)
+    if policy.deterministic and not policy.time_aware and key == memo.key and memo.decision is not None:
+        decision = memo.decision
+    else:
+        decision = policy.place(Snapshot.empty(cluster), [j.request(False) for j in cand], ctx).as_dict()
+        memo.key, memo.decision = key, decision
+    for job in active:
+        gpus = decision.get(job.src.job_id, ())
+        if gpus != job.gpus:
+            if gpus:
+                _launch(job, gpus, cluster, options.locality_penalty, now)
+            else:
+                job.gpus = ()  # preempted: progress is kept

@@ -1,0 +1,133 @@
+"""Runs traces x policies in one mode and summarises them against a baseline policy.
+
+The same policy objects the placement daemon uses are handed to the round or event
+simulator; this module only builds the cluster each run sees and collects results.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pal_slurm.placement.model import Cluster, GpuRef
+from pal_slurm.placement.policies import get_policy
+from pal_slurm.simulate.metrics import geomean_ratios
+from pal_slurm.simulate.result import SimResult
+from pal_slurm.simulate.traces import Trace
+from pal_slurm.simulate.variability import GpuVariability, cluster_from_variability, draw_artifact
+
+Mode = Literal["round", "event"]
+
+
+@dataclass(frozen=True)
+class ArtifactVariability:
+    """Per-GPU factors drawn from the artifact's CSV rows, re-drawn with the seed at the start
+    of every run (as the artifact does), on a uniform nodes x gpus_per_node cluster."""
+
+    profiles: Any  # pal_slurm.simulate.variability.ArtifactProfiles
+    nodes: int
+    gpus_per_node: int
+
+    def cluster(self, rng: random.Random) -> Cluster:
+        var = draw_artifact(self.profiles, self.nodes * self.gpus_per_node, rng)
+        return cluster_from_variability(var, self.nodes, self.gpus_per_node)
+
+
+@dataclass(frozen=True)
+class FixedVariability:
+    """Real GPU identities (a classification from the database): the same cluster every run."""
+
+    fixed: Cluster
+
+    def cluster(self, rng: random.Random) -> Cluster:
+        return self.fixed
+
+
+def cluster_from_gpus(gpus: Sequence[GpuVariability]) -> Cluster:
+    """A cluster shaped like the real one: GPUs grouped by node (in name order), node-major ids."""
+    by_node: dict[str, list[GpuVariability]] = {}
+    for g in gpus:
+        by_node.setdefault(g.node or "unknown", []).append(g)
+    names = tuple(sorted(by_node))
+    refs, ordered = [], []
+    for n, name in enumerate(names):
+        for slot, g in enumerate(sorted(by_node[name], key=lambda x: x.uuid or "")):
+            refs.append(GpuRef(id=len(refs), node=n, slot=slot, uuid=g.uuid))
+            ordered.append(g)
+    classes = sorted({c for g in ordered for c in g.slowdown})
+    sf = {c: tuple(g.slowdown[c] for g in ordered) for c in classes}
+    pv = {c: tuple(g.perfvar.get(c, g.slowdown[c]) for g in ordered) for c in classes}
+    return Cluster(node_names=names, gpus=tuple(refs), slowdown=sf, perfvar=pv)
+
+
+@dataclass(frozen=True)
+class SimulationSpec:
+    traces: tuple[Trace, ...]
+    policies: tuple[str, ...]
+    variability: ArtifactVariability | FixedVariability
+    mode: Mode = "round"
+    order: str = "fifo"
+    locality_penalty: float = 1.7
+    round_seconds: float = 360.0
+    seed: int = 42
+    baseline: str = "packed-sticky"
+
+
+@dataclass(frozen=True)
+class SimulationReport:
+    spec: SimulationSpec
+    results: tuple[SimResult, ...]
+    summary: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.spec.mode, "order": self.spec.order, "locality_penalty": self.spec.locality_penalty,
+            "round_seconds": self.spec.round_seconds if self.spec.mode == "round" else None,
+            "seed": self.spec.seed, "baseline": self.spec.baseline,
+            "runs": [r.as_dict() for r in self.results],
+            "summary": self.summary,
+        }
+
+
+def run_one(trace: Trace, policy_name: str, spec: SimulationSpec) -> SimResult:
+    policy = get_policy(policy_name)
+    rng = random.Random(spec.seed)
+    cluster = spec.variability.cluster(rng)
+    if spec.mode == "round":
+        from pal_slurm.simulate.round import RoundOptions, simulate_rounds
+
+        opts = RoundOptions(order=spec.order, locality_penalty=spec.locality_penalty,
+                            round_seconds=spec.round_seconds)
+        return simulate_rounds(trace, cluster, policy, opts, rng=rng)
+    from pal_slurm.simulate.event import EventOptions, simulate_events
+
+    return simulate_events(trace, cluster, policy,
+                           EventOptions(order=spec.order, locality_penalty=spec.locality_penalty, seed=spec.seed))
+
+
+def summarise(results: Sequence[SimResult], baseline: str) -> dict[str, dict[str, float]]:
+    """policy -> geomean over traces of its ratio to the baseline, for JCT, makespan and utilization."""
+    out: dict[str, dict[str, float]] = {}
+    for key in ("avg_jct_s", "makespan_s", "utilization"):
+        table: dict[str, dict[str, float]] = {}
+        for r in results:
+            table.setdefault(r.trace, {})[r.policy] = float(r.metrics.as_dict()[key])
+        for policy, ratio in geomean_ratios(table, baseline).items():
+            out.setdefault(policy, {})[f"{key.removesuffix('_s')}_ratio"] = ratio
+    return out
+
+
+def run_simulations(spec: SimulationSpec, progress: Callable[[SimResult], None] | None = None) -> SimulationReport:
+    for name in (*spec.policies, spec.baseline):
+        get_policy(name)  # fail before any work on an unknown name
+    policies = tuple(dict.fromkeys((*spec.policies, spec.baseline)))
+    results = []
+    for trace in spec.traces:
+        for name in policies:
+            result = run_one(trace, name, spec)
+            results.append(result)
+            if progress is not None:
+                progress(result)
+    return SimulationReport(spec, tuple(results), summarise(results, spec.baseline))

@@ -1,0 +1,171 @@
+"""Both simulators on hand-made traces with answers worked out by hand, the runner's summary,
+the CLI's errors, and (with the PAL artifact's data) the fidelity to the artifact's results."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ARTIFACT_DIR
+from pal_slurm.cli.main import cli
+from pal_slurm.placement.model import Cluster
+from pal_slurm.placement.policies import POLICIES, get_policy
+from pal_slurm.simulate.event import EventOptions, simulate_events
+from pal_slurm.simulate.metrics import geomean_ratios
+from pal_slurm.simulate.round import RoundOptions, simulate_rounds
+from pal_slurm.simulate.traces import Trace, TraceJob
+
+
+def job(jid: str, gpus: int, submit: float, iters: float, cls: str = "A", iter_time: float = 1.0) -> TraceJob:
+    return TraceJob(job_id=jid, num_gpus=gpus, submit_time=submit, work=iters, work_unit="iterations",
+                    model="m", job_class=cls, iter_time_s=iter_time, line=1, source="test")
+
+
+def two_node_cluster(slow: float = 1.5) -> Cluster:
+    """2 nodes x 2 GPUs; GPU 3 is slow (PerfVar and slowdown `slow`) for every class."""
+    pv = [1.0, 1.0, 1.0, slow]
+    table = {c: pv for c in "ABCD"}
+    return Cluster.uniform(2, 2, slowdown=table, perfvar=table)
+
+
+def test_event_mode_by_hand() -> None:
+    # a: 2 GPUs for 100 s at t=0 on one node; b: 2 GPUs at t=10 -> node 1 with the slow GPU: 150 s
+    trace = Trace("t", (job("a", 2, 0, 100), job("b", 2, 10, 100)))
+    res = simulate_events(trace, two_node_cluster(), get_policy("packed-sticky"), EventOptions())
+    by = {o.job_id: o for o in res.outcomes}
+    assert (by["a"].start_time, by["a"].finish_time) == (0, 100)
+    assert (by["b"].start_time, by["b"].finish_time) == (10, 160)
+    assert res.metrics.avg_jct_s == pytest.approx((100 + 150) / 2)
+    assert res.metrics.makespan_s == 160
+    assert res.metrics.utilization == pytest.approx((2 * 100 + 2 * 150) / (4 * 160))
+
+
+def test_event_mode_queues_and_never_preempts() -> None:
+    trace = Trace("t", (job("big", 4, 0, 100), job("small", 1, 1, 10), job("next", 4, 2, 10)))
+    res = simulate_events(trace, two_node_cluster(slow=1.0), get_policy("pal"), EventOptions())
+    by = {o.job_id: o for o in res.outcomes}
+    assert by["big"].finish_time == pytest.approx(170)  # 4 GPUs on 2 nodes: 100 s x lambda 1.7
+    assert by["small"].start_time == pytest.approx(170) and by["next"].start_time == pytest.approx(180)
+
+
+def test_event_mode_locality_penalty_applies_across_nodes() -> None:
+    trace = Trace("t", (job("x", 4, 0, 100),))
+    res = simulate_events(trace, two_node_cluster(slow=1.0), get_policy("packed-sticky"),
+                          EventOptions(locality_penalty=2.5))
+    assert res.outcomes[0].finish_time == pytest.approx(250)
+
+
+def test_round_mode_by_hand() -> None:
+    # 360 s rounds; a: 1 GPU, 720 iterations of 1 s, arrives at 0 -> placed at 0, done at 720.
+    # b arrives at 10 -> joins at 360 -> 360 iterations -> done at 720; JCT 710.
+    trace = Trace("t", (job("a", 1, 0, 720), job("b", 1, 10, 360)))
+    res = simulate_rounds(trace, two_node_cluster(), get_policy("packed-sticky"), RoundOptions(extra_jobs=False))
+    by = {o.job_id: o for o in res.outcomes}
+    assert by["a"].finish_time == 720 and by["a"].jct == 720
+    assert by["b"].start_time == 360 and by["b"].finish_time == 720 and by["b"].jct == 710
+
+
+def test_round_mode_slow_gpu_and_rounding_up() -> None:
+    # 1 job on 4 GPUs over both nodes: pm = 1.5 (GPU 3), loc = 1.7 -> 1 / 2.55 it/s; 360 iterations
+    # need 918 s -> finishes at the third boundary, 1080 s.
+    trace = Trace("t", (job("a", 4, 0, 360),))
+    res = simulate_rounds(trace, two_node_cluster(), get_policy("packed-nonsticky"), RoundOptions(extra_jobs=False))
+    assert res.outcomes[0].finish_time == 1080
+
+
+def test_round_mode_extra_jobs_take_gpus_but_are_not_counted() -> None:
+    trace = Trace("t", (job("a", 1, 0, 3600),))
+    with_extra = simulate_rounds(trace, two_node_cluster(), get_policy("pal"), RoundOptions())
+    assert [o.job_id for o in with_extra.outcomes] == ["a"]
+    assert with_extra.metrics.jobs == 1
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_finishes_every_job_in_both_modes(name: str) -> None:
+    rng = random.Random(7)
+    jobs = tuple(job(f"j{i}", rng.choice([1, 1, 2, 3, 4]), rng.uniform(0, 3000), rng.uniform(100, 2000),
+                     cls=rng.choice("ABCD")) for i in range(40))
+    trace = Trace("mix", jobs)
+    cluster = two_node_cluster()
+    for res in (simulate_events(trace, cluster, get_policy(name), EventOptions()),
+                simulate_rounds(trace, cluster, get_policy(name), RoundOptions(), rng=random.Random(1))):
+        assert res.metrics.jobs == 40
+        assert all(o.finish_time > o.start_time >= o.submit_time for o in res.outcomes)
+        assert 0 < res.metrics.utilization <= 1
+        assert max(b for _, b in res.busy_timeline) <= cluster.size  # capacity never exceeded
+
+
+def test_geomean_ratios() -> None:
+    table = {"t1": {"base": 100.0, "x": 50.0}, "t2": {"base": 100.0, "x": 200.0}, "t3": {"base": 10.0, "x": 5.0}}
+    assert geomean_ratios(table, "base")["x"] == pytest.approx(math.exp((math.log(0.5) * 2 + math.log(2)) / 3))
+
+
+def _philly(tmp_path: Path, rows: list[str]) -> Path:
+    p = tmp_path / "trace.csv"
+    p.write_text("job_id,num_gpus,submit_time,duration,model\n" + "\n".join(rows) + "\n")
+    return p
+
+
+def _profiles(tmp_path: Path) -> Path:
+    src = Path(__file__).parent / "data" / "traces" / "variability"
+    d = tmp_path / "prof"
+    d.mkdir()
+    for name in ("resnet", "bert", "pagerank"):
+        (d / f"{name}-longhorn-agg.csv").write_text((src / f"{name}-longhorn-agg.csv").read_text())
+    return d
+
+
+def test_cli_json_and_bad_input(tmp_path: Path) -> None:
+    runner = CliRunner()
+    trace = _philly(tmp_path, ["0,1,0,100,resnet50", "1,2,5,50,BERT", "2,4,20,10,vgg19"])
+    prof = _profiles(tmp_path)
+    result = runner.invoke(cli, ["simulate", "--trace", str(trace), "--variability", str(prof), "--cluster", "2x4",
+                                 "--policy", "pal,pm-first", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert {r["policy"] for r in data["runs"]} == {"pal", "pm-first", "packed-sticky"}
+    assert all({"trace", "policy", "jobs", "avg_jct_s", "makespan_s", "utilization"} <= r.keys() for r in data["runs"])
+    assert data["summary"]["packed-sticky"]["avg_jct_ratio"] == pytest.approx(1.0)
+    bad = runner.invoke(cli, ["simulate", "--trace", str(trace), "--variability", str(prof), "--policy", "best"])
+    assert bad.exit_code == 2 and "valid: " in bad.output and "pal" in bad.output
+    big = _philly(tmp_path, ["0,1,0,100,resnet50", "1,99,5,50,BERT", "2,0,9,5,BERT", "3,1,9,5,alexnet"])
+    res = runner.invoke(cli, ["simulate", "--trace", str(big), "--variability", str(prof), "--cluster", "2x4"])
+    assert res.exit_code == 1 and f"{big}:3:" in res.output and "Traceback" not in res.output
+    res = runner.invoke(cli, ["simulate", "--trace", str(big), "--variability", str(prof), "--cluster", "2x4",
+                              "--skip-invalid", "--json", "--policy", "pal"])
+    assert res.exit_code == 0, res.output
+    assert {r["skipped"] for r in json.loads(res.stdout)["runs"]} == {3}
+
+
+def test_cli_plot_and_event_mode(tmp_path: Path) -> None:
+    trace = _philly(tmp_path, [f"{i},{1 + i % 4},{i * 30},{200 + 10 * i},resnet50" for i in range(12)])
+    plot = tmp_path / "p.png"
+    res = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--variability", str(_profiles(tmp_path)),
+                                   "--cluster", "2x4", "--mode", "event", "--plot", str(plot), "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert res.stdout.splitlines()[0].startswith("trace,policy,mode,order,jobs,avg_jct_s")
+
+
+@pytest.mark.artifact
+def test_round_mode_reproduces_the_artifact_on_workload_1() -> None:
+    """Every artifact policy within 2 % of the artifact's own average JCT (workload-1; bench/fidelity.py does all six)."""
+    if not (ARTIFACT_DIR / "reference").is_dir():
+        pytest.skip(f"PAL artifact data not found at {ARTIFACT_DIR}")
+    from pal_slurm.simulate.runner import ArtifactVariability, SimulationSpec, run_one
+    from pal_slurm.simulate.traces import read_trace_file
+    from pal_slurm.simulate.variability import load_artifact_profiles
+
+    ref = json.loads((ARTIFACT_DIR / "reference" / "sia-philly-fifo.json").read_text())["avg_jct_s"]["workload-1"]
+    trace = read_trace_file(ARTIFACT_DIR / "traces/sia-philly/workload-1.csv", max_gpus=64)
+    spec = SimulationSpec(traces=(trace,), policies=tuple(ref),
+                          variability=ArtifactVariability(load_artifact_profiles(ARTIFACT_DIR / "variability/longhorn"),
+                                                          16, 4))
+    for policy, expected in ref.items():
+        got = run_one(trace, policy, spec).metrics.avg_jct_s
+        assert got == pytest.approx(expected, rel=0.02), policy
