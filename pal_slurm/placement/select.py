@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -40,6 +41,11 @@ class Candidates:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @cached_property
+    def cum(self) -> np.ndarray:
+        """cum[v, l] = usable GPUs on node v at level <= l; computed once, PAL's walk asks often."""
+        return np.cumsum(self.counts, axis=1)
 
 
 def pm_first(c: Candidates, n: int, max_level: int | None = None,
@@ -93,7 +99,7 @@ def best_single_node(c: Candidates, n: int, max_level: int,
     lowest spare value, and on the node the n eligible GPUs with the lowest spare values
     are taken (any n of them have the same max sf, which is what the job runs at).
     """
-    cum = np.cumsum(c.counts[:, : max_level + 1], axis=1)
+    cum = c.cum[:, : max_level + 1]
     qualifying = cum[:, max_level]
     valid = np.flatnonzero(qualifying >= n)
     if not valid.size:
@@ -121,7 +127,7 @@ def best_split(ix: ClusterIndex, c: Candidates, per_node: int, nodes: int) -> np
     request), minimising the job's max sf: nodes ranked by the smallest max level of their
     best `per_node` GPUs, then fewer usable GPUs (pack), then lower id; on each node the
     best GPUs by (level, id)."""
-    cum = np.cumsum(c.counts, axis=1)
+    cum = c.cum
     total = cum[:, -1]
     valid = np.flatnonzero(total >= per_node)
     if valid.size < nodes:
