@@ -15,6 +15,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from pal_slurm.placement.model import Cluster, JobRequest, PlacementContext, Snapshot
 from pal_slurm.placement.orders import get_order
@@ -31,6 +32,7 @@ class EventOptions:
     order: str = "fifo"
     locality_penalty: float = 1.7
     seed: int = 0
+    backfill_interval_s: float = 30.0  # how often a backfilling policy may look past a blocked head (Slurm's bf_interval)
 
 
 def runtime_s(job: TraceJob, gpus: Sequence[int], cluster: Cluster, locality_penalty: float) -> float:
@@ -71,11 +73,18 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     freed_since_pass = True
     blocked_last = False
     ends: dict[str, float] = {}
-    reorder_on_arrival = options.order != "fifo" or policy.backfills
+    reorder_on_arrival = options.order != "fifo"
+    next_bf = 0.0
+    now = 0.0
+    bf_dirty = False  # an arrival or completion since the last backfill pass
+    running_view = MappingProxyType(running)
+    ends_view = MappingProxyType(ends)
     while i < len(jobs) or finish_heap:
         t_arr = jobs[i].submit_time if i < len(jobs) else math.inf
         t_fin = finish_heap[0][0] if finish_heap else math.inf
-        now = min(t_arr, t_fin)
+        # a backfill pass is an event of its own when one is due and could do something
+        t_bf = max(next_bf, now) if policy.backfills and bf_dirty and waiting and free else math.inf
+        now = min(t_arr, t_fin, t_bf)
         while finish_heap and finish_heap[0][0] <= now:
             _, _, jid = heapq.heappop(finish_heap)
             gpus = running.pop(jid)
@@ -84,6 +93,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             job = by_id[jid]
             outcomes[jid] = JobOutcome(jid, job.num_gpus, job.submit_time, started[jid], now)
             freed_since_pass = True
+            bf_dirty = True
             if progress is not None:
                 progress(len(outcomes))
         arrived = False
@@ -93,12 +103,17 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
                                       gpus_per_node=j.gpus_per_node, remaining_s=j.nominal_runtime_s))
             i += 1
             arrived = True
+            bf_dirty = True
         if not waiting or not free:
             continue
-        if not freed_since_pass and blocked_last and not (arrived and reorder_on_arrival):
+        bf_due = policy.backfills and bf_dirty and now >= next_bf
+        if not bf_due and not freed_since_pass and blocked_last and not (arrived and reorder_on_arrival):
             continue  # nothing a pass could change: same free GPUs, same head of line
-        queue = _window(order(waiting), len(free), policy.lookahead)
-        snap = Snapshot(cluster=cluster, free=frozenset(free), running=dict(running), now=now, expected_end=dict(ends))
+        ordered = waiting if options.order == "fifo" else order(waiting)  # waiting is in arrival order
+        queue = _window(ordered, len(free), policy.lookahead if bf_due else 0)
+        if bf_due:
+            next_bf, bf_dirty = now + options.backfill_interval_s, False
+        snap = Snapshot(cluster=cluster, free=frozenset(free), running=running_view, now=now, expected_end=ends_view)
         decision = policy.place(snap, queue, ctx)
         placed = set()
         for a in decision.assignments:
