@@ -169,3 +169,36 @@ def test_round_mode_reproduces_the_artifact_on_workload_1() -> None:
     for policy, expected in ref.items():
         got = run_one(trace, policy, spec).metrics.avg_jct_s
         assert got == pytest.approx(expected, rel=0.02), policy
+
+
+def test_cli_variability_from_the_database(tmp_path: Path) -> None:
+    """--variability db: the real GPUs of the latest classification are the cluster."""
+    from fleetgen import records, two_tier_fleet
+    from pal_slurm.ingest.jsonl import dump_jsonl
+
+    fleet = two_tier_fleet()
+    nodes = {u: f"node{i // 4}" for i, u in enumerate(sorted(fleet))}
+    recs = [r for b, tag in (("resnet50", "a"), ("bert", "b"), ("pagerank", "d"))
+            for r in records(fleet, benchmark=b, tag=tag, node_of=nodes)]
+    (tmp_path / "f.jsonl").write_text(dump_jsonl(recs))
+    url = f"sqlite:///{tmp_path / 'pal.db'}"
+    runner = CliRunner()
+    for args in (["db", "upgrade"], ["profile", "import", str(tmp_path / "f.jsonl")], ["classify"]):
+        assert runner.invoke(cli, ["--db", url, *args], env={"PAL_CONFIG": ""}).exit_code == 0
+    trace = _philly(tmp_path, [f"{i},{1 + i % 4},{i * 20},{500 + 50 * i},resnet50" for i in range(10)])
+    res = runner.invoke(cli, ["--db", url, "simulate", "--trace", str(trace), "--variability", "db",
+                              "--mode", "event", "--policy", "pal", "--json"], env={"PAL_CONFIG": ""})
+    assert res.exit_code == 0, res.output
+    runs = json.loads(res.stdout)["runs"]
+    assert {r["jobs"] for r in runs} == {10}
+    bad = runner.invoke(cli, ["--db", url, "simulate", "--trace", str(trace), "--variability", "db",
+                              "--cluster", "2x4"], env={"PAL_CONFIG": ""})
+    assert bad.exit_code == 2 and "--cluster" in bad.output
+
+
+def test_cli_sacct_trace(tmp_path: Path) -> None:
+    sacct = Path(__file__).parent / "data" / "traces" / "sacct-small.txt"
+    res = CliRunner().invoke(cli, ["simulate", "--trace", str(sacct), "--variability", str(_profiles(tmp_path)),
+                                   "--cluster", "4x4", "--mode", "event", "--policy", "pal", "--json"])
+    assert res.exit_code == 0, res.output
+    assert all(r["jobs"] > 0 for r in json.loads(res.stdout)["runs"])
