@@ -47,6 +47,10 @@ sql: venv
 
 bench: venv
 	$(VENV)/bin/python bench/import_speed.py
+	$(VENV)/bin/python bench/placement_speed.py
+	$(VENV)/bin/python bench/fidelity.py
+	$(VENV)/bin/python bench/lambda_sweep.py
+	$(VENV)/bin/python bench/sim_speed.py
 
 clean:
 	rm -rf $(VENV) pal-demo .pytest_cache build *.egg-info
