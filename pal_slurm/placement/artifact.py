@@ -197,6 +197,11 @@ class Pal(VariabilityPolicy):
             return self.pm_first_choice(ix, tab, c, n, spare)
         tried: list[tuple[tuple[int, ...], float]] = []
         for weight, level, kind in lv_entries(tab, ctx.locality_penalty):
+            # O(1) feasibility first: the walk often passes many levels that cannot hold n GPUs
+            enough = c.most_on_a_node if kind == WITHIN else c.total_up_to
+            if enough[level] < n:
+                tried.append(((), weight))
+                continue
             if kind == WITHIN:
                 found = select.best_single_node(c, n, level, spare=spare)
                 got = None if found is None else found[0]

@@ -47,6 +47,17 @@ class Candidates:
         """cum[v, l] = usable GPUs on node v at level <= l; computed once, PAL's walk asks often."""
         return np.cumsum(self.counts, axis=1)
 
+    @cached_property
+    def most_on_a_node(self) -> np.ndarray:
+        """[l] = the most usable GPUs of level <= l on any one node (a within-node step can
+        succeed at level l only if this reaches n)."""
+        return self.cum.max(axis=0)
+
+    @cached_property
+    def total_up_to(self) -> np.ndarray:
+        """[l] = usable GPUs of level <= l on all nodes (an across-nodes step needs n of them)."""
+        return self.cum.sum(axis=0)
+
 
 def pm_first(c: Candidates, n: int, max_level: int | None = None,
              spare: np.ndarray | None = None) -> np.ndarray | None:
