@@ -36,13 +36,9 @@ still backfills, only off the head's GPUs, and never waits.
 Why it should win: backfilling turns GPUs PAL leaves idle into progress, and the
 "ends by the shadow time" rule favours short jobs, which is where average JCT is won;
 the reservation keeps the head's start and GPUs, and waiting keeps long jobs off GPUs
-that would make them the last to finish, which protects the makespan. Measured with a
-throwaway copy of the artifact's round simulation (it reproduces the artifact's pal
-figures in ../data/pal-artifact/reference to within 0.2%) and a no-preemption event
-simulation, six Sia-Philly workloads, lambda 1.7, lookahead 64: average JCT 1.6-10.7x lower than pal's
-in round mode and 2.8-24x lower in event mode, makespan never above pal's (0.83-1.00x
-round, 0.38-0.96x event). Over lambda 1.0/1.7/3.0 (36 runs) the makespan was never above
-pal's; over three other variability draws at lambda 1.7 (36 runs) once, by 0.5%.
+that would make them the last to finish, which protects the makespan. Measured figures
+(six Sia-Philly workloads, both simulation modes, lambda 1.0-3.0) are in
+docs/simulation.md; bench/fidelity.py and bench/lambda_sweep.py reproduce them.
 """
 
 from __future__ import annotations
