@@ -16,6 +16,8 @@ GPUs, size of the pool sampled).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from pal_slurm.placement import select
@@ -165,15 +167,22 @@ class PmFirst(VariabilityPolicy):
 WITHIN, ACROSS = "within-node", "across-nodes"
 
 
-def lv_entries(tab: ClassTable, penalty: float) -> list[tuple[float, int, str]]:
+def lv_entries(tab: ClassTable, penalty: float) -> tuple[tuple[float, int, str], ...]:
     """PAL's walk of the locality x variability matrix: (weight, level, kind), sorted by
     weight; the sort is stable and entries are built by ascending sf, within before across."""
+    return _lv_entries(tab.values, penalty)
+
+
+@lru_cache(maxsize=256)
+def _lv_entries(values: tuple[float, ...], penalty: float) -> tuple[tuple[float, int, str], ...]:
+    """Memoised: the walk depends only on the class's distinct factors and lambda, and a
+    busy simulation asks for it hundreds of thousands of times."""
     entries: list[tuple[float, int, str]] = []
-    for level, s in enumerate(tab.values):
+    for level, s in enumerate(values):
         entries.append((s, level, WITHIN))
         entries.append((penalty * s, level, ACROSS))
     entries.sort(key=lambda e: e[0])
-    return entries
+    return tuple(entries)
 
 
 @register

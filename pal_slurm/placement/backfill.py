@@ -43,6 +43,7 @@ docs/simulation.md; bench/fidelity.py and bench/lambda_sweep.py reproduce them.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -202,8 +203,10 @@ class PalBackfill(Pal):
         floor = job.remaining_s * float(pv.min()) * (1.0 if one_node else ctx.locality_penalty)
         margin = self.wait_margin * job.remaining_s
         horizon = finish_now - floor - margin  # starting after this cannot help
-        ends = sorted((end, gpus) for jid, gpus in snapshot.running.items()
-                      if now < (end := snapshot.expected_end.get(jid, math.inf)) < horizon)
+        releases = snapshot.releases
+        lo = bisect.bisect_right(releases, now, key=lambda p: p[0])
+        hi = bisect.bisect_left(releases, horizon, key=lambda p: p[0])
+        ends = releases[lo:hi]
         best: tuple[float, float, tuple[int, ...]] | None = None
         later = state.copy()
         looked = 0

@@ -163,6 +163,15 @@ class Snapshot:
     def empty(cls, cluster: Cluster) -> "Snapshot":
         return cls(cluster=cluster, free=frozenset(range(cluster.size)), running={})
 
+    @cached_property
+    def releases(self) -> tuple[tuple[float, tuple[int, ...]], ...]:
+        """(expected end, GPUs) of the running jobs that have one, soonest first; computed
+        once per snapshot because a backfilling policy asks for it for every job it weighs."""
+        pairs = [(end, gpus) for jid, gpus in self.running.items()
+                 if (end := self.expected_end.get(jid)) is not None and end != float("inf")]
+        pairs.sort(key=lambda p: (p[0], p[1]))
+        return tuple(pairs)
+
 
 @dataclass
 class PlacementContext:
