@@ -58,3 +58,13 @@ def test_unknown_order_lists_the_valid_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown queue order 'sjf'; valid: fifo, las, srtf") as err:
         get_order("sjf")
     assert isinstance(err.value, PlacementError) and isinstance(err.value, PalError)
+
+
+def test_queue_window_prefix_blocker_and_lookahead() -> None:
+    from pal_slurm.placement.model import JobRequest
+    from pal_slurm.placement.orders import queue_window
+
+    q = [JobRequest(id=str(i), gpus=g, job_class="A", submit_time=i) for i, g in enumerate([2, 2, 4, 1, 1, 1])]
+    assert [j.id for j in queue_window(q, 5, 0)] == ["0", "1", "2"]  # 2+2 fit, 4 blocks
+    assert [j.id for j in queue_window(q, 5, 2)] == ["0", "1", "2", "3", "4"]
+    assert [j.id for j in queue_window(q, 100, 0)] == [j.id for j in q]

@@ -12,6 +12,7 @@ SRTF break their ties by FIFO simply by sorting on (key, submit_time).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from pal_slurm.placement.model import JobRequest, PlacementError
 
@@ -42,3 +43,25 @@ def get_order(name: str) -> QueueOrder:
         return ORDERS[name]
     except KeyError:
         raise PlacementError(f"unknown queue order {name!r}; valid: {', '.join(ORDERS)}") from None
+
+
+T = TypeVar("T")
+
+
+def _requested(job: JobRequest) -> int:
+    return job.gpus
+
+
+def queue_window(queue: Sequence[T], capacity: int, lookahead: int,
+                 gpus: Callable[[T], int] = _requested) -> list[T]:  # type: ignore[assignment]
+    """The part of an ordered queue a policy can act on: the prefix whose GPU demand fits
+    `capacity`, the first job that does not (it blocks a non-backfilling policy), and
+    `lookahead` more for a backfilling one (`Policy.lookahead`). For the artifact's
+    policies this is exactly equivalent to the whole queue, and it keeps a decision cheap
+    when thousands of jobs wait; the simulators and the daemon all window the same way."""
+    demand = 0
+    for i, job in enumerate(queue):
+        demand += gpus(job)
+        if demand > capacity:
+            return list(queue[: i + 1 + lookahead])
+    return list(queue)

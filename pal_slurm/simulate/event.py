@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from pal_slurm.placement.model import Cluster, JobRequest, PlacementContext, Snapshot
-from pal_slurm.placement.orders import get_order
+from pal_slurm.placement.orders import get_order, queue_window
 from pal_slurm.placement.policies import Policy
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics
 from pal_slurm.simulate.result import SimResult
@@ -40,17 +40,6 @@ def runtime_s(job: TraceJob, gpus: Sequence[int], cluster: Cluster, locality_pen
     slowest = max(pv[g] for g in gpus)
     nodes = {cluster.node_of[g] for g in gpus}
     return job.nominal_runtime_s * slowest * (locality_penalty if len(nodes) > 1 else 1.0)
-
-
-def _window(queue: Sequence[JobRequest], free: int, extra: int) -> list[JobRequest]:
-    """The fitting prefix, the first job that does not fit, and `extra` more: all a
-    non-backfilling policy can use, and a bounded look-ahead for backfilling ones."""
-    demand = 0
-    for i, job in enumerate(queue):
-        demand += job.gpus
-        if demand > free:
-            return list(queue[: i + 1 + extra])
-    return list(queue)
 
 
 def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: EventOptions = EventOptions(),
@@ -110,7 +99,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
         if not bf_due and not freed_since_pass and blocked_last and not (arrived and reorder_on_arrival):
             continue  # nothing a pass could change: same free GPUs, same head of line
         ordered = waiting if options.order == "fifo" else order(waiting)  # waiting is in arrival order
-        queue = _window(ordered, len(free), policy.lookahead if bf_due else 0)
+        queue = queue_window(ordered, len(free), policy.lookahead if bf_due else 0)
         if bf_due:
             next_bf, bf_dirty = now + options.backfill_interval_s, False
         snap = Snapshot(cluster=cluster, free=frozenset(free), running=running_view, now=now, expected_end=ends_view)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pal_slurm.placement.model import Cluster, JobRequest, PlacementContext, Snapshot
-from pal_slurm.placement.orders import get_order
+from pal_slurm.placement.orders import get_order, queue_window
 from pal_slurm.placement.policies import Policy
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics
 from pal_slurm.simulate.result import SimResult
@@ -175,17 +175,8 @@ def _launch(job: _Job, gpus: tuple[int, ...], cluster: Cluster, lam: float, now:
         job.first_start = now
 
 
-def window(jobs: Sequence[_Job], capacity: int, lookahead: int) -> list[_Job]:
-    """The jobs a policy can act on this round: the prefix whose demand fits `capacity`, the
-    first job that does not (it blocks a non-backfilling policy), and `lookahead` more for a
-    backfilling one. Exactly equivalent for the artifact's policies, and it keeps a round
-    cheap when hundreds of generated jobs queue up."""
-    demand = 0
-    for i, job in enumerate(jobs):
-        demand += job.src.num_gpus
-        if demand > capacity:
-            return list(jobs[: i + 1 + lookahead])
-    return list(jobs)
+def _gpus(job: _Job) -> int:
+    return job.src.num_gpus
 
 
 @dataclass
@@ -208,7 +199,7 @@ def _place_round(active: list[_Job], cluster: Cluster, policy: Policy, order: Ca
         free = cluster.size - sum(len(j.gpus) for j in active if j.gpus)
         if free <= 0:
             return
-        cand = window([j for j in ordered if not j.gpus], free, lookahead)
+        cand = queue_window([j for j in ordered if not j.gpus], free, lookahead, _gpus)
         if not cand:
             return
         held = {g for j in active for g in j.gpus}
@@ -218,7 +209,7 @@ def _place_round(active: list[_Job], cluster: Cluster, policy: Policy, order: Ca
         for a in policy.place(snap, [j.request(False) for j in cand], ctx).assignments:
             _launch(by_id[a.job_id], a.gpus, cluster, options.locality_penalty, now)
         return
-    cand = window(ordered, cluster.size, lookahead)
+    cand = queue_window(ordered, cluster.size, lookahead, _gpus)
     key = tuple(j.src.job_id for j in cand)
     if policy.deterministic and not policy.time_aware and key == memo.key and memo.decision is not None:
         decision = memo.decision
