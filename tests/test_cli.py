@@ -188,3 +188,12 @@ def test_demo(runner: CliRunner, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (tmp_path / "d" / "report.html").exists() and (tmp_path / "d" / "fleet-profile.jsonl").exists()
     assert "5/5" in result.output and "true tier" in result.output
+
+
+def test_demo_ignores_pal_db_url_from_the_environment(runner: CliRunner, tmp_path: Path) -> None:
+    prod = tmp_path / "production.db"
+    result = runner.invoke(cli, ["demo", "--dir", str(tmp_path / "d"), "--nodes", "2"],
+                           env={"PAL_CONFIG": "", "PAL_DB_URL": f"sqlite:///{prod}"})
+    assert result.exit_code == 0, result.output
+    assert not prod.exists() and (tmp_path / "d" / "pal-demo.db").exists()
+    assert "ignoring PAL_DB_URL" in result.stderr

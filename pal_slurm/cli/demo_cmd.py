@@ -26,8 +26,15 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
     from pal_slurm.cli.report_cmd import show_report
     from pal_slurm.demo import DemoOptions, run_demo
 
+    # A PAL_DB_URL left in the environment usually points at the site's real database:
+    # the demo must not fill it with a simulated fleet. Only an explicit --db counts.
+    parent = click.get_current_context().parent
+    explicit = parent is not None and parent.get_parameter_source("db_url") == click.core.ParameterSource.COMMANDLINE
+    if app.db_url and not explicit:
+        click.echo("pal demo: ignoring PAL_DB_URL; the demo uses its own SQLite file (give --db to override)", err=True)
+
     result = run_demo(DemoOptions(out_dir=out_dir, nodes=nodes, gpus_per_node=gpus_per_node,
-                                  runs_per_gpu=runs_per_gpu, seed=seed, db_url=app.db_url),
+                                  runs_per_gpu=runs_per_gpu, seed=seed, db_url=app.db_url if explicit else None),
                       app_config_path=app.config_path, say=click.echo)
     click.echo("")
     show_report(result.report)
