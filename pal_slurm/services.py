@@ -168,7 +168,9 @@ def load_gpu_rows(engine: Engine, version: int | None = None) -> list[dict[str, 
     return gpu_rows(_stored(engine, version, True))
 
 
-def load_for_html(engine: Engine, cfg: PalConfig, version: int | None = None):  # type: ignore[no-untyped-def]
+def load_for_html(engine: Engine, cfg: PalConfig,
+                  version: int | None = None) -> tuple[cstore.StoredClassification, dict[str, Any]]:
+    """The stored classification (with clocks, for the plots) and the report built from it."""
     from pal_slurm.report import build_report
 
     stored = _stored(engine, version, True)

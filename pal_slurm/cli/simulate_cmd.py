@@ -122,7 +122,7 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
                             Column(f"makespan / {baseline}", lambda r: round(r["makespan_ratio"], 3), "right"),
                             Column(f"utilization / {baseline}", lambda r: round(r["utilization_ratio"], 3), "right")],
                   "table", title=f"geomean over {len(loaded)} trace(s) of the ratio to {baseline} (JCT < 1 is better)")
-        skipped = sum(t.skipped and len(t.skipped) or 0 for t in loaded)
+        skipped = sum(len(t.skipped) for t in loaded)
         if skipped:
             console().print(f"{skipped} invalid trace rows skipped", markup=False)
 
