@@ -17,7 +17,7 @@ from fleetgen import T0, records, two_tier_fleet
 from pal_slurm.config import load_config
 from pal_slurm.db import migrate
 from pal_slurm.db.engine import make_engine, session_scope
-from pal_slurm.db.models import Base, Benchmark, Gpu, Node, Placement, ProfileRun
+from pal_slurm.db.models import Base, Gpu, Node, Placement, ProfileRun
 from pal_slurm.errors import DatabaseError, InputError, PalError
 from pal_slurm.services import import_records_now, load_gpu_rows, load_report, run_classification
 
