@@ -23,3 +23,14 @@ class InputError(PalError):
         self.line = line
         where = f"{source}:{line}: " if source is not None and line is not None else (f"{source}: " if source else "")
         super().__init__(f"{where}{message}")
+
+
+class SlurmError(PalError):
+    """A Slurm command failed or Slurm's output could not be understood; the message says which."""
+
+
+class SlurmUnavailable(SlurmError):
+    """slurmctld cannot be reached (down, restarting, timed out) or the command is not installed.
+
+    Callers treat this as transient: the placer retries next cycle and releases nothing by mistake.
+    """

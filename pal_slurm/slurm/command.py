@@ -1,0 +1,75 @@
+"""The one way pal-slurm runs a Slurm command.
+
+Why one helper: user-controlled strings (job names, comments) reach us through Slurm's
+output and must never reach a shell, every call needs a timeout (a hung slurmctld must not
+hang the placer), and failures must come back as typed errors the callers can act on
+(SlurmUnavailable -> retry later, SlurmError -> this one request failed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from pal_slurm.errors import SlurmError, SlurmUnavailable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 30.0
+
+# Phrases Slurm clients print when slurmctld is down or busy; these are retried, not reported as bad requests.
+_UNAVAILABLE_MARKERS = (
+    "unable to contact slurm controller",
+    "slurm_load_jobs error: unable to contact",
+    "socket timed out",
+    "connection refused",
+    "slurmctld is not responding",
+    "slurm backup controller in standby mode",
+    "zero bytes were transmitted or received",
+    "communication connection failure",
+    "slurm_persist_conn_open",
+)
+
+
+def run_command(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+                env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run `argv` (a list, never a shell string) and return the finished process.
+
+    With check=True a non-zero exit raises SlurmUnavailable when the output says slurmctld is
+    unreachable, and SlurmError otherwise; the message carries the command name and Slurm's own
+    first error line, never the whole argument list (arguments may hold user data or tokens).
+    """
+    if isinstance(argv, (str, bytes)):
+        raise TypeError("run_command takes an argument list, never a shell string")
+    args = [str(a) for a in argv]
+    if not args:
+        raise ValueError("empty command")
+    exe = args[0]
+    if os.sep not in exe and shutil.which(exe, path=(env or os.environ).get("PATH")) is None:
+        raise SlurmUnavailable(f"{exe}: command not found (is slurm-client installed and on PATH?)")
+    full_env = None if env is None else {**os.environ, **env}
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env,
+                              stdin=subprocess.DEVNULL, errors="replace")
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmUnavailable(f"{exe} {args[1] if len(args) > 1 else ''}".rstrip()
+                               + f": no answer within {timeout:g} s") from exc
+    except OSError as exc:
+        raise SlurmUnavailable(f"{exe}: {exc.strerror or exc}") from exc
+    if check and proc.returncode != 0:
+        raise classify_failure(args, proc)
+    return proc
+
+
+def classify_failure(args: Sequence[str], proc: subprocess.CompletedProcess[str]) -> SlurmError:
+    """Turn a failed command into SlurmUnavailable or SlurmError with Slurm's own first message line."""
+    text = (proc.stderr or "") + "\n" + (proc.stdout or "")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), f"exit status {proc.returncode}")
+    what = " ".join(args[:2]) if len(args) > 1 and not args[1].startswith("-") else args[0]
+    lowered = text.lower()
+    if any(marker in lowered for marker in _UNAVAILABLE_MARKERS):
+        return SlurmUnavailable(f"{what}: {first}")
+    return SlurmError(f"{what}: {first}")
