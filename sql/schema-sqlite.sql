@@ -169,3 +169,41 @@ CREATE INDEX ix_profile_runs_gpu_bench ON profile_runs (gpu_id, benchmark_id);
 
 INSERT INTO alembic_version (version_num) VALUES ('0001') RETURNING version_num;
 
+-- Running upgrade 0001 -> 0002
+
+ALTER TABLE gpus ADD COLUMN power_limit_w DOUBLE;
+
+ALTER TABLE gpus ADD COLUMN driver_version VARCHAR(32);
+
+ALTER TABLE gpus ADD COLUMN cuda_version VARCHAR(32);
+
+ALTER TABLE gpus ADD COLUMN vbios_version VARCHAR(64);
+
+ALTER TABLE gpus ADD COLUMN ecc_corrected BIGINT;
+
+ALTER TABLE gpus ADD COLUMN ecc_uncorrected BIGINT;
+
+ALTER TABLE gpus ADD COLUMN retired_pages INTEGER;
+
+ALTER TABLE gpus ADD COLUMN inventoried_at DATETIME;
+
+CREATE TABLE benchmark_failures (
+    id INTEGER NOT NULL, 
+    run_key VARCHAR(64) NOT NULL, 
+    gpu_id INTEGER NOT NULL, 
+    benchmark VARCHAR(64) NOT NULL, 
+    started_at DATETIME NOT NULL, 
+    duration_s DOUBLE, 
+    status VARCHAR(16) NOT NULL, 
+    error TEXT NOT NULL, 
+    source VARCHAR(32) NOT NULL, 
+    recorded_at DATETIME NOT NULL, 
+    CONSTRAINT pk_benchmark_failures PRIMARY KEY (id), 
+    CONSTRAINT fk_benchmark_failures_gpu_id_gpus FOREIGN KEY(gpu_id) REFERENCES gpus (id), 
+    CONSTRAINT uq_benchmark_failures_run_key UNIQUE (run_key)
+);
+
+CREATE INDEX ix_benchmark_failures_gpu_id ON benchmark_failures (gpu_id);
+
+UPDATE alembic_version SET version_num='0002' WHERE alembic_version.version_num = '0001';
+

@@ -94,6 +94,15 @@ class Gpu(Base):
     first_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     state: Mapped[str] = mapped_column(String(16), default="present")  # present | missing
+    # Inventory (pal profile inventory, migration 0002): what NVML said at inventoried_at.
+    power_limit_w: Mapped[float | None] = mapped_column(Double)
+    driver_version: Mapped[str | None] = mapped_column(String(32))
+    cuda_version: Mapped[str | None] = mapped_column(String(32))
+    vbios_version: Mapped[str | None] = mapped_column(String(64))
+    ecc_corrected: Mapped[int | None] = mapped_column(BigInteger)
+    ecc_uncorrected: Mapped[int | None] = mapped_column(BigInteger)
+    retired_pages: Mapped[int | None] = mapped_column(Integer)
+    inventoried_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     node: Mapped[Node | None] = relationship(back_populates="gpus")
 
 
@@ -130,6 +139,26 @@ class ProfileRun(Base):
     imported_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
     __table_args__ = (Index("ix_profile_runs_gpu_bench", "gpu_id", "benchmark_id"),)
+
+
+class BenchmarkFailure(Base):
+    """A benchmark that produced no score on a GPU (crashed, timed out, skipped, GPU busy).
+
+    Kept apart from profile_runs so that every profile run has a score and classification
+    never sees a failure; the failures are what an admin reads to see why a GPU is unprofiled.
+    """
+
+    __tablename__ = "benchmark_failures"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    run_key: Mapped[str] = mapped_column(String(64), unique=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), index=True)
+    benchmark: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    duration_s: Mapped[float | None] = mapped_column(Double)
+    status: Mapped[str] = mapped_column(String(16))  # failed | timeout | skipped | busy
+    error: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(32))
+    recorded_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class JobClass(Base):
