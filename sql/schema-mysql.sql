@@ -207,3 +207,93 @@ CREATE INDEX ix_benchmark_failures_gpu_id ON benchmark_failures (gpu_id);
 
 UPDATE alembic_version SET version_num='0002' WHERE alembic_version.version_num = '0001';
 
+-- Running upgrade 0002 -> 0003
+
+CREATE TABLE class_rules (
+    id INTEGER NOT NULL AUTO_INCREMENT, 
+    user VARCHAR(128), 
+    name VARCHAR(255), 
+    account VARCHAR(128), 
+    `partition` VARCHAR(128), 
+    job_class VARCHAR(16) NOT NULL, 
+    note TEXT NOT NULL, 
+    created_at DATETIME(6) NOT NULL, 
+    CONSTRAINT pk_class_rules PRIMARY KEY (id)
+);
+
+CREATE TABLE gpu_flags (
+    id BIGINT NOT NULL AUTO_INCREMENT, 
+    gpu_uuid VARCHAR(128) NOT NULL, 
+    node VARCHAR(255) NOT NULL, 
+    kind VARCHAR(32) NOT NULL, 
+    expected_mhz DOUBLE, 
+    observed_mhz DOUBLE, 
+    detail TEXT NOT NULL, 
+    flagged_at DATETIME(6) NOT NULL, 
+    cleared_at DATETIME(6), 
+    CONSTRAINT pk_gpu_flags PRIMARY KEY (id)
+);
+
+CREATE INDEX ix_gpu_flags_gpu_uuid ON gpu_flags (gpu_uuid);
+
+CREATE TABLE job_identities (
+    id BIGINT NOT NULL AUTO_INCREMENT, 
+    slurm_job_id VARCHAR(64) NOT NULL, 
+    user VARCHAR(128) NOT NULL, 
+    name VARCHAR(255) NOT NULL, 
+    command TEXT NOT NULL, 
+    fingerprint VARCHAR(16) NOT NULL, 
+    first_seen DATETIME(6) NOT NULL, 
+    CONSTRAINT pk_job_identities PRIMARY KEY (id), 
+    CONSTRAINT uq_job_identities_slurm_job_id UNIQUE (slurm_job_id)
+);
+
+CREATE INDEX ix_job_identities_fingerprint ON job_identities (fingerprint);
+
+CREATE TABLE job_profiles (
+    id BIGINT NOT NULL AUTO_INCREMENT, 
+    slurm_job_id VARCHAR(64) NOT NULL, 
+    node VARCHAR(255) NOT NULL, 
+    user VARCHAR(128), 
+    gpu_uuids JSON NOT NULL, 
+    gpus INTEGER NOT NULL, 
+    started_at DATETIME(6) NOT NULL, 
+    ended_at DATETIME(6) NOT NULL, 
+    duration_s DOUBLE NOT NULL, 
+    samples INTEGER NOT NULL, 
+    gpu_util_mean DOUBLE, 
+    gpu_util_p95 DOUBLE, 
+    sm_active_mean DOUBLE, 
+    mem_bw_util_mean DOUBLE, 
+    power_w_mean DOUBLE, 
+    sm_clock_mhz_mean DOUBLE, 
+    fingerprint VARCHAR(16), 
+    recorded_at DATETIME(6) NOT NULL, 
+    CONSTRAINT pk_job_profiles PRIMARY KEY (id), 
+    CONSTRAINT uq_job_profiles_slurm_job_id_node_started_at UNIQUE (slurm_job_id, node, started_at)
+);
+
+CREATE INDEX ix_job_profiles_fingerprint ON job_profiles (fingerprint);
+
+CREATE INDEX ix_job_profiles_slurm_job_id ON job_profiles (slurm_job_id);
+
+CREATE TABLE job_sensitivity (
+    id INTEGER NOT NULL AUTO_INCREMENT, 
+    fingerprint VARCHAR(16) NOT NULL, 
+    user VARCHAR(128) NOT NULL, 
+    name VARCHAR(255) NOT NULL, 
+    job_class VARCHAR(16) NOT NULL, 
+    compute_score DOUBLE NOT NULL, 
+    jobs INTEGER NOT NULL, 
+    samples BIGINT NOT NULL, 
+    gpu_util_mean DOUBLE, 
+    sm_active_mean DOUBLE, 
+    mem_bw_util_mean DOUBLE, 
+    power_w_mean DOUBLE, 
+    updated_at DATETIME(6) NOT NULL, 
+    CONSTRAINT pk_job_sensitivity PRIMARY KEY (id), 
+    CONSTRAINT uq_job_sensitivity_fingerprint UNIQUE (fingerprint)
+);
+
+UPDATE alembic_version SET version_num='0003' WHERE alembic_version.version_num = '0002';
+
