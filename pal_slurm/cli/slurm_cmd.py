@@ -1,0 +1,113 @@
+"""`pal slurm ...`: the Slurm configuration pal-slurm needs, generated from our inventory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.render import Column, emit_json, emit_rows
+from pal_slurm.errors import InputError
+from pal_slurm.slurm import gresconf
+
+
+@click.group()
+def slurm() -> None:
+    """Slurm configuration for pal-slurm (gres.conf, slurm.conf node lines)."""
+
+
+def read_inventory_file(path: Path) -> gresconf.Inventory:
+    """The JSON inventory file (bootstrapping before the agents have filled the database)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON: {exc.msg}", source=str(path), line=exc.lineno) from None
+    except UnicodeDecodeError:
+        raise InputError("not UTF-8 text", source=str(path)) from None
+    return gresconf.inventory_from_dict(data, source=str(path))
+
+
+def read_inventory_db(app: AppContext) -> gresconf.Inventory:
+    """GPUs the database knows as present, with their node and minor number."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from pal_slurm.db.models import Gpu, Node
+
+    stmt = (select(Node.name, Gpu.minor_number, Gpu.model, Gpu.uuid).join(Gpu.node)
+            .where(Gpu.state == "present").order_by(Node.name, Gpu.minor_number))
+    with Session(app.engine) as session:
+        rows = [gresconf.GpuRow(node=r[0], minor=r[1], model=r[2], uuid=r[3]) for r in session.execute(stmt)]
+    if not rows:
+        raise InputError("the database knows no GPUs on any node; run the agent on the nodes or pass --inventory FILE")
+    return gresconf.inventory_from_rows(rows)
+
+
+def read_slurm_nodes(timeout: float = 30.0) -> list[gresconf.SlurmNodeGres]:
+    from pal_slurm.slurm.command import run_command
+    from pal_slurm.slurm.nodeinfo import parse_show_node
+
+    proc = run_command(["scontrol", "show", "node", "-o"], timeout=timeout)
+    return parse_show_node(proc.stdout)
+
+
+DIFF_COLUMNS = [Column("node", lambda r: r["node"]), Column("difference", lambda r: r["kind"]),
+                Column("detail", lambda r: r["detail"])]
+
+
+@slurm.command("gres-conf")
+@click.option("--inventory", "inventory_path", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              metavar="FILE", help="JSON inventory file instead of the database (format: docs/admin-guide.md).")
+@click.option("--dev-dir", default="/dev", show_default=True, metavar="DIR",
+              help="Directory of the nvidia<minor> device files; %n becomes the node name.")
+@click.option("--output-dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+              help="Write DIR/gres.conf and DIR/nodes.conf instead of printing.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: the configuration lines; json: nodes, types and files (or the differences with --check).")
+@click.option("--check", is_flag=True,
+              help="Compare with the running Slurm (scontrol show node) and list what differs; exit 1 if anything does.")
+@click.pass_obj
+def gres_conf(app: AppContext, inventory_path: Path | None, dev_dir: str, output_dir: Path | None, fmt: str,
+              check: bool) -> None:
+    """Print gres.conf (AutoDetect=off, one GRES type <model>_g<minor> per GPU slot) and the slurm.conf
+    NodeName fragments (Gres=..., Features=<model>) for the GPUs in our inventory.
+
+    \b
+    The types depend only on model and device minor number, never on classes, so they change
+    only when hardware changes.  After a change restart slurmctld and every slurmd
+    (`scontrol reconfigure` is not enough).  Model names become lower-case tokens
+    ("Tesla V100-SXM2-16GB" -> v100).
+    """
+    inv = read_inventory_file(inventory_path) if inventory_path else read_inventory_db(app)
+    if check:
+        diffs = gresconf.compare(inv, read_slurm_nodes())
+        rows = [d.as_dict() for d in diffs]
+        if fmt == "json":
+            emit_json({"nodes": len(inv.nodes), "differences": rows})
+        elif rows:
+            emit_rows(rows, DIFF_COLUMNS, "table", title=f"Slurm differs from the inventory ({len(rows)})")
+        else:
+            click.echo(f"Slurm matches the inventory ({len(inv.nodes)} nodes, "
+                       f"{sum(len(n.gpus) for n in inv.nodes)} GPUs)")
+        if rows:
+            raise click.exceptions.Exit(1)
+        return
+    gres_text = gresconf.render_gres_conf(inv, dev_dir=dev_dir)
+    nodes_text = gresconf.render_nodes_conf(inv)
+    if output_dir is not None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in (("gres.conf", gres_text), ("nodes.conf", nodes_text)):
+            tmp = output_dir / f".{name}.tmp"
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(output_dir / name)
+        click.echo(f"wrote {output_dir / 'gres.conf'} and {output_dir / 'nodes.conf'}", err=True)
+    if fmt == "json":
+        emit_json({"gres_conf": gres_text, "nodes_conf": nodes_text,
+                   "nodes": gresconf.inventory_json(inv, dev_dir=dev_dir)})
+    elif output_dir is None:
+        click.echo("# ---- gres.conf")
+        click.echo(gres_text, nl=False)
+        click.echo("# ---- slurm.conf (GresTypes=gpu and these node lines)")
+        click.echo(nodes_text, nl=False)

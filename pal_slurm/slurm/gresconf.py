@@ -1,0 +1,347 @@
+"""gres.conf and slurm.conf node fragments from our GPU inventory, and the diff against Slurm.
+
+Why per-slot GRES types: Slurm cannot be asked for "GPU index 2", but it can be asked for a
+GRES *type*, and a type request gets exactly the devices of that type.  Giving every GPU slot
+its own type `<model>_g<minor>` (device minor number, i.e. /dev/nvidia<minor>) lets the placer
+steer a job to chosen GPUs.  The type depends only on the model and the slot, never on the
+GPU's class, so reclassification never needs a Slurm restart.  A node feature named after the
+model lets the submit filter turn `--gres=gpu:<model>:N` into an untyped count plus
+`--constraint=<model>`.
+
+Everything here is pure: an inventory in, text or differences out.  Reading the database,
+files and `scontrol` is done by the callers (pal_slurm/cli/slurm_cmd.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pal_slurm.errors import InputError
+
+# Model name -> Slurm token.  First match wins; patterns are searched in the lower-cased name.
+# A name that matches none goes through sanitize_model() (vendor words dropped, alphanumerics kept).
+MODEL_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"\bgh200\b", "gh200"),
+    (r"\bh200\b", "h200"),
+    (r"\bh100\b", "h100"),
+    (r"\bh800\b", "h800"),
+    (r"\bb200\b", "b200"),
+    (r"\ba100\b", "a100"),
+    (r"\ba800\b", "a800"),
+    (r"\ba40\b", "a40"),
+    (r"\ba30\b", "a30"),
+    (r"\ba10g?\b", "a10"),
+    (r"\bl40s\b", "l40s"),
+    (r"\bl40\b", "l40"),
+    (r"\bl4\b", "l4"),
+    (r"\bv100s\b", "v100s"),
+    (r"\bv100\b", "v100"),
+    (r"\bp100\b", "p100"),
+    (r"\bp40\b", "p40"),
+    (r"\bt4\b", "t4"),
+    (r"\bk80\b", "k80"),
+    (r"\brtx\s*a(\d{4})\b", r"rtxa\1"),
+    (r"\brtx\s*(\d{4})\s*ada\b", r"rtx\1ada"),
+    (r"\b(?:geforce\s+)?rtx\s*(\d{4})(\s*ti)?\b", r"rtx\1\2"),
+    (r"\bgtx\s*(\d{3,4})(\s*ti)?\b", r"gtx\1\2"),
+)
+_VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro|amd|radeon|instinct)\b")
+_MAX_TOKEN = 32
+_SLOT_SUFFIX = re.compile(r"_g\d+$")
+_ATTR_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_ATTR_VALUE = re.compile(r"[^\s#]+")
+# Attributes this module writes itself; an inventory may not set them.
+_OWN_ATTRS = frozenset({"nodename", "gres", "features"})
+
+
+def sanitize_model(name: str) -> str:
+    """Fallback for names the mapping does not know: lower-case, vendor words dropped, only [a-z0-9]."""
+    lowered = _VENDOR_WORDS.sub(" ", name.lower())
+    token = re.sub(r"[^a-z0-9]+", "", lowered)[:_MAX_TOKEN]
+    if not token:
+        raise InputError(f"GPU model {name!r} gives no usable Slurm type name (no letters or digits)")
+    return token if token[0].isalpha() else f"gpu{token}"[:_MAX_TOKEN]
+
+
+def model_token(name: str) -> str:
+    """The Slurm-safe lower-case token for a GPU model: GRES type prefix and node feature.
+
+    "Tesla V100-SXM2-16GB" -> "v100", "NVIDIA A100-SXM4-80GB" -> "a100", "NVIDIA GeForce RTX 3090" ->
+    "rtx3090"; unknown names fall back to sanitize_model().  The placer and the submit filter
+    must use the same token, so they call this function too.
+    """
+    lowered = " ".join(name.lower().replace("_", " ").split())
+    for pattern, replacement in MODEL_PATTERNS:
+        m = re.search(pattern, lowered)
+        if m:
+            return re.sub(r"\s+", "", m.expand(replacement))
+    return sanitize_model(name)
+
+
+def slot_type(model: str, minor: int) -> str:
+    """GRES type of one GPU slot: `<model token>_g<minor>` (never depends on the class)."""
+    return f"{model_token(model)}_g{minor}"
+
+
+def is_slot_type(gres_type: str) -> bool:
+    return bool(_SLOT_SUFFIX.search(gres_type))
+
+
+@dataclass(frozen=True)
+class InventoryGpu:
+    minor: int
+    model: str
+
+    @property
+    def token(self) -> str:
+        return model_token(self.model)
+
+    @property
+    def gres_type(self) -> str:
+        return f"{self.token}_g{self.minor}"
+
+
+@dataclass(frozen=True)
+class InventoryNode:
+    """One node and its GPUs; `attributes` are extra slurm.conf node attributes (CPUs, Port, ...)."""
+
+    name: str
+    gpus: tuple[InventoryGpu, ...]
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """Model features of the node, in first-seen order (a node may mix models)."""
+        return tuple(dict.fromkeys(g.token for g in self.gpus))
+
+
+@dataclass(frozen=True)
+class Inventory:
+    nodes: tuple[InventoryNode, ...]
+
+
+# ---------------------------------------------------------------- inventory input
+
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _require_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{what}: expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _node_from_dict(raw: Any, index: int, source: str | None) -> InventoryNode:
+    where = f"nodes[{index}]"
+    if not isinstance(raw, Mapping):
+        raise InputError(f"{where}: expected an object with name and gpus", source=source)
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NODE_NAME.fullmatch(name):
+        raise InputError(f"{where}.name: expected a node name like 'gpu01', got {name!r}", source=source)
+    default_model = raw.get("model")
+    gpus_raw = raw.get("gpus")
+    gpus: list[InventoryGpu] = []
+    if isinstance(gpus_raw, int) and not isinstance(gpus_raw, bool):
+        # Short form: "gpus": 4 with a node-level "model" means minors 0..3.
+        if not isinstance(default_model, str):
+            raise InputError(f"{where}: 'gpus' as a count needs a node-level 'model'", source=source)
+        gpus = [InventoryGpu(minor=i, model=default_model) for i in range(_require_int(gpus_raw, f"{where}.gpus"))]
+    elif isinstance(gpus_raw, list):
+        for j, g in enumerate(gpus_raw):
+            gwhere = f"{where}.gpus[{j}]"
+            if not isinstance(g, Mapping):
+                raise InputError(f"{gwhere}: expected an object with minor and model", source=source)
+            model = g.get("model", default_model)
+            if not isinstance(model, str) or not model.strip():
+                raise InputError(f"{gwhere}.model: expected a GPU model name, got {model!r}", source=source)
+            try:
+                minor = _require_int(g.get("minor"), f"{gwhere}.minor")
+            except InputError as exc:
+                raise InputError(str(exc), source=source) from None
+            gpus.append(InventoryGpu(minor=minor, model=model.strip()))
+    else:
+        raise InputError(f"{where}.gpus: expected a list of GPUs or a count", source=source)
+    attrs_raw = raw.get("slurm", {})
+    if not isinstance(attrs_raw, Mapping):
+        raise InputError(f"{where}.slurm: expected an object of slurm.conf node attributes", source=source)
+    attrs: list[tuple[str, str]] = []
+    for key, value in attrs_raw.items():
+        text = str(value)
+        if not _ATTR_KEY.fullmatch(str(key)) or str(key).lower() in _OWN_ATTRS:
+            raise InputError(f"{where}.slurm: attribute {key!r} is not allowed", source=source)
+        if isinstance(value, bool) or not _ATTR_VALUE.fullmatch(text):
+            raise InputError(f"{where}.slurm.{key}: value {value!r} must be one word", source=source)
+        attrs.append((str(key), text))
+    return InventoryNode(name=name, gpus=tuple(gpus), attributes=tuple(attrs))
+
+
+def inventory_from_dict(data: Any, *, source: str | None = None) -> Inventory:
+    """Parse the JSON inventory format (docs/admin-guide.md):
+
+        {"nodes": [{"name": "gpu01", "gpus": [{"minor": 0, "model": "Tesla V100-SXM2-16GB"}, ...],
+                    "slurm": {"CPUs": 64, "RealMemory": 512000}},
+                   {"name": "gpu02", "model": "NVIDIA A100-SXM4-80GB", "gpus": 8}]}
+    """
+    if not isinstance(data, Mapping) or not isinstance(data.get("nodes"), list):
+        raise InputError("expected a JSON object with a 'nodes' list", source=source)
+    nodes = [_node_from_dict(raw, i, source) for i, raw in enumerate(data["nodes"])]
+    return validate(Inventory(nodes=tuple(nodes)), source=source)
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One GPU as the database holds it (gpus joined with nodes)."""
+
+    node: str
+    minor: int | None
+    model: str
+    uuid: str
+
+
+def inventory_from_rows(rows: Iterable[GpuRow]) -> Inventory:
+    """Group database rows by node.  A GPU without a minor number cannot be given a device file:
+    that is an error naming the GPUs, because a gres.conf missing a GPU would hide it from Slurm."""
+    rows = list(rows)
+    no_minor = [r for r in rows if r.minor is None]
+    if no_minor:
+        names = ", ".join(f"{r.node}/{r.uuid}" for r in no_minor[:5])
+        more = f" and {len(no_minor) - 5} more" if len(no_minor) > 5 else ""
+        raise InputError(f"GPUs without a minor number (re-run the agent on their nodes): {names}{more}")
+    by_node: dict[str, list[InventoryGpu]] = {}
+    for r in rows:
+        by_node.setdefault(r.node, []).append(InventoryGpu(minor=int(r.minor), model=r.model))  # type: ignore[arg-type]
+    nodes = tuple(InventoryNode(name=n, gpus=tuple(g)) for n, g in by_node.items())
+    return validate(Inventory(nodes=nodes))
+
+
+def validate(inv: Inventory, *, source: str | None = None) -> Inventory:
+    """Nodes sorted by name and GPUs by minor; duplicate nodes or minors are errors."""
+    seen: set[str] = set()
+    nodes = []
+    for node in inv.nodes:
+        if node.name in seen:
+            raise InputError(f"node {node.name} is listed twice", source=source)
+        seen.add(node.name)
+        minors = [g.minor for g in node.gpus]
+        dup = sorted({m for m in minors if minors.count(m) > 1})
+        if dup:
+            raise InputError(f"node {node.name}: GPU minor number {dup[0]} is listed twice", source=source)
+        for g in node.gpus:
+            g.token  # noqa: B018 - raises InputError for a model name without a usable token
+        nodes.append(InventoryNode(node.name, tuple(sorted(node.gpus, key=lambda g: g.minor)), node.attributes))
+    return Inventory(nodes=tuple(sorted(nodes, key=lambda n: _natural_key(n.name))))
+
+
+def _natural_key(name: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+# ---------------------------------------------------------------- generation
+
+def device_path(dev_dir: str, node: str, minor: int) -> str:
+    """`<dev_dir>/nvidia<minor>`; `%n` in dev_dir becomes the node name (as in Slurm's own files)."""
+    return f"{dev_dir.replace('%n', node).rstrip('/') or '/'}/nvidia{minor}".replace("//", "/")
+
+
+def gres_conf_lines(inv: Inventory, *, dev_dir: str = "/dev") -> list[str]:
+    lines = ["AutoDetect=off"]
+    for node in inv.nodes:
+        for g in node.gpus:
+            lines.append(f"NodeName={node.name} Name=gpu Type={g.gres_type} File={device_path(dev_dir, node.name, g.minor)}")
+    return lines
+
+
+def node_gres(node: InventoryNode) -> str:
+    return ",".join(f"gpu:{g.gres_type}:1" for g in node.gpus)
+
+
+def node_conf_lines(inv: Inventory) -> list[str]:
+    """slurm.conf `NodeName=` lines; attributes from the inventory come first, then Gres and Features."""
+    lines = []
+    for node in inv.nodes:
+        parts = [f"NodeName={node.name}", *(f"{k}={v}" for k, v in node.attributes)]
+        if node.gpus:
+            parts.append(f"Gres={node_gres(node)}")
+            parts.append(f"Features={','.join(node.features)}")
+        lines.append(" ".join(parts))
+    return lines
+
+
+HEADER = "# generated by `pal slurm gres-conf`; one GRES type per GPU slot (<model>_g<minor>), see docs/admin-guide.md"
+
+
+def render_gres_conf(inv: Inventory, *, dev_dir: str = "/dev") -> str:
+    return "\n".join([HEADER, *gres_conf_lines(inv, dev_dir=dev_dir)]) + "\n"
+
+
+def render_nodes_conf(inv: Inventory) -> str:
+    note = "# slurm.conf needs GresTypes=gpu; merge these Gres= and Features= into your NodeName lines or Include this file"
+    return "\n".join([HEADER, note, *node_conf_lines(inv)]) + "\n"
+
+
+def inventory_json(inv: Inventory, *, dev_dir: str = "/dev") -> list[dict[str, Any]]:
+    return [{"name": n.name, "features": list(n.features), "gres": node_gres(n),
+             "attributes": dict(n.attributes),
+             "gpus": [{"minor": g.minor, "model": g.model, "type": g.gres_type,
+                       "file": device_path(dev_dir, n.name, g.minor)} for g in n.gpus]}
+            for n in inv.nodes]
+
+
+# ---------------------------------------------------------------- comparison with Slurm
+
+@dataclass(frozen=True)
+class SlurmNodeGres:
+    """What Slurm says about one node: GPU GRES counts per type and the node's features."""
+
+    name: str
+    gpu_types: Mapping[str | None, int] = field(default_factory=dict)  # None = untyped
+    features: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Difference:
+    node: str
+    kind: str  # missing-node | unknown-node | missing-type | extra-type | wrong-count | missing-feature
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"node": self.node, "kind": self.kind, "detail": self.detail}
+
+
+def compare(inv: Inventory, slurm_nodes: Sequence[SlurmNodeGres]) -> list[Difference]:
+    """Everything in which the running Slurm differs from what `inv` would configure.
+
+    Extra non-GPU GRES and extra features are fine (sites have their own); an extra GPU type,
+    an untyped GPU GRES, or a node with GPUs that the inventory does not know are differences:
+    the placer could not steer those GPUs.
+    """
+    by_name = {n.name: n for n in slurm_nodes}
+    out: list[Difference] = []
+    for node in inv.nodes:
+        have = by_name.get(node.name)
+        if have is None:
+            out.append(Difference(node.name, "missing-node", "not in Slurm"))
+            continue
+        want = {g.gres_type: 1 for g in node.gpus}
+        for t, count in want.items():
+            got = have.gpu_types.get(t)
+            if got is None:
+                out.append(Difference(node.name, "missing-type", f"gpu:{t} not configured"))
+            elif got != count:
+                out.append(Difference(node.name, "wrong-count", f"gpu:{t} has count {got}, expected {count}"))
+        for t, count in have.gpu_types.items():
+            if t not in want:
+                label = f"gpu:{t}:{count}" if t is not None else f"untyped gpu:{count}"
+                out.append(Difference(node.name, "extra-type", f"{label} is not in the inventory"))
+        for feat in node.features:
+            if feat not in have.features:
+                out.append(Difference(node.name, "missing-feature", f"feature {feat} not set"))
+    known = {n.name for n in inv.nodes}
+    for n in slurm_nodes:
+        if n.name not in known and n.gpu_types:
+            total = sum(n.gpu_types.values())
+            out.append(Difference(n.name, "unknown-node", f"has {total} GPU(s) in Slurm but is not in the inventory"))
+    return out
