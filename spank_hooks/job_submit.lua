@@ -1,0 +1,675 @@
+--[[
+pal-slurm submit filter (job_submit/lua, Lua 5.1, runs inside slurmctld).
+
+What it does to a job at submit time, and nothing else:
+  1. A bare GPU model type (`--gres=gpu:v100:2`) is rewritten to an untyped
+     count in the same field (`gres:gpu:2`) plus the model as a node feature,
+     because our gres.conf types every GPU slot (`v100_g<minor>`) and Slurm
+     would otherwise reject the bare model.  Observe and enforce mode.
+  2. In enforce mode, while the placer's heartbeat is fresh, an eligible GPU
+     job is held (priority 0) and tagged in admin_comment
+     `pal:held class=<X> src=<source>`; the placer places and releases it.
+
+It never rejects a job: every callback returns slurm.SUCCESS, all logic runs
+under pcall, and on any error the job is left exactly as submitted.  A
+kill-switch file turns it off entirely.  The contract with the placer is in
+the project's notes ("Filter state file", "job_submit.lua behaviour").
+
+The pure logic lives in the local table `pal`.  When the global
+PAL_FILTER_TEST is set before this chunk runs, the chunk returns that table so
+tests can call the functions outside slurmctld.
+--]]
+
+local pal = {}
+
+pal.NO_VAL = 4294967294            -- 0xfffffffe, Slurm's "unset" for uint32 fields
+pal.NO_VAL16 = 65534               -- 0xfffe
+pal.CACHE_SECONDS = 2
+pal.DEFAULT_STATE_PATH = "/var/lib/pal/filter-state.lua"
+pal.DEFAULT_KILL_SWITCH = "/etc/pal/filter-disabled"
+pal.DEFAULT_STALE_AFTER = 30
+pal.STATE_INSTRUCTION_LIMIT = 5000000
+pal.STATE_MAX_BYTES = 4 * 1024 * 1024
+pal.SPANK_OPTION_VAR = "_SLURM_SPANK_OPTION_pal_pal_class"
+pal.TRES_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }
+
+local VALID_CLASSES = { A = "A", B = "B", C = "C", D = "D", AUTO = "auto", OFF = "off" }
+local COUNT_MULT = { [""] = 1, k = 1024, m = 1024 ^ 2, g = 1024 ^ 3, t = 1024 ^ 4, p = 1024 ^ 5 }
+
+-- ---------------------------------------------------------------- helpers
+
+--- Quote a user-controlled string for one log line: %q-style, control bytes
+--- as \ddd (Lua 5.1's %q leaves raw newlines), at most 80 characters.
+function pal.quote(s)
+    if s == nil then
+        return "nil"
+    end
+    s = tostring(s)
+    if #s > 80 then
+        s = s:sub(1, 80) .. "..."
+    end
+    local q = string.format("%q", s)
+    q = q:gsub("\\\n", "\\n")
+    q = q:gsub("[%z\1-\31\127]", function(c)
+        return string.format("\\%03d", c:byte())
+    end)
+    return q
+end
+
+local function is_set(v)
+    return v ~= nil and v ~= "" and v ~= pal.NO_VAL
+end
+
+--- Value of a GRES count string (`2`, `1k`), or nil if it is not one.
+function pal.parse_count(s)
+    if type(s) ~= "string" then
+        return nil
+    end
+    local digits, suffix = s:match("^(%d+)([kKmMgGtTpP]?)$")
+    if not digits then
+        return nil
+    end
+    return tonumber(digits) * COUNT_MULT[suffix:lower()]
+end
+
+-- ---------------------------------------------------------------- TRES parsing
+
+--[[
+Parse one tres_per_* value into a list of entries, one per comma-separated
+item, each keeping its raw text so that unrelated items are written back
+byte for byte.  Entry fields:
+  raw      the item as submitted
+  gres     true for `gres:NAME...` / `gres/NAME...` items
+  sep      ":" (22.05) or "/" (24.11), taken from the item
+  name     GRES name (`gpu`, `mps`, `shard`, ...)
+  type     GRES type or nil
+  delim    ":" or "=" before the count (nil when the count is implicit)
+  count    numeric count, or nil when it could not be read
+Unreadable gres items get count = nil and are never rewritten.
+--]]
+function pal.parse_tres(value)
+    local entries = {}
+    if type(value) ~= "string" or value == "" then
+        return entries
+    end
+    for item in (value .. ","):gmatch("([^,]*),") do
+        local e = { raw = item, gres = false }
+        local sep, rest = item:match("^gres([:/])(.*)$")
+        if sep then
+            e.gres = true
+            e.sep = sep
+            local name, tail = rest:match("^([^:=]+)(.*)$")
+            e.name = name
+            if name == nil then
+                e.count = nil
+            elseif tail == "" then
+                e.count = 1
+            elseif tail:sub(1, 1) == "=" then
+                e.delim = "="
+                e.count = pal.parse_count(tail:sub(2))
+            else
+                -- tail starts with ":": COUNT | TYPE | TYPE:COUNT | TYPE=COUNT
+                local body = tail:sub(2)
+                local n = pal.parse_count(body)
+                if n then
+                    e.delim = ":"
+                    e.count = n
+                else
+                    local t, d, c = body:match("^([^:=]+)([:=])([^:=]*)$")
+                    if t then
+                        e.type, e.delim, e.count = t, d, pal.parse_count(c)
+                    elseif body:match("^[^:=]+$") then
+                        e.type, e.count = body, 1
+                    end
+                end
+            end
+        end
+        entries[#entries + 1] = e
+    end
+    return entries
+end
+
+local function entry_text(e)
+    if not e.rewritten then
+        return e.raw
+    end
+    local s = "gres" .. e.sep .. e.name
+    if e.type then
+        s = s .. ":" .. e.type
+    end
+    if e.count_text then
+        s = s .. (e.delim or ":") .. e.count_text
+    end
+    return s
+end
+
+function pal.join_tres(entries)
+    local parts = {}
+    for i, e in ipairs(entries) do
+        parts[i] = entry_text(e)
+    end
+    return table.concat(parts, ",")
+end
+
+function pal.is_slot_type(t)
+    return type(t) == "string" and t:match("_g%d+$") ~= nil
+end
+
+--[[
+Summarise the GPU requests of a job view (a plain table with the tres_per_*
+fields).  Returns {total, any, typed, slot, unreadable, fields} where total is
+the largest GPU count found in any field (enough to decide "more than zero").
+--]]
+function pal.find_gpu_requests(view)
+    local r = { total = 0, any = false, typed = false, slot = false, unreadable = false, fields = {} }
+    for _, field in ipairs(pal.TRES_FIELDS) do
+        local entries = pal.parse_tres(view[field])
+        r.fields[field] = entries
+        for _, e in ipairs(entries) do
+            if e.gres and e.name == "gpu" then
+                r.any = true
+                if e.count == nil then
+                    r.unreadable = true
+                elseif e.count > r.total then
+                    r.total = e.count
+                end
+                if e.type then
+                    r.typed = true
+                    if pal.is_slot_type(e.type) then
+                        r.slot = true
+                    end
+                end
+            end
+        end
+    end
+    return r
+end
+
+--[[
+Rewrite bare model types in one tres_per_* value.  `models` is a set of
+lower-case model names.  Returns the new value (same string when nothing
+changed) and the list of models removed from it, in order, without repeats.
+--]]
+function pal.rewrite_bare_types(value, models)
+    local found, seen = {}, {}
+    if type(value) ~= "string" or value == "" or models == nil then
+        return value, found
+    end
+    local entries = pal.parse_tres(value)
+    local changed = false
+    for _, e in ipairs(entries) do
+        if e.gres and e.name == "gpu" and e.type and e.count ~= nil then
+            local model = e.type:lower()
+            if models[model] then
+                local count_text = e.raw:match("[:=]([^:=]*)$")
+                if e.delim == nil then
+                    count_text = nil           -- `gres:gpu:v100` -> `gres:gpu`
+                end
+                e.rewritten, e.type, e.count_text = true, nil, count_text
+                changed = true
+                if not seen[model] then
+                    seen[model] = true
+                    found[#found + 1] = model
+                end
+            end
+        end
+    end
+    if not changed then
+        return value, found
+    end
+    return pal.join_tres(entries), found
+end
+
+--- Add model features to an existing --constraint expression.
+function pal.add_features(existing, models)
+    if #models == 0 then
+        return existing
+    end
+    local have = {}
+    if type(existing) == "string" then
+        for token in existing:gmatch("[%w_%-%.]+") do
+            have[token] = true
+        end
+    end
+    local add = {}
+    for _, m in ipairs(models) do
+        if not have[m] then
+            add[#add + 1] = m
+        end
+    end
+    if #add == 0 then
+        return existing
+    end
+    local extra = table.concat(add, "&")
+    if type(existing) ~= "string" or existing == "" then
+        return extra
+    end
+    local base = existing
+    if base:find("|", 1, true) and not base:match("^%[[^%[%]]*%]$") then
+        base = "(" .. base .. ")"
+    end
+    return base .. "&" .. extra
+end
+
+-- ---------------------------------------------------------------- class hint
+
+--- Normalise a class value: returns the class, or nil when invalid.
+function pal.normalize_class(v)
+    if type(v) ~= "string" then
+        return nil
+    end
+    return VALID_CLASSES[v:match("^%s*(.-)%s*$"):upper()]
+end
+
+--- Value of --pal-class from the job's spank_job_env (entries `NAME=value`).
+function pal.spank_class_value(spank_env)
+    if type(spank_env) ~= "table" then
+        return nil
+    end
+    for _, entry in pairs(spank_env) do
+        if type(entry) == "string" then
+            local name, value = entry:match("^([^=]*)=(.*)$")
+            if name == pal.SPANK_OPTION_VAR or name == "SPANK" .. pal.SPANK_OPTION_VAR then
+                return value
+            end
+        end
+    end
+    return nil
+end
+
+local function rule_matches(rule, view)
+    local keys = { user = "user_name", name = "name", account = "account", partition = "partition" }
+    for rule_key, view_key in pairs(keys) do
+        local want = rule[rule_key]
+        if want ~= nil and want ~= view[view_key] then
+            return false
+        end
+    end
+    return true
+end
+
+--[[
+The class hint of a job, first found: the --pal-class SPANK option, a
+`pal:class=X` comment, the first matching rule, else auto.  Returns
+class, src, warning (warning is a log text when the hint was invalid; the
+class is then auto).
+--]]
+function pal.class_hint(view, rules)
+    local raw, src
+    local spank = pal.spank_class_value(view.spank_job_env)
+    if spank ~= nil then
+        raw, src = spank, "spank"
+    elseif type(view.comment) == "string" and view.comment:lower():find("pal:class=", 1, true) then
+        raw = view.comment:lower():match("pal:class=([^%s,;|]*)")
+        src = "comment"
+    elseif type(rules) == "table" then
+        for i, rule in ipairs(rules) do
+            if rule_matches(rule, view) then
+                raw, src = rule.class, "rule:" .. tostring(rule.id or i)
+                break
+            end
+        end
+    end
+    if src == nil then
+        return "auto", "default", nil
+    end
+    local class = pal.normalize_class(raw)
+    if class == nil then
+        return "auto", src, "invalid class hint " .. pal.quote(raw) .. " from " .. src .. "; using auto"
+    end
+    return class, src, nil
+end
+
+-- ---------------------------------------------------------------- hold decision
+
+--[[
+Whether a job is eligible for holding, ignoring the mode; returns
+ok, reason.  `gpus` is pal.find_gpu_requests(view) after the rewrite.
+--]]
+function pal.eligible(view, gpus, class)
+    if class == "off" then
+        return false, "class off"
+    end
+    if not gpus.any then
+        return false, "no gpu request"
+    end
+    if gpus.unreadable then
+        return false, "unreadable gpu request"
+    end
+    if gpus.total <= 0 then
+        return false, "zero gpus"
+    end
+    if gpus.slot then
+        return false, "slot type requested"
+    end
+    if gpus.typed then
+        return false, "gpu type requested"
+    end
+    if is_set(view.req_nodes) then
+        return false, "required nodes"
+    end
+    if is_set(view.array_inx) then
+        return false, "job array"
+    end
+    if is_set(view.het_job_offset) then
+        return false, "het job component"
+    end
+    if view.priority == 0 then
+        return false, "already held"
+    end
+    if is_set(view.immediate) and view.immediate ~= 0 and view.immediate ~= pal.NO_VAL16 then
+        return false, "immediate"
+    end
+    return true, "eligible"
+end
+
+--- Whether the daemon's heartbeat is fresh (a heartbeat from the far future counts as stale).
+function pal.heartbeat_fresh(state, now)
+    if type(state) ~= "table" or type(state.heartbeat) ~= "number" then
+        return false
+    end
+    local age = now - state.heartbeat
+    return age <= state.stale_after and -age <= state.stale_after
+end
+
+--[[
+The hold decision: returns hold, reason.  Hold only in enforce mode, with a
+fresh heartbeat, for an eligible job.
+--]]
+function pal.should_hold(view, gpus, class, state, now)
+    if type(state) ~= "table" then
+        return false, "no state"
+    end
+    local ok, reason = pal.eligible(view, gpus, class)
+    if not ok then
+        return false, reason
+    end
+    if not pal.heartbeat_fresh(state, now) then
+        return false, "stale heartbeat"
+    end
+    if state.mode ~= "enforce" then
+        return false, "mode " .. tostring(state.mode)
+    end
+    return true, "enforce"
+end
+
+function pal.held_comment(class, src, existing)
+    local tag = "pal:held class=" .. class .. " src=" .. src
+    if type(existing) == "string" and existing ~= "" then
+        return tag .. " | " .. existing
+    end
+    return tag
+end
+
+-- ---------------------------------------------------------------- state file
+
+local function sanitize_state(t)
+    if type(t) ~= "table" then
+        return nil, "state file did not return a table"
+    end
+    if rawget(t, "format") ~= 1 then
+        return nil, "unknown state format " .. pal.quote(tostring(rawget(t, "format")))
+    end
+    local s = { format = 1, models = {}, rules = {} }
+    local mode = rawget(t, "mode")
+    s.mode = (mode == "enforce" or mode == "observe") and mode or "observe"
+    local hb = rawget(t, "heartbeat")
+    s.heartbeat = type(hb) == "number" and hb or nil
+    local sa = rawget(t, "stale_after")
+    s.stale_after = (type(sa) == "number" and sa >= 0) and sa or pal.DEFAULT_STALE_AFTER
+    local models = rawget(t, "models")
+    if type(models) == "table" then
+        for _, m in ipairs(models) do
+            if type(m) == "string" and m ~= "" then
+                s.models[m:lower()] = true
+            end
+        end
+    end
+    local rules = rawget(t, "rules")
+    if type(rules) == "table" then
+        for _, r in ipairs(rules) do
+            if type(r) == "table" then
+                local clean = {}
+                for _, k in ipairs({ "user", "name", "account", "partition", "class", "id" }) do
+                    local v = rawget(r, k)
+                    if type(v) == "string" or type(v) == "number" then
+                        clean[k] = tostring(v)
+                    end
+                end
+                s.rules[#s.rules + 1] = clean
+            end
+        end
+    end
+    return s, nil
+end
+
+--[[
+Load the state file: a Lua chunk (source only, at most STATE_MAX_BYTES) run
+in an empty environment (it cannot reach os, io or slurm) under an
+instruction limit.  Returns state or nil, err.
+--]]
+function pal.load_state(path)
+    local f, open_err = io.open(path, "rb")
+    if not f then
+        return nil, "cannot open " .. pal.quote(path) .. ": " .. tostring(open_err)
+    end
+    local text = f:read(pal.STATE_MAX_BYTES + 1) or ""
+    f:close()
+    if #text > pal.STATE_MAX_BYTES then
+        return nil, "state file larger than " .. pal.STATE_MAX_BYTES .. " bytes"
+    end
+    if text:sub(1, 1) == "\27" then
+        return nil, "state file is precompiled bytecode; refusing it"
+    end
+    local chunk, err = loadstring(text, "@" .. path)
+    if not chunk then
+        return nil, "cannot parse state file: " .. tostring(err)
+    end
+    setfenv(chunk, {})
+    local co = coroutine.create(chunk)
+    if debug and debug.sethook then
+        debug.sethook(co, function()
+            error("state file ran too long", 0)
+        end, "", pal.STATE_INSTRUCTION_LIMIT)
+    end
+    local ok, result = coroutine.resume(co)
+    if not ok then
+        return nil, "state file failed: " .. tostring(result)
+    end
+    if coroutine.status(co) ~= "dead" then
+        return nil, "state file yielded"
+    end
+    return sanitize_state(result)
+end
+
+local cache = { path = nil, at = nil, state = nil, err = nil }
+
+--- The state, re-read at most every CACHE_SECONDS; a failure is cached as well.
+function pal.get_state(path, now, log)
+    if cache.path == path and cache.at ~= nil and now - cache.at < pal.CACHE_SECONDS and now >= cache.at then
+        return cache.state, cache.err
+    end
+    local state, err = pal.load_state(path)
+    cache.path, cache.at, cache.state, cache.err = path, now, state, err
+    if err and log then
+        log("pal: no usable filter state (" .. err .. "); holding nothing")
+    end
+    return state, err
+end
+
+function pal.reset_cache()
+    cache = { path = nil, at = nil, state = nil, err = nil }
+end
+
+function pal.kill_switch_on(path)
+    local f = io.open(path, "r")
+    if f then
+        f:close()
+        return true
+    end
+    return false
+end
+
+-- ---------------------------------------------------------------- job handling
+
+pal.VIEW_FIELDS = {
+    "name", "user_name", "account", "partition", "comment", "admin_comment", "features",
+    "req_nodes", "array_inx", "het_job_offset", "priority", "immediate", "spank_job_env",
+    "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task",
+}
+
+--- Copy the fields we use out of slurmctld's job_desc into a plain table.
+function pal.read_view(job_desc)
+    local view = {}
+    for _, f in ipairs(pal.VIEW_FIELDS) do
+        view[f] = job_desc[f]
+    end
+    return view
+end
+
+--[[
+Decide what to change, without touching the job.  Returns changes (field ->
+new value) and a list of log lines.  Pure: state and now are passed in.
+--]]
+function pal.plan(view, state, now)
+    local changes, logs = {}, {}
+    local models = type(state) == "table" and state.models or nil
+    local removed, seen = {}, {}
+    local after = {}
+    for _, field in ipairs(pal.TRES_FIELDS) do
+        local value, found = pal.rewrite_bare_types(view[field], models)
+        after[field] = value
+        if value ~= view[field] then
+            changes[field] = value
+        end
+        for _, m in ipairs(found) do
+            if not seen[m] then
+                seen[m] = true
+                removed[#removed + 1] = m
+            end
+        end
+    end
+    if #removed > 0 then
+        local features = pal.add_features(view.features, removed)
+        if features ~= view.features then
+            changes.features = features
+        end
+        logs[#logs + 1] = "pal: job " .. pal.quote(view.name) .. " bare gpu type rewritten, features="
+            .. pal.quote(features)
+    end
+
+    local rules = type(state) == "table" and state.rules or nil
+    local class, src, warning = pal.class_hint(view, rules)
+    if warning then
+        logs[#logs + 1] = "pal: job " .. pal.quote(view.name) .. " " .. warning
+    end
+    local post = {}
+    for k, v in pairs(view) do
+        post[k] = v
+    end
+    for k, v in pairs(after) do
+        post[k] = v
+    end
+    local gpus = pal.find_gpu_requests(post)
+    local hold, reason = pal.should_hold(post, gpus, class, state, now)
+    if hold then
+        changes.admin_comment = pal.held_comment(class, src, view.admin_comment)
+        changes.priority = 0
+        logs[#logs + 1] = "pal: held job " .. pal.quote(view.name) .. " class=" .. class .. " src=" .. src
+    elseif type(state) == "table" and state.mode == "observe" and reason == "mode observe" then
+        logs[#logs + 1] = "pal: observe job " .. pal.quote(view.name) .. " would hold class=" .. class
+    end
+    return changes, logs, reason
+end
+
+local APPLY_ORDER = {
+    "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task", "features",
+    "admin_comment", "priority",
+}
+
+--[[
+Write the planned changes to job_desc.  If any assignment fails, put back the
+values written so far (nil strings as "", which Slurm stores as unset) and
+re-raise, so the job stays as submitted.
+--]]
+function pal.apply(job_desc, changes, view)
+    local done = {}
+    local ok, err = pcall(function()
+        for _, field in ipairs(APPLY_ORDER) do
+            if changes[field] ~= nil then
+                job_desc[field] = changes[field]
+                done[#done + 1] = field
+            end
+        end
+    end)
+    if not ok then
+        for _, field in ipairs(done) do
+            local old = view[field]
+            if old == nil then
+                old = (field == "priority") and pal.NO_VAL or ""
+            end
+            pcall(function()
+                job_desc[field] = old
+            end)
+        end
+        error(err, 0)
+    end
+end
+
+local function env_path(name, default)
+    local v = os.getenv(name)
+    if v == nil or v == "" then
+        return default
+    end
+    return v
+end
+
+--- The whole submit path; may raise (the Slurm callback catches it).
+function pal.process(job_desc, now, log)
+    if pal.kill_switch_on(env_path("PAL_FILTER_KILL_SWITCH", pal.DEFAULT_KILL_SWITCH)) then
+        return nil
+    end
+    local state = pal.get_state(env_path("PAL_FILTER_STATE", pal.DEFAULT_STATE_PATH), now, log)
+    local view = pal.read_view(job_desc)
+    local changes, logs = pal.plan(view, state, now)
+    pal.apply(job_desc, changes, view)
+    for _, line in ipairs(logs) do
+        log(line)
+    end
+    return changes
+end
+
+-- ---------------------------------------------------------------- Slurm callbacks
+
+local function log_info(msg)
+    if slurm and slurm.log_info then
+        pcall(slurm.log_info, "%s", msg)
+    end
+end
+
+local function log_error(msg)
+    if slurm and slurm.log_error then
+        pcall(slurm.log_error, "%s", msg)
+    elseif slurm and slurm.error then
+        pcall(slurm.error, "%s", msg)
+    end
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    local ok, err = pcall(pal.process, job_desc, os.time(), log_info)
+    if not ok then
+        log_error("pal: filter error, job left as submitted: " .. tostring(err))
+    end
+    return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    -- The placer retypes held jobs with scontrol update; the filter stays out of the way.
+    return slurm.SUCCESS
+end
+
+if PAL_FILTER_TEST then
+    return pal
+end
+
+return slurm.SUCCESS

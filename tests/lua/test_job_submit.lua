@@ -1,0 +1,664 @@
+--[[
+Unit tests for spank_hooks/job_submit.lua, run with plain Lua 5.1:
+
+    lua5.1 tests/lua/test_job_submit.lua
+
+No rocks needed.  The `slurm` global is a fake of the few functions the filter
+uses (this is the unit level; tests/slurm/test_filter.py runs the filter inside
+a real slurmctld).  Exit status 0 when every test passes.
+--]]
+
+local ROOT = (arg and arg[0] or ""):match("^(.*)/tests/lua/[^/]*$") or "."
+local FILTER = ROOT .. "/spank_hooks/job_submit.lua"
+
+-- ------------------------------------------------------------------ fake slurm
+
+local logs = {}
+slurm = {
+    SUCCESS = 0,
+    ERROR = -1,
+    log_info = function(fmt, ...) logs[#logs + 1] = "info: " .. string.format(fmt, ...) end,
+    log_error = function(fmt, ...) logs[#logs + 1] = "error: " .. string.format(fmt, ...) end,
+    log_debug = function(fmt, ...) logs[#logs + 1] = "debug: " .. string.format(fmt, ...) end,
+    user_msg = function(fmt, ...) logs[#logs + 1] = "user: " .. string.format(fmt, ...) end,
+}
+local REAL_SLURM = slurm
+local REAL_EXIT = os.exit
+
+PAL_FILTER_TEST = true
+local pal = dofile(FILTER)
+assert(type(pal) == "table", "filter did not return its module table under PAL_FILTER_TEST")
+assert(type(slurm_job_submit) == "function" and type(slurm_job_modify) == "function")
+
+-- ------------------------------------------------------------------ runner
+
+local tests, failures = {}, {}
+local function test(name, fn)
+    tests[#tests + 1] = { name = name, fn = fn }
+end
+
+local function show(v)
+    if type(v) == "string" then
+        return string.format("%q", v)
+    end
+    return tostring(v)
+end
+
+local function eq(actual, expected, what)
+    if actual ~= expected then
+        error((what or "value") .. ": expected " .. show(expected) .. ", got " .. show(actual), 2)
+    end
+end
+
+local function truthy(v, what)
+    if not v then
+        error((what or "condition") .. " is false", 2)
+    end
+end
+
+local function log_has(pattern)
+    for _, line in ipairs(logs) do
+        if line:find(pattern, 1, true) then
+            return true
+        end
+    end
+    return false
+end
+
+-- ------------------------------------------------------------------ fixtures
+
+local NOW = 1764495000
+local tmpfiles = {}
+local function tmpname()
+    local p = os.tmpname()
+    tmpfiles[#tmpfiles + 1] = p
+    return p
+end
+
+local function write(path, text)
+    local f = assert(io.open(path, "wb"))
+    f:write(text)
+    f:close()
+end
+
+local function serialize(v)
+    if type(v) == "string" then
+        return string.format("%q", v)
+    elseif type(v) ~= "table" then
+        return tostring(v)
+    end
+    local parts = {}
+    for _, item in ipairs(v) do
+        parts[#parts + 1] = serialize(item)
+    end
+    for k, item in pairs(v) do
+        if type(k) == "string" then
+            parts[#parts + 1] = k .. " = " .. serialize(item)
+        end
+    end
+    return "{ " .. table.concat(parts, ", ") .. " }"
+end
+
+local function state_table(over)
+    local s = {
+        format = 1, mode = "enforce", heartbeat = os.time(), stale_after = 30,
+        models = { "v100" }, rules = {},
+    }
+    for k, v in pairs(over or {}) do
+        s[k] = v
+    end
+    return s
+end
+
+local STATE_PATH = tmpname()
+local KILL_PATH = tmpname()
+os.remove(KILL_PATH)
+
+local real_getenv = os.getenv
+os.getenv = function(name)
+    if name == "PAL_FILTER_STATE" then
+        return STATE_PATH
+    elseif name == "PAL_FILTER_KILL_SWITCH" then
+        return KILL_PATH
+    end
+    return real_getenv(name)
+end
+
+--- Write the state file (table or raw text) and forget the cached copy.
+local function set_state(s)
+    if type(s) == "table" then
+        write(STATE_PATH, "-- test\nreturn " .. serialize(s) .. "\n")
+    elseif s == nil then
+        os.remove(STATE_PATH)
+    else
+        write(STATE_PATH, s)
+    end
+    pal.reset_cache()
+end
+
+local function job(over)
+    local j = { name = "train", user_name = "alice", account = "proj", partition = "gpu", priority = pal.NO_VAL,
+        het_job_offset = pal.NO_VAL, immediate = 0 }
+    for k, v in pairs(over or {}) do
+        j[k] = v
+    end
+    return j
+end
+
+--- Run the real Slurm callback on a job table; returns the job and the rc.
+local function submit(j)
+    local rc = slurm_job_submit(j, {}, 1000)
+    return j, rc
+end
+
+local function held(j)
+    return j.priority == 0 and type(j.admin_comment) == "string" and j.admin_comment:find("^pal:held ") ~= nil
+end
+
+-- ------------------------------------------------------------------ parse_tres / find_gpu_requests
+
+test("parse_tres: 22.05 and 24.11 prefixes, typed and untyped, = form", function()
+    local cases = {
+        { "gres:gpu:2", ":", nil, ":", 2 },
+        { "gres/gpu:2", "/", nil, ":", 2 },
+        { "gres:gpu:v100:2", ":", "v100", ":", 2 },
+        { "gres/gpu:v100:2", "/", "v100", ":", 2 },
+        { "gres/gpu:v100=1", "/", "v100", "=", 1 },
+        { "gres/gpu=3", "/", nil, "=", 3 },
+        { "gres:gpu", ":", nil, nil, 1 },
+        { "gres:gpu:v100", ":", "v100", nil, 1 },
+        { "gres:gpu:1k", ":", nil, ":", 1024 },
+        { "gres/gpu:v100_g2:1", "/", "v100_g2", ":", 1 },
+    }
+    for _, c in ipairs(cases) do
+        local e = pal.parse_tres(c[1])[1]
+        truthy(e.gres, c[1] .. " gres")
+        eq(e.name, "gpu", c[1] .. " name")
+        eq(e.sep, c[2], c[1] .. " sep")
+        eq(e.type, c[3], c[1] .. " type")
+        eq(e.delim, c[4], c[1] .. " delim")
+        eq(e.count, c[5], c[1] .. " count")
+    end
+end)
+
+test("parse_tres: lists with other GRES and non-gres items keep raw text", function()
+    local es = pal.parse_tres("cpu=4,gres/gpu:2,gres/shard:2,gres:mps:100")
+    eq(#es, 4)
+    eq(es[1].gres, false, "cpu item")
+    eq(es[1].raw, "cpu=4")
+    eq(es[3].name, "shard")
+    eq(es[4].name, "mps")
+    eq(es[4].count, 100)
+    eq(pal.join_tres(es), "cpu=4,gres/gpu:2,gres/shard:2,gres:mps:100")
+end)
+
+test("parse_tres: absent and odd values never raise", function()
+    eq(#pal.parse_tres(nil), 0)
+    eq(#pal.parse_tres(""), 0)
+    eq(#pal.parse_tres(42), 0)
+    local odd = pal.parse_tres("gres:gpu:v100:2:x,gres:,gres:gpu:lots")
+    eq(odd[1].count, nil, "too many fields")
+    eq(odd[2].name, nil, "empty name")
+    eq(odd[3].type, "lots", "non-count word is a type")
+end)
+
+test("find_gpu_requests: every request field is looked at", function()
+    for _, field in ipairs({ "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }) do
+        for _, prefix in ipairs({ "gres:gpu:", "gres/gpu:" }) do
+            local r = pal.find_gpu_requests({ [field] = prefix .. "2" })
+            truthy(r.any, field .. " " .. prefix)
+            eq(r.total, 2, field .. " " .. prefix .. " total")
+            eq(r.typed, false)
+        end
+    end
+    local r = pal.find_gpu_requests({ tres_per_task = "cpu=2,gres/gpu:v100_g1=1" })
+    eq(r.total, 1)
+    truthy(r.slot, "slot type in = form")
+end)
+
+test("find_gpu_requests: non-GPU GRES only and zero GPUs", function()
+    local r = pal.find_gpu_requests({ tres_per_node = "gres:mps:100,gres/shard:2" })
+    eq(r.any, false)
+    r = pal.find_gpu_requests({ tres_per_node = "gres:gpu:0" })
+    eq(r.any, true)
+    eq(r.total, 0)
+    r = pal.find_gpu_requests({})
+    eq(r.any, false)
+end)
+
+-- ------------------------------------------------------------------ bare type rewrite
+
+local MODELS = { v100 = true }
+
+test("rewrite_bare_types: both prefixes, separator and delimiter kept", function()
+    local cases = {
+        { "gres:gpu:v100:2", "gres:gpu:2" },
+        { "gres/gpu:v100:2", "gres/gpu:2" },
+        { "gres/gpu:v100=1", "gres/gpu=1" },
+        { "gres:gpu:V100:3", "gres:gpu:3" },
+        { "gres:gpu:v100", "gres:gpu" },
+        { "gres:gpu:v100:1k", "gres:gpu:1k" },
+        { "gres:gpu:v100:2,gres:mps:100", "gres:gpu:2,gres:mps:100" },
+        { "cpu=2,gres/gpu:v100=1", "cpu=2,gres/gpu=1" },
+    }
+    for _, c in ipairs(cases) do
+        local out, found = pal.rewrite_bare_types(c[1], MODELS)
+        eq(out, c[2], c[1])
+        eq(found[1], "v100", c[1] .. " model")
+    end
+end)
+
+test("rewrite_bare_types: leaves slot types, unknown types, untyped and nil alone", function()
+    for _, v in ipairs({ "gres:gpu:v100_g0:1", "gres:gpu:a100:1", "gres:gpu:2", "gres:mps:v100:1" }) do
+        local out, found = pal.rewrite_bare_types(v, MODELS)
+        eq(out, v)
+        eq(#found, 0, v)
+    end
+    eq(pal.rewrite_bare_types(nil, MODELS), nil)
+    eq(pal.rewrite_bare_types("gres:gpu:v100:2", nil), "gres:gpu:v100:2", "no models, no rewrite")
+end)
+
+test("add_features: alone, &-joined, parenthesised around |, no duplicates", function()
+    eq(pal.add_features(nil, { "v100" }), "v100")
+    eq(pal.add_features("", { "v100" }), "v100")
+    eq(pal.add_features("ib", { "v100" }), "ib&v100")
+    eq(pal.add_features("ib&nvme", { "v100" }), "ib&nvme&v100")
+    eq(pal.add_features("rack1|rack2", { "v100" }), "(rack1|rack2)&v100")
+    eq(pal.add_features("[rack1|rack2]", { "v100" }), "[rack1|rack2]&v100")
+    eq(pal.add_features("v100&ib", { "v100" }), "v100&ib")
+    eq(pal.add_features("ib", {}), "ib")
+end)
+
+test("submit: bare type rewritten in enforce mode (and job held)", function()
+    set_state(state_table())
+    local j = submit(job({ tres_per_node = "gres:gpu:v100:2", features = "ib" }))
+    eq(j.tres_per_node, "gres:gpu:2")
+    eq(j.features, "ib&v100")
+    truthy(held(j), "held")
+end)
+
+test("submit: bare type rewritten in observe mode, job not held", function()
+    set_state(state_table({ mode = "observe" }))
+    local j = submit(job({ tres_per_job = "gres/gpu:v100:4", features = "a|b" }))
+    eq(j.tres_per_job, "gres/gpu:4")
+    eq(j.features, "(a|b)&v100")
+    eq(j.priority, pal.NO_VAL)
+    eq(j.admin_comment, nil)
+end)
+
+test("submit: bare type rewritten with a stale heartbeat too", function()
+    set_state(state_table({ heartbeat = os.time() - 3600 }))
+    local j = submit(job({ tres_per_task = "gres/gpu:v100=1" }))
+    eq(j.tres_per_task, "gres/gpu=1")
+    eq(j.features, "v100")
+    eq(held(j), false)
+end)
+
+test("submit: without a state file nothing is rewritten", function()
+    set_state(nil)
+    local j = submit(job({ tres_per_node = "gres:gpu:v100:2" }))
+    eq(j.tres_per_node, "gres:gpu:v100:2")
+    eq(j.features, nil)
+    eq(held(j), false)
+end)
+
+-- ------------------------------------------------------------------ class hint
+
+test("class_hint: each source", function()
+    local c, s = pal.class_hint({ spank_job_env = { [0] = "_SLURM_SPANK_OPTION_pal_pal_class=b" } }, {})
+    eq(c, "B") eq(s, "spank")
+    c, s = pal.class_hint({ comment = "nightly run pal:class=C please" }, {})
+    eq(c, "C") eq(s, "comment")
+    c, s = pal.class_hint({ user_name = "alice", name = "train" },
+        { { user = "bob", class = "A", id = "r1" }, { user = "alice", name = "train", class = "D", id = "r2" } })
+    eq(c, "D") eq(s, "rule:r2")
+    c, s = pal.class_hint({ user_name = "carol" }, { { user = "alice", class = "A", id = "r1" } })
+    eq(c, "auto") eq(s, "default")
+    c, s = pal.class_hint({ spank_job_env = { [0] = "_SLURM_SPANK_OPTION_pal_pal_class=OFF" } }, nil)
+    eq(c, "off")
+    c, s = pal.class_hint({ partition = "gpu", account = "x" }, { { partition = "gpu", account = "x", class = "a" } })
+    eq(c, "A") eq(s, "rule:1", "rule without id is named by position")
+end)
+
+test("class_hint: precedence spank > comment > rule", function()
+    local rules = { { user = "alice", class = "D", id = "r" } }
+    local v = { user_name = "alice", comment = "pal:class=C",
+        spank_job_env = { [0] = "OTHER=1", [1] = "_SLURM_SPANK_OPTION_pal_pal_class=A" } }
+    local c, s = pal.class_hint(v, rules)
+    eq(c, "A") eq(s, "spank")
+    v.spank_job_env = nil
+    c, s = pal.class_hint(v, rules)
+    eq(c, "C") eq(s, "comment")
+    v.comment = "no hint here"
+    c, s = pal.class_hint(v, rules)
+    eq(c, "D") eq(s, "rule:r")
+end)
+
+test("class_hint: invalid hint gives auto and a warning", function()
+    local c, s, w = pal.class_hint({ comment = "pal:class=Z" }, {})
+    eq(c, "auto") eq(s, "comment")
+    truthy(w and w:find("invalid class hint", 1, true), "warning text")
+    c, s, w = pal.class_hint({ spank_job_env = { [0] = "_SLURM_SPANK_OPTION_pal_pal_class=bogus" } }, {})
+    eq(c, "auto")
+    truthy(w, "warning for spank")
+    c, s, w = pal.class_hint({}, { { class = "E", id = "bad" } })
+    eq(c, "auto") eq(s, "rule:bad")
+    truthy(w, "warning for rule")
+end)
+
+test("submit: class sources end up in admin_comment", function()
+    set_state(state_table({ rules = { { user = "alice", class = "B", id = "rule-3" } } }))
+    local j = submit(job({ tres_per_node = "gres:gpu:1" }))
+    eq(j.admin_comment, "pal:held class=B src=rule:rule-3")
+    j = submit(job({ tres_per_node = "gres:gpu:1", comment = "pal:class=d" }))
+    eq(j.admin_comment, "pal:held class=D src=comment")
+    j = submit(job({ tres_per_node = "gres:gpu:1", spank_job_env = { [0] = "_SLURM_SPANK_OPTION_pal_pal_class=A" } }))
+    eq(j.admin_comment, "pal:held class=A src=spank")
+    j = submit(job({ tres_per_node = "gres:gpu:1", user_name = "zed" }))
+    eq(j.admin_comment, "pal:held class=auto src=default")
+end)
+
+test("submit: invalid hint logs a line and holds as auto", function()
+    set_state(state_table())
+    logs = {}
+    local j = submit(job({ tres_per_node = "gres:gpu:1", comment = "pal:class=Q" }))
+    eq(j.admin_comment, "pal:held class=auto src=comment")
+    truthy(log_has("invalid class hint"), "log line")
+end)
+
+-- ------------------------------------------------------------------ hold conditions
+
+test("hold: fresh enforce GPU job via each request field", function()
+    set_state(state_table())
+    for _, field in ipairs({ "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }) do
+        local j = submit(job({ [field] = "gres/gpu:1" }))
+        truthy(held(j), field)
+    end
+end)
+
+test("hold: admin_comment preserved after the tag", function()
+    set_state(state_table())
+    local j = submit(job({ tres_per_node = "gres:gpu:1", admin_comment = "ticket 42" }))
+    eq(j.admin_comment, "pal:held class=auto src=default | ticket 42")
+end)
+
+local function not_held(over, state_over, why)
+    set_state(state_table(state_over))
+    local before = job(over)
+    local j = submit(job(over))
+    eq(held(j), false, why)
+    eq(j.priority, before.priority, why .. " priority")
+    eq(j.admin_comment, before.admin_comment, why .. " admin_comment")
+end
+
+test("no hold: stale heartbeat", function()
+    not_held({ tres_per_node = "gres:gpu:1" }, { heartbeat = os.time() - 31 }, "stale")
+end)
+
+test("no hold: heartbeat far in the future", function()
+    not_held({ tres_per_node = "gres:gpu:1" }, { heartbeat = os.time() + 3600 }, "future")
+end)
+
+test("no hold: heartbeat missing", function()
+    set_state("return { format = 1, mode = 'enforce', models = {} }")
+    local j = submit(job({ tres_per_node = "gres:gpu:1" }))
+    eq(held(j), false)
+end)
+
+test("no hold: observe mode logs what it would do", function()
+    logs = {}
+    not_held({ tres_per_node = "gres:gpu:1", name = 'we"ird\nname' }, { mode = "observe" }, "observe")
+    truthy(log_has('pal: observe job "we\\"ird\\nname" would hold class=auto'), "observe line, escaped name")
+end)
+
+test("no hold: kill switch means nothing at all, not even the rewrite", function()
+    set_state(state_table())
+    write(KILL_PATH, "")
+    logs = {}
+    local j = submit(job({ tres_per_node = "gres:gpu:v100:1" }))
+    os.remove(KILL_PATH)
+    eq(j.tres_per_node, "gres:gpu:v100:1")
+    eq(held(j), false)
+    eq(#logs, 0, "no log lines")
+end)
+
+test("no hold: required nodes", function()
+    not_held({ tres_per_node = "gres:gpu:1", req_nodes = "pal-n1" }, nil, "req_nodes")
+end)
+
+test("no hold: slot types", function()
+    not_held({ tres_per_node = "gres:gpu:v100_g0:1" }, nil, "slot")
+    not_held({ tres_per_node = "gres:gpu:v100_g0:1,gres:gpu:v100_g3:1" }, nil, "two slots")
+    not_held({ tres_per_task = "gres/gpu:v100_g2=1" }, nil, "slot = form")
+end)
+
+test("no hold: a GPU type that is not a known model", function()
+    not_held({ tres_per_node = "gres:gpu:a100:1" }, nil, "unknown type")
+end)
+
+test("no hold: arrays", function()
+    not_held({ tres_per_node = "gres:gpu:1", array_inx = "0-3" }, nil, "array")
+end)
+
+test("no hold: het job component", function()
+    not_held({ tres_per_node = "gres:gpu:1", het_job_offset = 0 }, nil, "het 0")
+    not_held({ tres_per_node = "gres:gpu:1", het_job_offset = 1 }, nil, "het 1")
+end)
+
+test("no hold: --hold already", function()
+    not_held({ tres_per_node = "gres:gpu:1", priority = 0 }, nil, "user hold")
+end)
+
+test("no hold: --immediate", function()
+    not_held({ tres_per_node = "gres:gpu:1", immediate = 1 }, nil, "immediate")
+end)
+
+test("no hold: class off from each source", function()
+    not_held({ tres_per_node = "gres:gpu:1", spank_job_env = { [0] = "_SLURM_SPANK_OPTION_pal_pal_class=off" } },
+        nil, "spank off")
+    not_held({ tres_per_node = "gres:gpu:1", comment = "pal:class=off" }, nil, "comment off")
+    not_held({ tres_per_node = "gres:gpu:1" }, { rules = { { user = "alice", class = "off", id = "x" } } }, "rule off")
+end)
+
+test("no hold: zero GPUs, non-GPU GRES only, no GRES", function()
+    not_held({ tres_per_node = "gres:gpu:0" }, nil, "zero")
+    not_held({ tres_per_job = "gres/gpu:0" }, nil, "zero per job")
+    not_held({ tres_per_node = "gres:mps:100" }, nil, "mps")
+    not_held({ tres_per_node = "gres/shard:2" }, nil, "shard")
+    not_held({}, nil, "cpu only")
+end)
+
+test("hold: GPU request mixed with other GRES", function()
+    set_state(state_table())
+    local j = submit(job({ tres_per_node = "gres:gpu:2,gres:mps:100" }))
+    truthy(held(j))
+    eq(j.tres_per_node, "gres:gpu:2,gres:mps:100")
+end)
+
+test("should_hold reasons", function()
+    local st = { mode = "enforce", heartbeat = NOW, stale_after = 30 }
+    local v = { tres_per_node = "gres:gpu:1" }
+    local gpus = pal.find_gpu_requests(v)
+    local h, r = pal.should_hold(v, gpus, "A", st, NOW + 30)
+    eq(h, true) eq(r, "enforce")
+    h, r = pal.should_hold(v, gpus, "A", st, NOW + 31)
+    eq(h, false) eq(r, "stale heartbeat")
+    h, r = pal.should_hold(v, gpus, "off", st, NOW)
+    eq(r, "class off")
+    h, r = pal.should_hold(v, gpus, "A", nil, NOW)
+    eq(r, "no state")
+    h, r = pal.should_hold(v, gpus, "A", { mode = "observe", heartbeat = NOW, stale_after = 30 }, NOW)
+    eq(r, "mode observe")
+end)
+
+-- ------------------------------------------------------------------ state file
+
+test("state: syntax error, non-table, wrong format, missing file", function()
+    for _, text in ipairs({ "return {", "return 5", "return { format = 2, mode = 'enforce' }", "" }) do
+        set_state(text)
+        logs = {}
+        local j = submit(job({ tres_per_node = "gres:gpu:v100:1" }))
+        eq(held(j), false, text)
+        eq(j.tres_per_node, "gres:gpu:v100:1", text)
+        truthy(log_has("no usable filter state"), "log for " .. text)
+    end
+    set_state(nil)
+    local s, err = pal.load_state(STATE_PATH)
+    eq(s, nil)
+    truthy(err:find("cannot open", 1, true))
+end)
+
+test("state: cannot call os.exit, touch slurm, or read globals", function()
+    local attacks = {
+        "os.exit(3) return {}",
+        "slurm.SUCCESS = 99 return {}",
+        "slurm_job_submit = nil return {}",
+        "return { format = 1, mode = print and 'enforce' or 'observe', heartbeat = os.time() }",
+        "local x = getfenv(0) x.slurm = nil return {}",
+        "io.open('/tmp/pal-should-not-exist', 'w') return {}",
+    }
+    local exit_called = false
+    os.exit = function() exit_called = true error("os.exit reached", 0) end
+    for _, text in ipairs(attacks) do
+        set_state(text)
+        local j, rc = submit(job({ tres_per_node = "gres:gpu:1" }))
+        eq(exit_called, false, "os.exit reached by " .. text)
+        eq(rc, 0, text .. " rc")
+        eq(held(j), false, text)
+        eq(slurm, REAL_SLURM, "slurm global replaced by " .. text)
+        eq(slurm.SUCCESS, 0, "slurm.SUCCESS after " .. text)
+        eq(type(slurm_job_submit), "function", "callback after " .. text)
+    end
+    os.exit = REAL_EXIT
+    eq(io.open("/tmp/pal-should-not-exist", "r"), nil, "state file wrote a file")
+end)
+
+test("state: endless loop is cut off by the instruction limit", function()
+    set_state("while true do end")
+    local s, err = pal.load_state(STATE_PATH)
+    eq(s, nil)
+    truthy(err:find("too long", 1, true), err)
+end)
+
+test("state: bytecode and oversized files are refused", function()
+    set_state(string.dump(function() return { format = 1 } end))
+    local s, err = pal.load_state(STATE_PATH)
+    eq(s, nil)
+    truthy(err:find("bytecode", 1, true), err)
+    local saved = pal.STATE_MAX_BYTES
+    pal.STATE_MAX_BYTES = 100
+    set_state("return { format = 1 }" .. string.rep(" ", 200))
+    s, err = pal.load_state(STATE_PATH)
+    pal.STATE_MAX_BYTES = saved
+    eq(s, nil)
+    truthy(err:find("larger", 1, true), err)
+end)
+
+test("state: sanitised copy (bad fields dropped, unknown mode is observe)", function()
+    set_state("return { format = 1, mode = 'yes', heartbeat = 'soon', stale_after = -1, "
+        .. "models = { 'V100', 7, '' }, rules = { 'x', { user = 'a', class = 'A', extra = {} } } }")
+    local s = assert(pal.load_state(STATE_PATH))
+    eq(s.mode, "observe")
+    eq(s.heartbeat, nil)
+    eq(s.stale_after, 30)
+    eq(s.models.v100, true)
+    eq(#s.rules, 1)
+    eq(s.rules[1].user, "a")
+    eq(s.rules[1].extra, nil)
+end)
+
+test("state: cached for CACHE_SECONDS, then re-read", function()
+    write(STATE_PATH, "return { format = 1, mode = 'observe' }")
+    pal.reset_cache()
+    eq(pal.get_state(STATE_PATH, NOW).mode, "observe")
+    write(STATE_PATH, "return { format = 1, mode = 'enforce' }")
+    eq(pal.get_state(STATE_PATH, NOW + 1).mode, "observe", "cached")
+    eq(pal.get_state(STATE_PATH, NOW + 2).mode, "enforce", "re-read")
+    eq(pal.get_state(STATE_PATH, NOW - 10).mode, "enforce", "clock went back: re-read")
+end)
+
+-- ------------------------------------------------------------------ fail open
+
+test("fail open: a Lua error while reading the job returns SUCCESS and logs", function()
+    set_state(state_table())
+    logs = {}
+    local j = setmetatable({}, { __index = function(_, k)
+        if k == "comment" then error("boom") end
+        return nil
+    end })
+    local rc = slurm_job_submit(j, {}, 0)
+    eq(rc, slurm.SUCCESS)
+    truthy(log_has("error: pal: filter error, job left as submitted"), "error logged")
+end)
+
+test("fail open: a failing assignment restores what was already written", function()
+    set_state(state_table())
+    local store = job({ tres_per_node = "gres:gpu:v100:2" })
+    local proxy = setmetatable({}, {
+        __index = store,
+        __newindex = function(_, k, v)
+            if k == "priority" then error("cannot set priority") end
+            store[k] = v
+        end,
+    })
+    logs = {}
+    local rc = slurm_job_submit(proxy, {}, 0)
+    eq(rc, slurm.SUCCESS)
+    truthy(log_has("cannot set priority"), "error logged")
+    truthy(not log_has("pal: held"), "no held line for a job that was not held")
+    eq(store.tres_per_node, "gres:gpu:v100:2", "tres restored")
+    eq(store.features, "", "features restored to unset")
+    eq(store.admin_comment, "", "admin_comment restored to unset")
+    eq(store.priority, pal.NO_VAL)
+end)
+
+test("fail open: a plain Lua bug inside the logic", function()
+    set_state(state_table())
+    local saved = pal.plan
+    pal.plan = function() local t = nil return t.x end
+    local j = job({ tres_per_node = "gres:gpu:1" })
+    local rc = slurm_job_submit(j, {}, 0)
+    pal.plan = saved
+    eq(rc, slurm.SUCCESS)
+    eq(held(j), false)
+end)
+
+test("slurm_job_modify returns SUCCESS and changes nothing", function()
+    local j = job({ tres_per_node = "gres:gpu:v100_g1:1" })
+    eq(slurm_job_modify(j, {}, {}, 0), slurm.SUCCESS)
+    eq(j.tres_per_node, "gres:gpu:v100_g1:1")
+end)
+
+test("loading the file in Slurm mode returns SUCCESS", function()
+    PAL_FILTER_TEST = nil
+    local ok, rv = pcall(dofile, FILTER)
+    PAL_FILTER_TEST = true
+    truthy(ok, tostring(rv))
+    eq(rv, slurm.SUCCESS)
+end)
+
+test("quote: control characters and length", function()
+    eq(pal.quote("a\nb\tc"), '"a\\nb\\009c"')
+    eq(pal.quote(nil), "nil")
+    truthy(#pal.quote(string.rep("x", 500)) < 100, "truncated")
+end)
+
+-- ------------------------------------------------------------------ run
+
+for _, t in ipairs(tests) do
+    logs = {}
+    local ok, err = pcall(t.fn)
+    os.exit = REAL_EXIT
+    if ok then
+        io.write("ok   ", t.name, "\n")
+    else
+        io.write("FAIL ", t.name, "\n     ", tostring(err), "\n")
+        failures[#failures + 1] = t.name
+    end
+end
+for _, p in ipairs(tmpfiles) do
+    os.remove(p)
+end
+os.getenv = real_getenv
+io.write(string.format("%d tests, %d failed\n", #tests, #failures))
+REAL_EXIT(#failures == 0 and 0 or 1)
