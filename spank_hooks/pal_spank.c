@@ -21,6 +21,8 @@
 
 #include <slurm/spank.h>
 
+#include "pal_spank.h"
+
 SPANK_PLUGIN(pal, 1);
 
 static const char *const pal_classes[] = { "A", "B", "C", "D", "auto", "off", NULL };
@@ -53,7 +55,7 @@ static int pal_class_cb(int val, const char *optarg, int remote)
 }
 
 static struct spank_option pal_class_option = {
-	"pal-class",
+	PAL_SPANK_OPTION_NAME,
 	"A|B|C|D|auto|off",
 	"GPU variability class hint for pal-slurm placement: A (most sensitive) .. D, "
 	"auto (decided from the job's history), off (do not re-place this job)",
