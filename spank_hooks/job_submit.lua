@@ -225,9 +225,11 @@ function pal.add_features(existing, models)
     if #models == 0 then
         return existing
     end
+    -- A model already required by a plain AND expression is not added twice;
+    -- inside an OR or a [..] group it does not count as required.
     local have = {}
-    if type(existing) == "string" then
-        for token in existing:gmatch("[%w_%-%.]+") do
+    if type(existing) == "string" and not existing:find("[|%[%(]") then
+        for token in existing:gmatch("[^&]+") do
             have[token] = true
         end
     end

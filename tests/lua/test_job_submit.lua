@@ -266,6 +266,8 @@ test("add_features: alone, &-joined, parenthesised around |, no duplicates", fun
     eq(pal.add_features("rack1|rack2", { "v100" }), "(rack1|rack2)&v100")
     eq(pal.add_features("[rack1|rack2]", { "v100" }), "[rack1|rack2]&v100")
     eq(pal.add_features("v100&ib", { "v100" }), "v100&ib")
+    eq(pal.add_features("v100|ib", { "v100" }), "(v100|ib)&v100")
+    eq(pal.add_features("v100*2", { "v100" }), "v100*2&v100")
     eq(pal.add_features("ib", {}), "ib")
 end)
 
