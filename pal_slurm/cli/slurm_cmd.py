@@ -67,7 +67,8 @@ DIFF_COLUMNS = [Column("node", lambda r: r["node"]), Column("difference", lambda
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: the configuration lines; json: nodes, types and files (or the differences with --check).")
 @click.option("--check", is_flag=True,
-              help="Compare with the running Slurm (scontrol show node) and list what differs; exit 1 if anything does.")
+              help="Compare with the running Slurm (scontrol show node) and list what differs; "
+                   "exit 1 if anything does.")
 @click.pass_obj
 def gres_conf(app: AppContext, inventory_path: Path | None, dev_dir: str, output_dir: Path | None, fmt: str,
               check: bool) -> None:

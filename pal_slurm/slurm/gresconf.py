@@ -250,7 +250,8 @@ def gres_conf_lines(inv: Inventory, *, dev_dir: str = "/dev") -> list[str]:
     lines = ["AutoDetect=off"]
     for node in inv.nodes:
         for g in node.gpus:
-            lines.append(f"NodeName={node.name} Name=gpu Type={g.gres_type} File={device_path(dev_dir, node.name, g.minor)}")
+            path = device_path(dev_dir, node.name, g.minor)
+            lines.append(f"NodeName={node.name} Name=gpu Type={g.gres_type} File={path}")
     return lines
 
 
@@ -278,7 +279,8 @@ def render_gres_conf(inv: Inventory, *, dev_dir: str = "/dev") -> str:
 
 
 def render_nodes_conf(inv: Inventory) -> str:
-    note = "# slurm.conf needs GresTypes=gpu; merge these Gres= and Features= into your NodeName lines or Include this file"
+    note = ("# slurm.conf needs GresTypes=gpu; merge these Gres= and Features= into your NodeName lines "
+            "or Include this file")
     return "\n".join([HEADER, note, *node_conf_lines(inv)]) + "\n"
 
 

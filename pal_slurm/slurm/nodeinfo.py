@@ -12,8 +12,10 @@ from collections.abc import Iterable
 
 from pal_slurm.slurm.gresconf import SlurmNodeGres
 
-# A new pair starts with an identifier followed by '=' (keys are CamelCase, some have ':' or '.').
-_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.:/]*=")
+# A new pair starts with a Slurm key and '=': keys start upper-case (CamelCase; some hold '_', ':' or '/',
+# e.g. MCS_label, AllocNode:Sid, CPUs/Task).  Lower-case words with '=' inside a value (an admin comment
+# like `pal:held class=A`) therefore stay part of that value.
+_KEY = re.compile(r"^[A-Z][A-Za-z0-9_.:/]*=")
 
 
 def parse_kv_line(line: str) -> dict[str, str]:

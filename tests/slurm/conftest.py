@@ -100,7 +100,7 @@ class SlurmCluster:
     # ------------------------------------------------------------ commands
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """A Slurm command against the cluster (argument list; output captured as text)."""
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+        proc = subprocess.run(list(argv), check=False, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, **self.env}, stdin=subprocess.DEVNULL)
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(argv[:3])} failed ({proc.returncode}): {proc.stderr.strip()}")
@@ -207,15 +207,15 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     if os.geteuid() != 0:
         _unavailable("the test cluster needs root (slurmd, mknod)")
     env = {**os.environ, "PAL_PYTHON": sys.executable}
-    proc = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run([str(SCRIPT), "start"], check=False, capture_output=True, text=True, env=env, timeout=300)
     if proc.returncode != 0:
         _unavailable(f"`slurm-cluster.sh start` failed:\n{proc.stderr.strip()}")
     exports = subprocess.run([str(SCRIPT), "env"], capture_output=True, text=True, env=env, check=True).stdout
-    cluster_env = dict(re.findall(r"^export ([A-Z_]+)=(.*)$", exports, flags=re.M))
+    cluster_env = dict(re.findall(r"^export ([A-Z_]+)=(.*)$", exports, flags=re.MULTILINE))
     directory = Path(cluster_env["PAL_TEST_SLURM_DIR"])
     nodes_conf = (directory / "etc" / "nodes.conf").read_text(encoding="utf-8")
     cluster = SlurmCluster(dir=directory, env=cluster_env, conf_dir=directory / "etc",
-                           nodes=re.findall(r"^NodeName=(\S+)", nodes_conf, flags=re.M))
+                           nodes=re.findall(r"^NodeName=(\S+)", nodes_conf, flags=re.MULTILINE))
     cluster.out_dir.mkdir(exist_ok=True)
     saved = {k: os.environ.get(k) for k in cluster_env}
     os.environ.update(cluster_env)

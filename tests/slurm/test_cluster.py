@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -71,7 +72,8 @@ def test_multi_node_job_runs_a_step_on_each_node(slurm_cluster) -> None:  # type
                                   "--wrap", "srun -l printenv SLURMD_NODENAME SLURM_STEP_GPUS"])
     slurm_cluster.wait_state(jobid, "COMPLETED")
     output = slurm_cluster.job_output(jobid)
-    allocated = slurm_cluster.run(["scontrol", "show", "hostnames", slurm_cluster.job(jobid)["NodeList"]]).stdout.split()
+    nodelist = slurm_cluster.job(jobid)["NodeList"]
+    allocated = slurm_cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
     assert len(allocated) == 2
     # `srun -l` prefixes each task's lines with "<task>: "; each task printed its node, then GPU 1.
     by_task: dict[str, list[str]] = {}
@@ -107,7 +109,7 @@ def test_slurmctld_restart_keeps_running_jobs(slurm_cluster) -> None:  # type: i
 
 
 def test_set_filter_writes_a_lua_table(slurm_filter) -> None:  # type: ignore[no-untyped-def]
-    lua = subprocess.run(["which", "lua5.1"], capture_output=True, text=True).stdout.strip()
+    lua = shutil.which("lua5.1")
     if not lua:
         pytest.skip("lua5.1 not installed")
     slurm_filter.set_filter("enforce", heartbeat_age_s=100,
