@@ -5,13 +5,16 @@ VENV ?= .venv
 PAL := $(VENV)/bin/pal
 PYTEST_ARGS ?=
 DB_SERVERS := tests/services/db-servers.sh
+SLURM_CLUSTER := tests/services/slurm-cluster.sh
 
-.PHONY: demo test test-fast venv db-servers db-servers-stop sql bench clean help
+.PHONY: demo test test-fast venv db-servers db-servers-stop sql bench clean help slurm-cluster slurm-cluster-stop test-slurm
 
 help:
 	@echo "make demo   - venv + install + run the demo (SQLite, simulated GPU fleet, report, HTML)"
-	@echo "make test   - everything CI runs: installs and starts PostgreSQL and MariaDB, then pytest"
-	@echo "make test-fast - pytest on SQLite only (no servers)"
+	@echo "make test   - everything CI runs: installs and starts PostgreSQL, MariaDB and the Slurm test cluster, then pytest"
+	@echo "make test-fast - pytest on SQLite only (no servers, no Slurm cluster)"
+	@echo "make test-slurm - the real-Slurm tests only (installs and starts the test cluster, pytest -m slurm)"
+	@echo "make slurm-cluster - install and start the Slurm test cluster (root; stop: make slurm-cluster-stop)"
 	@echo "make sql    - regenerate sql/*.sql from the migrations"
 	@echo "make bench  - run the benchmarks in bench/"
 
@@ -36,11 +39,24 @@ db-servers:
 db-servers-stop:
 	$(DB_SERVERS) stop
 
-test: venv db-servers
-	eval "$$($(DB_SERVERS) env)" && PAL_REQUIRE_DB_SERVERS=1 $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+# The Slurm test cluster (tests/services/slurm-cluster.sh): munge, slurmctld, 4 slurmd, fake GPUs.
+slurm-cluster: venv
+	$(SLURM_CLUSTER) install
+	PAL_PYTHON=$(abspath $(VENV))/bin/python $(SLURM_CLUSTER) start
+
+slurm-cluster-stop:
+	$(SLURM_CLUSTER) stop
+
+test: venv db-servers slurm-cluster
+	eval "$$($(DB_SERVERS) env)" && eval "$$($(SLURM_CLUSTER) env)" && \
+	  PAL_REQUIRE_DB_SERVERS=1 PAL_REQUIRE_SLURM=1 $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-slurm: venv db-servers slurm-cluster
+	eval "$$($(DB_SERVERS) env)" && eval "$$($(SLURM_CLUSTER) env)" && \
+	  PAL_REQUIRE_DB_SERVERS=1 PAL_REQUIRE_SLURM=1 $(VENV)/bin/python -m pytest -m slurm $(PYTEST_ARGS)
 
 test-fast: venv
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m "not slurm" $(PYTEST_ARGS)
 
 sql: venv
 	for d in postgresql mysql sqlite; do $(PAL) db sql --dialect $$d > sql/schema-$$d.sql; done
