@@ -27,6 +27,8 @@
 #                             (4 nodes pal-n1..pal-n4, 4 "Tesla V100-SXM2-16GB" each).  Every node
 #                             must carry slurm attributes NodeAddr=127.0.0.1 and its own Port.
 #   PAL_TEST_SLURM_WAIT       seconds to wait for daemons and idle nodes; default 60
+#   PAL_TEST_SLURM_CTLD_PORT  slurmctld port; default 16817
+#   PAL_TEST_SLURM_NODE_PORT  port of pal-n1's slurmd (pal-n2 gets the next, ...); default 17001
 #   PAL_PYTHON                Python that can run `-m pal_slurm`; default: the repo's .venv, else python3
 #
 # Layout under the state dir ($DIR):
@@ -51,13 +53,16 @@ set -euo pipefail
 PROG="slurm-cluster"
 DIR="${PAL_TEST_SLURM_DIR:-/var/tmp/pal-test-slurm}"
 WAIT_S="${PAL_TEST_SLURM_WAIT:-60}"
-CTLD_PORT=16817
+CTLD_PORT="${PAL_TEST_SLURM_CTLD_PORT:-16817}"
+NODE_PORT="${PAL_TEST_SLURM_NODE_PORT:-17001}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
 
 case "$WAIT_S" in '' | *[!0-9]*) die "PAL_TEST_SLURM_WAIT must be a number, got '$WAIT_S'" ;; esac
+case "$CTLD_PORT" in '' | *[!0-9]*) die "PAL_TEST_SLURM_CTLD_PORT must be a number, got '$CTLD_PORT'" ;; esac
+case "$NODE_PORT" in '' | *[!0-9]*) die "PAL_TEST_SLURM_NODE_PORT must be a number, got '$NODE_PORT'" ;; esac
 case "$DIR" in
     /*) ;;
     *) DIR="$(pwd)/$DIR" ;;
@@ -214,7 +219,7 @@ builtin_inventory() {
     for i in 1 2 3 4; do
         printf '  {"name": "pal-n%d", "model": "Tesla V100-SXM2-16GB", "gpus": 4,\n' "$i"
         printf '   "slurm": {"NodeAddr": "127.0.0.1", "Port": %d, "CPUs": 8, "RealMemory": 16000}}%s\n' \
-            "$((17000 + i))" "$([ "$i" -lt 4 ] && echo ,)"
+            "$((NODE_PORT + i - 1))" "$([ "$i" -lt 4 ] && echo ,)"
     done
     printf ']}\n'
 }
@@ -330,15 +335,17 @@ EOF
     else
         rm -f "$ETC/.job_submit.lua.tmp"
     fi
-    local kind
+    local kind run
     for kind in prolog epilog; do
         if [ -f "$REPO/spank_hooks/pal-$kind.sh" ]; then
+            run="/bin/sh "
+            if [ -x "$REPO/spank_hooks/pal-$kind.sh" ]; then run=""; fi
             cat >"$ETC/$kind.sh" <<EOF
 #!/bin/sh
 # wrapper written by tests/services/slurm-cluster.sh: per-node job map dir, then the real hook
 PAL_JOBMAP_DIR="$DIR/jobmap/\${SLURMD_NODENAME:-unknown}"
 export PAL_JOBMAP_DIR
-exec /bin/sh "$REPO/spank_hooks/pal-$kind.sh" "\$@"
+exec $run"$REPO/spank_hooks/pal-$kind.sh" "\$@"
 EOF
             chmod 755 "$ETC/$kind.sh"
         fi
