@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import click
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import emit_json
+from pal_slurm.cli.render import Column, emit_json, emit_rows
+from pal_slurm.errors import PalError
 
 
 @click.group()
 def profile() -> None:
-    """GPU benchmark results: import files."""
+    """GPU profiling: inventory and benchmark this node's GPUs, submit profiling jobs, import results."""
 
 
 @profile.command("import")
@@ -43,3 +46,257 @@ def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str |
         r = d.result
         click.echo(f"{d.path}: {r.records} runs, {r.added} added, {r.already_present} already present, "
                    f"{r.new_gpus} new GPUs, {r.new_nodes} new nodes")
+
+
+# -- measuring on the node: inventory, run, submit -----------------------------------------------
+
+BACKEND_HELP = ("auto: NVML when this node has NVIDIA GPUs, else stop and say so; nvml: real GPUs; "
+                "sim: a seeded simulated fleet (refused on a node with GPUs unless --force-sim).")
+
+
+def _backend_options(fn: Any) -> Any:
+    """--backend and the simulated fleet's options, shared by inventory and run."""
+    options = [
+        click.option("--backend", type=click.Choice(["auto", "nvml", "sim"]), default="auto", show_default=True,
+                     help=BACKEND_HELP),
+        click.option("--force-sim", is_flag=True, help="Allow --backend sim on a node that has NVIDIA GPUs."),
+        click.option("--node", "node", metavar="NAME",
+                     help="This node's name in the database [default: $SLURMD_NODENAME or the host name]."),
+        click.option("--sim-nodes", type=click.IntRange(1, 100000), default=16, show_default=True,
+                     help="Simulated fleet: nodes."),
+        click.option("--sim-gpus-per-node", type=click.IntRange(1, 32), default=4, show_default=True,
+                     help="Simulated fleet: GPUs per node."),
+        click.option("--sim-seed", type=int, default=0, show_default=True, help="Simulated fleet: seed."),
+        click.option("--sim-model", type=click.Choice(["V100", "H100"]), default="V100", show_default=True,
+                     help="Simulated fleet: GPU model."),
+        click.option("--sim-node", "sim_only", metavar="NAME[,NAME...]",
+                     help="Simulate only these nodes of the fleet (gpu001, ...) [default: all]."),
+        click.option("--sim-busy", metavar="IDX[,IDX...]", help="Simulate another process on these GPUs."),
+        click.option("--sim-lost", metavar="IDX[,IDX...]", help="Simulate these GPUs fallen off the bus."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _backend_request(kw: dict[str, Any]) -> Any:
+    from pal_slurm.profiler.select import SimOptions, parse_indices, parse_names
+    from pal_slurm.profiler.service import BackendRequest
+
+    sim = SimOptions(nodes=kw.pop("sim_nodes"), gpus_per_node=kw.pop("sim_gpus_per_node"), seed=kw.pop("sim_seed"),
+                     model=kw.pop("sim_model"), only_nodes=parse_names(kw.pop("sim_only")),
+                     busy=parse_indices(kw.pop("sim_busy"), "--sim-busy") or (),
+                     lost=parse_indices(kw.pop("sim_lost"), "--sim-lost") or ())
+    return BackendRequest(backend=kw.pop("backend"), force_sim=kw.pop("force_sim"), sim=sim, node=kw.pop("node"))
+
+
+def _reasons(mask: int | None) -> str:
+    from pal_slurm.profiler.telemetry import reason_names
+
+    return ",".join(reason_names(mask)) or ("-" if mask is None else "none")
+
+
+@profile.command("inventory")
+@_backend_options
+@click.option("--no-db", is_flag=True, help="Only show the GPUs; do not write the database.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def inventory_(app: AppContext, no_db: bool, as_json: bool, **kw: Any) -> None:
+    """List this node's GPUs (UUID, serial, PCI bus, minor number, memory, power limit, driver,
+    ECC, retired pages) and upsert them into the database by UUID.
+
+    A GPU of this node that the scan no longer shows is marked missing, never deleted; it is
+    marked present again when seen. A GPU whose queries fail is reported and the others go on.
+    """
+    from pal_slurm.profiler.service import inventory_node, open_requested_backend
+
+    backend = open_requested_backend(_backend_request(kw))
+    try:
+        out = inventory_node(backend, None if no_db else (lambda: app.engine))
+    finally:
+        backend.close()
+    stored = out.stored
+    if as_json:
+        emit_json({"backend": out.scan.backend, "nodes": list(out.scan.nodes),
+                   "gpus": [dataclasses.asdict(g) for g in out.scan.gpus],
+                   "faults": [dataclasses.asdict(f) for f in out.scan.faults],
+                   "stored": stored.as_dict() if stored else None, "db_error": out.db_error})
+    else:
+        rows = [dataclasses.asdict(g) for g in out.scan.gpus]
+        emit_rows(rows, [
+            Column("node", lambda r: r["node"]), Column("idx", lambda r: r["index"], "right"),
+            Column("minor", lambda r: r["minor_number"], "right"), Column("uuid", lambda r: r["uuid"]),
+            Column("model", lambda r: r["name"]), Column("serial", lambda r: r["serial"]),
+            Column("pci", lambda r: r["pci_bus_id"]), Column("MiB", lambda r: r["memory_mib"], "right"),
+            Column("limit W", lambda r: r["power_limit_w"], "right"), Column("driver", lambda r: r["driver_version"]),
+            Column("cuda", lambda r: r["cuda_version"]),
+            Column("ecc c/u", lambda r: f"{_dash(r['ecc_corrected'])}/{_dash(r['ecc_uncorrected'])}"),
+            Column("retired", lambda r: r["retired_pages"], "right"),
+        ], "table", title=f"{len(rows)} GPUs ({out.scan.backend})")
+        for f in out.scan.faults:
+            click.echo(f"fault: {f.error}", err=True)
+        if stored:
+            click.echo(f"stored: {len(stored.added)} new, {len(stored.updated)} updated, "
+                       f"{len(stored.returned)} back, {len(stored.missing)} marked missing"
+                       + (f" ({', '.join(stored.missing)})" if stored.missing else ""))
+    if out.db_error:
+        raise PalError(f"inventory not stored: {out.db_error}")
+
+
+def _dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+@profile.command("run")
+@_backend_options
+@click.option("--benchmarks", "bench_spec", metavar="LIST", default="gemm,stream,train", show_default=True,
+              help="Groups (gemm, stream, train) or names (gemm-fp16, gemm-fp32, stream, train-resnet50).")
+@click.option("--gpus", "gpus", metavar="IDX[,IDX...]", help="Only these GPU indices [default: all].")
+@click.option("--passes", type=click.IntRange(1, 1000), default=None,
+              help="Run every benchmark this many times per GPU [default: classification.min_runs].")
+@click.option("--time-budget", type=click.FloatRange(min=0.1), default=20.0, show_default=True, metavar="S",
+              help="Seconds of timed repeats per benchmark at most (they stop earlier once the spread is small).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, metavar="S",
+              help="Hard limit per benchmark program; past it the program and its children are killed.")
+@click.option("--warmup", type=click.FloatRange(min=0), default=3.0, show_default=True, metavar="S",
+              help="Seconds of warm-up before timing.")
+@click.option("--target-spread", type=click.FloatRange(min=0.0001, max=0.5), default=0.01, show_default=True,
+              help="Stop repeating when IQR/median of the repeats is at most this.")
+@click.option("--force", is_flag=True, help="Benchmark GPUs that other processes use (their results suffer).")
+@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE.jsonl",
+              help="Where to write the pal-profile/1 results [default: DATA_DIR/profiles/NODE-TIME.jsonl].")
+@click.option("--program-dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+              help="The benchmark programs [default: $PAL_PROFILER_DIR, the source tree, or share/pal-slurm].")
+@click.option("--no-db", is_flag=True, help="Only write the file; import it later with `pal profile import`.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
+@click.pass_obj
+def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None, time_budget: float, timeout: float,
+         warmup: float, target_spread: float, force: bool, output: Path | None, program_dir: Path | None,
+         no_db: bool, as_json: bool, **kw: Any) -> None:
+    """Benchmark this node's GPUs: one program per GPU (CUDA_VISIBLE_DEVICES pinned, hard
+    timeout), with NVML telemetry (clocks, power, temperature, throttle reasons) sampled
+    during each run; then write the results as pal-profile/1 lines and store them.
+
+    A GPU that another process uses is not benchmarked unless --force. A benchmark that
+    crashes, prints garbage or hangs is recorded as failed with its reason, and the others
+    go on. Submit it on every node through Slurm with `pal profile submit`.
+    """
+    from pal_slurm.profiler.benchmarks import select_benchmarks
+    from pal_slurm.profiler.executors import RunSettings
+    from pal_slurm.profiler.select import parse_indices
+    from pal_slurm.profiler.service import RunRequest, open_requested_backend, profile_node
+
+    req = RunRequest(
+        benchmarks=tuple(select_benchmarks(bench_spec)),
+        settings=RunSettings(time_budget_s=time_budget, timeout_s=timeout, warmup_s=warmup,
+                             target_spread=target_spread),
+        indices=parse_indices(gpus), passes=passes or app.cfg.classification.min_runs, force=force,
+        output=output, program_dir=program_dir,
+    )
+    backend = open_requested_backend(_backend_request(kw))
+
+    def progress(o: Any) -> None:
+        if not as_json and o.status != "ok":
+            click.echo(f"GPU {o.gpu.index} {o.benchmark.name}: {o.status}: {o.error}", err=True)
+
+    try:
+        out = profile_node(backend, req, data_dir=app.cfg.data_dir,
+                           engine_factory=None if no_db else (lambda: app.engine), progress=progress)
+    finally:
+        backend.close()
+    res = out.result
+    if as_json:
+        emit_json({**res.as_dict(), "output": str(out.output), "records": out.records,
+                   "imported": None if out.saved is None else out.saved.imported.added,
+                   "failures_stored": None if out.saved is None else out.saved.failures_added,
+                   "db_error": out.db_error})
+    else:
+        _render_run(res)
+        click.echo(f"{out.records} results -> {out.output}")
+        if out.saved is not None:
+            click.echo(f"stored: {out.saved.imported.added} runs, {out.saved.failures_added} failures")
+    for b in res.busy:
+        click.echo(f"not benchmarked: {b.describe()} (use --force to benchmark anyway)", err=True)
+    for f in res.faults:
+        click.echo(f"fault: {f.error}", err=True)
+    if out.db_error:
+        raise PalError(f"results not stored ({out.db_error}); they are in {out.output}: "
+                       f"import them later with `pal profile import {out.output}`")
+    if not res.ok:
+        raise PalError("no benchmark produced a result" + (f" (first failure: {res.failed[0].error})"
+                                                           if res.failed else ""))
+
+
+def _render_run(res: Any) -> None:
+    rows = []
+    for o in res.outcomes:
+        t = o.telemetry
+        rows.append({"node": o.gpu.node, "gpu": o.gpu.index, "benchmark": o.benchmark.name, "status": o.status,
+                     "score": o.score, "unit": o.benchmark.unit, "spread": o.spread, "repeats": o.repeats,
+                     "sm": t.sm_clock_mhz if t else None, "mem": t.mem_clock_mhz if t else None,
+                     "power": t.power_w if t else None, "temp": t.temperature_c if t else None,
+                     "reasons": _reasons(t.throttle_reasons) if t else "-", "error": o.error})
+    emit_rows(rows, [
+        Column("node", lambda r: r["node"]), Column("gpu", lambda r: r["gpu"], "right"),
+        Column("benchmark", lambda r: r["benchmark"]), Column("status", lambda r: r["status"]),
+        Column("score", lambda r: r["score"], "right"), Column("unit", lambda r: r["unit"]),
+        Column("spread", lambda r: r["spread"], "right"), Column("reps", lambda r: r["repeats"], "right"),
+        Column("SM MHz", lambda r: r["sm"], "right"), Column("mem MHz", lambda r: r["mem"], "right"),
+        Column("W", lambda r: r["power"], "right"), Column("C", lambda r: r["temp"], "right"),
+        Column("throttle reasons", lambda r: r["reasons"]),
+    ], "table", title=f"pal profile run ({res.backend}): {len(res.ok)} ok, {len(res.failed)} not")
+
+
+@profile.command("submit")
+@click.option("--nodes", metavar="NODE[,NODE...]", help="Nodes to profile [default: every node with GPUs].")
+@click.option("--partition", metavar="P", help="Partition to submit to (and to list nodes from).")
+@click.option("--reservation", metavar="R", help="Run inside this reservation (e.g. a maintenance window).")
+@click.option("--account", metavar="A", help="Slurm account to charge.")
+@click.option("--qos", metavar="Q", help="Slurm QOS.")
+@click.option("--nice", type=click.IntRange(0, 2147483645), default=10000, show_default=True,
+              help="Lower the jobs' priority by this much, so users' jobs go first.")
+@click.option("--time", "time_limit", default="60", show_default=True, metavar="MIN",
+              help="Time limit of each job (sbatch --time).")
+@click.option("--gpus-per-node", type=click.IntRange(1, 64), help="GPUs per node [default: from sinfo's GRES].")
+@click.option("--output", "out_pattern", default="pal-profile-%N-%j.out", show_default=True,
+              help="Job output file (sbatch --output pattern).")
+@click.option("--chdir", metavar="DIR", help="Working directory of the jobs (sbatch --chdir).")
+@click.option("--pal", "pal_command", metavar="PATH",
+              help="The pal executable on the nodes [default: this Python running -m pal_slurm].")
+@click.option("--run-args", metavar="ARGS", default="",
+              help="Extra arguments for `pal profile run`, split like a shell would (no shell runs), "
+                   "e.g. '--benchmarks gemm --passes 5'.")
+@click.option("--dry-run", is_flag=True, help="Print the sbatch commands; submit nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def submit_(nodes: str | None, partition: str | None, reservation: str | None, account: str | None,
+            qos: str | None, nice: int, time_limit: str, gpus_per_node: int | None, out_pattern: str,
+            chdir: str | None, pal_command: str | None, run_args: str, dry_run: bool, as_json: bool) -> None:
+    """Submit one exclusive, low-priority profiling job per GPU node (sbatch). Each job runs
+    `pal profile run --backend auto` on its node, with all its GPUs, and stores the results.
+    """
+    import shlex
+
+    from pal_slurm.profiler.select import parse_names
+    from pal_slurm.profiler.submit import SubmitOptions, submit_jobs
+
+    try:
+        extra = tuple(shlex.split(run_args))
+    except ValueError as exc:
+        raise PalError(f"--run-args: {exc}") from exc
+    opts = SubmitOptions(partition=partition, reservation=reservation, account=account, qos=qos, nice=nice,
+                         time_limit=time_limit, output=out_pattern, chdir=chdir, extra_run_args=extra,
+                         **({"pal_command": (pal_command,)} if pal_command else {}))
+    results = submit_jobs(opts, nodes=parse_names(nodes), gpus_per_node=gpus_per_node, dry_run=dry_run)
+    if as_json:
+        emit_json([r.as_dict() for r in results])
+    else:
+        for r in results:
+            if dry_run:
+                click.echo(shlex.join(r.argv))
+            elif r.job_id:
+                click.echo(f"{r.node}: job {r.job_id} ({r.gpus} GPUs)")
+            else:
+                click.echo(f"{r.node}: not submitted: {r.error}", err=True)
+    failed = [r for r in results if r.error]
+    if failed and len(failed) == len(results):
+        raise PalError(f"no profiling job submitted (first error: {failed[0].error})")
