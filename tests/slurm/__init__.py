@@ -1,0 +1,1 @@
+"""Real-Slurm tests (marker `slurm`); a package so its conftest does not shadow tests/conftest.py."""
