@@ -69,6 +69,38 @@ class ReportConfig(_Section):
     outlier_action: str = "drain the node, then run `dcgmi diag -r 3` on it and re-profile"
 
 
+class JobsConfig(_Section):
+    """[jobs]: learning job classes from job profiles (pal_slurm.jobs.sensitivity documents the rule)."""
+
+    thresholds: dict[str, float] = Field(
+        default_factory=lambda: {"A": 0.50, "B": 0.35, "C": 0.20},
+        description="minimum compute score per class, most sensitive first; the last class takes the rest",
+    )
+    min_samples: int = Field(default=300, ge=1, description="GPU-samples a fingerprint needs before it gets a class")
+    history: int = Field(default=20, ge=1, description="newest job profiles per fingerprint that count")
+    default_class: str = Field(default="A", min_length=1, description="class of a job nothing is known about")
+
+
+class AgentConfig(_Section):
+    """[agent]: the node telemetry agent (`pal agent`, docs/agent.md)."""
+
+    interval_s: float = Field(default=1.0, ge=0.05, le=60)
+    backend: Literal["auto", "nvml", "sim"] = "auto"
+    node: str = Field(default="", description="node name; empty: the short host name")
+    jobmap_dir: str = Field(default="/run/pal/jobs", description="where pal-prolog.sh writes; %n = node name")
+    gpu_id: Literal["minor", "index"] = Field(default="minor", description="what the GPU ids in mapping files are")
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = Field(default=9477, ge=0, le=65535, description="0 turns the metrics endpoint off")
+    pending_max: int = Field(default=10000, ge=1, description="job profiles/flags kept while the database is down")
+    retry_min_s: float = Field(default=1.0, gt=0)
+    retry_max_s: float = Field(default=300.0, gt=0)
+    facts_refresh_s: float = Field(default=600.0, ge=1, description="how often classes/scores are re-read")
+    drift_margin: float = Field(default=0.05, ge=0, lt=1)
+    drift_minutes: int = Field(default=10, ge=1)
+    drift_load_pct: float = Field(default=80.0, ge=0, le=100)
+    state_file: str = Field(default="", description="empty: <data_dir>/agent-state.json")
+
+
 class PalConfig(_Section):
     """The whole effective configuration. `source` says where it came from (for `pal config show`)."""
 
@@ -80,6 +112,8 @@ class PalConfig(_Section):
     )
     logging: LoggingConfig = LoggingConfig()
     report: ReportConfig = ReportConfig()
+    jobs: JobsConfig = JobsConfig()
+    agent: AgentConfig = AgentConfig()
 
     @field_validator("job_classes")
     @classmethod

@@ -16,6 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from pal_slurm import __version__
 from pal_slurm.cli import classify_cmd, config_cmd, db_cmd, demo_cmd, profile_cmd, report_cmd, simulate_cmd
 from pal_slurm.cli import slurm_cmd
+from pal_slurm.cli import agent_cmd, jobs_cmd
 from pal_slurm.cli.context import AppContext
 from pal_slurm.errors import PalError
 
@@ -89,6 +90,8 @@ for _command in (config_cmd.config, db_cmd.db, profile_cmd.profile, classify_cmd
                  report_cmd.gpus, simulate_cmd.simulate, demo_cmd.demo):
     cli.add_command(_command)
 cli.add_command(slurm_cmd.slurm)
+cli.add_command(agent_cmd.agent)
+cli.add_command(jobs_cmd.jobs)
 
 
 def main(argv: list[str] | None = None) -> int:

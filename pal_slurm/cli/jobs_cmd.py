@@ -1,0 +1,150 @@
+"""`pal jobs`: job classes learned from the agent's job profiles, and the admin rules that override them."""
+
+from __future__ import annotations
+
+import click
+
+from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.render import Column, emit_json, emit_rows, fmt_float, format_option
+
+
+@click.group()
+def jobs() -> None:
+    """Job sensitivity classes: what was learned from real jobs, and admin override rules.
+
+    \b
+    pal jobs learn                 recompute classes from job profiles (pal agent) and identities
+    pal jobs classes               what was learned, from what evidence
+    pal jobs rule add --class D --user alice --name etl
+    pal jobs rule list | delete ID | export
+    """
+
+
+@jobs.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
+@click.pass_obj
+def learn(app: AppContext, as_json: bool) -> None:
+    """Recompute every job fingerprint's class from job_profiles joined with job_identities.
+
+    The rule (compute score = sm * sm / (sm + mem), thresholds in [jobs]) is described in
+    docs/agent.md. Fingerprints with fewer than [jobs] min_samples GPU-samples get no class.
+    """
+    from pal_slurm.db.engine import session_scope
+    from pal_slurm.jobs.store import learn as do_learn
+    from pal_slurm.jobs.store import sensitivity_rule
+
+    rule = sensitivity_rule(app.cfg)
+    with session_scope(app.engine) as session:
+        summary = do_learn(session, rule)
+    data = {"profiles": summary.profiles, "unidentified_profiles": summary.unidentified,
+            "fingerprints": summary.fingerprints, "classified": summary.classified, "by_class": summary.by_class,
+            "removed": summary.removed}
+    if as_json:
+        emit_json(data)
+        return
+    per_class = ", ".join(f"{k}: {v}" for k, v in summary.by_class.items()) or "none"
+    click.echo(f"learned {summary.classified} of {summary.fingerprints} job fingerprints from {summary.profiles} "
+               f"job profiles ({per_class}); {summary.unidentified} profiles without a job identity; "
+               f"{summary.removed} stale classes removed")
+
+
+@jobs.command()
+@format_option
+@click.pass_obj
+def classes(app: AppContext, fmt: str) -> None:
+    """Learned job classes: fingerprint, user, job name, class, and the evidence behind it
+    (jobs, GPU-samples, mean GPU utilisation, SM activity, memory-bandwidth utilisation, score).
+
+    `filter rule` says whether the submit filter gets it as a {user, name} rule (not when the
+    same user + name has scripts learned into different classes)."""
+    from pal_slurm.db.engine import session_scope
+    from pal_slurm.jobs.store import learned_classes
+
+    with session_scope(app.engine) as session:
+        rows = learned_classes(session)
+    columns = [
+        Column("fingerprint", lambda r: r["fingerprint"]), Column("user", lambda r: r["user"]),
+        Column("name", lambda r: r["name"]), Column("class", lambda r: r["class"]),
+        Column("score", lambda r: fmt_float(r["compute_score"], 2), "right"),
+        Column("jobs", lambda r: r["jobs"], "right"), Column("samples", lambda r: r["samples"], "right"),
+        Column("util %", lambda r: fmt_float(r["gpu_util_mean"], 1), "right"),
+        Column("SM %", lambda r: fmt_float(r["sm_active_mean"], 1), "right"),
+        Column("mem bw %", lambda r: fmt_float(r["mem_bw_util_mean"], 1), "right"),
+        Column("filter rule", lambda r: r["filter_rule"]),
+    ]
+    emit_rows(rows, columns, fmt, title="learned job classes")
+
+
+@jobs.group()
+def rule() -> None:
+    """Admin rules: jobs matching every given field get the class, before anything learned."""
+
+
+@rule.command("add")
+@click.option("--class", "job_class", required=True, help="The class to give (one of the configured job classes).")
+@click.option("--user", help="Exact Slurm user name.")
+@click.option("--name", help="Exact job name.")
+@click.option("--account", help="Exact Slurm account.")
+@click.option("--partition", help="Exact partition.")
+@click.option("--note", default="", help="Why (shown by `pal jobs rule list`).")
+@click.option("--json", "as_json", is_flag=True, help="Print the new rule as JSON.")
+@click.pass_obj
+def rule_add(app: AppContext, job_class: str, user: str | None, name: str | None, account: str | None,
+             partition: str | None, note: str, as_json: bool) -> None:
+    """Add a rule; at least one of --user/--name/--account/--partition. Matching is exact; the
+    most specific rule wins, then the oldest. The placement daemon publishes rules to the
+    submit filter on its next cycle."""
+    from pal_slurm.db.engine import session_scope
+    from pal_slurm.jobs.store import add_rule
+
+    with session_scope(app.engine) as session:
+        added = add_rule(session, job_class, list(app.cfg.job_classes), user=user, name=name, account=account,
+                         partition=partition, note=note)
+    if as_json:
+        emit_json({"id": added.id, "rule_id": added.rule_id, "class": added.job_class, "user": added.user,
+                   "name": added.name, "account": added.account, "partition": added.partition, "note": added.note})
+    else:
+        click.echo(f"added {added.rule_id}: class {added.job_class}")
+
+
+@rule.command("list")
+@format_option
+@click.pass_obj
+def rule_list(app: AppContext, fmt: str) -> None:
+    """Admin rules in the order the submit filter tries them (first match wins)."""
+    from pal_slurm.db.engine import session_scope
+    from pal_slurm.jobs.store import list_rules
+
+    with session_scope(app.engine) as session:
+        rows = [{"id": r.id, "rule_id": r.rule_id, "class": r.job_class, "user": r.user, "name": r.name,
+                 "account": r.account, "partition": r.partition, "note": r.note, "created_at": created.isoformat()}
+                for r, created in list_rules(session)]
+    columns = [Column("id", lambda r: r["id"], "right"), Column("class", lambda r: r["class"]),
+               Column("user", lambda r: r["user"]), Column("name", lambda r: r["name"]),
+               Column("account", lambda r: r["account"]), Column("partition", lambda r: r["partition"]),
+               Column("note", lambda r: r["note"]), Column("created", lambda r: r["created_at"][:19])]
+    emit_rows(rows, columns, fmt, title="job class rules")
+
+
+@rule.command("delete")
+@click.argument("rule_id", type=int)
+@click.pass_obj
+def rule_delete(app: AppContext, rule_id: int) -> None:
+    """Delete rule RULE_ID (the number `pal jobs rule list` shows)."""
+    from pal_slurm.db.engine import session_scope
+    from pal_slurm.jobs.store import delete_rule
+
+    with session_scope(app.engine) as session:
+        delete_rule(session, rule_id)
+    click.echo(f"deleted rule-{rule_id}")
+
+
+@rule.command("export")
+@click.pass_obj
+def rule_export(app: AppContext) -> None:
+    """Print the `rules` list the submit filter gets (JSON; admin rules, then agreed learned classes)."""
+    from pal_slurm.db.engine import session_scope
+    from pal_slurm.jobs.rules import filter_rules
+
+    with session_scope(app.engine) as session:
+        emit_json(filter_rules(session))

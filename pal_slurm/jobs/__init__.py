@@ -1,0 +1,1 @@
+"""Job sensitivity: fingerprints that survive resubmission, classes learned from job profiles, rules."""
