@@ -69,6 +69,8 @@ def _backend_options(fn: Any) -> Any:
         click.option("--sim-seed", type=int, default=0, show_default=True, help="Simulated fleet: seed."),
         click.option("--sim-model", type=click.Choice(["V100", "H100"]), default="V100", show_default=True,
                      help="Simulated fleet: GPU model."),
+        click.option("--sim-bad-fraction", type=click.FloatRange(0, 1), default=0.03, show_default=True,
+                     help="Simulated fleet: share of defective GPUs (derated power, failed cooler, HW slowdown)."),
         click.option("--sim-node", "sim_only", metavar="NAME[,NAME...]",
                      help="Simulate only these nodes of the fleet (gpu001, ...) [default: all]."),
         click.option("--sim-busy", metavar="IDX[,IDX...]", help="Simulate another process on these GPUs."),
@@ -84,7 +86,7 @@ def _backend_request(kw: dict[str, Any]) -> Any:
     from pal_slurm.profiler.service import BackendRequest
 
     sim = SimOptions(nodes=kw.pop("sim_nodes"), gpus_per_node=kw.pop("sim_gpus_per_node"), seed=kw.pop("sim_seed"),
-                     model=kw.pop("sim_model"), only_nodes=parse_names(kw.pop("sim_only")),
+                     model=kw.pop("sim_model"), bad_fraction=kw.pop("sim_bad_fraction"), only_nodes=parse_names(kw.pop("sim_only")),
                      busy=parse_indices(kw.pop("sim_busy"), "--sim-busy") or (),
                      lost=parse_indices(kw.pop("sim_lost"), "--sim-lost") or ())
     return BackendRequest(backend=kw.pop("backend"), force_sim=kw.pop("force_sim"), sim=sim, node=kw.pop("node"))

@@ -1,0 +1,81 @@
+"""How well classification recovers a simulated fleet's true classes (for the test and the bench).
+
+A simulated GPU's true tier (`SimGpu.true_tier`) is 0 regular, 1 slow, 2 outlier. An
+assigned class is turned into the same scale: an outlier bin is tier 2, the fastest
+regular bin tier 0, any slower regular bin tier 1. "Within one" then means no healthy
+GPU was fenced off as an outlier and no defective GPU landed in the fastest bin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, select
+
+from pal_slurm.db.engine import session_scope
+from pal_slurm.db.models import Benchmark, ClassificationBin, ClassificationResult, ClassificationRun, Gpu
+
+__all__ = ["Assignment", "Recovery", "load_assignments", "recovery"]
+
+
+@dataclass(frozen=True)
+class Assignment:
+    bin: int
+    outlier: bool
+    tier: int  # 0 fastest regular bin, 1 slower regular bin, 2 outlier
+
+
+@dataclass(frozen=True)
+class Recovery:
+    benchmark: str
+    gpus: int
+    exact: int
+    within_one: int
+    matrix: dict[int, dict[str, int]]  # true tier -> assigned bin label -> GPUs
+    columns: list[str]  # bin labels, fastest first; outlier bins end in '*'
+
+    @property
+    def exact_fraction(self) -> float:
+        return self.exact / self.gpus if self.gpus else 0.0
+
+    @property
+    def within_one_fraction(self) -> float:
+        return self.within_one / self.gpus if self.gpus else 0.0
+
+
+def load_assignments(engine: Engine, benchmark: str, version: int | None = None) -> dict[str, Assignment]:
+    """UUID -> assignment in classification `version` (default: the latest) for `benchmark`."""
+    with session_scope(engine) as s:
+        run_q = select(ClassificationRun).order_by(ClassificationRun.version.desc())
+        if version is not None:
+            run_q = select(ClassificationRun).where(ClassificationRun.version == version)
+        run = s.scalars(run_q.limit(1)).first()
+        if run is None:
+            return {}
+        bench_id = s.scalar(select(Benchmark.id).where(Benchmark.name == benchmark))
+        bins = s.execute(select(ClassificationBin.bin, ClassificationBin.centroid, ClassificationBin.outlier)
+                         .where(ClassificationBin.run_id == run.id, ClassificationBin.benchmark_id == bench_id)).all()
+        regular = sorted((c, b) for b, c, o in bins if not o)
+        rank = {b: i for i, (_, b) in enumerate(regular)}
+        rows = s.execute(select(Gpu.uuid, ClassificationResult.bin, ClassificationResult.outlier)
+                         .join(Gpu, Gpu.id == ClassificationResult.gpu_id)
+                         .where(ClassificationResult.run_id == run.id, ClassificationResult.benchmark_id == bench_id,
+                                ClassificationResult.bin.is_not(None))).all()
+    return {uuid: Assignment(b, bool(o), 2 if o else min(rank.get(b, 1), 1)) for uuid, b, o in rows}
+
+
+def recovery(benchmark: str, truth: Mapping[str, int], assigned: Mapping[str, Assignment]) -> Recovery:
+    """Compare true tiers with assignments over the GPUs that have both."""
+    common = [u for u in truth if u in assigned]
+    labels = {}
+    for u in common:
+        a = assigned[u]
+        labels[u] = f"{a.bin}{'*' if a.outlier else ''}"
+    columns = sorted(set(labels.values()), key=lambda lab: (lab.endswith("*"), int(lab.rstrip("*"))))
+    matrix: dict[int, dict[str, int]] = {t: dict.fromkeys(columns, 0) for t in sorted({truth[u] for u in common})}
+    for u in common:
+        matrix[truth[u]][labels[u]] += 1
+    exact = sum(1 for u in common if assigned[u].tier == truth[u])
+    near = sum(1 for u in common if abs(assigned[u].tier - truth[u]) <= 1)
+    return Recovery(benchmark, len(common), exact, near, matrix, columns)
