@@ -248,6 +248,24 @@ test("rewrite_bare_types: both prefixes, separator and delimiter kept", function
     end
 end)
 
+test("rewrite_bare_types: values as slurmctld passes them (captured on 22.05.8 and 24.11.5)", function()
+    local cases = {
+        -- 22.05: --gres=gpu:v100:2 / --gpus=v100:2 / --gpus-per-task=v100:1
+        { "gres:gpu:v100:2", "gres:gpu:2" },
+        { "gres:gpu:v100:1", "gres:gpu:1" },
+        -- 24.11: --gres=gpu:v100:2, --gres=gpu:v100 (no count), --gpus-per-task=v100:1, --gpus-per-socket=v100:1
+        { "gres/gpu:v100:2", "gres/gpu:2" },
+        { "gres/gpu:v100", "gres/gpu" },
+        { "gres/gpu:v100=1", "gres/gpu=1" },
+    }
+    for _, c in ipairs(cases) do
+        eq((pal.rewrite_bare_types(c[1], MODELS)), c[2], c[1])
+    end
+    -- 24.11 untyped forms are GPU requests of the right size
+    eq(pal.find_gpu_requests({ tres_per_node = "gres/gpu" }).total, 1)
+    eq(pal.find_gpu_requests({ tres_per_task = "gres/gpu=1" }).total, 1)
+end)
+
 test("rewrite_bare_types: leaves slot types, unknown types, untyped and nil alone", function()
     for _, v in ipairs({ "gres:gpu:v100_g0:1", "gres:gpu:a100:1", "gres:gpu:2", "gres:mps:v100:1" }) do
         local out, found = pal.rewrite_bare_types(v, MODELS)
