@@ -74,10 +74,10 @@ def gpu_count(gres: str) -> int:
     for it in items:
         it = re.sub(r"\(.*?\)", "", it).strip()
         parts = it.split(":")
-        if parts[0] != "gpu" or len(parts) < 2:
+        if parts[0] != "gpu":
             continue
         last = parts[-1]
-        total += int(last) if last.isdigit() else 1
+        total += int(last) if len(parts) > 1 and last.isdigit() else 1  # a bare "gpu" or "gpu:type" is one
     return total
 
 
