@@ -598,6 +598,11 @@ cmd_start() {
     prepare_dirs
     find_cmd slurmctld >/dev/null && find_cmd slurmd >/dev/null && find_cmd sbatch >/dev/null ||
         die "Slurm is not installed (run '$0 install')"
+    # slurmctld answers srun at the submit host's name: one that does not resolve makes every
+    # multi-node step hang in COMPLETING (seen in a bare Debian 13 chroot without /etc/hosts).
+    if ! getent hosts "$(hostname)" >/dev/null 2>&1; then
+        log "warning: hostname '$(hostname)' does not resolve (add it to /etc/hosts); srun inside jobs will hang"
+    fi
     build_spank
     local new="$DIR/etc.new"
     rm -rf "$new"
