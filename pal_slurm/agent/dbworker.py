@@ -94,9 +94,9 @@ class DbWorker:
                 self.queue.give_back(batch)
             self.health.db_errors += 1
             delay = self.backoff.failed(now)
-            text = describe_error(exc) if isinstance(exc, SQLAlchemyError) else str(exc)
-            log.warning("database %s: %s; %d writes pending, retrying in %.0f s",
-                        mask_url(self.url or ""), text, len(self.queue), delay)
+            text = (f"database error on {mask_url(self.url or '')}: {describe_error(exc)}"
+                    if isinstance(exc, SQLAlchemyError) else str(exc))
+            log.warning("%s; %d writes pending, retrying in %.0f s", text, len(self.queue), delay)
             self._failing = True
             self._schema_ok = False
             return False

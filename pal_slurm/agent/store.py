@@ -123,7 +123,7 @@ def load_node_facts(session: Session, uuids: Sequence[str]) -> NodeFacts:
     """Classes from the latest classification run, last scores, expected clocks, open flags."""
     if not uuids:
         return NodeFacts()
-    gpu_ids = dict(session.execute(select(Gpu.id, Gpu.uuid).where(Gpu.uuid.in_(list(uuids)))).tuples().all())
+    gpu_ids = dict(session.execute(select(Gpu.id, Gpu.uuid).where(Gpu.uuid.in_(list(uuids)))).all())
     run = session.scalars(select(ClassificationRun).order_by(ClassificationRun.version.desc()).limit(1)).first()
     classes: dict[str, list[ClassFact]] = {}
     if run is not None and gpu_ids:
