@@ -31,8 +31,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-import numpy as np
-
 from pal_slurm.ingest.jsonl import run_key_for
 from pal_slurm.ingest.records import ProfileRecord
 from pal_slurm.profiler.benchmarks import BenchmarkDef
@@ -355,6 +353,8 @@ class SimExecutor:
         self._clock: dict[int, datetime] = {}
 
     def run(self, gpu: GpuInventory, bench: BenchmarkDef) -> BenchmarkOutcome:
+        import numpy as np  # only the simulator needs it: a GPU node's check runs on the standard library
+
         sim = self.backend.sim_gpu(gpu.index)
         fleet = self.backend.fleet
         t = self._clock.get(gpu.index) or self._start + timedelta(seconds=7.0 * sim.node_index)
