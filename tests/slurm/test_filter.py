@@ -185,8 +185,7 @@ def test_kill_switch_leaves_everything_to_slurm(slurm_filter: Any, jobs: list[st
     # Not even the bare-type rewrite: plain Slurm refuses a model type our per-slot gres.conf lacks.
     proc = slurm_filter.run(["sbatch", "--gres=gpu:v100:1", "-o", "/dev/null", "--wrap", "true"], check=False)
     assert proc.returncode != 0, proc.stdout
-    for jobid_text in re.findall(r"(\d+)", proc.stdout):
-        jobs.append(jobid_text)
+    jobs.extend(re.findall(r"(\d+)", proc.stdout))
 
 
 def test_broken_state_files_do_not_break_submission(slurm_filter: Any, jobs: list[str]) -> None:
