@@ -17,6 +17,8 @@ Contract with the runner (pal_slurm/profiler/executors.py):
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import statistics
 import sys
@@ -117,11 +119,11 @@ def load_framework(choice: str, allowed: Sequence[str] = GPU_FRAMEWORKS) -> tupl
     for name in names:
         if name not in allowed:
             raise RuntimeError(f"this benchmark cannot run on {name} (it needs one of {', '.join(allowed)})")
+        if importlib.util.find_spec(name) is None:
+            continue  # not installed
         try:
-            module = __import__(name)
-        except ImportError:
-            continue
-        except Exception as exc:  # a broken install (missing CUDA libraries) must say so, not crash
+            module = importlib.import_module(name)
+        except Exception as exc:  # installed but broken (missing CUDA libraries): say so, not "not installed"
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         problem = _no_device(name, module)

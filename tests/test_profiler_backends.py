@@ -352,6 +352,20 @@ def test_nvml_adapter_unsupported_is_none_and_lost_gpu_is_reported() -> None:
     assert nv.shutdowns == 1
 
 
+def test_nvml_adapter_old_driver_throttle_reasons() -> None:
+    """A driver before 535 lacks nvmlDeviceGetCurrentClocksEventReasons: the older call answers."""
+
+    class OldDriver(StandInNvml):
+        def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
+            raise _err(13)  # NVML_ERROR_FUNCTION_NOT_FOUND
+
+        def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
+            return 0x20
+
+    b = NvmlBackend(node="n1", nvml=OldDriver())
+    assert b.sample(0).throttle_reasons == 0x20 and b.sample(0).throttle_reasons == 0x20
+
+
 def test_nvml_adapter_gpu_lost_before_uuid() -> None:
     b = NvmlBackend(node="n1", nvml=StandInNvml(lost_at_start=True))
     scan = scan_inventory(b)

@@ -216,6 +216,19 @@ def test_real_programs_skip_cleanly_without_cupy_or_torch(backend: SimBackend) -
         assert "no cupy/torch" in o.error or "no torch" in o.error
 
 
+def test_broken_framework_install_is_a_failure_with_its_reason(backend: SimBackend, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """cupy installed but unable to load its CUDA libraries is not 'no cupy': the reason is kept."""
+    if importlib.util.find_spec("torch"):
+        pytest.skip("torch installed: it would be used instead")
+    broken = tmp_path / "site" / "cupy"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text('raise ImportError("CuPy failed to load libnvrtc.so.12")\n')
+    monkeypatch.setenv("PYTHONPATH", str(broken.parent))
+    o = SubprocessExecutor(backend, program_dir(), SETTINGS).run(backend.inventory(0), BENCHMARKS["stream"])
+    assert o.status == "failed" and o.error == "cupy: ImportError: CuPy failed to load libnvrtc.so.12"
+
+
 def test_real_programs_end_to_end_on_numpy(backend: SimBackend) -> None:
     """gemm and stream run on the CPU with --framework numpy: the whole program path, real numbers."""
     settings = RunSettings(time_budget_s=0.5, timeout_s=60.0, warmup_s=0.1, target_spread=0.2, min_repeats=3)

@@ -186,13 +186,11 @@ class NvmlBackend:
         nv = self._nvml
         h = self._handle(index)
         opt = lambda what, fn, *a: self._optional(index, what, fn, h, *a)  # noqa: E731
-        reasons_fn = nv.nvmlDeviceGetCurrentClocksEventReasons if self._has_event_reasons \
-            else nv.nvmlDeviceGetCurrentClocksThrottleReasons
         sm = opt("SM clock", nv.nvmlDeviceGetClockInfo, _CLOCK_SM)
         mem = opt("memory clock", nv.nvmlDeviceGetClockInfo, _CLOCK_MEM)
         power_mw = opt("power", nv.nvmlDeviceGetPowerUsage)
         temp = opt("temperature", nv.nvmlDeviceGetTemperature, _TEMPERATURE_GPU)
-        reasons = opt("clocks event reasons", reasons_fn)
+        reasons = self._reasons(index, h)
         util = opt("utilization", nv.nvmlDeviceGetUtilizationRates)
         return GpuSample(
             timestamp=time.time(),
@@ -204,6 +202,21 @@ class NvmlBackend:
             utilization_gpu=None if util is None else int(util.gpu),
             utilization_memory=None if util is None else int(util.memory),
         )
+
+    def _reasons(self, index: int, h: Any) -> int | None:
+        """Clocks-event reasons; drivers before 535 know only the older 'throttle reasons' call."""
+        nv = self._nvml
+        if self._has_event_reasons:
+            try:
+                return self._call(index, "clocks event reasons", nv.nvmlDeviceGetCurrentClocksEventReasons, h)
+            except GpuQueryError as exc:
+                code = _code(exc.__cause__) if exc.__cause__ is not None else None
+                if code != _FUNCTION_NOT_FOUND:
+                    if code in _ANSWERS_NONE:
+                        return None
+                    raise
+                self._has_event_reasons = False
+        return self._optional(index, "clocks throttle reasons", nv.nvmlDeviceGetCurrentClocksThrottleReasons, h)
 
     def processes(self, index: int) -> list[GpuProcess]:
         nv = self._nvml
