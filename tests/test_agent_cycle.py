@@ -60,13 +60,14 @@ def end_job(jobmap: Path, job: str, end: float) -> None:
     path.write_text(path.read_text() + f"end={int(end)}\n")
 
 
-def make_service(tmp_path: Path, db_url: str | None, clock: FakeClock | None = None, **settings) -> AgentService:
+def make_service(tmp_path: Path, db_url: str | None, clock: FakeClock | None = None, *, busy=(), job_of_pid=None,
+                 **settings) -> AgentService:
     clock = clock or FakeClock()
     load = SimLoad()
-    backend = SimBackend(FLEET, (NODE,), load=load, clock=clock)
+    backend = SimBackend(FLEET, (NODE,), load=load, clock=clock, busy=busy)
     cfg = AgentConfig(jobmap_dir=str(tmp_path / "jobmap" / "%n"), metrics_port=0, **settings)
     return AgentService(cfg, backend, node=NODE, db_url=db_url, state_file=tmp_path / "state.json", clock=clock,
-                        on_jobs=load.assign, connect_timeout_s=2)
+                        on_jobs=load.assign, connect_timeout_s=2, job_of_pid=job_of_pid)
 
 
 def run_cycles(service: AgentService, clock: FakeClock, seconds: int) -> None:
@@ -278,3 +279,23 @@ def test_pal_agent_once_through_the_cli(tmp_path: Path) -> None:
     assert "603.job" in result.stderr or "603.job" in result.output
     state = json.loads((tmp_path / "agent-state.json").read_text())
     assert list(state["jobs"]) == ["602.job"] and state["jobs"]["602.job"]["samples"] == 1
+
+
+def test_gpus_the_prolog_missed_are_found_from_the_jobs_processes(tmp_path: Path) -> None:
+    """Slurm 22.05's Prolog lists one GPU of a multi-type job; the job's processes show the others."""
+    from pal_slurm.profiler.gpu import GpuProcess
+
+    clock = FakeClock()
+    owners = {4242: "701", 4243: "999"}  # 999: a job this node's mapping directory does not know
+    service = make_service(tmp_path, None, clock, busy={2: [GpuProcess(4242)], 0: [GpuProcess(4243)]},
+                           job_of_pid=owners.get)
+    write_job(service.jobmap_dir, "701", "3", clock.t, name="resnet")
+    run_cycles(service, clock, 1)
+    assert sorted(i for i, g in service.agent.gauges.items() if g.job_active) == [2, 3]
+    run_cycles(service, clock, 59)
+    end_job(service.jobmap_dir, "701", clock.t)
+    run_cycles(service, clock, 1)
+    (profile,) = service.queue.snapshot()
+    uuids = {d.index: d.uuid for d in service.agent.devices.values()}
+    assert profile.gpu_uuids == (uuids[3], uuids[2]) and profile.samples == 120
+    assert profile.gpu_util_mean == 92.0  # GPU 2 got the job's load once attributed

@@ -14,6 +14,7 @@ from pal_slurm.agent.aggregate import JobAggregate
 from pal_slurm.agent.drift import DriftMonitor, DriftSettings
 from pal_slurm.agent.metrics import AgentHealth, GpuGauges, render
 from pal_slurm.agent.pending import Backoff, PendingQueue
+from pal_slurm.agent.procmap import job_id_from_cgroup, read_job_id
 from pal_slurm.agent.store import ClassFact, NodeFacts
 from pal_slurm.systemd_notify import Notifier
 
@@ -160,3 +161,21 @@ def test_notify_is_a_no_op_outside_systemd(tmp_path: Path) -> None:
     assert other_pid.watchdog_interval_s is None  # the watchdog is for another process
     gone = Notifier(env={"NOTIFY_SOCKET": str(tmp_path / "nobody-listens")})
     assert gone.enabled and gone.ready() is False and gone.status("x") is False  # errors are not raised
+
+
+@pytest.mark.parametrize("text, job", [
+    ("0::/system.slice/slurmstepd.scope/job_4711/step_batch/user/task_0\n", "4711"),  # cgroup v2 (22.05+)
+    ("12:devices:/slurm/uid_1000/job_815/step_0\n11:memory:/slurm/uid_1000/job_815/step_0\n", "815"),  # v1
+    ("0::/slurm_pal-n1/uid_0/job_77\n", "77"),
+    ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
+    ("0::/system.slice/my_job_123x/foo\n", None),
+    ("", None),
+])
+def test_job_id_from_cgroup(text: str, job: str | None) -> None:
+    assert job_id_from_cgroup(text) == job
+
+
+def test_read_job_id_from_proc(tmp_path: Path) -> None:
+    (tmp_path / "99").mkdir()
+    (tmp_path / "99" / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_5/step_0\n")
+    assert read_job_id(99, tmp_path) == "5" and read_job_id(100, tmp_path) is None

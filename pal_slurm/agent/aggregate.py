@@ -94,6 +94,11 @@ class JobAggregate:
         for name in _MEANS:
             setattr(self, name, Mean())
 
+    def add_gpu(self, uuid: str) -> None:
+        """One more GPU of the job (found from its processes after the prolog's list)."""
+        if uuid not in self.gpu_uuids:
+            self.gpu_uuids = (*self.gpu_uuids, uuid)
+
     def add(self, util: int | None, sm_active: float | None, mem_bw: int | None, power: float | None,
             sm_clock: float | None) -> None:
         """One GPU-sample of one of the job's GPUs."""

@@ -3,7 +3,8 @@
 One cycle reads as the algorithm:
 
 1. sync jobs: new mapping files start a job's aggregate, ended or vanished ones finish it
-   and queue its profile for the database;
+   and queue its profile for the database; every 10 s, GPUs running a known job's
+   processes are added to it (the prolog may list too few: see `procmap`);
 2. sample every GPU once through the GPU interface (a failing GPU is counted and the
    others go on), feeding the GPU's gauges, its job's aggregate and the drift monitor;
 3. a drift episode queues a GPU flag.
@@ -28,6 +29,7 @@ from pal_slurm.agent.drift import DriftMonitor
 from pal_slurm.agent.jobmap import JobMapDir, JobMapEntry
 from pal_slurm.agent.metrics import AgentHealth, GpuGauges
 from pal_slurm.agent.pending import PendingQueue
+from pal_slurm.agent.procmap import read_job_id
 from pal_slurm.agent.store import GpuFlagRecord, NodeFacts, WriteItem
 from pal_slurm.profiler.gpu import GpuBackend, GpuError
 
@@ -62,7 +64,9 @@ class Agent:
                  health: AgentHealth, drift: DriftMonitor, *, gpu_id: GpuIdKind = "minor",
                  clock: Callable[[], float] = time.time,
                  on_jobs: Callable[[Mapping[int, JobMapEntry]], None] | None = None,
-                 restored: Mapping[tuple[str, str, float], JobAggregate] | None = None) -> None:
+                 restored: Mapping[tuple[str, str, float], JobAggregate] | None = None,
+                 job_of_pid: Callable[[int], str | None] | None = read_job_id,
+                 attribute_every_s: float = 10.0) -> None:
         self.backend = backend
         self.node = node
         self.jobmap = jobmap
@@ -81,6 +85,9 @@ class Agent:
         self._failing: set[int] = set()
         self._unknown_ids_warned: set[tuple[str, int]] = set()
         self._inventory_due = 0.0
+        self._job_of_pid = job_of_pid
+        self._attribute_every_s = attribute_every_s
+        self._attribute_due = 0.0
         self.inventory()
 
     # -- devices -------------------------------------------------------------------------
@@ -166,12 +173,45 @@ class Agent:
                 self._start(name, entry)
         for name in [n for n in self._jobs if n not in scan.entries]:
             self._finish(name, now)  # file removed without an end mark: the job is gone
+        self._rebuild_index()
+
+    def _rebuild_index(self) -> None:
         self._by_index = {i: job.agg for job in self._jobs.values() for i in job.indices}
         self.health.active_jobs = len(self._jobs)
         for index, gauges in self.gauges.items():
             gauges.job_active = index in self._by_index
         if self._on_jobs is not None:
             self._on_jobs({i: job.entry for job in self._jobs.values() for i in job.indices})
+
+    def attribute_processes(self) -> int:
+        """Add GPUs whose processes belong to a running job the prolog listed without them.
+
+        See pal_slurm.agent.procmap for why (22.05's Prolog sees one GPU of a multi-type job).
+        Returns how many GPUs were added.
+        """
+        if self._job_of_pid is None or not self._jobs:
+            return 0
+        by_id = {job.entry.job_id: job for job in self._jobs.values()}
+        added = 0
+        for index, dev in self.devices.items():
+            if index in self._by_index:
+                continue
+            try:
+                processes = self.backend.processes(index)
+            except GpuError:
+                continue
+            for proc in processes:
+                job = by_id.get(self._job_of_pid(proc.pid) or "")
+                if job is not None:
+                    job.indices = (*job.indices, index)
+                    job.agg.add_gpu(dev.uuid)
+                    log.info("job %s also uses GPU %d (%s): seen from its process %d", job.entry.job_id,
+                             index, dev.uuid, proc.pid)
+                    added += 1
+                    break
+        if added:
+            self._rebuild_index()
+        return added
 
     def active_aggregates(self) -> dict[str, JobAggregate]:
         """File name -> aggregate of the running jobs (for the state file on shutdown)."""
@@ -185,6 +225,9 @@ class Agent:
         if self._failing and now >= self._inventory_due:
             self.inventory()
         self.sync_jobs(now)
+        if self._attribute_every_s > 0 and now >= self._attribute_due:
+            self._attribute_due = now + self._attribute_every_s
+            self.attribute_processes()
         for index, dev in self.devices.items():
             gauges = self.gauges[index]
             try:

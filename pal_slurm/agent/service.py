@@ -29,6 +29,7 @@ from pal_slurm.agent.drift import DriftMonitor, DriftSettings
 from pal_slurm.agent.jobmap import JobMapDir, JobMapEntry, expand_dir
 from pal_slurm.agent.metrics import AgentHealth, MetricsServer, render
 from pal_slurm.agent.pending import Backoff, PendingQueue
+from pal_slurm.agent.procmap import read_job_id
 from pal_slurm.agent.store import GpuFlagRecord, WriteItem
 from pal_slurm.config import AgentConfig
 from pal_slurm.errors import PalError
@@ -101,7 +102,8 @@ class AgentService:
     def __init__(self, settings: AgentConfig, backend: GpuBackend, *, node: str, db_url: str | None,
                  state_file: Path | None, notifier: Notifier | None = None, stop: threading.Event | None = None,
                  metrics_port: int | None = None, on_jobs: Callable[[dict[int, JobMapEntry]], None] | None = None,
-                 clock: Callable[[], float] = time.time, connect_timeout_s: int = 5) -> None:
+                 clock: Callable[[], float] = time.time, connect_timeout_s: int = 5,
+                 job_of_pid: Callable[[int], str | None] | None = read_job_id) -> None:
         self.settings = settings
         self.node = node
         self.notifier = notifier or Notifier(env={})
@@ -114,7 +116,8 @@ class AgentService:
         drift = DriftMonitor(DriftSettings(settings.drift_margin, settings.drift_minutes, settings.drift_load_pct))
         self.jobmap_dir = expand_dir(settings.jobmap_dir, node)
         self.agent = Agent(backend, node, JobMapDir(self.jobmap_dir), self.queue, self.health, drift,
-                           gpu_id=settings.gpu_id, clock=clock, on_jobs=on_jobs, restored=restored)
+                           gpu_id=settings.gpu_id, clock=clock, on_jobs=on_jobs, restored=restored,
+                           job_of_pid=job_of_pid)
         self.worker = DbWorker(db_url, self.queue, self.health, uuids=self.agent.uuids, on_facts=self.agent.set_facts,
                                backoff=Backoff(settings.retry_min_s, settings.retry_max_s),
                                facts_refresh_s=settings.facts_refresh_s, connect_timeout_s=connect_timeout_s)
