@@ -205,10 +205,12 @@ class Pal(VariabilityPolicy):
         if n == 1 or n > ix.max_gpus_per_node:
             return self.pm_first_choice(ix, tab, c, n, spare)
         tried: list[tuple[tuple[int, ...], float]] = []
+        # the lowest level at which each step can yield n GPUs: entries below it are skipped
+        # without a search (the walk often passes dozens of levels that cannot hold n GPUs)
+        first_within = c.first_within_level(n)
+        first_across = int(np.searchsorted(c.total_up_to, n))
         for weight, level, kind in lv_entries(tab, ctx.locality_penalty):
-            # O(1) feasibility first: the walk often passes many levels that cannot hold n GPUs
-            enough = c.most_on_a_node if kind == WITHIN else c.total_up_to
-            if enough[level] < n:
+            if level < (first_within if kind == WITHIN else first_across):
                 tried.append(((), weight))
                 continue
             if kind == WITHIN:

@@ -219,6 +219,10 @@ class PalBackfill(Pal):
             looked += 1
             if looked > self.wait_lookahead:
                 break
+            # cheapest possible finish after this release: the job's k best free GPUs
+            # (ignoring locality); if even that is not enough better, skip the search
+            if end + job.remaining_s * _kth_best(pv, later, job) >= finish_now - margin:
+                continue
             seen = self.choose(job, later, ctx)
             if seen is None:
                 continue
@@ -262,6 +266,15 @@ class PalMatch(PalBackfill):
             return mine
         theirs = self.pal_choice(ix, tab, c, job.gpus, ctx, spare=None)
         return theirs if theirs is not None and not _spans(ix, theirs.gpus) else mine
+
+
+def _kth_best(pv: np.ndarray, state: FreeState, job: JobRequest) -> float:
+    """Lower bound of the max PerfVar of any set of `job.gpus` free GPUs the job may use."""
+    cand = state.candidates(job.allowed_nodes)
+    if cand.size < job.gpus:
+        return math.inf
+    free_pv = pv[cand]
+    return float(np.partition(free_pv, job.gpus - 1)[job.gpus - 1])
 
 
 def _spans(ix: ClusterIndex, gpus: Sequence[int]) -> bool:

@@ -57,13 +57,22 @@ class Choice:
 
 
 def as_gpus(ids: np.ndarray | Sequence[int]) -> tuple[int, ...]:
-    return tuple(sorted(int(g) for g in ids))
+    return tuple(np.sort(np.asarray(ids, dtype=np.int64)).tolist())
+
+
+#: GPUs listed one by one in a reason; a 64-GPU job's reason names the slowest few and counts the rest
+DESCRIBE_MAX = 8
 
 
 def describe_gpus(ix: ClusterIndex, tab: ClassTable, gpus: Sequence[int]) -> str:
-    """'g4@n1 sf=1.000, g5@n1 sf=1.020': the per-GPU factors a choice relied on."""
+    """'g4@n1 sf=1.000, g5@n1 sf=1.020': the per-GPU factors a choice relied on (for wide
+    jobs the DESCRIBE_MAX slowest, which are what set the job's pace, and a count of the rest)."""
     names = ix.node_names
-    return ", ".join(f"g{g}@{names[ix.node_of[g]]} sf={tab.sf[g]:.3f}" for g in gpus)
+    shown = list(gpus)
+    if len(shown) > DESCRIBE_MAX:
+        shown = sorted(shown, key=lambda g: (-tab.sf[g], g))[:DESCRIBE_MAX]
+    text = ", ".join(f"g{g}@{names[ix.node_of[g]]} sf={tab.sf[g]:.3f}" for g in shown)
+    return text if len(shown) == len(gpus) else f"{text} (slowest {len(shown)} of {len(gpus)})"
 
 
 class Policy(ABC):

@@ -49,6 +49,15 @@ class ClusterIndex:
         # ids are node-major on every cluster we build, but nothing in Cluster enforces it
         self.node_major_ids = bool(self.n == 0 or np.all(np.diff(self.node_of) >= 0))
         self.node_major = ids if self.node_major_ids else np.lexsort((ids, self.node_of))
+        # slot_of[g]: g's position among its node's GPUs (by id), a column of a nodes x
+        # max-GPUs-per-node matrix, which is how per-node questions stay O(nodes x 8)
+        # rather than O(nodes x distinct slowdown factors)
+        slot = np.zeros(self.n, dtype=np.int64)
+        if self.n:
+            by_node = self.node_of[self.node_major]
+            first = np.searchsorted(by_node, by_node, side="left")
+            slot[self.node_major] = np.arange(self.n) - first
+        self.slot_of = slot
         self._tables: dict[str, ClassTable] = {}
 
     def table(self, job_class: str | None) -> ClassTable:

@@ -5,10 +5,11 @@ ascending, and returns ids or None; none of them mutates anything. "Level" is a 
 rank among its class's distinct slowdown factors (see `ClassTable`), so comparing levels
 is comparing factors exactly.
 
-The per-(node, level) count matrix is the workhorse: with it, "how many free GPUs of
-sf <= s does node v have" and "what is the smallest possible max sf of N GPUs on node v"
-are a cumulative sum and an argmax over a (nodes x levels) array, with no enumeration of
-GPU combinations and no Python loop over GPUs.
+The per-node sorted-level matrix (nodes x GPUs per node) is the workhorse: with it, "how
+many free GPUs of sf <= s does node v have" and "what is the smallest possible max sf of
+N GPUs on node v" are a comparison and a column read, with no enumeration of GPU
+combinations, no Python loop over GPUs, and a cost that does not grow with the number of
+distinct slowdown factors (hundreds on a large, finely binned cluster).
 """
 
 from __future__ import annotations
@@ -24,39 +25,63 @@ from pal_slurm.placement.index import ClassTable, ClusterIndex
 
 @dataclass(frozen=True)
 class Candidates:
-    """One job's usable GPUs with their class levels and nodes, and the count matrix."""
+    """One job's usable GPUs with their class levels and nodes, and per-node sorted levels."""
 
     ids: np.ndarray  # GPU ids, ascending
     level: np.ndarray  # level of each id for the job's class
     node: np.ndarray  # node of each id
-    counts: np.ndarray  # counts[v, l] = usable GPUs on node v at level l
+    n_levels: int
+    #: by_slot[v, k] = level of node v's k-th GPU if usable, else NONE
+    by_slot: np.ndarray
+
+    NONE = np.iinfo(np.int64).max // 4
 
     @classmethod
     def build(cls, ix: ClusterIndex, tab: ClassTable, ids: np.ndarray) -> "Candidates":
         level = tab.level[ids]
         node = ix.node_of[ids]
-        n_levels = max(tab.n_levels, 1)
-        flat = np.bincount(node * n_levels + level, minlength=ix.n_nodes * n_levels)
-        return cls(ids=ids, level=level, node=node, counts=flat.reshape(ix.n_nodes, n_levels))
+        mat = np.full((ix.n_nodes, max(ix.max_gpus_per_node, 1)), cls.NONE, dtype=np.int64)
+        mat[node, ix.slot_of[ids]] = level
+        return cls(ids=ids, level=level, node=node, n_levels=max(tab.n_levels, 1), by_slot=mat)
+
+    @cached_property
+    def sorted(self) -> np.ndarray:
+        """sorted[v, k] = the (k+1)-th smallest level among node v's usable GPUs; NONE past them
+        (sorted only when a per-node question is asked: single-GPU jobs never need it)."""
+        return np.sort(self.by_slot, axis=1)
 
     def __len__(self) -> int:
         return len(self.ids)
 
     @cached_property
-    def cum(self) -> np.ndarray:
-        """cum[v, l] = usable GPUs on node v at level <= l; computed once, PAL's walk asks often."""
-        return np.cumsum(self.counts, axis=1)
+    def per_node(self) -> np.ndarray:
+        """[v] = usable GPUs on node v."""
+        return np.bincount(self.node, minlength=self.by_slot.shape[0])
 
-    @cached_property
-    def most_on_a_node(self) -> np.ndarray:
-        """[l] = the most usable GPUs of level <= l on any one node (a within-node step can
-        succeed at level l only if this reaches n)."""
-        return self.cum.max(axis=0)
+    def nth_level(self, n: int) -> np.ndarray:
+        """[v] = the smallest possible max level of n usable GPUs on node v (NONE: fewer than n)."""
+        if n > self.sorted.shape[1]:
+            return np.full(self.sorted.shape[0], self.NONE, dtype=np.int64)
+        return self.sorted[:, n - 1]
+
+    def up_to(self, max_level: int) -> np.ndarray:
+        """[v] = usable GPUs of level <= max_level on node v."""
+        return (self.sorted <= max_level).sum(axis=1)
+
+    def same_level_on_node(self) -> np.ndarray:
+        """Per candidate: usable GPUs on its node with exactly its level (itself included)."""
+        return (self.by_slot[self.node] == self.level[:, None]).sum(axis=1)
+
+    def first_within_level(self, n: int) -> int:
+        """The lowest level at which some node has n usable GPUs of level <= it (PAL's
+        within-node step can succeed from there on); NONE when no node has n."""
+        nth = self.nth_level(n)
+        return int(nth.min()) if nth.size else self.NONE
 
     @cached_property
     def total_up_to(self) -> np.ndarray:
         """[l] = usable GPUs of level <= l on all nodes (an across-nodes step needs n of them)."""
-        return self.cum.sum(axis=0)
+        return np.cumsum(np.bincount(self.level, minlength=self.n_levels))
 
 
 def pm_first(c: Candidates, n: int, max_level: int | None = None,
@@ -70,14 +95,15 @@ def pm_first(c: Candidates, n: int, max_level: int | None = None,
     node's GPUs of one sf stay together as they do in id order. The max sf of the pick
     is the same with or without `spare` (sf is the first key).
     """
+    same = c.same_level_on_node()
     if max_level is None:
         ids, level, node = c.ids, c.level, c.node
     else:
         keep = c.level <= max_level
-        ids, level, node = c.ids[keep], c.level[keep], c.node[keep]
+        ids, level, node, same = c.ids[keep], c.level[keep], c.node[keep], same[keep]
     if len(ids) < n:
         return None
-    score = np.abs(c.counts[node, level] - n)
+    score = np.abs(same - n)
     # one int64 key, exact: levels * (cluster size + n) * nodes * spare range^2 stays far
     # below 2^63 for any cluster we schedule;
     # kind="stable" keeps ties in id order, as the artifact's multi-column sort_values does
@@ -85,10 +111,11 @@ def pm_first(c: Candidates, n: int, max_level: int | None = None,
     if spare is not None:
         mine = spare[ids]
         span = int(mine.max()) + 1
-        group = node * c.counts.shape[1] + level
-        low = np.full(c.counts.size, span, dtype=np.int64)
+        n_nodes = c.by_slot.shape[0]
+        group = node * c.n_levels + level
+        low = np.full(n_nodes * c.n_levels, span, dtype=np.int64)
         np.minimum.at(low, group, mine)
-        key = ((key * span + low[group]) * c.counts.shape[0] + node) * span + mine
+        key = ((key * span + low[group]) * n_nodes + node) * span + mine
     if n < len(ids) // 8:
         # only the n smallest keys matter: partition, then sort just those stably
         kth = np.partition(key, n - 1)[n - 1]
@@ -110,12 +137,11 @@ def best_single_node(c: Candidates, n: int, max_level: int,
     lowest spare value, and on the node the n eligible GPUs with the lowest spare values
     are taken (any n of them have the same max sf, which is what the job runs at).
     """
-    cum = c.cum[:, : max_level + 1]
-    qualifying = cum[:, max_level]
+    qualifying = c.up_to(max_level)
     valid = np.flatnonzero(qualifying >= n)
     if not valid.size:
         return None
-    nth = np.argmax(cum[valid] >= n, axis=1)  # smallest max level of n GPUs on each node
+    nth = c.nth_level(n)[valid]  # smallest max level of n GPUs on each node
     if spare is None:
         best = np.lexsort((valid, -qualifying[valid], nth))[0]
         node, top = int(valid[best]), int(nth[best])
@@ -125,7 +151,7 @@ def best_single_node(c: Candidates, n: int, max_level: int,
     tied = valid[nth == top]
     eligible = np.flatnonzero(c.level <= top)
     mine = spare[c.ids[eligible]]
-    low = np.full(len(c.counts), int(mine.max()) + 1, dtype=np.int64)
+    low = np.full(c.by_slot.shape[0], int(mine.max()) + 1, dtype=np.int64)
     np.minimum.at(low, c.node[eligible], mine)
     node = int(tied[np.lexsort((tied, -qualifying[tied], low[tied]))[0]])
     on = eligible[c.node[eligible] == node]
@@ -138,12 +164,11 @@ def best_split(ix: ClusterIndex, c: Candidates, per_node: int, nodes: int) -> np
     request), minimising the job's max sf: nodes ranked by the smallest max level of their
     best `per_node` GPUs, then fewer usable GPUs (pack), then lower id; on each node the
     best GPUs by (level, id)."""
-    cum = c.cum
-    total = cum[:, -1]
+    total = c.per_node
     valid = np.flatnonzero(total >= per_node)
     if valid.size < nodes:
         return None
-    kth = np.argmax(cum[valid] >= per_node, axis=1)
+    kth = c.nth_level(per_node)[valid]
     chosen = valid[np.lexsort((valid, total[valid], kth))[:nodes]]
     out: list[np.ndarray] = []
     for v in chosen:
