@@ -67,6 +67,7 @@ bench: venv
 	$(VENV)/bin/python bench/fidelity.py
 	$(VENV)/bin/python bench/lambda_sweep.py
 	$(VENV)/bin/python bench/sim_speed.py
+	$(VENV)/bin/python bench/agent_overhead.py
 
 clean:
 	rm -rf $(VENV) pal-demo .pytest_cache build *.egg-info

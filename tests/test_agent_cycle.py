@@ -299,3 +299,34 @@ def test_gpus_the_prolog_missed_are_found_from_the_jobs_processes(tmp_path: Path
     uuids = {d.index: d.uuid for d in service.agent.devices.values()}
     assert profile.gpu_uuids == (uuids[3], uuids[2]) and profile.samples == 120
     assert profile.gpu_util_mean == 92.0  # GPU 2 got the job's load once attributed
+
+
+def test_service_talks_to_systemd(tmp_path: Path) -> None:
+    """READY once started, WATCHDOG at half of WatchdogSec, STOPPING on the way out (real datagrams)."""
+    import os
+
+    from pal_slurm.systemd_notify import Notifier
+
+    path = tmp_path / "notify"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(5)
+    try:
+        notifier = Notifier(env={"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "400000",
+                                 "WATCHDOG_PID": str(os.getpid())})
+        load = SimLoad()
+        settings = AgentConfig(jobmap_dir=str(tmp_path / "jm"), interval_s=0.1, metrics_port=0)
+        service = AgentService(settings, SimBackend(FLEET, (NODE,), load=load), node=NODE, db_url=None,
+                               state_file=None, notifier=notifier, on_jobs=load.assign)
+        service.run(duration_s=1.5)
+        got = []
+        sock.settimeout(0.5)
+        while True:
+            try:
+                got.append(sock.recv(4096).decode())
+            except TimeoutError:
+                break
+    finally:
+        sock.close()
+    assert got[0] == "READY=1\nSTATUS=sampling 4 GPUs every 0.1 s" and got[-1] == "STOPPING=1"
+    assert 3 <= got.count("WATCHDOG=1") <= 10  # every 0.2 s for 1.5 s (~7; slack for a busy machine)
