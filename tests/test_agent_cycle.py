@@ -330,3 +330,35 @@ def test_service_talks_to_systemd(tmp_path: Path) -> None:
         sock.close()
     assert got[0] == "READY=1\nSTATUS=sampling 4 GPUs every 0.1 s" and got[-1] == "STOPPING=1"
     assert 3 <= got.count("WATCHDOG=1") <= 10  # every 0.2 s for 1.5 s (~7; slack for a busy machine)
+
+
+def test_one_failing_gpu_does_not_stop_the_others(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A GPU lost at start is retried, one whose samples fail is counted (one warning), the rest go on."""
+    from pal_slurm.profiler.gpu import GpuQueryError
+
+    class Flaky(SimBackend):
+        broken = True
+
+        def sample(self, index: int):  # type: ignore[no-untyped-def]
+            if index == 2 and self.broken:
+                raise GpuQueryError(index, "Unknown Error (simulated NVML)")
+            return super().sample(index)
+
+    clock = FakeClock()
+    load = SimLoad()
+    backend = Flaky(FLEET, (NODE,), load=load, clock=clock, lost=[1])
+    settings = AgentConfig(jobmap_dir=str(tmp_path / "jm"), metrics_port=0)
+    with caplog.at_level(logging.WARNING, logger="pal_slurm.agent.core"):
+        service = AgentService(settings, backend, node=NODE, db_url=None, state_file=None, clock=clock,
+                               on_jobs=load.assign)
+        assert sorted(service.agent.devices) == [0, 2, 3]
+        run_cycles(service, clock, 30)
+        backend.broken = False
+        run_cycles(service, clock, 5)
+    gauges = service.agent.gauges
+    assert (gauges[0].samples, gauges[2].samples, gauges[2].errors, gauges[3].samples) == (35, 5, 30, 35)
+    assert service.health.sample_errors == 30
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("cannot inventory GPU 1" in m for m in messages) == 1
+    assert sum("sampling failed" in m for m in messages) == 1 and any("answers again" in m for m in messages)
+    assert 'pal_gpu_sample_errors_total{node="gpu001",gpu="' in service.render_metrics()

@@ -82,7 +82,8 @@ class Agent:
         self.facts = NodeFacts()
         self._jobs: dict[str, _ActiveJob] = {}
         self._by_index: dict[int, JobAggregate] = {}
-        self._failing: set[int] = set()
+        self._uninventoried: set[int] = set()  # GPUs whose inventory failed: retried every minute
+        self._failing: set[int] = set()  # GPUs whose last sample failed: warned once until they answer
         self._unknown_ids_warned: set[tuple[str, int]] = set()
         self._inventory_due = 0.0
         self._job_of_pid = job_of_pid
@@ -101,22 +102,24 @@ class Agent:
             try:
                 inv = self.backend.inventory(index)
             except GpuError as exc:
-                if index not in self._failing:
+                if index not in self._uninventoried:
                     log.warning("cannot inventory GPU %d (retrying every %.0f s): %s", index, _INVENTORY_RETRY_S, exc)
-                    self._failing.add(index)
+                    self._uninventoried.add(index)
                 continue
-            self._failing.discard(index)
+            self._uninventoried.discard(index)
             self.devices[index] = Device(index, inv.uuid, inv.minor_number, inv.nvml_index, inv.name)
             self.gauges[index] = GpuGauges(inv.uuid, inv.minor_number, inv.name)
         self._inventory_due = self.clock() + _INVENTORY_RETRY_S
 
     def uuids(self) -> list[str]:
-        return [d.uuid for d in self.devices.values()]
+        """This node's GPU UUIDs (called from the DB thread: copies the dict's values atomically)."""
+        return [d.uuid for d in list(self.devices.values())]
 
     def set_facts(self, facts: NodeFacts) -> None:
         """New facts from the database (the DB worker thread calls this; one reference swap)."""
         self.facts = facts
-        self.drift.set_expected({u: c for u, c in facts.expected_clock.items() if u in set(self.uuids())})
+        mine = set(self.uuids())
+        self.drift.set_expected({u: c for u, c in facts.expected_clock.items() if u in mine})
 
     def _device_for(self, gpu_id: int) -> Device | None:
         for dev in self.devices.values():
@@ -222,7 +225,7 @@ class Agent:
     def cycle(self) -> None:
         started = time.perf_counter()
         now = self.clock()
-        if self._failing and now >= self._inventory_due:
+        if self._uninventoried and now >= self._inventory_due:
             self.inventory()
         self.sync_jobs(now)
         if self._attribute_every_s > 0 and now >= self._attribute_due:
@@ -239,7 +242,7 @@ class Agent:
                     log.warning("sampling failed (the other GPUs go on): %s", exc)
                     self._failing.add(index)
                 continue
-            if index in self._failing and index in self.devices:
+            if index in self._failing:
                 self._failing.discard(index)
                 log.warning("GPU %d (%s) answers again", index, dev.uuid)
             gauges.samples += 1
