@@ -68,6 +68,7 @@ bench: venv
 	$(VENV)/bin/python bench/lambda_sweep.py
 	$(VENV)/bin/python bench/sim_speed.py
 	$(VENV)/bin/python bench/agent_overhead.py
+	$(VENV)/bin/python bench/profile_recovery.py
 
 clean:
 	rm -rf $(VENV) pal-demo .pytest_cache build *.egg-info
