@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 def pal(args: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pal_slurm", *args], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "pal_slurm", *args], env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"pal {' '.join(args[:2])} failed: {proc.stderr.strip()}")
     return time.perf_counter() - t0

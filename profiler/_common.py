@@ -123,7 +123,7 @@ def load_framework(choice: str, allowed: Sequence[str] = GPU_FRAMEWORKS) -> tupl
             continue  # not installed
         try:
             module = importlib.import_module(name)
-        except Exception as exc:  # installed but broken (missing CUDA libraries): say so, not "not installed"
+        except Exception as exc:  # noqa: BLE001 - installed but broken (missing CUDA libraries): say so, not "not installed"
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         problem = _no_device(name, module)
@@ -141,7 +141,7 @@ def _no_device(name: str, module: Any) -> str | None:
             return None if module.cuda.runtime.getDeviceCount() > 0 else "no CUDA device visible"
         if name == "torch":
             return None if module.cuda.is_available() else "torch.cuda.is_available() is False"
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any CUDA error means "no usable device", with its reason
         return f"{type(exc).__name__}: {exc}"
     return None
 
@@ -154,7 +154,7 @@ def device_name(name: str, module: Any) -> str:
             return raw.decode() if isinstance(raw, bytes) else str(raw)
         if name == "torch":
             return str(module.cuda.get_device_name(0))
-    except Exception:  # the name is informational
+    except Exception:  # noqa: BLE001 - the name is informational
         return "unknown"
     return "cpu"
 
@@ -183,7 +183,7 @@ def run_main(benchmark: str, unit: str, args: argparse.Namespace, allowed: Seque
         step, params = make_step(name, module)
         m = measure(step, warmup_s=args.warmup, time_budget_s=args.time_budget, target_spread=args.target_spread,
                     min_repeats=args.min_repeats, max_repeats=args.max_repeats)
-    except Exception as exc:  # CUDA errors, out of memory: a clean failure with its reason
+    except Exception as exc:  # noqa: BLE001 - CUDA errors, out of memory: a clean failure with its reason
         return fail(benchmark, f"{type(exc).__name__}: {exc}")
     emit({"benchmark": benchmark, "status": "ok", "score": m.score, "unit": unit, "lower_is_better": False,
           "repeats": m.repeats, "spread": m.spread, "warmup_s": round(m.warmup_s, 3), "stopped": m.stopped,

@@ -17,7 +17,7 @@ CHECK_SH = REPO / "bench" / "gpu" / "check.sh"
 CHECK_PY = REPO / "bench" / "gpu" / "check.py"
 
 sys.path.insert(0, str(CHECK_PY.parent))
-import check as gpu_check  # noqa: E402
+import check as gpu_check
 
 # What `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` prints on a 2-GPU H100 node
 # (the layout nvidia-smi documents: comma + space separated, [N/A] for what a board lacks).
@@ -48,16 +48,16 @@ def test_no_gpu_exits_2_with_a_clear_line(tmp_path: Path) -> None:
     env = {**os.environ, "PAL_CHECK_DEV_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
     if shutil.which("nvidia-smi", path=env["PATH"]):
         pytest.skip("this machine has nvidia-smi")
-    proc = subprocess.run([str(CHECK_SH)], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run([str(CHECK_SH)], capture_output=True, text=True, env=env, timeout=60, check=False)
     assert proc.returncode == 2
     assert proc.stdout.strip() == (f"check.sh: no NVIDIA GPU on this machine (no {tmp_path}/nvidia0, no nvidia-smi): "
                                    "nothing to check")
 
 
 def test_check_sh_is_valid_bash() -> None:
-    assert subprocess.run(["bash", "-n", str(CHECK_SH)], capture_output=True).returncode == 0
+    assert subprocess.run(["bash", "-n", str(CHECK_SH)], capture_output=True, check=False).returncode == 0
     if shutil.which("shellcheck"):
-        proc = subprocess.run(["shellcheck", str(CHECK_SH)], capture_output=True, text=True)
+        proc = subprocess.run(["shellcheck", str(CHECK_SH)], capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stdout
 
 
@@ -65,7 +65,7 @@ def test_check_py_self_test_runs_the_whole_path(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     proc = subprocess.run([sys.executable, str(CHECK_PY), "--self-test", "--benchmarks", "gemm-fp32,stream",
                            "--time-budget", "0.3", "--warmup", "0.1", "--timeout", "60", "--output", str(out)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "== inventory (sim)" in proc.stdout and "== summary: 4 ok, 0 not ok, 4 records" in proc.stdout
     assert "reasons sw_power_cap" in proc.stdout
@@ -95,7 +95,7 @@ def test_check_py_through_nvidia_smi_when_nvml_is_missing(tmp_path: Path) -> Non
     env = {**os.environ, "PATH": f"{smi.parent}:/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, str(CHECK_PY), "--benchmarks", "stream", "--time-budget", "0.5",
                            "--timeout", "30", "--output", str(tmp_path / "r.jsonl")],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
     out = proc.stdout
     if "NVML sees no GPU" not in out and "NVML:" in out:
         assert "falling back to nvidia-smi" in out

@@ -24,8 +24,18 @@ from pal_slurm.db import migrate
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.models import BenchmarkFailure, ProfileRun
 from pal_slurm.ingest.jsonl import parse_file
-from pal_slurm.profiler.benchmarks import BENCHMARKS, BenchmarkDef, program_dir, select_benchmarks
-from pal_slurm.profiler.executors import RunSettings, SimExecutor, SubprocessExecutor, parse_result
+from pal_slurm.profiler.benchmarks import (
+    BENCHMARKS,
+    BenchmarkDef,
+    program_dir,
+    select_benchmarks,
+)
+from pal_slurm.profiler.executors import (
+    RunSettings,
+    SimExecutor,
+    SubprocessExecutor,
+    parse_result,
+)
 from pal_slurm.profiler.gpu import GpuSample
 from pal_slurm.profiler.runner import FAILURE_PREFIX, run_profile, write_jsonl
 from pal_slurm.profiler.sim_backend import SimBackend

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from pal_slurm.errors import InputError, SlurmError
-from pal_slurm.profiler.submit import JOB_SCRIPT, SubmitOptions, gpu_count, parse_sinfo_gres, sbatch_argv, submit_jobs
+from pal_slurm.profiler.submit import (
+    JOB_SCRIPT,
+    SubmitOptions,
+    gpu_count,
+    parse_sinfo_gres,
+    sbatch_argv,
+    submit_jobs,
+)
 
 
 @pytest.mark.parametrize(("gres", "count"), [

@@ -29,9 +29,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from pal_slurm.profiler.benchmarks import BenchmarkDef, program_dir, select_benchmarks  # noqa: E402
-from pal_slurm.profiler.executors import BenchmarkOutcome, RunSettings, SubprocessExecutor  # noqa: E402
-from pal_slurm.profiler.gpu import (  # noqa: E402
+from pal_slurm.profiler.benchmarks import BenchmarkDef, program_dir, select_benchmarks
+from pal_slurm.profiler.executors import (
+    BenchmarkOutcome,
+    RunSettings,
+    SubprocessExecutor,
+)
+from pal_slurm.profiler.gpu import (
     BackendUnavailable,
     GpuError,
     GpuInventory,
@@ -40,8 +44,8 @@ from pal_slurm.profiler.gpu import (  # noqa: E402
     GpuSample,
     scan_inventory,
 )
-from pal_slurm.profiler.runner import run_profile, write_jsonl  # noqa: E402
-from pal_slurm.profiler.telemetry import reason_names  # noqa: E402
+from pal_slurm.profiler.runner import run_profile, write_jsonl
+from pal_slurm.profiler.telemetry import reason_names
 
 EXIT_NO_GPU = 2
 EXIT_SKIPPED = 3

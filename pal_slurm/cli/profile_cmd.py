@@ -186,7 +186,11 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
     from pal_slurm.profiler.benchmarks import select_benchmarks
     from pal_slurm.profiler.executors import RunSettings
     from pal_slurm.profiler.select import parse_indices
-    from pal_slurm.profiler.service import RunRequest, open_requested_backend, profile_node
+    from pal_slurm.profiler.service import (
+        RunRequest,
+        open_requested_backend,
+        profile_node,
+    )
 
     req = RunRequest(
         benchmarks=tuple(select_benchmarks(bench_spec)),

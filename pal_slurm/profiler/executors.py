@@ -247,7 +247,7 @@ class _Sampler:
             if self._stop.wait(self._interval):
                 return
 
-    def __enter__(self) -> _Sampler:
+    def __enter__(self) -> _Sampler:  # noqa: PYI034 - a private class, never subclassed
         self._thread.start()
         return self
 

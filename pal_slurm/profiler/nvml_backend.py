@@ -154,7 +154,7 @@ class NvmlBackend:
         h = self._handle(index)
         uuid = self.uuid(index)
         name = _text(self._call(index, "name", nv.nvmlDeviceGetName, h))
-        opt = lambda what, fn, *a: self._optional(index, what, fn, h, *a)  # noqa: E731
+        opt = lambda what, fn, *a: self._optional(index, what, fn, h, *a)
         pci = opt("PCI info", nv.nvmlDeviceGetPciInfo)
         memory = opt("memory info", nv.nvmlDeviceGetMemoryInfo)
         limit_mw = opt("enforced power limit", nv.nvmlDeviceGetEnforcedPowerLimit) \
@@ -185,7 +185,7 @@ class NvmlBackend:
     def sample(self, index: int) -> GpuSample:
         nv = self._nvml
         h = self._handle(index)
-        opt = lambda what, fn, *a: self._optional(index, what, fn, h, *a)  # noqa: E731
+        opt = lambda what, fn, *a: self._optional(index, what, fn, h, *a)
         sm = opt("SM clock", nv.nvmlDeviceGetClockInfo, _CLOCK_SM)
         mem = opt("memory clock", nv.nvmlDeviceGetClockInfo, _CLOCK_MEM)
         power_mw = opt("power", nv.nvmlDeviceGetPowerUsage)

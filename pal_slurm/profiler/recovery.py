@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, select
 
 from pal_slurm.db.engine import session_scope
-from pal_slurm.db.models import Benchmark, ClassificationBin, ClassificationResult, ClassificationRun, Gpu
+from pal_slurm.db.models import (
+    Benchmark,
+    ClassificationBin,
+    ClassificationResult,
+    ClassificationRun,
+    Gpu,
+)
 
 __all__ = ["Assignment", "Recovery", "load_assignments", "recovery"]
 

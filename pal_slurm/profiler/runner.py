@@ -22,7 +22,15 @@ from typing import Any
 from pal_slurm.ingest.jsonl import FORMAT, dump_record
 from pal_slurm.profiler.benchmarks import BenchmarkDef
 from pal_slurm.profiler.executors import BenchmarkOutcome, Executor, new_run_id
-from pal_slurm.profiler.gpu import GpuBackend, GpuError, GpuFault, GpuInventory, GpuProcess, InventoryScan, scan_inventory
+from pal_slurm.profiler.gpu import (
+    GpuBackend,
+    GpuError,
+    GpuFault,
+    GpuInventory,
+    GpuProcess,
+    InventoryScan,
+    scan_inventory,
+)
 from pal_slurm.profiler.select import indices_in_range
 
 __all__ = ["BusyGpu", "ProfileRunResult", "run_profile", "write_jsonl"]
@@ -142,8 +150,8 @@ def write_jsonl(path: Path, result: ProfileRunResult) -> int:
     The failures (`# pal-failure {...}`) are ignored by `pal profile import` but keep the
     file a complete account of the run. Returns the number of records written.
     """
-    lines = [f"# {FORMAT} written by pal profile run at {datetime.now(UTC).isoformat()} "
-             f"(backend {result.backend}, nodes {','.join(result.nodes)})"]
+    lines = [(f"# {FORMAT} written by pal profile run at {datetime.now(UTC).isoformat()} "
+              f"(backend {result.backend}, nodes {','.join(result.nodes)})")]
     records = 0
     for o in result.outcomes:
         if o.ok:

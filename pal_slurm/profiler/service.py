@@ -10,7 +10,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,11 +20,24 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from pal_slurm.errors import PalError
 from pal_slurm.profiler.benchmarks import BenchmarkDef, program_dir
-from pal_slurm.profiler.executors import BenchmarkOutcome, Executor, RunSettings, SimExecutor, SubprocessExecutor
+from pal_slurm.profiler.executors import (
+    BenchmarkOutcome,
+    Executor,
+    RunSettings,
+    SimExecutor,
+    SubprocessExecutor,
+)
 from pal_slurm.profiler.gpu import GpuBackend, InventoryScan, scan_inventory
 from pal_slurm.profiler.inventory import InventoryResult
 from pal_slurm.profiler.runner import ProfileRunResult, run_profile, write_jsonl
-from pal_slurm.profiler.select import BackendChoice, NvidiaProbe, SimOptions, choose_backend, open_backend, probe_nvidia
+from pal_slurm.profiler.select import (
+    BackendChoice,
+    NvidiaProbe,
+    SimOptions,
+    choose_backend,
+    open_backend,
+    probe_nvidia,
+)
 
 __all__ = ["BackendRequest", "InventoryOutcome", "RunOutcome", "RunRequest", "inventory_node", "node_name",
            "open_requested_backend", "profile_node"]
@@ -41,7 +54,7 @@ def node_name() -> str:
 class BackendRequest:
     backend: BackendChoice = "auto"
     force_sim: bool = False
-    sim: SimOptions = SimOptions()
+    sim: SimOptions = field(default_factory=SimOptions)
     node: str | None = None  # None: node_name()
 
 
@@ -82,7 +95,7 @@ def inventory_node(backend: GpuBackend, engine_factory: Callable[[], Engine] | N
 @dataclass(frozen=True)
 class RunRequest:
     benchmarks: tuple[BenchmarkDef, ...]
-    settings: RunSettings = RunSettings()
+    settings: RunSettings = field(default_factory=RunSettings)
     indices: tuple[int, ...] | None = None
     passes: int = 1
     force: bool = False

@@ -13,7 +13,13 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from pal_slurm.errors import InputError
-from pal_slurm.profiler.gpu import GpuInventory, GpuLostError, GpuProcess, GpuQueryError, GpuSample
+from pal_slurm.profiler.gpu import (
+    GpuInventory,
+    GpuLostError,
+    GpuProcess,
+    GpuQueryError,
+    GpuSample,
+)
 from pal_slurm.simfleet import CUDA_VERSION, DRIVER_VERSION, SimFleet, SimGpu
 
 __all__ = ["BUSY_LOAD", "SimBackend", "busy_process"]
@@ -99,7 +105,7 @@ class SimBackend:
             timestamp=t, sm_clock_mhz=float(s["sm_clock_mhz"]), mem_clock_mhz=float(s["mem_clock_mhz"]),
             power_w=float(s["power_w"]), temperature_c=float(s["temperature_c"]),
             throttle_reasons=int(s["throttle_reasons"]), utilization_gpu=int(s["utilization"]),
-            utilization_memory=int(round(100 * load * _MEMORY_ACTIVITY_PER_LOAD)),
+            utilization_memory=round(100 * load * _MEMORY_ACTIVITY_PER_LOAD),
         )
 
     def processes(self, index: int) -> list[GpuProcess]:
