@@ -149,6 +149,7 @@ class Agent:
 
     def _finish(self, name: str, end: float) -> None:
         job = self._jobs.pop(name)
+        self._unknown_ids_warned = {k for k in self._unknown_ids_warned if k[0] != job.entry.job_id}
         record = job.agg.profile(self.node, end)
         if record.samples == 0:
             log.info("job %s ended with no samples on this node; no profile", job.entry.job_id)
