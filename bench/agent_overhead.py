@@ -164,12 +164,10 @@ def real_time(gpus: int, seconds: float, seed: int) -> None:
     jobmap.mkdir()
     for gpu in range(gpus):
         write_map(jobmap, 5000 + gpu, gpu, time.time(), WORKLOADS[gpu % len(WORKLOADS)])
-    with __import__("socket").socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     settings = AgentConfig(jobmap_dir=str(jobmap), metrics_address="127.0.0.1")
     service = AgentService(settings, SimBackend(fleet, (fleet.nodes[0],), load=load), node=fleet.nodes[0],
-                           db_url=url, state_file=None, metrics_port=port, on_jobs=load.assign)
+                           db_url=url, state_file=None, on_jobs=load.assign)
+    service.start_metrics(0)
     proc = psutil.Process()
     warm = threading.Thread(target=service.run, kwargs={"duration_s": seconds + 5}, daemon=True)
     warm.start()

@@ -217,13 +217,12 @@ def test_metrics_endpoint_over_http(tmp_path: Path) -> None:
     cfg = load_config(None, env={"HOME": str(tmp_path)}, db_url=url)
     run_classification(engine, cfg, min_runs=2)
     engine.dispose()
-    port = free_port()
     load = SimLoad()
     backend = SimBackend(FLEET, (NODE,), load=load)
     settings = AgentConfig(jobmap_dir=str(tmp_path / "jm"), interval_s=0.2, metrics_address="127.0.0.1")
     write_job(tmp_path / "jm", "501", "0", time.time(), name="resnet")
-    service = AgentService(settings, backend, node=NODE, db_url=url, state_file=None, metrics_port=port,
-                           on_jobs=load.assign)
+    service = AgentService(settings, backend, node=NODE, db_url=url, state_file=None, on_jobs=load.assign)
+    port = service.start_metrics(0)  # a port the OS picked: no race with other test sessions
     runner = threading.Thread(target=service.run, kwargs={"duration_s": 30}, daemon=True)
     runner.start()
     try:

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+
 from pal_slurm.agent.jobmap import JobMapDir, expand_dir, parse_jobmap
 from pal_slurm.errors import InputError
 
@@ -98,7 +98,7 @@ def _shells() -> list[str]:
 
 def run_hook(shell: str, script: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """As slurmd runs it: a bare environment (no PATH at all on 22.05) plus the job's variables."""
-    return subprocess.run([shell, str(script)], env=env, capture_output=True, text=True, timeout=30)
+    return subprocess.run([shell, str(script)], env=env, capture_output=True, text=True, timeout=30, check=False)
 
 
 @pytest.mark.parametrize("shell", _shells())

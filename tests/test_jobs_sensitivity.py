@@ -6,7 +6,13 @@ import pytest
 
 from pal_slurm.config import load_config
 from pal_slurm.errors import ConfigError
-from pal_slurm.jobs.sensitivity import ProfileMetrics, SensitivityRule, classify, combine, compute_score
+from pal_slurm.jobs.sensitivity import (
+    ProfileMetrics,
+    SensitivityRule,
+    classify,
+    combine,
+    compute_score,
+)
 from pal_slurm.jobs.store import sensitivity_rule
 
 RULE = SensitivityRule.build("ABCD", {"A": 0.5, "B": 0.35, "C": 0.2}, min_samples=100, history=5)

@@ -22,7 +22,7 @@ __all__ = ["JobAggregate", "JobProfileRecord", "Mean"]
 class Mean:
     """Sum and count of the samples that had a value (None readings are not zeros)."""
 
-    __slots__ = ("total", "count")
+    __slots__ = ("count", "total")
 
     def __init__(self, total: float = 0.0, count: int = 0) -> None:
         self.total = total
@@ -68,7 +68,7 @@ class JobProfileRecord:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobProfileRecord":
+    def from_dict(cls, data: dict[str, Any]) -> JobProfileRecord:
         data = dict(data)
         data["gpu_uuids"] = tuple(data["gpu_uuids"])
         data["started_at"] = datetime.fromtimestamp(data["started_at"], UTC)
@@ -147,7 +147,7 @@ class JobAggregate:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobAggregate":
+    def from_dict(cls, data: dict[str, Any]) -> JobAggregate:
         agg = cls(str(data["job_id"]), data.get("user"), float(data["start"]), tuple(data["gpu_uuids"]))
         agg.samples = int(data["samples"])
         hist = [int(x) for x in data["util_hist"]]

@@ -51,7 +51,7 @@ class DriftEvent:
 
 
 class _GpuState:
-    __slots__ = ("minute", "sum", "count", "low_run", "low_sum", "flagged")
+    __slots__ = ("count", "flagged", "low_run", "low_sum", "minute", "sum")
 
     def __init__(self) -> None:
         self.minute = -1

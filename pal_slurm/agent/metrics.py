@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from pal_slurm.agent.store import NodeFacts
 
-__all__ = ["AgentHealth", "GpuGauges", "MetricsServer", "THROTTLE_REASONS", "render"]
+__all__ = ["THROTTLE_REASONS", "AgentHealth", "GpuGauges", "MetricsServer", "render"]
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def _labels(pairs: Iterable[tuple[str, object]]) -> str:
     return "{" + inner + "}" if inner else ""
 
 
-def _num(value: float | int | bool) -> str:
+def _num(value: float | bool) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
@@ -106,7 +106,7 @@ class _Family:
         self.name, self.kind, self.help = name, kind, help_text
         self.lines: list[str] = []
 
-    def add(self, labels: Sequence[tuple[str, object]], value: float | int | bool | None) -> None:
+    def add(self, labels: Sequence[tuple[str, object]], value: float | bool | None) -> None:
         if value is not None:
             self.lines.append(f"{self.name}{_labels(labels)} {_num(value)}")
 
@@ -197,7 +197,7 @@ class MetricsServer:
         class Handler(BaseHTTPRequestHandler):
             server_version = "pal-agent"
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
                     try:
@@ -215,7 +215,7 @@ class MetricsServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 log.debug("metrics: " + format, *args)
 
         self._server = ThreadingHTTPServer((address, port), Handler)
@@ -226,7 +226,7 @@ class MetricsServer:
     def port(self) -> int:
         return int(self._server.server_address[1])
 
-    def start(self) -> "MetricsServer":
+    def start(self) -> MetricsServer:
         self._thread.start()
         return self
 

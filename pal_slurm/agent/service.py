@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pal_slurm import __version__
 from pal_slurm.agent.aggregate import JobAggregate, JobProfileRecord
@@ -128,17 +127,19 @@ class AgentService:
         gauges = [self.agent.gauges[i] for i in sorted(self.agent.gauges)]
         return render(self.node, gauges, self.health, self.agent.facts)
 
-    def _start_metrics(self, port: int) -> None:
+    def start_metrics(self, port: int) -> int:
+        """Serve /metrics on `port` (0: any free port, for tests); returns the port. run() calls this."""
         try:
             self.metrics = MetricsServer(self.settings.metrics_address, port, self.render_metrics).start()
         except OSError as exc:
             raise PalError(f"cannot serve metrics on {self.settings.metrics_address}:{port}: "
                            f"{exc.strerror or exc} (set [agent] metrics_port, or 0 to turn metrics off)") from exc
         log.info("metrics on http://%s:%d/metrics", self.settings.metrics_address, self.metrics.port)
+        return self.metrics.port
 
     def run(self, *, once: bool = False, duration_s: float | None = None, serve_metrics: bool = True) -> RunSummary:
-        if serve_metrics and self._port > 0:
-            self._start_metrics(self._port)
+        if serve_metrics and self._port > 0 and self.metrics is None:
+            self.start_metrics(self._port)
         worker_thread = None
         if not once:
             worker_thread = threading.Thread(target=self.worker.run, args=(self.stop,), name="pal-agent-db",

@@ -16,7 +16,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from pal_slurm.agent.aggregate import JobProfileRecord
-from pal_slurm.db.models import Benchmark, ClassificationRun, Gpu, GpuClass, GpuFlag, JobProfile, ProfileRun
+from pal_slurm.db.models import (
+    Benchmark,
+    ClassificationRun,
+    Gpu,
+    GpuClass,
+    GpuFlag,
+    JobProfile,
+    ProfileRun,
+)
 
 __all__ = ["ClassFact", "GpuFlagRecord", "NodeFacts", "ScoreFact", "load_node_facts", "write_items"]
 
@@ -41,7 +49,7 @@ class GpuFlagRecord:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, object]) -> "GpuFlagRecord":
+    def from_dict(cls, data: dict[str, object]) -> GpuFlagRecord:
         data = dict(data)
         data["flagged_at"] = datetime.fromtimestamp(float(data["flagged_at"]), UTC)  # type: ignore[arg-type]
         return cls(**data)  # type: ignore[arg-type]

@@ -84,7 +84,7 @@ class ClassTable:
     by_name: dict[tuple[str, str], LearnedName]
 
     @classmethod
-    def build(cls, admin: Sequence[AdminRule], learned: Sequence[tuple[str, str, str, str]]) -> "ClassTable":
+    def build(cls, admin: Sequence[AdminRule], learned: Sequence[tuple[str, str, str, str]]) -> ClassTable:
         """`learned`: (fingerprint, user, name, class) rows of job_sensitivity."""
         ordered = tuple(sorted(admin, key=lambda r: (-r.specificity, r.id)))
         by_fp = {fp: job_class for fp, _u, _n, job_class in learned}

@@ -86,7 +86,7 @@ class SensitivityRule:
 
     @classmethod
     def build(cls, classes: Sequence[str], thresholds: Mapping[str, float], *, min_samples: int = 300,
-              history: int = 20) -> "SensitivityRule":
+              history: int = 20) -> SensitivityRule:
         """Validate thresholds against the configured classes (sorted: A is the most sensitive).
 
         Every class but the last needs a threshold, strictly decreasing in class order,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,7 +20,12 @@ from pal_slurm.db.models import ClassRule, JobIdentity, JobProfile, JobSensitivi
 from pal_slurm.errors import InputError
 from pal_slurm.jobs.fingerprint import fingerprint
 from pal_slurm.jobs.rules import AdminRule, load_class_table
-from pal_slurm.jobs.sensitivity import ProfileMetrics, SensitivityRule, Verdict, classify
+from pal_slurm.jobs.sensitivity import (
+    ProfileMetrics,
+    SensitivityRule,
+    Verdict,
+    classify,
+)
 
 __all__ = ["LearnSummary", "add_rule", "delete_rule", "learn", "learned_classes", "list_rules", "record_identity",
            "sensitivity_rule"]
@@ -49,11 +54,11 @@ def record_identity(session: Session, slurm_job_id: str, user: str, name: str, c
     row = session.scalars(select(JobIdentity).where(JobIdentity.slurm_job_id == str(slurm_job_id))).first()
     if row is None:
         row = JobIdentity(slurm_job_id=str(slurm_job_id), user=user, name=name, command=command, fingerprint=fp,
-                          first_seen=seen_at or datetime.now(timezone.utc))
+                          first_seen=seen_at or datetime.now(UTC))
         session.add(row)
     elif row.fingerprint != fp or row.user != user or row.name != name:
         row.user, row.name, row.command, row.fingerprint = user, name, command, fp
-        row.first_seen = seen_at or datetime.now(timezone.utc)
+        row.first_seen = seen_at or datetime.now(UTC)
     session.flush()
     return row
 
@@ -124,7 +129,7 @@ def _backfill_fingerprints(session: Session) -> None:
 
 def learn(session: Session, rule: SensitivityRule, now: datetime | None = None) -> LearnSummary:
     """Recompute job_sensitivity from job_profiles joined with job_identities (newest profiles first)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     _backfill_fingerprints(session)
     identities = {fp: (user, name) for fp, user, name in session.execute(
         select(JobIdentity.fingerprint, JobIdentity.user, JobIdentity.name))}
