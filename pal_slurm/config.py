@@ -101,6 +101,24 @@ class AgentConfig(_Section):
     state_file: str = Field(default="", description="empty: <data_dir>/agent-state.json")
 
 
+class PlacerConfig(_Section):
+    """The placement daemon on the controller (`pal placer`)."""
+
+    mode: Literal["observe", "enforce"] = Field(default="observe", description="observe: log only; enforce: hold and place")
+    policy: str = Field(default="pal-match", description="placement policy (see `pal simulate --help`)")
+    interval_s: float = Field(default=2.0, gt=0, le=300, description="seconds between cycles")
+    state_file: str = Field(default="/var/lib/pal/filter-state.lua", description="the file job_submit.lua reads")
+    stale_after_s: int = Field(default=30, ge=5, description="heartbeat age after which the filter stops holding")
+    replan_after_s: float = Field(default=120.0, gt=0, description="re-plan a released job that has not started")
+    max_hold_s: float = Field(default=600.0, gt=0, description="release a held job unchanged after this long")
+    slurm_backend: Literal["cli", "rest", "pyslurm"] = "cli"
+    rest_url: str | None = None
+    rest_api: str = "v0.0.38"
+    command_timeout_s: float = Field(default=20.0, gt=0)
+    classes_refresh_s: float = Field(default=60.0, gt=0)
+    models: list[str] = Field(default_factory=list, description="GPU model features; empty: from the nodes' features")
+
+
 class PalConfig(_Section):
     """The whole effective configuration. `source` says where it came from (for `pal config show`)."""
 
@@ -114,6 +132,7 @@ class PalConfig(_Section):
     report: ReportConfig = ReportConfig()
     jobs: JobsConfig = JobsConfig()
     agent: AgentConfig = AgentConfig()
+    placer: PlacerConfig = PlacerConfig()
 
     @field_validator("job_classes")
     @classmethod

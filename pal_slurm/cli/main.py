@@ -17,6 +17,7 @@ from pal_slurm import __version__
 from pal_slurm.cli import classify_cmd, config_cmd, db_cmd, demo_cmd, profile_cmd, report_cmd, simulate_cmd
 from pal_slurm.cli import slurm_cmd
 from pal_slurm.cli import agent_cmd, jobs_cmd
+from pal_slurm.cli import placer_cmd
 from pal_slurm.cli.context import AppContext
 from pal_slurm.errors import PalError
 
@@ -92,6 +93,8 @@ for _command in (config_cmd.config, db_cmd.db, profile_cmd.profile, classify_cmd
 cli.add_command(slurm_cmd.slurm)
 cli.add_command(agent_cmd.agent)
 cli.add_command(jobs_cmd.jobs)
+for _command in (placer_cmd.placer, placer_cmd.placements, placer_cmd.explain):
+    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from typing import ClassVar, TypeVar
 
 import numpy as np
 
+from pal_slurm.placement import select
 from pal_slurm.placement.index import ClassTable, ClusterIndex, FreeState
 from pal_slurm.placement.model import Assignment, Decision, JobRequest, PlacementContext, PlacementError, Snapshot
 
@@ -138,8 +139,26 @@ class InOrderPolicy(Policy):
             return None
         cand = state.candidates(job.allowed_nodes)
         if job.gpus_per_node is not None:
+            if job.same_slots and job.gpus > job.gpus_per_node:
+                return self.pick_same_slots(job, cand, state, ctx)
             return self.pick_split(job, cand, state, ctx)
         return self.pick(job, cand, state, ctx)
+
+    def pick_same_slots(self, job: JobRequest, cand: np.ndarray, state: FreeState,
+                        ctx: PlacementContext) -> Choice | None:
+        """A multi-node job whose nodes must all give the same slots (what one per-node
+        GRES request can express): the slot set and nodes with the smallest max slowdown
+        factor, the same search for every policy (see select.best_same_slots)."""
+        ix = state.index
+        tab = ix.table(job.job_class)
+        got = select.best_same_slots(ix, tab, cand, job.gpus_per_node, job.gpus // job.gpus_per_node)
+        if got is None:
+            return None
+        gpus = as_gpus(got)
+        worst = float(tab.sf[list(gpus)].max())
+        return Choice(gpus=gpus, reason=f"{self.name}: {job.gpus_per_node} per node on the same slots of "
+                      f"{job.gpus // job.gpus_per_node} nodes, max sf {worst:.3f} (class {tab.key}); "
+                      f"{describe_gpus(ix, tab, gpus)}", alternatives=((gpus, worst),))
 
     @abstractmethod
     def pick(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext) -> Choice | None:

@@ -135,6 +135,10 @@ class JobRequest:
     allowed_nodes: frozenset[int] | None = None
     attained_s: float = 0.0  # service received so far (GPU-seconds), for LAS
     remaining_s: float = 0.0  # estimated time still needed, for SRTF
+    #: multi-node jobs only: the same GPU slots on every node. Slurm applies one per-node
+    #: GRES request to each node of a job, so a live placement across nodes can only name
+    #: slot types every chosen node has free (the simulators leave this off)
+    same_slots: bool = False
 
     def __post_init__(self) -> None:
         if self.gpus < 1:

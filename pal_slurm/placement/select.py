@@ -209,3 +209,38 @@ def packed_split(counts: np.ndarray, free_on_node: Callable[[int], list[int]], p
         return None
     chosen = valid[np.lexsort((valid, counts[valid]))[:nodes]]
     return [g for v in chosen for g in free_on_node(int(v))[:per_node]]
+
+
+def best_same_slots(ix: ClusterIndex, tab: ClassTable, cand: np.ndarray, per_node: int,
+                    nodes: int) -> np.ndarray | None:
+    """`per_node` GPUs at the same slot positions on each of `nodes` nodes, minimising the
+    max slowdown factor: for every slot set (at most C(8, 4) = 70 on 8-GPU nodes) the nodes
+    that have all of it free, ranked by their max sf on it (ties: fewer free GPUs, then
+    lower id); the set whose `nodes` best nodes have the smallest max wins (ties: smaller
+    sum of sf, then the first set in lexical order)."""
+    from itertools import combinations
+
+    width = max(ix.max_gpus_per_node, 1)
+    if per_node > width:
+        return None
+    free = np.zeros((ix.n_nodes, width), dtype=bool)
+    sf = np.full((ix.n_nodes, width), np.inf)
+    gid = np.full((ix.n_nodes, width), -1, dtype=np.int64)
+    node, slot = ix.node_of[cand], ix.slot_of[cand]
+    free[node, slot] = True
+    sf[node, slot] = tab.sf[cand]
+    gid[node, slot] = cand
+    n_free = free.sum(axis=1)
+    best: tuple[float, float, np.ndarray] | None = None
+    for combo in combinations(range(width), per_node):
+        cols = list(combo)
+        ok = np.flatnonzero(free[:, cols].all(axis=1))
+        if ok.size < nodes:
+            continue
+        worst = sf[ok][:, cols].max(axis=1)
+        take = ok[np.lexsort((ok, n_free[ok], worst))[:nodes]]
+        top = float(sf[take][:, cols].max())
+        total = float(sf[take][:, cols].sum())
+        if best is None or (top, total) < (best[0], best[1]):
+            best = (top, total, gid[take][:, cols].ravel())
+    return None if best is None else np.sort(best[2])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -52,13 +53,17 @@ def run_command(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
         raise SlurmUnavailable(f"{exe}: command not found (is slurm-client installed and on PATH?)")
     full_env = None if env is None else {**os.environ, **env}
     try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env,
-                              stdin=subprocess.DEVNULL, errors="replace")
-    except subprocess.TimeoutExpired as exc:
-        raise SlurmUnavailable(f"{exe} {args[1] if len(args) > 1 else ''}".rstrip()
-                               + f": no answer within {timeout:g} s") from exc
+        child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                 text=True, errors="replace", env=full_env, start_new_session=True)
     except OSError as exc:
         raise SlurmUnavailable(f"{exe}: {exc.strerror or exc}") from exc
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        _kill_group(child)
+        raise SlurmUnavailable(f"{exe} {args[1] if len(args) > 1 else ''}".rstrip()
+                               + f": no answer within {timeout:g} s") from exc
+    proc = subprocess.CompletedProcess(args, child.returncode, out, err)
     if check and proc.returncode != 0:
         raise classify_failure(args, proc)
     return proc
@@ -73,3 +78,12 @@ def classify_failure(args: Sequence[str], proc: subprocess.CompletedProcess[str]
     if any(marker in lowered for marker in _UNAVAILABLE_MARKERS):
         return SlurmUnavailable(f"{what}: {first}")
     return SlurmError(f"{what}: {first}")
+
+
+def _kill_group(child: subprocess.Popen[str]) -> None:
+    """A hung client (and anything it started) is killed as a process group, then reaped."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        child.kill()
+    child.communicate()

@@ -1,0 +1,237 @@
+"""`pal placer` (the daemon), `pal placer release-stale` (the fail-safe), `pal placements`, `pal explain`."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+import click
+
+from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option
+
+log = logging.getLogger(__name__)
+
+
+def build_placer(app: AppContext, mode: str | None = None, policy: str | None = None,
+                 state_file: str | None = None):  # type: ignore[no-untyped-def]
+    """A Placer wired to the configured backend, database and class rules."""
+    from pal_slurm.jobs.fingerprint import fingerprint  # noqa: F401  (keeps the learned-class contract importable)
+    from pal_slurm.placer.audit import AuditSink
+    from pal_slurm.placer.daemon import Placer
+    from pal_slurm.placer.factors import FactorCache
+    from pal_slurm.slurm.backend import make_backend
+
+    cfg = app.cfg
+    pc = cfg.placer.model_copy(update={k: v for k, v in
+                                       {"mode": mode, "policy": policy, "state_file": state_file}.items() if v})
+    backend = make_backend(pc.slurm_backend, rest_url=pc.rest_url, rest_api=pc.rest_api,
+                           timeout=pc.command_timeout_s)
+    factors = FactorCache(lambda: app.engine, refresh_s=pc.classes_refresh_s)
+    audit = AuditSink(lambda: app.engine)
+    table_cache: dict[str, Any] = {"at": 0.0, "table": None}
+
+    def class_table():  # type: ignore[no-untyped-def]
+        from pal_slurm.db.engine import session_scope
+        from pal_slurm.jobs.rules import load_class_table
+
+        if table_cache["table"] is None or time.time() - table_cache["at"] > pc.classes_refresh_s:
+            try:
+                with session_scope(app.engine) as session:
+                    table_cache["table"] = load_class_table(session)
+                table_cache["at"] = time.time()
+            except Exception as exc:  # noqa: BLE001 - keep the last table when the database is down
+                log.warning("class rules not reloaded: %s", str(exc).splitlines()[0][:200])
+                table_cache["at"] = time.time()
+        return table_cache["table"]
+
+    def resolve(job):  # type: ignore[no-untyped-def]
+        from pal_slurm.jobs.rules import resolve_class
+
+        table = class_table()
+        if table is None:
+            return cfg.jobs.default_class, "default"
+        return resolve_class(table, job.user, job.name, job.command, job.account, job.partition,
+                             default=cfg.jobs.default_class)
+
+    def rules():  # type: ignore[no-untyped-def]
+        from pal_slurm.jobs.rules import filter_rules
+
+        table = class_table()
+        return [] if table is None else filter_rules(table)
+
+    return Placer(backend, pc, factors, audit, classes=list(cfg.job_classes), resolve_class=resolve, rules=rules)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--once", is_flag=True, help="Run one cycle, print what it did, and exit.")
+@click.option("--mode", type=click.Choice(["observe", "enforce"]), help="Override placer.mode.")
+@click.option("--policy", help="Override placer.policy (e.g. pal, pal-backfill).")
+@click.option("--interval", type=float, help="Seconds between cycles [default: placer.interval_s].")
+@click.option("--state-file", help="Override placer.state_file (the file job_submit.lua reads).")
+@click.option("--json", "as_json", is_flag=True, help="With --once: the cycle report as JSON.")
+@click.pass_context
+def placer(ctx: click.Context, once: bool, mode: str | None, policy: str | None, interval: float | None,
+           state_file: str | None, as_json: bool) -> None:
+    """The placement daemon (run it on the controller, in the foreground, under systemd).
+
+    \b
+    Each cycle: publish the heartbeat the submit filter checks, read jobs and nodes,
+    place the GPU jobs the filter held (enforce mode) with the configured policy, rewrite
+    their GRES request to per-slot types and NodeList, release, and verify. Anything it
+    cannot place is released unchanged with the reason in its admin comment. SIGTERM
+    releases every job it holds. In observe mode no job is changed; decisions are only
+    recorded (see `pal placements`).
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    app = ctx.find_object(AppContext)
+    assert app is not None
+    p = build_placer(app, mode, policy, state_file)
+    if once:
+        report = p.cycle()
+        if as_json:
+            emit_json(report.as_dict())
+        else:
+            d = report.as_dict()
+            click.echo(" ".join(f"{k}={len(v) if isinstance(v, list) else v}" for k, v in d.items()))
+        return
+    run_forever(p, interval or p.cfg.interval_s)
+
+
+def run_forever(p: Any, interval: float) -> None:
+    """The service loop: cycles, watchdog pings, signals; transient Slurm failures are retried."""
+    from pal_slurm.errors import SlurmUnavailable
+    from pal_slurm.systemd_notify import Notifier
+
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        log.warning("signal %d: releasing held jobs and stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    notify = Notifier()
+    failures = 0
+    notify.ready("placing")
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            report = p.cycle()
+            failures = 0
+            notify.status(f"held {report.held}, placed {len(report.placed)}, waiting {len(report.waiting)}")
+            if report.placed or report.released or report.failed:
+                log.info("cycle: %s", report.as_dict())
+        except SlurmUnavailable as exc:
+            failures += 1
+            log.warning("Slurm unavailable (%d in a row): %s", failures, exc)
+            notify.status(f"Slurm unavailable: {exc}")
+        except Exception as exc:
+            failures += 1
+            log.exception("cycle failed (%d in a row)", failures)
+            if failures >= 5:
+                # something is persistently wrong: fail open rather than keep jobs held
+                _release(p, f"placer failing ({exc})"[:200])
+        notify.watchdog()
+        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+    notify.stopping()
+    released = _release(p, "placer stopped")
+    log.warning("stopped; released %d held job(s)", len(released))
+
+
+def _release(p: Any, why: str) -> list[str]:
+    try:
+        return p.release_all(why)
+    except Exception as exc:  # noqa: BLE001
+        log.error("release on stop failed: %s (the fail-safe timer will retry)", exc)
+        return []
+
+
+@placer.command("release-stale")
+@click.option("--max-age", type=float, help="Heartbeat age in seconds that counts as stale [default: placer.stale_after_s].")
+@click.option("--force", is_flag=True, help="Release every held job even if the heartbeat is fresh.")
+@click.option("--state-file", help="Override placer.state_file.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def release_stale(app: AppContext, max_age: float | None, force: bool, state_file: str | None, as_json: bool) -> None:
+    """Fail-safe: release every job pal-slurm holds when the daemon's heartbeat is stale.
+
+    Run by pal-placer-failsafe.timer and by ExecStopPost of pal-placer.service. Reads no
+    database; needs only the Slurm commands.
+    """
+    from pal_slurm.placer.daemon import heartbeat_age
+
+    p = build_placer(app, state_file=state_file)
+    limit = max_age if max_age is not None else p.cfg.stale_after_s
+    age = heartbeat_age(p.cfg.state_file)
+    stale = force or age is None or age > limit
+    released = p.release_all("placer heartbeat stale; released by the fail-safe") if stale else []
+    out = {"heartbeat_age_s": None if age is None else round(age, 1), "stale": stale, "released": released}
+    if as_json:
+        emit_json(out)
+    else:
+        what = "no heartbeat" if age is None else f"heartbeat {age:.0f} s old"
+        click.echo(f"{what}; " + (f"released {len(released)} held job(s)" if stale else "daemon alive, nothing to do"))
+
+
+PLACEMENT_COLUMNS = [
+    Column("job", lambda r: r["job_id"]),
+    Column("decided", lambda r: (r["decided_at"] or "")[:19]),
+    Column("outcome", lambda r: r["outcome"]),
+    Column("class", lambda r: r["class"] or "-"),
+    Column("policy", lambda r: r["policy"]),
+    Column("gpus", lambda r: " ".join(f"{g.get('node')}:{g.get('minor')}" for g in r["gpus"] or []) or "-"),
+    Column("reason", lambda r: r["reason"]),
+]
+
+
+@click.command("placements")
+@click.option("--job", "job_id", help="Only this job.")
+@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@format_option
+@click.pass_obj
+def placements(app: AppContext, job_id: str | None, limit: int, fmt: str) -> None:
+    """List placement decisions, newest first (what the placer did and why)."""
+    from pal_slurm.db.migrate import require_current
+    from pal_slurm.placer.audit import placements_for
+
+    require_current(app.engine)
+    emit_rows(placements_for(app.engine, job_id, limit), PLACEMENT_COLUMNS, fmt, title="placements")
+
+
+@click.command("explain")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def explain(app: AppContext, job_id: str, as_json: bool) -> None:
+    """Why job JOB_ID got its GPUs (or was released unchanged): every decision recorded for it."""
+    from pal_slurm.db.migrate import require_current
+    from pal_slurm.errors import InputError
+    from pal_slurm.placer.audit import placements_for
+
+    if not job_id.replace("_", "").isdigit():
+        raise InputError(f"not a Slurm job id: {job_id!r}")
+    require_current(app.engine)
+    rows = placements_for(app.engine, job_id, limit=100)
+    if as_json:
+        emit_json({"job_id": job_id, "decisions": rows})
+        return
+    if not rows:
+        click.echo(f"job {job_id}: no decision recorded (not a GPU job held by pal-slurm, or before the placer ran)")
+        return
+    for r in reversed(rows):
+        click.echo(f"job {job_id} at {r['decided_at']}: {r['outcome']} (policy {r['policy']}, class {r['class'] or '-'}"
+                   f"{', classes v' + str(r['classification_version']) if r['classification_version'] else ''})")
+        for g in r["gpus"] or []:
+            sf = g.get("slowdown")
+            click.echo(f"  gpu {g.get('node')}:{g.get('minor')} ({g.get('type', '-')})"
+                       + (f" slowdown {sf:.3f}" if isinstance(sf, (int, float)) else ""))
+        click.echo(f"  why: {r['reason']}")
+        alts = r.get("alternatives") or []
+        if alts:
+            click.echo("  weighed: " + "; ".join(
+                f"{'+'.join(a.get('gpus') or []) or 'nothing'} (weight {a.get('weight', 0):.3f})" for a in alts))

@@ -1,0 +1,82 @@
+"""Per-GPU slowdown factors for the placer, from the latest classification (database adapter).
+
+Why a cache: the placer must keep placing when the database is down (design: "place with
+the classes already in memory"). `FactorCache.get()` returns the last good load and says
+how old it is; only when nothing was ever loaded does the daemon release jobs unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+
+from pal_slurm.db.engine import session_scope
+from pal_slurm.db.models import Gpu, Node
+from pal_slurm.errors import PalError
+from pal_slurm.simulate.variability import GpuVariability, from_classification
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Factors:
+    """(node name, device minor) -> the GPU's variability per job class; `version` of the run."""
+
+    by_slot: dict[tuple[str, int], GpuVariability]
+    version: int | None
+    loaded_at: float
+
+    @classmethod
+    def empty(cls) -> Factors:
+        return cls(by_slot={}, version=None, loaded_at=0.0)
+
+
+def load_factors(engine: Engine) -> Factors:
+    """Read the latest classification; GPUs without a minor number cannot be steered and are skipped."""
+    from pal_slurm.report import gpu_rows
+    from pal_slurm.services import _stored  # the one loader reports use too
+
+    stored = _stored(engine, None, False)
+    rows = gpu_rows(stored)
+    var = from_classification(rows)
+    with session_scope(engine) as session:
+        minors: dict[str, tuple[str | None, int | None]] = {
+            uuid: (node, minor) for uuid, node, minor in session.execute(
+                select(Gpu.uuid, Node.name, Gpu.minor_number).join(Node, Gpu.node_id == Node.id, isouter=True))}
+    out: dict[tuple[str, int], GpuVariability] = {}
+    for row, v in zip(rows, var):
+        node, minor = minors.get(row["uuid"], (None, None))
+        if node is None or minor is None:
+            continue
+        out[(node, int(minor))] = v
+    return Factors(by_slot=out, version=stored.version, loaded_at=time.time())
+
+
+class FactorCache:
+    """Reload at most every `refresh_s`; on a database error keep the previous factors."""
+
+    def __init__(self, engine_factory: Any, refresh_s: float = 60.0) -> None:
+        self._engine_factory = engine_factory
+        self.refresh_s = refresh_s
+        self.factors = Factors.empty()
+        self.last_error: str | None = None
+        self._next = 0.0
+
+    def get(self, now: float | None = None) -> Factors:
+        now = time.time() if now is None else now
+        if now >= self._next:
+            self._next = now + self.refresh_s
+            try:
+                self.factors = load_factors(self._engine_factory())
+                self.last_error = None
+            except (PalError, Exception) as exc:  # noqa: BLE001 - any DB failure: keep what we have
+                self.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                self._next = now + min(self.refresh_s, 10.0)
+                log.warning("classes not reloaded (%s); placing with %s", self.last_error,
+                            f"version {self.factors.version} from memory" if self.factors.by_slot else "none")
+        return self.factors

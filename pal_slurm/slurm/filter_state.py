@@ -1,0 +1,90 @@
+"""The Lua table file the placer publishes and job_submit.lua reads (format 1).
+
+Why a file and not a socket: job_submit.lua runs inside slurmctld and must never block it;
+reading a small local file (sandboxed, cached for 2 s by the filter) is cheap and fails
+safe. The file carries the daemon's heartbeat, so a dead daemon stops the filter from
+holding jobs within `stale_after` seconds, with nobody having to notice.
+Contract: /work/notes/slurm-contract.md, mirrored in docs/admin-guide.md.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+MODES = ("observe", "enforce")
+RULE_KEYS = ("user", "name", "account", "partition", "class", "id")
+
+
+def lua_string(value: str) -> str:
+    """A Lua 5.1 string literal for any text: quotes, backslashes, newlines, control bytes
+    and non-ASCII are escaped as decimal byte escapes, so nothing in a user or job name can
+    end the string or the table."""
+    out = ['"']
+    for byte in value.encode("utf-8"):
+        ch = chr(byte)
+        if ch.isascii() and ch.isprintable() and ch not in '"\\':
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03d}")
+    out.append('"')
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class FilterState:
+    mode: str
+    heartbeat: int
+    stale_after: int
+    models: tuple[str, ...] = ()
+    rules: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
+
+
+def render(state: FilterState) -> str:
+    lines = ["-- written by pal placer; do not edit (pal-slurm filter state, format 1)", "return {",
+             f"  format = {FORMAT},", f"  mode = {lua_string(state.mode)},",
+             f"  heartbeat = {int(state.heartbeat)},", f"  stale_after = {int(state.stale_after)},",
+             "  models = { " + ", ".join(lua_string(m) for m in state.models) + " },", "  rules = {"]
+    for rule in state.rules:
+        parts = []
+        for key in RULE_KEYS:
+            value = rule.get(key)
+            if value is None or value == "":
+                continue
+            lua_key = '["class"]' if key == "class" else key
+            parts.append(f"{lua_key} = {lua_string(str(value))}")
+        lines.append("    { " + ", ".join(parts) + " },")
+    lines += ["  },", "}", ""]
+    return "\n".join(lines)
+
+
+def write(path: str | os.PathLike[str], state: FilterState) -> None:
+    """Atomically replace the file (tmp in the same directory + rename), mode 0644."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".filter-state.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(render(state))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def rules_from(entries: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    """Keep only the keys the filter reads; drop entries without a class."""
+    return tuple({k: e.get(k) for k in RULE_KEYS if e.get(k) not in (None, "")} for e in entries if e.get("class"))

@@ -1,0 +1,114 @@
+"""What pal-slurm knows about Slurm's jobs and nodes: typed, version-neutral records.
+
+The JSON parsers (parse_json.py) turn 22.05 and 24.11 output into these; the placer
+reads nothing else, so a future Slurm schema change touches one parser, not the daemon.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pal_slurm.slurm.tres import TresList, parse_tres
+
+#: node states in which a node can take new jobs (flags such as DRAIN are checked separately)
+SCHEDULABLE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING", "PLANNED"})
+#: flags that keep new jobs off a node
+BLOCKING_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "MAINTENANCE",
+                            "RESERVED", "NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN",
+                            "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID", "INVALID_REG", "FUTURE",
+                            "UNKNOWN", "NO_RESPOND", "POWERING_UP", "REBOOT"})
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as squeue/scontrol report it (only what placement and auditing need)."""
+
+    job_id: str
+    name: str
+    user: str
+    state: str  # PENDING, RUNNING, ... (upper case)
+    state_reason: str
+    priority: int | None  # None: unknown
+    partition: str
+    submit_time: float
+    tres_per_node: str = ""
+    tres_per_job: str = ""
+    tres_per_task: str = ""
+    tres_per_socket: str = ""
+    required_nodes: str = ""
+    excluded_nodes: str = ""
+    features: str = ""
+    comment: str = ""
+    admin_comment: str = ""
+    command: str = ""
+    account: str = ""
+    nodes: str = ""  # allocated (running) or empty
+    node_count: int = 1
+    cpus: int = 1  # total CPUs requested
+    min_cpus_per_node: int = 1
+    memory_per_node_mb: int | None = None
+    memory_per_cpu_mb: int | None = None
+    gres_detail: tuple[str, ...] = ()
+    array_job_id: str = ""
+    array_task: str = ""  # pending array: the task string; one task: its id
+    het_job_id: str = ""
+    exclusive: bool = False
+    start_time: float | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "PENDING"
+
+    @property
+    def running(self) -> bool:
+        return self.state in ("RUNNING", "COMPLETING", "CONFIGURING")
+
+    def tres(self, field_name: str) -> TresList:
+        return parse_tres(getattr(self, field_name))
+
+    @property
+    def is_array(self) -> bool:
+        return bool(self.array_job_id and self.array_job_id != "0")
+
+    @property
+    def is_het(self) -> bool:
+        return bool(self.het_job_id and self.het_job_id != "0")
+
+    def memory_on_node_mb(self) -> int:
+        """Memory this job needs on each node (per-CPU requests scaled by CPUs per node)."""
+        if self.memory_per_node_mb:
+            return self.memory_per_node_mb
+        if self.memory_per_cpu_mb:
+            return self.memory_per_cpu_mb * max(self.min_cpus_per_node, self.cpus // max(self.node_count, 1), 1)
+        return 0
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node: schedulability, resources, features, and which GPU slots are in use."""
+
+    name: str
+    state: str  # base state, upper case (IDLE, MIXED, ALLOCATED, DOWN, ...)
+    flags: frozenset[str]
+    cpus: int
+    alloc_cpus: int
+    real_memory_mb: int
+    alloc_memory_mb: int
+    features: frozenset[str]
+    active_features: frozenset[str]
+    partitions: tuple[str, ...]
+    gres: str  # configured, e.g. gpu:v100_g0:1,gpu:v100_g1:1
+    gres_used: str  # in use, e.g. gpu:v100_g0:1(IDX:0),gpu:v100_g1:0(IDX:N/A)
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state in SCHEDULABLE_STATES and not (self.flags & BLOCKING_FLAGS)
+
+    @property
+    def free_cpus(self) -> int:
+        return max(self.cpus - self.alloc_cpus, 0)
+
+    @property
+    def free_memory_mb(self) -> int:
+        return max(self.real_memory_mb - self.alloc_memory_mb, 0)
