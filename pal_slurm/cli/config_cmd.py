@@ -24,4 +24,13 @@ def show(app: AppContext, fmt: str) -> None:
     if fmt == "json":
         emit_json(data)
     else:
-        click.echo(tomli_w.dumps(data).rstrip())
+        click.echo(tomli_w.dumps(_without_none(data)).rstrip())
+
+
+def _without_none(value: object) -> object:
+    """TOML has no null: unset options (None) are left out, which reads back as the default."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value if v is not None]
+    return value
