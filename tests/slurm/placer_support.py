@@ -48,3 +48,50 @@ def make_db(tmp: Path) -> str:
         subprocess.run([sys.executable, "-m", "pal_slurm", "--db", url, *argv], check=True, capture_output=True,
                        text=True, timeout=120)
     return url
+
+
+def write_config(tmp: Path, db_url: str, state_file: Path, *, mode: str = "enforce", interval: float = 0.5,
+                 stale_after: int = 30, replan_after: float = 120.0, max_hold: float = 600.0,
+                 policy: str = "pal-match") -> Path:
+    """A pal.toml for a placer on the test cluster."""
+    path = tmp / "pal.toml"
+    path.write_text("\n".join([
+        "[database]", f'url = "{db_url}"', "connect_timeout_s = 2",
+        "[placer]", f'mode = "{mode}"', f'state_file = "{state_file}"', f"interval_s = {interval}",
+        f"stale_after_s = {stale_after}", f"replan_after_s = {replan_after}", f"max_hold_s = {max_hold}",
+        f'policy = "{policy}"', "classes_refresh_s = 5", "command_timeout_s = 10", ""]), encoding="utf-8")
+    return path
+
+
+class PlacerProcess:
+    """`pal placer` running in the background, as systemd would run it."""
+
+    def __init__(self, config: Path, env: dict[str, str], log: Path) -> None:
+        import os
+
+        self.log = log
+        self._fh = open(log, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen([sys.executable, "-m", "pal_slurm", "-v", "--config", str(config), "placer"],
+                                     env={**os.environ, **env, "PAL_CONFIG": str(config)}, stdout=self._fh,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def stop(self, sig: int | None = None, timeout: float = 30) -> int:
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM if sig is None else sig)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        finally:
+            self._fh.close()
+        return rc
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def __enter__(self) -> "PlacerProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.stop()
