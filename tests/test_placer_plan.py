@@ -1,0 +1,152 @@
+"""The placer's pure rules: which held jobs are steered, onto which slots, and what Slurm is told."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pal_slurm.placement.model import PlacementContext, Snapshot
+from pal_slurm.placement.policies import get_policy
+from pal_slurm.placer import plan
+from pal_slurm.simulate.variability import GpuVariability
+from pal_slurm.slurm import parse_json
+from pal_slurm.slurm.model import SlurmJob, SlurmNode
+
+DATA = Path(__file__).parent / "data" / "slurm" / "22.05"
+CLASSES = ("A", "B", "C", "D")
+
+
+def node(name: str, used: tuple[int, ...] = (), *, state: str = "IDLE", flags: frozenset[str] = frozenset(),
+         gpus: int = 4, cpus: int = 8, alloc_cpus: int = 0, features: frozenset[str] = frozenset({"v100"}),
+         partitions: tuple[str, ...] = ("gpu",)) -> SlurmNode:
+    gres = ",".join(f"gpu:v100_g{m}:1" for m in range(gpus))
+    gres_used = ",".join(f"gpu:v100_g{m}:{1 if m in used else 0}(IDX:{m if m in used else 'N/A'})" for m in range(gpus))
+    return SlurmNode(name=name, state=state, flags=flags, cpus=cpus, alloc_cpus=alloc_cpus, real_memory_mb=16000,
+                     alloc_memory_mb=0, features=features, active_features=features, partitions=partitions,
+                     gres=gres, gres_used=gres_used)
+
+
+def job(job_id: str, *, tpn: str = "gres:gpu:1", tpj: str = "", nodes: int = 1, cls: str = "A", **kw: object) -> SlurmJob:
+    base = SlurmJob(job_id=job_id, name="j", user="u", state="PENDING", state_reason="JobHeldUser", priority=0,
+                    partition="gpu", submit_time=float(job_id), tres_per_node=tpn, tres_per_job=tpj,
+                    admin_comment=f"pal:held class={cls} src=spank", node_count=nodes, memory_per_cpu_mb=1000)
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def factors(per_gpu: dict[tuple[str, int], float]) -> dict[tuple[str, int], GpuVariability]:
+    return {k: GpuVariability(perfvar={"A": v, "D": 1.0}, slowdown={"A": v, "D": 1.0}) for k, v in per_gpu.items()}
+
+
+FOUR = [node(f"n{i}") for i in range(1, 5)]
+SF = {(f"n{i}", m): 1.0 + 0.01 * ((i * 5 + m * 3) % 7) for i in range(1, 5) for m in range(4)}
+SF[("n2", 3)] = 0.90  # the best for class A
+SF[("n4", 0)] = 1.20  # the worst
+
+
+def place(jobs: list[SlurmJob], nodes: list[SlurmNode] = FOUR, policy: str = "pal-match"):  # type: ignore[no-untyped-def]
+    view = plan.build_view(nodes, jobs, factors(SF), CLASSES)
+    held = [plan.HeldJob(j, *plan.held_class(j)) for j in jobs if plan.is_held_by_pal(j)]
+    planned = plan.plan_requests(held, view)
+    snap = Snapshot(cluster=view.cluster, free=view.free, running={}, now=0.0)
+    import math
+
+    d = get_policy(policy).place(snap, planned.requests, PlacementContext(locality_penalty=math.inf))
+    return view, planned, {a.job_id: plan.update_for(planned.held[a.job_id].job, planned.shapes[a.job_id], a.gpus, view)
+                           for a in d.assignments}
+
+
+def test_view_from_captured_sinfo_marks_busy_slots() -> None:
+    nodes = parse_json.nodes_from_doc(parse_json.load((DATA / "sinfo.json").read_text(), "sinfo"))
+    view = plan.build_view(nodes, [], {}, CLASSES)
+    assert len(view.slots) == 16 and {s.gres_type for s in view.slots} == {f"v100_g{m}" for m in range(4)}
+    busy = {(view.slots[g].node, view.slots[g].minor) for g in range(16)} - \
+        {(view.slots[g].node, view.slots[g].minor) for g in view.free}
+    assert busy == {("pal-n2", m) for m in range(4)}  # the two captured running jobs
+
+
+def test_class_a_gets_the_best_gpu_class_d_the_worst_for_a() -> None:
+    _view, _planned, ups = place([job("1", cls="A")])
+    assert [(s.node, s.minor) for s in ups["1"].slots] == [("n2", 3)]
+    _view, _planned, ups = place([job("2", cls="D")])
+    assert [(s.node, s.minor) for s in ups["2"].slots] == [("n4", 0)]
+    # with A placed first, D still keeps off A's best; PM-First's packing score comes
+    # before class matching, so D packs onto the node A started (documented in PalMatch)
+    _view, _planned, ups = place([job("1", cls="A"), job("2", cls="D")])
+    assert ups["2"].slots[0].node == "n2" and ups["2"].slots[0].minor != 3
+    assert ups["1"].tres_per_node == "gres:gpu:v100_g3:1" and ups["1"].node_list == "n2"
+    assert ups["1"].clear_field == "TresPerNode" and ups["1"].original == ("tres_per_node", "gres:gpu:1")
+
+
+def test_gpus_per_job_is_retyped_per_node_on_one_node_with_the_24_11_prefix() -> None:
+    _v, _p, ups = place([job("1", tpn="", tpj="gres/gpu:2")])
+    u = ups["1"]
+    assert u.clear_field == "TresPerJob" and u.tres_per_node.startswith("gres/gpu:v100_g")
+    assert len({s.node for s in u.slots}) == 1 and len(u.slots) == 2
+
+
+def test_multi_node_job_gets_the_same_slots_on_each_node() -> None:
+    nodes = [node("n1", used=(0,)), node("n2", used=(1,)), node("n3"), node("n4", used=(0, 1, 2))]
+    _v, _p, ups = place([job("1", tpn="gres:gpu:2", nodes=2)], nodes)
+    u = ups["1"]
+    per_node = {}
+    for s in u.slots:
+        per_node.setdefault(s.node, set()).add(s.minor)
+    assert len(per_node) == 2 and len({frozenset(v) for v in per_node.values()}) == 1
+    assert u.tres_per_node.count("gpu:v100_g") == 2
+
+
+@pytest.mark.parametrize(("kw", "reason"), [
+    ({"tpn": "", "tres_per_task": "gres:gpu:1"}, "per task"),
+    ({"tpn": "gres:gpu:v100_g1:1"}, "GPU type"),
+    ({"required_nodes": "n1"}, "names nodes"),
+    ({"tpn": "gres:gpu:9"}, "per node"),
+    ({"tpn": "", "tpj": "gres:gpu:6"}, "several nodes"),
+    ({"features": "v100|a100"}, "feature expression"),
+    ({"tpn": "gres:gpu:1", "features": "a100"}, "needs 1 node"),
+    ({"tpn": "gres:mps:10"}, "no GPUs"),
+])
+def test_unsteerable_jobs_are_released_unchanged_with_a_reason(kw: dict[str, object], reason: str) -> None:
+    _v, planned, ups = place([job("1", **kw)])
+    assert not ups and len(planned.skips) == 1 and reason in planned.skips[0].reason
+
+
+def test_a_job_that_does_not_fit_now_waits_and_takes_nothing() -> None:
+    nodes = [node(f"n{i}", used=(0, 1, 2)) for i in range(1, 5)]
+    _v, planned, ups = place([job("1", tpn="gres:gpu:2"), job("2", tpn="gres:gpu:1")], nodes)
+    assert "1" in planned.waiting and set(ups) == {"2"}
+
+
+def test_promised_slots_of_released_jobs_are_not_free() -> None:
+    promised = job("9", tpn="gres:gpu:v100_g3:1", required_nodes="n2", priority=100,
+                   admin_comment="pal: placed class=A gpus=n2:3 sf=0.900 policy=pal-match at=5 was tres_per_node gres:gpu:1")
+    _view, _p, ups = place([promised, job("1", cls="A")])
+    assert [(s.node, s.minor) for s in ups["1"].slots] != [("n2", 3)]
+    assert plan.original_request(promised) == ("tres_per_node", "gres:gpu:1") and plan.placed_at(promised) == 5.0
+
+
+def test_unschedulable_nodes_partitions_cpus_and_exclusions_are_respected() -> None:
+    nodes = [node("n1", state="IDLE", flags=frozenset({"DRAIN"})), node("n2", partitions=("other",)),
+             node("n3", alloc_cpus=8), node("n4")]
+    _view, planned, ups = place([job("1", excluded_nodes="n4"), job("2")], nodes)
+    assert "1" in ups or any("needs 1 node" in s.reason for s in planned.skips)
+    assert {s.node for s in ups["2"].slots} == {"n4"}
+    assert any(k.job.job_id == "1" and "needs 1 node" in k.reason for k in planned.skips)
+
+
+def test_summary_round_trip_and_match() -> None:
+    _v, _planned, ups = place([job("1")])
+    u = ups["1"]
+    text = plan.summary(u, "A", "pal-match", 3, [0.9], 1796000000)
+    placed = job("1", admin_comment=text, tres_per_node=u.tres_per_node, required_nodes=u.node_list, priority=5)
+    assert plan.is_placed_by_pal(placed) and not plan.is_held_by_pal(placed)
+    assert plan.original_request(placed) == ("tres_per_node", "gres:gpu:1") and plan.placed_at(placed) == 1796000000
+    assert plan.matches(placed, u) and not plan.matches(replace(placed, tres_per_node="gres:gpu:1"), u)
+
+
+def test_unknown_gpus_get_the_worst_factor() -> None:
+    known = {k: v for k, v in SF.items() if k != ("n1", 1)}
+    view = plan.build_view(FOUR, [], factors(known), CLASSES)
+    g = next(i for i, s in enumerate(view.slots) if (s.node, s.minor) == ("n1", 1))
+    assert view.cluster.sf("A")[g] == max(known.values())
