@@ -17,12 +17,28 @@ from pal_slurm.cli.context import AppContext
 @click.option("--runs", "runs_per_gpu", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Benchmark runs per GPU and benchmark.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulated fleet.")
+@click.option("--slurm", "on_slurm", is_flag=True,
+              help="Instead: place real jobs on the Slurm test cluster of the source checkout (root only).")
+@click.option("--json", "as_json", is_flag=True, help="With --slurm: print the result as JSON.")
 @click.pass_obj
-def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_per_gpu: int, seed: int) -> None:
+def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_per_gpu: int, seed: int,
+         on_slurm: bool, as_json: bool) -> None:
     """Profile a simulated GPU fleet, import it, classify it and report, on a fresh SQLite file.
 
     Uses --db instead of the demo's own SQLite file only when given explicitly.
+
+    \b
+    --slurm shows placement on a real Slurm cluster (root only; needs the source checkout):
+    installs Slurm if missing (apt) and starts tests/services/slurm-cluster.sh's cluster
+    (4 nodes x 4 fake V100s; state dir $PAL_TEST_SLURM_DIR, default /var/tmp/pal-test-slurm),
+    classifies its GPUs into DIR/slurm/pal.db, runs `pal placer` in enforce mode with the
+    submit filter on, submits a class-A job, a class-D job and a 2-GPU job with plain sbatch
+    and shows which GPU each got and how good it is for the job's class, then `pal explain`.
+    Afterwards the filter is off and the placer stopped; the cluster keeps running.
     """
+    if on_slurm:
+        _slurm_demo(app, out_dir, as_json)
+        return
     from pal_slurm.cli.report_cmd import show_report
     from pal_slurm.demo import DemoOptions, run_demo
 
@@ -47,3 +63,28 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
     click.echo("")
     click.echo(f"Next: open {result.html_file}, or explore with "
                f"`pal --db {result.db_url} gpus` and `pal --db {result.db_url} report --format json`.")
+
+
+def _slurm_demo(app: AppContext, out_dir: Path, as_json: bool) -> None:
+    from pal_slurm.cli.render import emit_json
+    from pal_slurm.demo_slurm import render_job, require_root, run_slurm_demo
+
+    require_root()
+    if app.db_url:
+        click.echo("pal demo --slurm: ignoring --db/PAL_DB_URL; the demo classifies the test cluster's GPUs "
+                   "into its own SQLite file", err=True)
+    say = (lambda _line: None) if as_json else click.echo
+    result = run_slurm_demo(out_dir, say=say)
+    if as_json:
+        emit_json(result.as_dict())
+        return
+    click.echo("")
+    for job in result.jobs:
+        for line in render_job(job):
+            click.echo(line)
+    if result.explain_job:
+        click.echo("")
+        click.echo(f"$ pal --db {result.db_url} explain {result.explain_job}")
+        click.echo(result.explain)
+    click.echo("")
+    click.echo(f"The cluster keeps running (state in {result.cluster_dir}); stop it with: {result.stop_hint}")

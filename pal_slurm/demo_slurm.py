@@ -1,0 +1,474 @@
+"""`pal demo --slurm`: the placement flow on a real Slurm cluster, for a newcomer.
+
+It starts the test cluster of the source checkout (tests/services/slurm-cluster.sh: munge,
+slurmctld, four slurmd with four fake V100s each), gives its 16 GPUs a classified SQLite
+database, runs `pal placer` in enforce mode with the submit filter switched on, submits
+three GPU jobs with plain `sbatch`, and shows which GPU each job got and how good that GPU
+is for the job's class. Afterwards the filter is switched off again (kill switch) and the
+placer stopped; the cluster keeps running.
+
+Everything goes through the production paths: the real filter in slurmctld, the real
+daemon as a separate process, the real `pal explain`. The database part (the classified
+test GPUs, a placer configuration, a background placer) is shared with the real-cluster
+tests (tests/slurm/placer_support.py imports it from here).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any, Self
+
+from pal_slurm.errors import PalError
+from pal_slurm.ingest.jsonl import dump_jsonl
+from pal_slurm.ingest.records import GpuInfo, ProfileRecord
+
+log = logging.getLogger(__name__)
+
+Say = Callable[[str], None]
+
+# --------------------------------------------------------------------------- the classified test GPUs
+
+NODES = ("pal-n1", "pal-n2", "pal-n3", "pal-n4")
+
+#: class A (resnet50) PerfVar per (node, minor): four well-separated groups, so the
+#: classification finds several bins; n3 minor 2 is in the fastest, n1 minor 0 in the slowest
+_GROUPS = (0.88, 0.97, 1.04, 1.13)
+A_PERFVAR = {(n, m): _GROUPS[(i + m) % 4] + 0.002 * m for i, n in enumerate(NODES) for m in range(4)}
+A_PERFVAR[("pal-n3", 2)] = 0.87
+A_PERFVAR[("pal-n1", 0)] = 1.14
+
+
+def records(seed_runs: int = 4) -> list[ProfileRecord]:
+    """Benchmark runs of the test cluster's GPUs: resnet50 (class A) spread by A_PERFVAR, bert
+    (B, C) a third as much, pagerank (D) equal everywhere."""
+    t0 = datetime(2026, 11, 1, tzinfo=UTC)
+    out: list[ProfileRecord] = []
+    line = 0
+    for (node, minor), pv in sorted(A_PERFVAR.items()):
+        gpu = GpuInfo(uuid=f"GPU-test-{node}-{minor}", node=node, model="Tesla V100-SXM2-16GB",
+                      nvml_index=minor, minor_number=minor)
+        for bench, base, var in (("resnet50", 100.0, pv), ("bert", 50.0, 1.0 + (pv - 1.0) / 3),
+                                 ("pagerank", 20.0, 1.0)):
+            for r in range(seed_runs):
+                line += 1
+                jitter = 1.0 + 0.0005 * ((r * 3 + minor) % 3 - 1)
+                out.append(ProfileRecord(run_key=f"t-{node}-{minor}-{bench}-{r}", gpu=gpu, benchmark=bench,
+                                         started_at=t0 + timedelta(minutes=line), score=base * var * jitter,
+                                         unit="ms", lower_is_better=True, source="pal-profiler",
+                                         source_file="test", line=line))
+    return out
+
+
+def make_db(tmp: Path) -> str:
+    """A SQLite database `<tmp>/pal.db` with the 16 GPUs profiled and classified; returns its URL.
+
+    The same steps as `pal db upgrade`, `pal profile import` and `pal classify`, with the
+    default classification settings (not the site's /etc/pal/pal.toml): the demo and the
+    tests must get the same classes everywhere.
+    """
+    from pal_slurm.config import DatabaseConfig, PalConfig
+    from pal_slurm.db import migrate
+    from pal_slurm.services import import_files, open_engine, run_classification
+
+    db_file = (tmp / "pal.db").resolve()
+    url = f"sqlite:///{db_file}"
+    jsonl = tmp / "profiles.jsonl"
+    jsonl.write_text(dump_jsonl(records()), encoding="utf-8")
+    cfg = PalConfig(database=DatabaseConfig(url=url), data_dir=tmp)
+    engine = open_engine(cfg)
+    try:
+        migrate.upgrade(engine)
+        import_files(engine, [jsonl], "jsonl")
+        run_classification(engine, cfg, note="test cluster GPUs (pal_slurm.demo_slurm)")
+    finally:
+        engine.dispose()
+    return url
+
+
+def write_config(tmp: Path, db_url: str, state_file: Path, *, mode: str = "enforce", interval: float = 0.5,
+                 stale_after: int = 30, replan_after: float = 120.0, max_hold: float = 600.0,
+                 policy: str = "pal-match") -> Path:
+    """A pal.toml for a placer on the test cluster (`<tmp>/pal.toml`)."""
+    path = tmp / "pal.toml"
+    path.write_text("\n".join([
+        "[database]", f"url = {json.dumps(db_url)}", "connect_timeout_s = 2",
+        "[placer]", f"mode = {json.dumps(mode)}", f"state_file = {json.dumps(str(state_file))}",
+        f"interval_s = {interval}", f"stale_after_s = {stale_after}", f"replan_after_s = {replan_after}",
+        f"max_hold_s = {max_hold}", f"policy = {json.dumps(policy)}", "classes_refresh_s = 5",
+        "command_timeout_s = 10", ""]), encoding="utf-8")
+    return path
+
+
+class PlacerProcess:
+    """`pal placer` running in the background, as systemd would run it (output to `log`)."""
+
+    def __init__(self, config: Path, env: Mapping[str, str], log: Path) -> None:
+        self.log = log
+        self._fh: IO[bytes] = open(log, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen([sys.executable, "-m", "pal_slurm", "-v", "--config", str(config), "placer"],
+                                     env={**os.environ, **env, "PAL_CONFIG": str(config)}, stdout=self._fh,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def stop(self, sig: int | None = None, timeout: float = 30) -> int:
+        """Signal the placer (SIGTERM: it releases what it holds) and wait for it."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM if sig is None else sig)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        finally:
+            self._fh.close()
+        return rc
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.stop()
+
+
+# --------------------------------------------------------------------------- the cluster
+
+CLUSTER_SCRIPT = Path("tests") / "services" / "slurm-cluster.sh"
+DEFAULT_CLUSTER_DIR = "/var/tmp/pal-test-slurm"
+
+
+def find_cluster_script(package_dir: Path | None = None) -> Path:
+    """tests/services/slurm-cluster.sh of the source checkout this package runs from."""
+    pkg = package_dir or Path(__file__).resolve().parent
+    script = pkg.parent / CLUSTER_SCRIPT
+    if not script.is_file():
+        raise PalError(f"pal demo --slurm needs a source checkout of pal-slurm ({CLUSTER_SCRIPT} not found "
+                       f"next to the package in {pkg.parent}); run it from a git clone installed with pip install -e")
+    return script
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The running test cluster: its script, state directory and the environment that reaches it."""
+
+    script: Path
+    dir: Path
+    env: dict[str, str]
+
+    @property
+    def state_file(self) -> Path:
+        return self.dir / "pal" / "filter-state.lua"
+
+    @property
+    def kill_switch(self) -> Path:
+        return self.dir / "pal" / "filter-disabled"
+
+    def stop_hint(self) -> str:
+        """The command that stops this cluster (with the state dir when it is not the default)."""
+        prefix = "" if str(self.dir) == DEFAULT_CLUSTER_DIR else f"PAL_TEST_SLURM_DIR={self.dir} "
+        extra = " ".join(f"{k}={os.environ[k]}" for k in ("PAL_TEST_SLURM_CTLD_PORT", "PAL_TEST_SLURM_NODE_PORT")
+                         if os.environ.get(k))
+        return f"{prefix}{extra + ' ' if extra else ''}{self.script} stop"
+
+
+def _script(script: Path, verb: str, timeout: float) -> str:
+    """Run the cluster script; its last stderr line is the progress summary, or the error we report."""
+    env = {**os.environ, "PAL_PYTHON": sys.executable}
+    try:
+        proc = subprocess.run([str(script), verb], capture_output=True, text=True, errors="replace", env=env,
+                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise PalError(f"{script.name} {verb}: no result within {timeout:g} s") from exc
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    if proc.returncode != 0:
+        why = next((ln for ln in reversed(lines) if "error:" in ln), lines[-1] if lines else f"exit {proc.returncode}")
+        raise PalError(f"{script.name} {verb} failed: {why.strip()}")
+    return proc.stdout if verb == "env" else (lines[-1].strip() if lines else "")
+
+
+def start_cluster(script: Path, say: Say) -> Cluster:
+    """Install what is missing (apt) and start the cluster (instant when it already runs)."""
+    say(f"1/6 installing Slurm if needed: {_script(script, 'install', 1800)}")
+    say(f"2/6 starting the test cluster: {_script(script, 'start', 300)}")
+    exports = dict(re.findall(r"^export ([A-Z_]+)=(.*)$", _script(script, "env", 30), flags=re.MULTILINE))
+    return Cluster(script=script, dir=Path(exports["PAL_TEST_SLURM_DIR"]), env=exports)
+
+
+# --------------------------------------------------------------------------- the demo
+
+@dataclass(frozen=True)
+class DemoJob:
+    """One job the demo submits: a label, the sbatch options that make it, its class hint."""
+
+    label: str
+    gpus: int
+    pal_class: str | None  # None: no hint (auto)
+
+
+DEMO_JOBS = (DemoJob("class-A job, 1 GPU", 1, "A"), DemoJob("class-D job, 1 GPU", 1, "D"),
+             DemoJob("2-GPU job, no class hint", 2, None))
+
+
+@dataclass
+class JobResult:
+    label: str
+    job_id: str
+    state: str
+    job_class: str | None  # from the placer's admin comment
+    node: str | None
+    gpus: list[int]  # SLURM_JOB_GPUS
+    admin_comment: str
+    slowdown: list[float]  # per GPU, for the job's class
+    best: float | None  # best and worst slowdown among the GPUs free at submission, for its class
+    worst: float | None
+    class_a: list[float] = field(default_factory=list)  # class A slowdown of its GPUs (why D went there)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("label", "job_id", "state", "job_class", "node", "gpus",
+                                              "admin_comment", "slowdown", "best", "worst", "class_a")}
+
+
+@dataclass
+class SlurmDemoResult:
+    db_url: str
+    cluster_dir: str
+    jobs: list[JobResult]
+    explain_job: str | None
+    explain: str
+    stop_hint: str
+    placer_log: str
+    free: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)  # at submission
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"db_url": self.db_url, "cluster_dir": self.cluster_dir, "jobs": [j.as_dict() for j in self.jobs],
+                "explain_job": self.explain_job, "explain": self.explain, "stop_hint": self.stop_hint,
+                "placer_log": self.placer_log,
+                "free_at_submission": [{"node": n, "minor": m, "slowdown": {c: round(v, 6) for c, v in sf.items()}}
+                                       for (n, m), sf in sorted(self.free.items())]}
+
+
+def require_root(euid: int | None = None) -> None:
+    if (os.geteuid() if euid is None else euid) != 0:
+        raise PalError("pal demo --slurm must run as root (it installs and starts Slurm daemons and "
+                       "creates GPU device files)")
+
+
+def run_slurm_demo(out_dir: Path, *, say: Say = print, job_timeout_s: float = 90.0) -> SlurmDemoResult:
+    """The whole flow; the cluster is left running, the filter off and the placer stopped."""
+    require_root()
+    script = find_cluster_script()
+    work = out_dir.resolve() / "slurm"
+    try:
+        (work / "jobs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PalError(f"cannot create the demo directory {work}: {exc.strerror}") from exc
+    cluster = start_cluster(script, say)
+    _refuse_busy(cluster)
+    (work / "pal.db").unlink(missing_ok=True)  # ours: each demo starts from an empty database
+    db_url = make_db(work)
+    say(f"3/6 classified the cluster's 16 GPUs into {db_url}")
+    config = write_config(work, db_url, cluster.state_file, mode="enforce", interval=0.5)
+    placer_log = work / "placer.log"
+    placer_log.unlink(missing_ok=True)
+    placer = PlacerProcess(config, cluster.env, placer_log)
+    jobs: list[JobResult] = []
+    free_before: dict[tuple[str, int], dict[str, float]] = {}
+    try:
+        _wait_heartbeat(cluster, placer)
+        cluster.kill_switch.unlink(missing_ok=True)
+        say(f"4/6 pal placer runs in enforce mode (log {placer_log}); the submit filter is on")
+        free_before = _free_slowdowns(cluster, db_url)
+        ids = [(j, _submit(cluster, work, j)) for j in DEMO_JOBS]
+        say("5/6 submitted with plain sbatch: " + ", ".join(f"{jid} ({j.label})" for j, jid in ids))
+        jobs = [_collect(cluster, work, j, jid, free_before, job_timeout_s) for j, jid in ids]
+    finally:
+        cluster.kill_switch.touch()
+        rc = placer.stop()
+        if rc not in (0, -signal.SIGTERM):
+            # it may have died holding jobs: the fail-safe releases them (nobody stuck)
+            log.warning("pal placer exited with status %s (log %s); running the fail-safe", rc, placer_log)
+            log.warning("fail-safe: %s", _pal(config, "placer", "release-stale", "--max-age", "0", env=cluster.env))
+    say(f"6/6 submit filter off again (kill switch {cluster.kill_switch}); placer stopped")
+    explain_job = next((j.job_id for j in jobs if j.job_class == "A"), jobs[0].job_id if jobs else None)
+    explain = _explain(config, explain_job) if explain_job else ""
+    return SlurmDemoResult(db_url=db_url, cluster_dir=str(cluster.dir), jobs=jobs, explain_job=explain_job,
+                           explain=explain, stop_hint=cluster.stop_hint(), placer_log=str(placer_log),
+                           free=free_before)
+
+
+def _refuse_busy(cluster: Cluster) -> None:
+    """Two placers on one cluster steal each other's held jobs: leave a cluster alone whose filter is on."""
+    from pal_slurm.placer.daemon import heartbeat_age
+
+    if cluster.kill_switch.exists():
+        return
+    age = heartbeat_age(str(cluster.state_file))
+    state = "no heartbeat" if age is None else f"heartbeat {age:.0f} s old"
+    raise PalError(f"the submit filter of the cluster in {cluster.dir} is on ({state}): another placer or a test "
+                   f"run uses it; stop that first, or `touch {cluster.kill_switch}` when nothing does")
+
+
+def _wait_heartbeat(cluster: Cluster, placer: PlacerProcess, timeout: float = 30.0) -> None:
+    """Until the placer has published a fresh enforce-mode heartbeat (the filter holds nothing before)."""
+    from pal_slurm.placer.daemon import heartbeat_age
+
+    start = time.time()
+    while time.time() - start < timeout:
+        if placer.proc.poll() is not None:
+            tail = " | ".join(placer.output().strip().splitlines()[-3:])
+            raise PalError(f"pal placer exited with status {placer.proc.returncode}: {tail}")
+        age = heartbeat_age(str(cluster.state_file))
+        if age is not None and age < 3 and 'mode = "enforce"' in cluster.state_file.read_text(encoding="utf-8"):
+            return
+        time.sleep(0.2)
+    raise PalError(f"pal placer wrote no heartbeat to {cluster.state_file} within {timeout:g} s "
+                   f"(log {placer.log})")
+
+
+def _free_slowdowns(cluster: Cluster, db_url: str) -> dict[tuple[str, int], dict[str, float]]:
+    """Slowdown per class of every GPU that is free now (what the placer can choose from)."""
+    from pal_slurm.db.engine import make_engine
+    from pal_slurm.placer import plan
+    from pal_slurm.placer.factors import load_factors
+    from pal_slurm.slurm.backend import CliBackend
+
+    engine = make_engine(db_url)
+    try:
+        factors = load_factors(engine)
+    finally:
+        engine.dispose()
+    backend = CliBackend(timeout=20, env=cluster.env)
+    classes = sorted({c for v in factors.by_slot.values() for c in v.slowdown})
+    view = plan.build_view(backend.nodes(), backend.jobs(), factors.by_slot, classes)
+    return {(s.node, s.minor): {c: view.cluster.sf(c)[i] for c in classes}
+            for i, s in enumerate(view.slots) if i in view.free}
+
+
+def _submit(cluster: Cluster, work: Path, job: DemoJob) -> str:
+    """Plain sbatch: a GPU count and, for a hint, --pal-class (the comment form without the SPANK plugin)."""
+    from pal_slurm.slurm.command import run_command
+
+    argv = ["sbatch", "--parsable", f"--job-name=pal-demo-{job.pal_class or 'auto'}",
+            f"--output={work / 'jobs'}/%j.out", f"--gres=gpu:{job.gpus}", "--time=5"]
+    if job.pal_class:
+        spank = (cluster.dir / "lib" / "pal_spank.so").exists()
+        argv.append(f"--pal-class={job.pal_class}" if spank else f"--comment=pal:class={job.pal_class}")
+    argv.append("--wrap=echo SLURMD_NODENAME=$SLURMD_NODENAME; echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS; "
+                "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; sleep 1")
+    out = run_command(argv, timeout=30, env=cluster.env).stdout.strip()
+    job_id = out.split(";")[0]
+    if not job_id.isdigit():
+        raise PalError(f"sbatch printed {out[:80]!r}, not a job id")
+    return job_id
+
+
+_FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+             "BOOT_FAIL", "DEADLINE")
+
+
+def _job_record(cluster: Cluster, job_id: str) -> dict[str, str]:
+    from pal_slurm.slurm.command import run_command
+    from pal_slurm.slurm.nodeinfo import parse_kv_line
+
+    out = run_command(["scontrol", "show", "job", "-o", job_id], timeout=20, env=cluster.env, check=False).stdout
+    line = next((ln for ln in out.splitlines() if ln.startswith("JobId=")), "")
+    return parse_kv_line(line) if line else {}
+
+
+def _collect(cluster: Cluster, work: Path, job: DemoJob, job_id: str,
+             free: Mapping[tuple[str, int], Mapping[str, float]], timeout: float) -> JobResult:
+    """Wait for the job to end; what it ran on (its own output) and what that GPU is worth for its class."""
+    deadline = time.monotonic() + timeout
+    rec: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        rec = _job_record(cluster, job_id)
+        if rec.get("JobState") in _FINISHED:
+            break
+        time.sleep(0.3)
+    state = rec.get("JobState") or "UNKNOWN"
+    comment = rec.get("AdminComment", "")
+    m = re.search(r"\bclass=(\w+)", comment)
+    cls = m.group(1) if m and comment.startswith("pal: placed") else None
+    env = _job_output(work / "jobs" / f"{job_id}.out")
+    node = env.get("SLURMD_NODENAME") or None
+    gpus = [int(g) for g in env.get("SLURM_JOB_GPUS", "").split(",") if g.strip().isdigit()]
+    key = cls or job.pal_class or "A"
+    sfs = [free[(node, g)][key] for g in gpus if node and (node, g) in free]
+    best, worst = pace_range(free, key, job.gpus)
+    return JobResult(label=job.label, job_id=job_id, state=state, job_class=cls, node=node, gpus=gpus,
+                     admin_comment=comment, slowdown=[round(s, 6) for s in sfs],
+                     best=None if best is None else round(best, 6), worst=None if worst is None else round(worst, 6),
+                     class_a=[round(free[(node, g)]["A"], 6) for g in gpus
+                              if node and (node, g) in free and "A" in free[(node, g)]])
+
+
+def pace_range(free: Mapping[tuple[str, int], Mapping[str, float]], cls: str,
+               gpus: int) -> tuple[float | None, float | None]:
+    """Best and worst pace (the largest slowdown of its GPUs: a synchronous job runs at its slowest
+    GPU's pace) a `gpus`-GPU job of class `cls` could get on one node among the `free` GPUs."""
+    per_node: dict[str, list[float]] = {}
+    for (node, _minor), sf in free.items():
+        if cls in sf:
+            per_node.setdefault(node, []).append(sf[cls])
+    fits = [sorted(v) for v in per_node.values() if len(v) >= gpus]
+    if gpus < 1 or not fits:
+        return None, None
+    return min(v[gpus - 1] for v in fits), max(v[-1] for v in fits)
+
+
+def _job_output(path: Path, wait_s: float = 5.0) -> dict[str, str]:
+    deadline = time.monotonic() + wait_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    return dict(m.groups() for m in re.finditer(r"^([A-Z_]+)=(.*)$", text, flags=re.MULTILINE))
+
+
+def _pal(config: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
+    """A `pal` command exactly as an admin would run it; its output (stdout, then stderr)."""
+    proc = subprocess.run([sys.executable, "-m", "pal_slurm", "--config", str(config), *args],
+                          capture_output=True, text=True, errors="replace", timeout=60, check=False,
+                          stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    return (proc.stdout + proc.stderr).rstrip()
+
+
+def _explain(config: Path, job_id: str) -> str:
+    return _pal(config, "explain", job_id)
+
+
+def render_job(j: JobResult) -> list[str]:
+    """Lines for one job (the CLI prints them)."""
+    where = f"{j.node} GPU {','.join(map(str, j.gpus))}" if j.node and j.gpus else "no GPU seen in its output"
+    cls = j.job_class or "-"
+    lines = [f"job {j.job_id}  {j.label}: {j.state} on {where}, class {cls}"]
+    if j.slowdown and j.best is not None:
+        mine = max(j.slowdown)
+        what = "single GPUs" if len(j.gpus) == 1 else f"sets of {len(j.gpus)} GPUs on one node"
+        lines.append(f"    slowdown for class {cls}: {', '.join(f'{s:.3f}' for s in j.slowdown)} "
+                     f"(the job runs at {mine:.3f}); {what} free at submission: "
+                     f"best {j.best:.3f}, worst {j.worst:.3f}")
+        if j.best == j.worst and j.class_a:
+            lines.append(f"    class {cls} runs the same on every GPU, so it took a GPU that is slow for class A "
+                         f"({', '.join(f'{s:.3f}' for s in j.class_a)}), keeping fast ones free")
+    if not j.admin_comment.startswith("pal: placed"):
+        lines.append(f"    not placed by pal-slurm: {j.admin_comment or '(no admin comment)'}")
+    else:
+        lines.append(f"    AdminComment: {j.admin_comment}")
+    return lines
+
+
+__all__ = ["A_PERFVAR", "NODES", "Cluster", "PlacerProcess", "SlurmDemoResult", "find_cluster_script", "make_db",
+           "records", "render_job", "require_root", "run_slurm_demo", "write_config"]
