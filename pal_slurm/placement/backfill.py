@@ -124,24 +124,28 @@ class PalBackfill(Pal):
         head: JobRequest | None = None
         booking = Reservation.none(ix)
         past_head = 0
+        # choices on "the free GPUs after the first i releases" are the same for every job
+        # of one (class, shape) until this decision takes GPUs: remember them meanwhile
+        memo: dict[tuple[object, ...], Choice | None] = {}
         for job in self.placement_order(queue, snapshot):
             if head is not None:
                 past_head += 1
                 if state.n_free == 0 or past_head > self.lookahead:
                     break
-            choice = self.choose(job, state, ctx)
+            choice = self._memo_choose("now", job, state, ctx, memo)
             if head is not None and choice is not None:
-                choice = self._admit(job, choice, head, booking, state, snapshot, ctx)
+                choice = self._admit(job, choice, head, booking, state, snapshot, ctx, memo)
             if choice is None:
                 if head is None:
                     head, booking = job, self._reserve(job, state, snapshot, ctx, placed)
                 continue
-            later = self._better_later(job, choice, state, snapshot, ctx)
+            later = self._better_later(job, choice, state, snapshot, ctx, memo)
             if later is not None:
                 if head is None:
                     head, booking = job, later
                 continue
             state.take(choice.gpus)
+            memo.clear()
             placed.append((job, choice))
         return Decision(assignments=tuple(c.assignment(j.id) for j, c in placed),
                         blocked=None if head is None else head.id)
@@ -160,8 +164,21 @@ class PalBackfill(Pal):
         # asks for more than there is): holding GPUs for it would idle them for nothing
         return Reservation.none(state.index)
 
+    def _memo_choose(self, tag: object, job: JobRequest, state: FreeState, ctx: PlacementContext,
+                     memo: dict[tuple[object, ...], Choice | None]) -> Choice | None:
+        """self.choose, remembered per (tag, class, shape) while the decision takes no GPUs
+        (a deterministic choice depends on nothing else; queues repeat shapes a lot)."""
+        if not self.deterministic:
+            return self.choose(job, state, ctx)
+        key = (tag, state.index.table(job.job_class).key, job.gpus, job.gpus_per_node, job.allowed_nodes,
+               job.same_slots)
+        if key not in memo:
+            memo[key] = self.choose(job, state, ctx)
+        return memo[key]
+
     def _admit(self, job: JobRequest, choice: Choice, head: JobRequest, booking: Reservation, state: FreeState,
-               snapshot: Snapshot, ctx: PlacementContext) -> Choice | None:
+               snapshot: Snapshot, ctx: PlacementContext,
+               memo: dict[tuple[object, ...], Choice | None] | None = None) -> Choice | None:
         """Past the head: this choice if it ends by the head's start or keeps off the head's
         GPUs; else the choice among the GPUs the head will not need; else nothing."""
         ix = state.index
@@ -174,7 +191,8 @@ class PalBackfill(Pal):
         hidden = tuple(int(g) for g in np.flatnonzero(booking.held & state.mask))
         state.take(hidden)
         try:
-            other = self.choose(job, state, ctx)
+            other = (self.choose(job, state, ctx) if memo is None
+                     else self._memo_choose(("off-reserved", booking.gpus), job, state, ctx, memo))
         finally:
             state.release(hidden)
         if other is None:
@@ -183,7 +201,8 @@ class PalBackfill(Pal):
                              f"(it expects {', '.join(map(str, booking.gpus))})")
 
     def _better_later(self, job: JobRequest, choice: Choice, state: FreeState, snapshot: Snapshot,
-                      ctx: PlacementContext) -> Reservation | None:
+                      ctx: PlacementContext, memo: dict[tuple[object, ...], Choice | None] | None = None,
+                      ) -> Reservation | None:
         """GPUs (and when) to wait for, if a running job's release lets this job finish
         sooner than starting now on `choice` would; None to start now.
 
@@ -210,7 +229,7 @@ class PalBackfill(Pal):
         best: tuple[float, float, tuple[int, ...]] | None = None
         later = state.copy()
         looked = 0
-        for end, gpus in ends:
+        for i, (end, gpus) in enumerate(ends):
             later.release(gpus)
             # a release can only help with a GPU faster than the worst one chosen now, or
             # by letting a job that now spans nodes fit on one
@@ -223,7 +242,8 @@ class PalBackfill(Pal):
             # (ignoring locality); if even that is not enough better, skip the search
             if end + job.remaining_s * _kth_best(pv, later, job) >= finish_now - margin:
                 continue
-            seen = self.choose(job, later, ctx)
+            seen = (self.choose(job, later, ctx) if memo is None
+                    else self._memo_choose(("after-releases", lo + i), job, later, ctx, memo))
             if seen is None:
                 continue
             finish = end + estimated_runtime(ix, job, seen.gpus, ctx.locality_penalty)
