@@ -151,3 +151,14 @@ def test_filter_state_escapes_everything() -> None:
               "io.write(t.mode, '|', t.rules[1].user, '|', t.rules[1].name, '|', t.rules[1].class, '|', t.heartbeat)")
     out = subprocess.run([lua, "-e", script], capture_output=True, check=True).stdout.decode()
     assert out == 'enforce|a"b\\c\n]]--|ünï $(id)|A|123'
+
+
+def test_controller_down_22_05_is_unavailable_not_empty() -> None:
+    """22.05's squeue --json exits 0 with an error document when slurmctld is down (captured)."""
+    from pal_slurm.errors import SlurmUnavailable
+
+    text = (DATA / "22.05" / "errors.txt").read_text()
+    block = text.split("$ squeue --json\n", 1)[1].split("--- stdout\n", 1)[1].split("--- stderr", 1)[0]
+    block = block.split("--- (stdout", 1)[0]
+    with pytest.raises(SlurmUnavailable, match="Failed while looking for jobs"):
+        parse_json.load(block, "squeue --json")

@@ -19,7 +19,6 @@ log = logging.getLogger(__name__)
 def build_placer(app: AppContext, mode: str | None = None, policy: str | None = None,
                  state_file: str | None = None):  # type: ignore[no-untyped-def]
     """A Placer wired to the configured backend, database and class rules."""
-    from pal_slurm.jobs.fingerprint import fingerprint  # noqa: F401  (keeps the learned-class contract importable)
     from pal_slurm.placer.audit import AuditSink
     from pal_slurm.placer.daemon import Placer
     from pal_slurm.placer.factors import FactorCache
@@ -63,7 +62,16 @@ def build_placer(app: AppContext, mode: str | None = None, policy: str | None = 
         table = class_table()
         return [] if table is None else filter_rules(table)
 
-    return Placer(backend, pc, factors, audit, classes=list(cfg.job_classes), resolve_class=resolve, rules=rules)
+    def identities(jobs):  # type: ignore[no-untyped-def]
+        from pal_slurm.db.engine import session_scope
+        from pal_slurm.jobs.store import record_identity
+
+        with session_scope(app.engine) as session:
+            for job in jobs:
+                record_identity(session, job.job_id, job.user, job.name, job.command)
+
+    return Placer(backend, pc, factors, audit, classes=list(cfg.job_classes), resolve_class=resolve, rules=rules,
+                  identities=identities)
 
 
 @click.group(invoke_without_command=True)

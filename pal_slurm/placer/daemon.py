@@ -17,7 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC
 
 from pal_slurm.config import PlacerConfig
@@ -60,6 +60,7 @@ class Placer:
     def __init__(self, backend: SlurmBackend, cfg: PlacerConfig, factors: FactorCache, audit: AuditSink,
                  classes: Sequence[str], resolve_class: ClassResolver | None = None,
                  rules: Callable[[], list[dict[str, object]]] | None = None,
+                 identities: Callable[[Sequence[SlurmJob]], None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.backend = backend
         self.cfg = cfg
@@ -68,6 +69,8 @@ class Placer:
         self.classes = tuple(classes)
         self.resolve_class = resolve_class
         self.rules = rules
+        self.identities = identities
+        self._identified: set[str] = set()
         self.clock = clock
         self.policy = get_policy(cfg.policy)
         # a live single-node request must stay on one node (Slurm's request shape), so PAL's
@@ -102,6 +105,7 @@ class Placer:
         jobs = self.backend.jobs()
         self.publish(nodes=nodes)
         factors = self.factors.get(now)
+        self._record_identities(jobs)
         held = [j for j in jobs if plan.is_held_by_pal(j)]
         report.held = len(held)
         if self.cfg.mode == "observe":
@@ -126,6 +130,25 @@ class Placer:
                 keep.append(job)
         self._place(keep, jobs, nodes, factors, now, report)
         return self._done(report, t0)
+
+    def _record_identities(self, jobs: Sequence[SlurmJob], limit: int = 500) -> None:
+        """Who ran what on GPUs (user, name, command -> fingerprint), for job-sensitivity
+        learning; best effort: a database outage only delays it to a later cycle."""
+        if self.identities is None:
+            return
+        new = [j for j in jobs if j.job_id not in self._identified and (j.pending or j.running)
+               and (j.tres("tres_per_node").gpu_count or j.tres("tres_per_job").gpu_count
+                    or j.tres("tres_per_task").gpu_count)][:limit]
+        if not new:
+            return
+        try:
+            self.identities(new)
+        except Exception as exc:  # noqa: BLE001 - learning input must never stop placement
+            log.warning("job identities not recorded (%s)", str(exc).splitlines()[0][:200])
+            return
+        self._identified.update(j.job_id for j in new)
+        if len(self._identified) > 100_000:
+            self._identified = {j.job_id for j in jobs}
 
     def _done(self, report: CycleReport, t0: float) -> CycleReport:
         self.audit.flush()
@@ -153,7 +176,8 @@ class Placer:
                factors: Factors, now: float, report: CycleReport) -> None:
         if not held:
             return
-        view, planned = self._problem(held, jobs, nodes, factors)
+        as_read = {j.job_id: j for j in held}
+        view, planned = self._problem([_as_submitted(j) for j in held], jobs, nodes, factors)
         for skip in planned.skips:
             self._release_unchanged(skip.job, skip.reason, report)
         if not planned.requests:
@@ -173,8 +197,9 @@ class Placer:
                          alternatives=[{"gpus": [_slot_name(view.slots[g]) for g in gpus], "weight": w}
                                        for gpus, w in a.alternatives[:8]],
                          reason=f"class {h.job_class} ({h.class_source}); {a.reason}", outcome="applied")
-            if self._apply(h.job, update, comment):
-                applied.append((h.job, update, rec))
+            job = as_read[a.job_id]
+            if self._apply(job, update, comment):
+                applied.append((job, update, rec))
             else:
                 report.failed.append(h.job.job_id)
                 self.audit.add(_with(rec, outcome="failed"))
@@ -183,7 +208,8 @@ class Placer:
         self._verify(applied, report)
 
     def _apply(self, job: SlurmJob, update: plan.Update, comment: str) -> bool:
-        """Clear, set, release; on a Slurm error restore the request and release unchanged."""
+        """Clear, set, release; on a Slurm error restore the request and release unchanged.
+        `job` is the job as this cycle read it (a re-planned one still carries our last slots)."""
         try:
             self.backend.update_job(job.job_id, [(update.clear_field, "")])
             if update.clear_field != "TresPerNode" and job.tres_per_node:
@@ -200,10 +226,14 @@ class Placer:
             return False
 
     def _restore(self, job: SlurmJob, update: plan.Update, why: str) -> None:
-        field_name, value = update.original
-        key = plan.FIELD_KEY[field_name]
-        steps = [[("TresPerNode", "")], [(key, value)] if value else [], [("NodeList", "")],
-                 [("AdminComment", f"{plan.RELEASED_TAG} unchanged: {why}"[:900])]]
+        """Put back the GPU request `job` had when this cycle read it, and release it.
+
+        What it had, not what the user first asked for: on 22.05 a job that once carried
+        per-slot types refuses an untyped request afterwards ("with and without type
+        identification") and would be left with no GPUs; a re-planned job keeps its last slots."""
+        steps = [[("TresPerNode", "")]]
+        steps += [[(key, getattr(job, f))] for f, key in plan.FIELD_KEY.items() if getattr(job, f)]
+        steps += [[("NodeList", job.required_nodes)], [("AdminComment", f"{plan.RELEASED_TAG} unchanged: {why}"[:900])]]
         for fields in steps:
             if not fields:
                 continue
@@ -233,7 +263,7 @@ class Placer:
                 continue
             log.warning("job %s: Slurm shows %r on %r, not our placement; restoring", job.job_id,
                         got.tres_per_node, got.required_nodes)
-            self._restore(got, update, "Slurm did not take the placement")
+            self._restore(job, update, "Slurm did not take the placement")
             report.failed.append(job.job_id)
             self.audit.add(_with(rec, outcome="failed", reason=rec.reason + "; Slurm did not take it, restored"))
 
@@ -256,19 +286,29 @@ class Placer:
                               alternatives=None, reason=why, outcome="released-unchanged", applied_at=_now_utc()))
 
     def _replan(self, job: SlurmJob, report: CycleReport) -> None:
-        """A job we released that has not started: hold it again, tagged, for the next cycle."""
-        cls = plan._CLASS.search(job.admin_comment)
+        """A job we placed and released that has not started: tag it held (`src=replan`, keeping
+        the request the user made), hold it and unpin its node; the next cycle plans it from
+        that request (see _as_submitted) and retypes it. Its per-slot request stays until then:
+        on 22.05 an untyped request cannot be put back once a job carried typed ones. The tag
+        goes first: once held, the job is ours to release (next cycle, SIGTERM, release-stale)."""
+        if plan.original_request(job) is None:
+            return
+        cls, _src = plan.held_class(job)
+        tag = f"{plan.HELD_TAG} class={cls} src=replan {job.admin_comment[len(plan.PLACED_TAG):].strip()}"[:900]
         try:
+            self.backend.update_job(job.job_id, [("AdminComment", tag)])
             self.backend.hold(job.job_id)
-            self.backend.update_job(job.job_id, [("AdminComment", f"{plan.HELD_TAG} class={cls.group('cls') if cls else 'auto'} "
-                                                  f"src=replan {job.admin_comment[len(plan.PLACED_TAG):].strip()}"[:900])])
         except SlurmError as exc:
             log.warning("job %s: not re-planned (%s)", job.job_id, exc)
             try:
-                self.backend.release(job.job_id)
+                self.backend.update_job(job.job_id, [("AdminComment", job.admin_comment)])
             except SlurmError:
                 pass
             return
+        try:
+            self.backend.update_job(job.job_id, [("NodeList", "")])
+        except SlurmError as exc:
+            log.warning("job %s: re-planning, NodeList not cleared (%s)", job.job_id, exc)
         report.replanned.append(job.job_id)
 
     def _observe(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], factors: Factors, now: float,
@@ -306,6 +346,16 @@ class Placer:
                 released += report.released
         self.audit.flush()
         return released
+
+
+def _as_submitted(job: SlurmJob) -> SlurmJob:
+    """The job as planning must see it: a re-planned job with the GPU request the user made
+    (recorded in its tag) instead of our last per-slot one, and no node pinned."""
+    if plan.held_class(job)[1] != "replan" or (orig := plan.original_request(job)) is None:
+        return job
+    field_name, value = orig
+    return replace(job, tres_per_node=value if field_name == "tres_per_node" else "",
+                   tres_per_job=value if field_name == "tres_per_job" else "", required_nodes="")
 
 
 def heartbeat_age(path: str, now: float | None = None) -> float | None:

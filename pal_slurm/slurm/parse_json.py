@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pal_slurm.errors import SlurmError
+from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 
 
@@ -30,7 +30,12 @@ def load(text: str, what: str) -> dict[str, Any]:
     real = [e for e in errors if isinstance(e, Mapping) and (e.get("error_number") or e.get("error_code"))]
     if real:
         e = real[0]
-        raise SlurmError(f"{what}: {e.get('description') or e.get('error') or e}")
+        message = f"{what}: {e.get('description') or e.get('error') or e}"
+        # 22.05 answers "controller down" with exit 0 and an error document without data
+        # ("Failed while looking for jobs"): a read that saw nothing is a transient failure
+        if not (doc.get("jobs") or doc.get("nodes") or doc.get("sinfo")):
+            raise SlurmUnavailable(message)
+        raise SlurmError(message)
     return doc
 
 
