@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -146,7 +145,7 @@ def test_header_by_name_not_position() -> None:
     reordered = [",".join(reversed(r)) for r in rows]
     a = parse_artifact_csv(lines, source_file="a", benchmark="pagerank", model=V100)
     b = parse_artifact_csv(reordered, source_file="b", benchmark="pagerank", model=V100)
-    strip = lambda r: dataclasses.replace(r, run_key="", source_file="")  # noqa: E731
+    strip = lambda r: dataclasses.replace(r, run_key="", source_file="")
     assert [strip(r) for r in a] == [strip(r) for r in b]
 
 
@@ -279,7 +278,6 @@ def test_real_artifact_files() -> None:
     if not base.is_dir():
         pytest.skip(f"PAL artifact data not found at {base} (set PAL_ARTIFACT_DIR)")
     expected = {"resnet": (1404, 336), "bert": (1096, 136), "pagerank": (880, 172), "sgemm": (11087, 392)}
-    start = time.perf_counter()
     keys: set[str] = set()
     total = 0
     for bench, (rows, gpus) in expected.items():
@@ -288,9 +286,8 @@ def test_real_artifact_files() -> None:
         assert all(r.score > 0 and r.lower_is_better for r in recs)
         keys |= {r.run_key for r in recs}
         total += len(recs)
-    elapsed = time.perf_counter() - start
     assert total == 14467 and len(keys) == total  # 2,284 exact duplicate sgemm rows stay distinct
-    assert elapsed < 2.0, f"parsing took {elapsed:.2f} s"
+    # parsing speed is measured by bench/import_speed.py, not asserted here
 
 
 # --------------------------------------------------------------------------- JSON lines
