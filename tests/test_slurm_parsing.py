@@ -162,3 +162,14 @@ def test_controller_down_22_05_is_unavailable_not_empty() -> None:
     block = block.split("--- (stdout", 1)[0]
     with pytest.raises(SlurmUnavailable, match="Failed while looking for jobs"):
         parse_json.load(block, "squeue --json")
+
+
+def test_controller_down_22_05_sinfo_is_unavailable_not_no_nodes() -> None:
+    """22.05's sinfo --json says `errno`, not `error_number`: still an error, not an empty cluster."""
+    from pal_slurm.errors import SlurmUnavailable
+
+    text = (DATA / "22.05" / "errors.txt").read_text()
+    block = text.split("$ sinfo --json\n", 1)[1].split("--- stdout\n", 1)[1].split("--- stderr", 1)[0]
+    block = block.split("--- (stdout", 1)[0]
+    with pytest.raises(SlurmUnavailable, match="sinfo --json: Unspecified error"):
+        parse_json.load(block, "sinfo --json")

@@ -27,7 +27,9 @@ def load(text: str, what: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise SlurmError(f"{what}: expected a JSON object")
     errors = doc.get("errors") or []
-    real = [e for e in errors if isinstance(e, Mapping) and (e.get("error_number") or e.get("error_code"))]
+    # 22.05 squeue says error_number, 22.05 sinfo says errno, later versions error_code
+    real = [e for e in errors if isinstance(e, Mapping)
+            and (e.get("error_number") or e.get("error_code") or e.get("errno"))]
     if real:
         e = real[0]
         message = f"{what}: {e.get('description') or e.get('error') or e}"
