@@ -68,12 +68,12 @@ def live(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) 
     tmp = tmp_path_factory.mktemp("placer")
     db_url = make_db(tmp)
     first = len(slurm_cluster.submitted)
-    placer = _start(slurm_cluster, tmp, db_url, "enforce")
+    live = Live(slurm_cluster, db_url, tmp, _start(slurm_cluster, tmp, db_url, "enforce"))
     try:
-        yield Live(slurm_cluster, db_url, tmp, placer)
+        yield live
     finally:
         slurm_cluster.kill_switch.touch()
-        placer.stop()
+        live.placer.stop()  # the one running now: test_observe_mode_changes_no_job starts a new one
         slurm_cluster.cancel(slurm_cluster.submitted[first:])
 
 
