@@ -18,6 +18,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -25,6 +26,8 @@ import pytest
 from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.slurm.backend import CliBackend, RestBackend
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
+
+from .conftest import SlurmCluster
 
 T = TypeVar("T")
 
@@ -50,7 +53,7 @@ def _rest_url() -> str:
     return url
 
 
-def _token(cluster, user: str = "root", lifespan: int = 3600) -> str:  # type: ignore[no-untyped-def]
+def _token(cluster: SlurmCluster, user: str = "root", lifespan: int = 3600) -> str:
     out = cluster.scontrol("token", f"username={user}", f"lifespan={lifespan}").stdout
     m = re.search(r"SLURM_JWT=(\S+)", out)
     assert m, f"scontrol token printed {out!r}"
@@ -85,7 +88,7 @@ def _node_facts(nodes: list[SlurmNode]) -> dict[str, dict[str, object]]:
 
 @dataclass
 class Rig:
-    cluster: object
+    cluster: SlurmCluster
     url: str
     token: str
     node: str  # where `running` runs
@@ -95,7 +98,7 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def rig(slurm_cluster) -> Iterator[Rig]:  # type: ignore[no-untyped-def]
+def rig(slurm_cluster: SlurmCluster) -> Iterator[Rig]:
     url = _rest_url()
     slurm_cluster.set_filter("off")  # plain Slurm: nothing of ours rewrites these jobs
     node = "pal-n3" if "pal-n3" in slurm_cluster.nodes else slurm_cluster.nodes[-1]
@@ -128,16 +131,16 @@ def test_jobs_and_nodes_read_through_slurmrestd_match_the_cli(rig: Rig) -> None:
     run, held, pinned = rest_jobs[rig.running], rest_jobs[rig.held], rest_jobs[rig.pinned]
     assert run["state"] == "RUNNING" and run["priority"]
     assert re.fullmatch(r"gres[:/]gpu:v100_g1:1", str(run["tres_per_node"]))
-    assert any("(IDX:1)" in g for g in run["gres_detail"])  # type: ignore[attr-defined]
+    assert any("(IDX:1)" in g for g in run["gres_detail"])
     assert held["state"] == "PENDING" and held["priority"] == 0
     assert re.fullmatch(r"gres[:/]gpu:2", str(held["tres_per_job"])) and held["tres_per_node"] == ""
     assert held["admin_comment"] == "pal:held class=A v1 at=1700000000"
-    assert pinned["required_nodes"] in ("pal-n2", rig.cluster.nodes[0])  # type: ignore[attr-defined]
+    assert pinned["required_nodes"] in ("pal-n2", rig.cluster.nodes[0])
     assert re.fullmatch(r"gres[:/]gpu:2", str(pinned["tres_per_node"]))
 
     cli_nodes, rest_nodes = _agreeing(lambda: (_node_facts(cli.nodes()), _node_facts(rest.nodes())))
     assert rest_nodes == cli_nodes
-    assert set(rest_nodes) == set(rig.cluster.nodes)  # type: ignore[attr-defined]
+    assert set(rest_nodes) == set(rig.cluster.nodes)
     busy_node = rest_nodes[rig.node]
     assert "v100" in busy_node["features"]  # type: ignore[operator]
     assert "gpu:v100_g1:1" in str(busy_node["gres"])
@@ -154,11 +157,11 @@ def test_writes_go_through_scontrol_as_root_even_with_slurm_jwt_in_the_environme
     assert rest.user == "palrest"  # from the token's own claim
     rest.update_job(rig.pinned, [("AdminComment", "pal: rest write test")])
     rest.hold(rig.pinned)  # held already: scontrol accepts it again
-    job = rig.cluster.job(rig.pinned)  # type: ignore[attr-defined]
+    job = rig.cluster.job(rig.pinned)
     assert job.get("AdminComment") == "pal: rest write test"
     assert job.get("Priority") == "0" and job.get("JobState") == "PENDING"
     rest.release(rig.pinned)
-    assert rig.cluster.job(rig.pinned).get("Priority") != "0"  # type: ignore[attr-defined]
+    assert rig.cluster.job(rig.pinned).get("Priority") != "0"
     # a palrest token reads root's jobs as well (no PrivateData on the test cluster)
     assert rig.held in {j.job_id for j in rest.jobs()}
 
@@ -199,7 +202,7 @@ def test_by_default_a_failing_slurmrestd_falls_back_to_squeue_and_sinfo(
     with caplog.at_level(logging.WARNING, logger="pal_slurm.slurm.backend"):
         cli_jobs, rest_jobs = _agreeing(lambda: (_job_facts(cli.jobs(), ids), _job_facts(rest.jobs(), ids)))
         assert set(rest_jobs) == ids and rest_jobs == cli_jobs
-        assert {n.name for n in rest.nodes()} == set(rig.cluster.nodes)  # type: ignore[attr-defined]
+        assert {n.name for n in rest.nodes()} == set(rig.cluster.nodes)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings and all("squeue/sinfo" in w for w in warnings)
     assert any(re.search(r"HTTP \d{3}", w) for w in warnings)
@@ -232,3 +235,53 @@ def test_the_user_and_the_expiry_come_from_the_token(monkeypatch: pytest.MonkeyP
     rest = RestBackend("http://127.0.0.1:6820", token=f"SLURM_JWT=h.{claims}.s\n", fallback_cli=False)
     assert rest.user == "alice"
     assert rest._expired().startswith("1970-01-01")  # the local expiry check
+
+
+def test_the_placer_places_a_held_job_reading_through_slurmrestd(
+        rig: Rig, tmp_path: Path) -> None:
+    """`pal placer` with slurm_backend = "rest" and SLURM_JWT in its environment (as the unit's
+    environment file gives it): a plain GPU job is held by the filter, placed and run, and no
+    read fell back to squeue/sinfo."""
+    from .placer_support import A_PERFVAR, PlacerProcess, make_db, write_config
+
+    cluster = rig.cluster
+    tmp = tmp_path
+    cluster.filter_state.unlink(missing_ok=True)  # the placer writes it; wait for that below
+    gets = _rest_gets(cluster)
+    cfg = write_config(tmp, make_db(tmp), cluster.filter_state, mode="enforce", interval=0.5)
+    with cfg.open("a", encoding="utf-8") as fh:  # [placer] is the file's last section
+        fh.write(f'slurm_backend = "rest"\nrest_url = "{rig.url}"\nrest_api = "{_rest_api()}"\n')
+    placer = PlacerProcess(cfg, {**cluster.env, "SLURM_JWT": rig.token}, tmp / "placer.log")
+    first = len(cluster.submitted)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and 'mode = "enforce"' not in _text(cluster.filter_state):
+            time.sleep(0.2)
+        assert 'mode = "enforce"' in _text(cluster.filter_state), placer.output()
+        cluster.kill_switch.unlink(missing_ok=True)
+        time.sleep(2.3)  # job_submit.lua re-reads the state file at most every 2 s
+        jid = cluster.submit(["--gres=gpu:1", "--pal-class=A", "--wrap",
+                              "echo NODE=$SLURMD_NODENAME; echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS"])
+        cluster.wait_state(jid, {"COMPLETED"}, timeout=60)
+        info, env = cluster.job(jid), cluster.job_env(jid)
+    finally:
+        cluster.kill_switch.touch()
+        placer.stop()
+        cluster.cancel(cluster.submitted[first:])
+    assert info["AdminComment"].startswith("pal: placed class=A"), (info.get("AdminComment"), placer.output())
+    assert A_PERFVAR[(env["NODE"], int(env["SLURM_JOB_GPUS"]))] < 0.9  # the fast group of the test fleet
+    assert "squeue/sinfo" not in placer.output() and rig.token not in placer.output()
+    assert _rest_gets(cluster) > gets + 2  # its reads did reach slurmrestd
+
+
+def _rest_gets(cluster: SlurmCluster) -> int:
+    """GET requests for jobs and nodes in the test cluster's slurmrestd log."""
+    text = _text(cluster.dir / "log" / "slurmrestd.out")
+    return len(re.findall(r"GET /slurm/v[\d.]+/(?:jobs|nodes)\b", text))
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return ""
