@@ -4,7 +4,8 @@ Why an interface: the placer must run against the scontrol/squeue/sinfo commands
 Slurm has, against slurmrestd where a site prefers REST for reads, and against pyslurm
 when its version matches. What the placer needs is small: read jobs and nodes, update a
 pending job, hold and release. Writes always go through scontrol, because slurmrestd's
-v0.0.38 job update cannot clear TresPerNode (design notes, section 3).
+v0.0.38 job update has no AdminComment or required-node field and clears `gres` only to
+`TresPerNode=gres:` (checked on 22.05.8; design notes, section 3).
 """
 
 from __future__ import annotations
