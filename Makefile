@@ -69,6 +69,8 @@ bench: venv
 	$(VENV)/bin/python bench/sim_speed.py
 	$(VENV)/bin/python bench/agent_overhead.py
 	$(VENV)/bin/python bench/profile_recovery.py
+	$(VENV)/bin/python bench/placer_cycle.py
+	$(SLURM_CLUSTER) install && $(VENV)/bin/python bench/placer_latency.py
 
 clean:
 	rm -rf $(VENV) pal-demo .pytest_cache build *.egg-info

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Submit-to-start delay that pal-slurm adds: 200 GPU jobs through plain sbatch on the test cluster.
+
+Target (issue 4): all 200 jobs complete, none lost or left held, and the delay from submit
+to start with the filter in enforce mode and `pal placer` running at a 1 s cycle exceeds the
+delay of the same jobs with pal-slurm off by less than 2 s (median).
+
+Two runs on the real test cluster (tests/services/slurm-cluster.sh: slurmctld, 4 slurmd,
+4 fake V100s each, the real job_submit.lua and SPANK plugin), the same seeded job list:
+  (a) off: the kill switch <dir>/pal/filter-disabled present, no placer;
+  (b) enforce: `pal placer` in the background (placer.interval_s = 1, mode enforce, a SQLite
+      database with the 16 GPUs classified by tests/slurm/placer_support.make_db), the kill
+      switch removed once its heartbeat is fresh, and put back afterwards.
+Each job: `sbatch --pal-class=A|B|C|D` with one of --gres=gpu:N, --gpus=N, --gpus-per-node=N
+(N = 1-4), `--wrap 'date +%s.%N; sleep 0.1'`. Submitted at --rate jobs/s (subprocess argument
+lists). Submit time: the wall clock just before sbatch runs; start time: the job's own first
+command (`date +%s.%N` on the same machine). Both include slurmd's launch, equally in both runs.
+A run ends when Slurm lists none of its jobs as pending or running (bounded by --drain-timeout);
+then every job must be COMPLETED with exit 0 and have written its start time.
+
+Run it with your own cluster instance (one placer per cluster):
+  PAL_TEST_SLURM_DIR=/var/tmp/pal-slurm-bench PAL_TEST_SLURM_CTLD_PORT=19817 \
+  PAL_TEST_SLURM_NODE_PORT=19001 bench/placer_latency.py
+It starts that cluster (idempotent) and leaves it running; stop it with slurm-cluster.sh stop.
+Usage: bench/placer_latency.py [--jobs 200] [--rate 3] [--interval 1] [--drain-timeout 150] [--seed 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pal_slurm.placer.daemon import heartbeat_age
+from pal_slurm.slurm.nodeinfo import parse_kv_line
+from tests.slurm.placer_support import PlacerProcess, make_db, write_config
+
+SCRIPT = REPO / "tests" / "services" / "slurm-cluster.sh"
+TARGET_S = 2.0
+CLASSES = ("A", "B", "C", "D")
+FORMS = ("--gres=gpu:{n}", "--gpus={n}", "--gpus-per-node={n}")
+ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    cls: str
+    gpus: int
+    form: str
+
+    def args(self) -> list[str]:
+        return [f"--pal-class={self.cls}", self.form.format(n=self.gpus)]
+
+
+@dataclass
+class Run:
+    name: str
+    submitted: dict[str, float] = field(default_factory=dict)  # job id -> wall clock before sbatch
+    started: dict[str, float] = field(default_factory=dict)
+    records: dict[str, dict[str, str]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def delays(self) -> list[float]:
+        return sorted(self.started[j] - t for j, t in self.submitted.items() if j in self.started)
+
+
+class Cluster:
+    def __init__(self) -> None:
+        env = {**os.environ, "PAL_PYTHON": sys.executable}
+        proc = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, env=env, timeout=300,
+                              check=False, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            sys.exit(f"placer_latency: slurm-cluster.sh start failed: {proc.stderr.strip().splitlines()[-1:]}")
+        out = subprocess.run([str(SCRIPT), "env"], capture_output=True, text=True, env=env, check=True).stdout
+        self.env = dict(re.findall(r"^export ([A-Z_]+)=(.*)$", out, flags=re.MULTILINE))
+        self.dir = Path(self.env["PAL_TEST_SLURM_DIR"])
+        self.state_file = self.dir / "pal" / "filter-state.lua"
+        self.kill_switch = self.dir / "pal" / "filter-disabled"
+
+    def run(self, argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                              env={**os.environ, **self.env}, stdin=subprocess.DEVNULL)
+
+    def jobs(self) -> dict[str, dict[str, str]]:
+        """Every job slurmctld still knows (`scontrol show job -o`), by id."""
+        out = self.run(["scontrol", "show", "job", "-o"]).stdout
+        recs = [parse_kv_line(ln) for ln in out.splitlines() if ln.startswith("JobId=")]
+        return {r["JobId"]: r for r in recs}
+
+    def sched_config(self) -> str:
+        out = self.run(["scontrol", "show", "config"]).stdout
+        keep = ("SchedulerType", "SchedulerParameters", "SchedulerTimeSlice", "SelectType ")
+        return "; ".join(" ".join(ln.split()) for ln in out.splitlines() if ln.startswith(keep))
+
+
+def job_list(n: int, seed: int) -> list[JobSpec]:
+    rng = random.Random(seed)
+    return [JobSpec(rng.choice(CLASSES), rng.choice((1, 1, 2, 2, 3, 4)), rng.choice(FORMS)) for _ in range(n)]
+
+
+def one_run(cluster: Cluster, name: str, specs: list[JobSpec], rate: float, drain_s: float, out: Path) -> Run:
+    run = Run(name)
+    out.mkdir(parents=True)
+    t0 = time.time()
+    for i, spec in enumerate(specs):
+        delay = t0 + i / rate - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        argv = ["sbatch", "--parsable", f"--output={out}/%j.out", f"--job-name=lat-{name}-{i}", *spec.args(),
+                "--wrap", "date +%s.%N; sleep 0.1"]
+        before = time.time()
+        proc = cluster.run(argv)
+        jid = proc.stdout.strip().split(";")[0]
+        if proc.returncode != 0 or not jid.isdigit():
+            run.problems.append(f"sbatch {' '.join(spec.args())} failed: {proc.stderr.strip()[:200]}")
+            continue
+        run.submitted[jid] = before
+    deadline = time.time() + drain_s
+    while True:
+        known = cluster.jobs()
+        active = [j for j in run.submitted if known.get(j, {}).get("JobState") in ACTIVE]
+        if not active or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    run.seconds = time.time() - t0
+    run.records = {j: known.get(j, {}) for j in run.submitted}
+    for jid, rec in run.records.items():
+        state = rec.get("JobState", "(forgotten by Slurm)")
+        if state != "COMPLETED" or rec.get("ExitCode") != "0:0":
+            run.problems.append(f"job {jid}: {state} exit {rec.get('ExitCode')} reason {rec.get('Reason')} "
+                                f"admin comment {rec.get('AdminComment', '')[:120]!r}")
+        path = out / f"{jid}.out"
+        try:
+            run.started[jid] = float(path.read_text(encoding="utf-8").split()[0])
+        except (OSError, ValueError, IndexError):
+            run.problems.append(f"job {jid}: no start time in {path}")
+    if active:
+        cluster.run(["scancel", *active])  # bounded run: do not leave our jobs behind
+        run.problems.append(f"{len(active)} job(s) still pending/running after {drain_s:g} s: cancelled {active[:10]}")
+    return run
+
+
+def wait_heartbeat(cluster: Cluster, placer: PlacerProcess, timeout: float = 60) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if placer.proc.poll() is not None:
+            sys.exit(f"placer_latency: pal placer exited ({placer.proc.returncode}): {placer.output()[-500:]}")
+        age = heartbeat_age(str(cluster.state_file))
+        if age is not None and age < 3 and 'mode = "enforce"' in cluster.state_file.read_text(encoding="utf-8"):
+            return
+        time.sleep(0.2)
+    sys.exit(f"placer_latency: no fresh enforce heartbeat in {cluster.state_file} after {timeout:g} s")
+
+
+def summary(run: Run) -> str:
+    d = run.delays()
+    if not d:
+        return f"{run.name}: no delays measured"
+    p90 = d[min(len(d) - 1, round(0.9 * (len(d) - 1)))]
+    return (f"{run.name:<9} jobs {len(run.submitted):>3} started {len(run.started):>3}  delay submit->start: "
+            f"median {statistics.median(d):.2f} s  p90 {p90:.2f} s  max {d[-1]:.2f} s  (run {run.seconds:.0f} s)")
+
+
+def pal_outcomes(run: Run) -> str:
+    counts: dict[str, int] = {}
+    for rec in run.records.values():
+        ac = rec.get("AdminComment", "") or "(none)"
+        key = ("placed by pal" if ac.startswith("pal: placed") else
+               "released unchanged: " + ac.split("unchanged:", 1)[1].strip()[:60] if "unchanged:" in ac else
+               "held tag left" if ac.startswith("pal:held") else "untouched")
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--rate", type=float, default=3.0, help="submissions per second")
+    ap.add_argument("--interval", type=float, default=1.0, help="placer.interval_s in run (b)")
+    ap.add_argument("--drain-timeout", type=float, default=150.0, help="seconds a run may take after the last submit")
+    ap.add_argument("--seed", type=int, default=3)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("placer_latency: needs root (the test cluster runs slurmd as root)")
+
+    cluster = Cluster()
+    if not cluster.kill_switch.exists():
+        sys.exit(f"placer_latency: the filter of the cluster in {cluster.dir} is on (no {cluster.kill_switch}): "
+                 "another placer or test uses it; use your own PAL_TEST_SLURM_DIR/ports")
+    busy = [j for j, r in cluster.jobs().items() if r.get("JobState") in ACTIVE]
+    if busy:
+        sys.exit(f"placer_latency: {len(busy)} job(s) already pending/running on the cluster in {cluster.dir} "
+                 f"(e.g. {busy[:5]}); they would skew the figures")
+    print(f"cluster {cluster.dir}: {cluster.sched_config()}")
+    specs = job_list(args.jobs, args.seed)
+    mix = {c: sum(1 for s in specs if s.cls == c) for c in CLASSES}
+    print(f"{len(specs)} jobs, {sum(s.gpus for s in specs)} GPU requests in all (1-4 each; classes {mix}), "
+          f"submitted at {args.rate:g}/s to 16 GPUs, each `date +%s.%N; sleep 0.1`")
+
+    with tempfile.TemporaryDirectory(prefix="pal-latency-", dir=cluster.dir) as tmpdir:
+        tmp = Path(tmpdir)
+        off = one_run(cluster, "(a) off", specs, args.rate, args.drain_timeout, tmp / "off")
+        print(summary(off))
+        db_url = make_db(tmp)
+        config = write_config(tmp, db_url, cluster.state_file, mode="enforce", interval=args.interval)
+        log_path = cluster.dir / "log" / "placer-latency.log"
+        log_path.unlink(missing_ok=True)
+        placer = PlacerProcess(config, cluster.env, log_path)
+        try:
+            wait_heartbeat(cluster, placer)
+            cluster.kill_switch.unlink()
+            on = one_run(cluster, "(b) pal", specs, args.rate, args.drain_timeout, tmp / "pal")
+        finally:
+            cluster.kill_switch.touch()
+            rc = placer.stop()
+        print(summary(on))
+        print(f"    pal outcomes: {pal_outcomes(on)}; placer exit status {rc}, log {log_path}")
+        cycles = re.findall(r"cycle: .*'seconds': ([0-9.]+)", placer.output())
+        if cycles:
+            secs = sorted(float(c) for c in cycles)
+            print(f"    placer cycles that changed jobs: {len(secs)}, median {statistics.median(secs):.3f} s, "
+                  f"max {secs[-1]:.3f} s")
+        leftover = [j for j, r in cluster.jobs().items() if r.get("JobState") == "PENDING"
+                    and j in on.submitted]
+        ok = True
+        for run in (off, on):
+            lost = len(specs) - len(run.submitted)
+            print(f"{run.name}: submitted {len(run.submitted)}/{len(specs)}, completed "
+                  f"{sum(1 for r in run.records.values() if r.get('JobState') == 'COMPLETED')}, lost {lost}, "
+                  f"problems {len(run.problems)}")
+            for p in run.problems[:10]:
+                print(f"    {p}")
+            ok = ok and not run.problems and not lost
+        if leftover:
+            print(f"left pending after the run: {leftover}")
+            ok = False
+        if off.delays() and on.delays():
+            added = statistics.median(on.delays()) - statistics.median(off.delays())
+            print(f"added median delay (b - a): {added:.2f} s; target < {TARGET_S:g} s: "
+                  f"{'OK' if added < TARGET_S and ok else 'NOT MET'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
