@@ -4,34 +4,39 @@
 Target (issue 4): one cycle under 1 s.
 
 What runs: the real `pal_slurm.placer.daemon.Placer` with the configured policy
-(pal-match), the real filter-state writer, the real squeue/sinfo JSON parsers, and by
-default a real SQLite audit database. Only slurmctld is replaced: `InMemorySlurm` below
-implements the SlurmBackend protocol over synthetic `squeue --json` / `sinfo --json`
-documents in the Slurm 22.05 shape (built from tests/data/slurm/22.05), applies
-`scontrol update` / `release` to them, and serialises them again when the daemon re-reads
-(so the verification step sees our updates). It is a stand-in for slurmctld used ONLY to
-time our code: the time it spends (serialising JSON, applying updates) is measured and
-shown apart as "slurmctld stand-in", and is not part of the figure compared with the
-target. The real daemon also pays for the scontrol/squeue subprocesses and slurmctld's
-own work; those are Slurm's costs and are not modelled here.
+(pal-match), the real filter-state writer, the real squeue/sinfo JSON parsers, and a real
+SQLite database for the audit records and the job identities (wired as `pal placer` wires
+them). Only slurmctld is replaced: `InMemorySlurm` below implements the SlurmBackend
+protocol over synthetic `squeue --json` / `sinfo --json` documents in the Slurm 22.05 shape
+(built from tests/data/slurm/22.05), applies `scontrol update` / `release` to them, and
+serialises them again when the daemon re-reads (so the verification step sees our updates).
+It is a stand-in for slurmctld used ONLY to time our code: the time it spends (serialising
+JSON, applying updates) is measured and shown apart as "slurmctld stand-in", and is not
+part of the figure compared with the target. The real daemon also pays for the
+scontrol/squeue subprocesses and slurmctld's own work; those are Slurm's costs and are not
+modelled here (bench/placer_latency.py measures them on the test cluster).
 
 The state: --nodes x --per-node GPUs (default 1,250 x 8 = 10,000) with per-slot GRES types
-`h100_g<minor>`; per node 15 % idle, 35 % full, the rest 1-7 GPUs busy, the busy ones held
-by running jobs of 1-8 GPUs (listed in squeue, as on a real cluster); a few jobs placed by
-an earlier cycle that have not started yet (their slots count as taken); --held pending
-jobs with priority 0 and `pal:held class=X` admin comments, classes A-D, 1-8 GPUs through
-tres_per_node (--gres / --gpus-per-node) or tres_per_job (--gpus), ~2 % multi-node, ~1 %
-that the daemon releases unchanged (per-task GPUs, named nodes). Factors: four slowdown
-levels per class, per (node, minor).
+`h100_g<minor>`; --scenario burst (default, the worst case): per node 15 % idle, 35 % full,
+the rest 1-7 GPUs busy, so most held jobs are placed in the cycle; steady: the cluster
+full but for 3 % of the nodes with 1-3 GPUs free. The busy GPUs are held by running jobs
+of 1-8 GPUs (listed in squeue, as on a real cluster); 20 jobs placed by an earlier cycle
+have not started yet (their slots count as taken); --held pending jobs with priority 0 and
+`pal:held class=X` admin comments, classes A-D, 1-8 GPUs through tres_per_node (--gres /
+--gpus-per-node) or tres_per_job (--gpus), ~2 % multi-node, ~1 % that the daemon releases
+unchanged (per-task GPUs, named nodes). Factors: four slowdown levels per class, per
+(node, minor). Burst: the held jobs have just arrived, so their identities are new.
 
-Each cycle starts from the same state. Per cycle the split is: read/parse (parse_json of
-both squeue reads and the sinfo read), publish (filter state file), view (plan.build_view),
-plan (plan.plan_requests incl. class lookup), place (policy.place), apply (decisions to
-updates, admin comments, audit records, releases, verification matching), audit (SQLite
-flush). Also printed: parse_json alone on the squeue document.
+Each cycle starts from the same state (cycle 0 warms up and is not counted). Per cycle:
+read/parse (parse_json of both squeue reads and the sinfo read), publish (filter state
+file), identities (job identities to the database), view (plan.build_view), plan
+(plan.plan_requests), place (policy.place), apply (the rest: class lookup, decisions to
+updates and admin comments, audit records, verification matching), audit (database flush).
+Wall and CPU time (this thread's) are both shown: on a shared machine wall time includes
+waiting for a core. Also printed: parse_json alone on the squeue document.
 
-Usage: bench/placer_cycle.py [--nodes 1250] [--per-node 8] [--held 1000] [--cycles 7]
-                             [--policy pal-match] [--no-audit-db] [--profile]
+Usage: bench/placer_cycle.py [--scenario burst|steady] [--nodes 1250] [--per-node 8] [--held 1000]
+                             [--cycles 7] [--policy pal-match] [--no-audit-db] [--profile]
 """
 
 from __future__ import annotations
@@ -342,7 +347,7 @@ def main() -> int:
     ap.add_argument("--scenario", choices=("burst", "steady"), default="burst",
                     help="burst: ~4,000 GPUs free, most held jobs placed in the cycle (the worst case); "
                          "steady: the cluster full but for a few GPUs")
-    ap.add_argument("--no-audit-db", action="store_true", help="keep audit records in memory (no SQLite flush)")
+    ap.add_argument("--no-audit-db", action="store_true", help="no database: audit records stay in memory, identities are not recorded")
     ap.add_argument("--profile", action="store_true", help="cProfile one extra cycle and print the top functions")
     args = ap.parse_args()
 
@@ -380,7 +385,9 @@ def main() -> int:
         audit, identities = database(tmp, not args.no_audit_db)
         placer = Placer(backend, cfg, StaticFactors(factors), audit, classes=CLASSES,  # type: ignore[arg-type]
                         identities=phases.wrap("identities", identities) if identities else None, clock=lambda: NOW)
-        seen_before = {str(j["job_id"]) for j in backend.doc["jobs"] if j["priority"] != 0}
+        # burst: the held jobs have just arrived, their identities are new (the daemon records
+        # up to 500 a cycle); steady: every job was seen in an earlier cycle
+        seen_before = {str(j["job_id"]) for j in backend.doc["jobs"] if j["priority"] != 0 or args.scenario == "steady"}
         # time the daemon's own steps where they are called (restored afterwards)
         saved = (plan.build_view, plan.plan_requests)
         daemon_mod.plan.build_view = phases.wrap("view", plan.build_view)  # type: ignore[attr-defined]
@@ -392,7 +399,7 @@ def main() -> int:
         try:
             for c in range(args.cycles + 1):  # cycle 0 warms up (imports, first publish)
                 backend.reset()
-                placer._identified = set(seen_before)  # the held jobs have just arrived: their identities are new
+                placer._identified = set(seen_before)
                 # the stand-in's documents (a million Python objects the real daemon does not
                 # hold) would otherwise make every full garbage collection in the cycle slower
                 gc.collect()
