@@ -125,9 +125,9 @@ class RestBackend(CliBackend):
 
     22.05's slurmrestd passes the token through to slurmctld: a missing token is HTTP 401,
     but a refused (bad, expired, other user's) token is HTTP 500 with the same error
-    document as a down slurmctld. An expired token is recognised from its `exp`; otherwise
-    `scontrol ping` tells the two apart (SlurmError for the token, SlurmUnavailable for
-    the controller).
+    document as a down slurmctld. An expired token is recognised from its `exp`; otherwise,
+    without the fallback, `scontrol ping` tells the two apart (SlurmError for the token,
+    SlurmUnavailable for the controller).
     """
 
     name = "rest"
@@ -203,6 +203,8 @@ class RestBackend(CliBackend):
                 parse_json.load(body, what)
             except SlurmError as inner:  # the error document 22.05 sends with HTTP 500
                 said = f"{head}: {str(inner).removeprefix(what + ': ')}"
+                if self.fallback_cli:  # the squeue/sinfo read that follows tells which
+                    return SlurmUnavailable(f"{said} (slurmctld down, or it refused the token or user)")
                 if self._ctld_up():
                     return SlurmError(f"{said}: slurmctld answers `scontrol ping`, so it refused the token "
                                       f"or user {self.user!r} (SLURM_JWT, SLURM_JWT_USER)")
