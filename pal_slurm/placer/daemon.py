@@ -118,7 +118,8 @@ class Placer:
                 self._release_unchanged(job, "no GPU classes known yet (run pal classify)", report)
             return self._done(report, t0)
         for job in jobs:
-            if job.pending and plan.is_placed_by_pal(job) and job.priority != 0:
+            if (job.pending and plan.is_placed_by_pal(job) and job.priority != 0
+                    and job.state_reason not in plan.NOT_WAITING_FOR_RESOURCES):
                 at = plan.placed_at(job)
                 if at is not None and now - at > self.cfg.replan_after_s:
                     self._replan(job, report)

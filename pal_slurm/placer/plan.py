@@ -112,6 +112,8 @@ class NodeTable:
         self.busy = np.array([n.alloc_cpus > 0 for n in nodes], dtype=bool)
         self.free_cpus = np.array([n.free_cpus for n in nodes], dtype=np.int64)
         self.free_memory_mb = np.array([n.free_memory_mb for n in nodes], dtype=np.int64)
+        self.cpus = np.array([n.cpus for n in nodes], dtype=np.int64)
+        self.memory_mb = np.array([n.real_memory_mb for n in nodes], dtype=np.int64)
         self.gpus = np.array([len(ids) for ids in cluster.node_gpus], dtype=np.int64)
         node_of = np.asarray(cluster.node_of, dtype=np.int64)
         free = np.fromiter(view.free, dtype=np.int64, count=len(view.free))
@@ -251,11 +253,18 @@ def _worst(values: Iterable[GpuVariability], kind: str, cls: str) -> float:
     return float(max(known)) if known else 1.0
 
 
+#: pending reasons of a job that waits for something other than GPUs (a begin time, another
+#: job, a hold): it keeps its placement, but its slots are not kept from other jobs meanwhile
+NOT_WAITING_FOR_RESOURCES = frozenset({"BeginTime", "Dependency", "DependencyNeverSatisfied", "JobHeldUser",
+                                       "JobHeldAdmin"})
+
+
 def promised_slots(jobs: Iterable[SlurmJob]) -> set[tuple[str, str]]:
-    """(node, type) of every pending job we placed and released but which has not started."""
+    """(node, type) of every pending job we placed and released which waits for its GPUs
+    (not for a begin time or a dependency: 16 such jobs would otherwise block 16 GPUs)."""
     out: set[tuple[str, str]] = set()
     for job in jobs:
-        if not (job.pending and is_placed_by_pal(job)):
+        if not (job.pending and is_placed_by_pal(job)) or job.state_reason in NOT_WAITING_FOR_RESOURCES:
             continue
         types = [i.type for i in _tres(job.tres_per_node).gpu_items if i.type]
         for node in expand_nodes(job.required_nodes):
@@ -310,8 +319,12 @@ def allowed_nodes(job: SlurmJob, view: View, shape: Shape) -> frozenset[int] | s
     return mask if isinstance(mask, str) else view.table.as_set(mask)
 
 
-def allowed_mask(job: SlurmJob, view: View, shape: Shape) -> np.ndarray | str:
-    """`allowed_nodes` as a boolean array over the view's node indices, or why the job is not moved."""
+def allowed_mask(job: SlurmJob, view: View, shape: Shape, *, now: bool = True) -> np.ndarray | str:
+    """`allowed_nodes` as a boolean array over the view's node indices, or why the job is not moved.
+
+    now=False: the nodes that could ever take the job (partition, features, exclusions, the
+    node's CPUs and memory), whatever their state and load: a node that is down, still
+    registering after a slurmctld restart, or busy makes a job wait, not leave our hands."""
     if job.required_nodes:
         return "names nodes: not moved"
     feats = job.features.strip()
@@ -321,11 +334,11 @@ def allowed_mask(job: SlurmJob, view: View, shape: Shape) -> np.ndarray | str:
     cpus = max(job.min_cpus_per_node, -(-job.cpus // shape.nodes))
     mem = job.memory_on_node_mb()
     # held jobs share a few constraint sets (partition, features, CPUs, memory): compute each once
-    key = (job.partition, feats, job.excluded_nodes, job.exclusive, cpus, mem)
+    key = (job.partition, feats, job.excluded_nodes, job.exclusive, cpus, mem, now)
     cached = table._masks.get(key)
     if cached is not None:
         return cached
-    mask = table.schedulable.copy()
+    mask = table.schedulable.copy() if now else np.ones_like(table.schedulable)
     parts = {p for p in job.partition.split(",") if p}
     if parts:
         in_part = np.zeros_like(mask)
@@ -338,11 +351,11 @@ def allowed_mask(job: SlurmJob, view: View, shape: Shape) -> np.ndarray | str:
         i = view.node_index.get(name)
         if i is not None:
             mask[i] = False
-    if job.exclusive:
+    if job.exclusive and now:
         mask &= ~table.busy
-    mask &= table.free_cpus >= cpus
+    mask &= (table.free_cpus if now else table.cpus) >= cpus
     if mem:
-        mask &= table.free_memory_mb >= mem
+        mask &= (table.free_memory_mb if now else table.memory_mb) >= mem
     mask.flags.writeable = False  # shared by every job with the same constraints
     table._masks[key] = mask
     return mask
@@ -374,14 +387,20 @@ def plan_requests(held: Sequence[HeldJob], view: View) -> Planned:
         if isinstance(mask, str):
             out.skips.append(Skip(job, mask))
             continue
-        if np.count_nonzero(mask & (table.gpus >= shape.per_node)) < shape.nodes:
-            # not even an empty cluster could take it on the nodes it may use
+        possible = allowed_mask(job, view, shape, now=False)
+        assert not isinstance(possible, str)  # the same reasons as `mask` above
+        if np.count_nonzero(possible & (table.gpus >= shape.per_node)) < shape.nodes:
+            # not even an empty, healthy cluster could take it on the nodes it may use
             out.skips.append(Skip(job, f"needs {shape.nodes} node(s) with {shape.per_node} steerable GPUs among "
-                                       f"the nodes it may use ({np.count_nonzero(mask)}): placed by Slurm"))
+                                       f"the nodes it may use ({np.count_nonzero(possible)}): placed by Slurm"))
             continue
         if shape.nodes == 1 and not np.any(mask & (table.free_gpus >= shape.per_node)):
             # no allowed node has enough free GPUs now: it waits, and takes nothing from others
             out.waiting[job.job_id] = f"no node it may use has {shape.per_node} free steerable GPUs"
+            continue
+        if np.count_nonzero(mask & (table.gpus >= shape.per_node)) < shape.nodes:
+            # enough such nodes exist, but not enough of them are up and have the CPUs/memory now
+            out.waiting[job.job_id] = f"fewer than {shape.nodes} node(s) it may use can take it now"
             continue
         # one node: the policy's own choice (PAL's within-node walk; with an infinite
         # locality penalty it never splits, see Placer); several nodes: the same slots on each
