@@ -1,0 +1,435 @@
+"""Fail-open paths of the placement daemon on the real test cluster (issue 4, "Fail-open").
+
+Each test runs its own `pal placer` (enforce mode, 0.5 s cycle, stale_after 5 s) as systemd
+would, with the filter's kill switch removed; the `rig` fixture always stops the placer,
+restores the kill switch and cancels every job the test submitted.
+
+Jobs are kept held on purpose by filling all 16 GPUs first with `sleep` jobs that name their
+node (the filter never holds those): the placer then has nothing free and leaves the GPU jobs
+held, which is the state a crash or a stop must not strand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.slurm.conftest import FINISHED, SCRIPT, SlurmCluster
+from tests.slurm.placer_support import NODES, PlacerProcess, make_db, write_config
+
+pytestmark = pytest.mark.slurm
+
+STATE_CACHE_S = 2.2   # job_submit.lua re-reads its state file at most every 2 s
+STALE_AFTER = 5       # the placer's stale_after_s in these tests
+HELD_TAG = "pal:held"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _num(value: Any) -> int | None:
+    """An integer field of squeue --json: a plain int (22.05) or {set, infinite, number} (24.11)."""
+    if isinstance(value, dict):
+        return int(value["number"]) if value.get("set", True) else None
+    return None if value is None else int(value)
+
+
+def _state(job: dict[str, Any]) -> str:
+    state = job.get("job_state")
+    return (state[0] if isinstance(state, list) and state else str(state or "")).upper()
+
+
+def _held_by_pal(job: dict[str, Any]) -> bool:
+    return _num(job.get("priority")) == 0 and (job.get("admin_comment") or "").startswith(HELD_TAG)
+
+
+@pytest.fixture(scope="module")
+def classified_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The classified SQLite database (made once; each test works on its own copy)."""
+    tmp = tmp_path_factory.mktemp("paldb")
+    make_db(tmp)
+    return tmp / "pal.db"
+
+
+@dataclass
+class Rig:
+    """One test's placer, jobs and filter switch on the shared test cluster."""
+
+    cluster: SlurmCluster
+    tmp: Path
+    db_template: Path
+    jobs: list[str] = field(default_factory=list)
+    fillers: list[str] = field(default_factory=list)
+    placers: list[PlacerProcess] = field(default_factory=list)
+
+    # ---------------------------------------------------------------- placer
+    def db_copy(self) -> tuple[str, Path]:
+        path = self.tmp / "pal.db"
+        shutil.copyfile(self.db_template, path)
+        return f"sqlite:///{path}", path
+
+    def config(self, db_url: str | None = None, **kwargs: Any) -> Path:
+        if db_url is None:
+            db_url, _ = self.db_copy()
+        kwargs.setdefault("stale_after", STALE_AFTER)
+        return write_config(self.tmp, db_url, self.cluster.filter_state, mode="enforce", **kwargs)
+
+    def start(self, config: Path) -> PlacerProcess:
+        """Start a placer and wait until it has finished its first cycle (classes loaded).
+
+        A cycle publishes the heartbeat first: a heartbeat from a later second than the first
+        one this placer wrote comes from its second cycle, so the first one is over."""
+        self.assert_no_other_placer()
+        started = int(time.time())
+        p = PlacerProcess(config, self.cluster.env, self.tmp / f"placer-{len(self.placers)}.log")
+        self.placers.append(p)
+        deadline = time.monotonic() + 30
+        first = None
+        while first is None or self.heartbeat() <= first:
+            assert p.proc.poll() is None, f"placer exited {p.proc.returncode}:\n{p.output()}"
+            assert time.monotonic() < deadline, f"placer wrote no heartbeat:\n{p.output()}"
+            if first is None and self.heartbeat() >= started:
+                first = self.heartbeat()
+            time.sleep(0.1)
+        return p
+
+    def assert_no_other_placer(self) -> None:
+        """One placer per cluster: another one (a leaked test placer) would take our held jobs."""
+        before = self.heartbeat()
+        time.sleep(1.1)
+        after = self.heartbeat()
+        assert after <= 0 or after == before, (
+            f"another placer writes {self.cluster.filter_state} (heartbeat {before} -> {after}): stop it first")
+
+    def heartbeat(self) -> int:
+        try:
+            text = self.cluster.filter_state.read_text(encoding="utf-8")
+        except OSError:
+            return -1
+        m = re.search(r"heartbeat\s*=\s*(\d+)", text)
+        return int(m.group(1)) if m else -1
+
+    def filter_on(self) -> None:
+        """Remove the kill switch (the placer writes the state file) and let the filter's cache expire."""
+        self.cluster.kill_switch.unlink(missing_ok=True)
+        time.sleep(STATE_CACHE_S)
+
+    def pal(self, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        """`python3 -m pal_slurm --config CFG ARGS` as the systemd timer runs it."""
+        return subprocess.run([sys.executable, "-m", "pal_slurm", "--config", str(config), *args], check=False,
+                              capture_output=True, text=True, timeout=60, cwd=REPO,
+                              env={**os.environ, **self.cluster.env})
+
+    # ---------------------------------------------------------------- jobs
+    def submit(self, args: Sequence[str], wrap: str = "sleep 0.2") -> str:
+        jobid = self.cluster.submit(["-J", "pal-failopen", *args, "--wrap", wrap])
+        self.jobs.append(jobid)
+        return jobid
+
+    def fill_gpus(self) -> None:
+        """Every GPU busy with a long sleep that names its node (never held, never moved)."""
+        for node in NODES:
+            self.fillers.append(self.submit(["-w", node, "--gres=gpu:4"], wrap="sleep 600"))
+        for jobid in self.fillers:
+            self.cluster.wait_state(jobid, "RUNNING", timeout=30)
+
+    def free_gpus(self) -> None:
+        self.cluster.cancel(self.fillers)
+
+    def records(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        want = {int(j) for j in ids}
+        return {str(_num(j["job_id"])): j for j in self.cluster.squeue_json()["jobs"] if _num(j["job_id"]) in want}
+
+    def held(self, ids: Iterable[str]) -> list[str]:
+        return sorted(j for j, rec in self.records(ids).items() if _held_by_pal(rec))
+
+    def wait_held(self, ids: Sequence[str], timeout: float = 15) -> None:
+        """Until every job in IDS is held by pal-slurm and the placer has had two more cycles."""
+        deadline = time.monotonic() + timeout
+        while len(self.held(ids)) < len(ids):
+            assert time.monotonic() < deadline, f"not all held: {self.records(ids)}"
+            time.sleep(0.25)
+        time.sleep(1.2)
+        assert self.held(ids) == sorted(ids), self.records(ids)
+
+    def wait_finished(self, ids: Sequence[str], timeout: float = 40) -> dict[str, dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            recs = self.records(ids)
+            if all(_state(r) in FINISHED for r in recs.values()) and len(recs) == len(ids):
+                return recs
+            assert time.monotonic() < deadline, f"jobs not finished: { {j: _state(r) for j, r in recs.items()} }"
+            time.sleep(0.3)
+
+    def cleanup(self) -> None:
+        """Placers stopped (killed if SIGTERM does not end them), filter off, our jobs cancelled."""
+        try:
+            for p in self.placers:
+                if p.proc.poll() is None:
+                    try:
+                        p.stop()
+                    except subprocess.TimeoutExpired:
+                        p.proc.kill()
+                        p.proc.wait(timeout=10)
+                if not p._fh.closed:
+                    p._fh.close()
+        finally:
+            self.cluster.kill_switch.touch()
+            self.cluster.filter_state.unlink(missing_ok=True)
+            self.cluster.cancel(self.jobs)
+
+
+@pytest.fixture
+def rig(slurm_cluster: SlurmCluster, tmp_path: Path, classified_db: Path) -> Iterator[Rig]:
+    r = Rig(slurm_cluster, tmp_path, classified_db)
+    try:
+        yield r
+    finally:
+        r.cleanup()
+
+
+def _assert_released_and_run(rig: Rig, ids: Sequence[str], why: str) -> None:
+    recs = rig.records(ids)
+    assert not rig.held(ids), recs
+    for rec in recs.values():
+        assert rec["admin_comment"] == f"pal: released unchanged: {why}", rec["admin_comment"]
+        assert _num(rec["priority"]) != 0
+    rig.free_gpus()
+    done = rig.wait_finished(ids)
+    assert {j: _state(r) for j, r in done.items()} == dict.fromkeys(ids, "COMPLETED")
+
+
+# ---------------------------------------------------------------- crash, stop
+
+
+def test_kill_9_then_release_stale_releases_every_held_job(rig: Rig) -> None:
+    cfg = rig.config()
+    rig.fill_gpus()
+    placer = rig.start(cfg)
+    rig.filter_on()
+    held = [rig.submit(["--gres=gpu:1"]), rig.submit(["--gpus=2"]), rig.submit(["--gpus-per-node=1", "--pal-class=D"])]
+    rig.wait_held(held)
+
+    assert placer.stop(signal.SIGKILL) == -signal.SIGKILL
+    # the timer fires while the heartbeat is still fresh: a live daemon's jobs are not touched
+    early = rig.pal(cfg, "placer", "release-stale", "--json")
+    assert early.returncode == 0, early.stderr
+    assert json.loads(early.stdout)["stale"] is False
+    assert rig.held(held) == sorted(held)
+
+    while time.time() - rig.heartbeat() <= STALE_AFTER + 1:
+        time.sleep(0.2)
+    # stale heartbeat: the filter holds nothing new, even before the fail-safe has run
+    late = rig.submit(["--gres=gpu:1"])
+    time.sleep(0.5)
+    assert not rig.held([late]), rig.records([late])
+
+    out = rig.pal(cfg, "placer", "release-stale", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["stale"] is True and sorted(report["released"]) == sorted(held), report
+    assert rig.heartbeat() == 0
+    _assert_released_and_run(rig, held, "placer heartbeat stale; released by the fail-safe")
+    assert rig.wait_finished([late])[late]["admin_comment"] == ""
+
+
+def test_sigterm_releases_every_held_job_and_zeroes_the_heartbeat(rig: Rig) -> None:
+    cfg = rig.config()
+    rig.fill_gpus()
+    placer = rig.start(cfg)
+    rig.filter_on()
+    held = [rig.submit(["--gres=gpu:1"]), rig.submit(["--gres=gpu:1", "--comment", "pal:class=B"]),
+            rig.submit(["--gpus=1"])]
+    rig.wait_held(held)
+
+    assert placer.stop() == 0
+    assert rig.heartbeat() == 0
+    assert f"released {len(held)} held job(s)" in placer.output()
+    time.sleep(STATE_CACHE_S)
+    late = rig.submit(["--gres=gpu:1"])
+    assert not rig.held([late]), rig.records([late])
+    _assert_released_and_run(rig, held, "placer stopped")
+    assert rig.wait_finished([late])[late]["admin_comment"] == ""
+
+
+# ---------------------------------------------------------------- database down
+
+
+def test_database_lost_after_start_keeps_placing_from_memory(rig: Rig) -> None:
+    url, path = rig.db_copy()
+    placer = rig.start(rig.config(url))   # one cycle: the classes are in memory now
+    # the database file becomes an empty one (same inode: the pooled connection sees it too)
+    # and the old one is moved away
+    shutil.copyfile(path, path.with_suffix(".moved"))
+    with open(path, "r+b") as fh:
+        fh.truncate(0)
+    deadline = time.monotonic() + 20
+    while "classes not reloaded" not in placer.output():
+        assert time.monotonic() < deadline, placer.output()
+        time.sleep(0.3)
+
+    rig.filter_on()
+    ids = [rig.submit(["--gres=gpu:1"]), rig.submit(["--gpus=2", "--pal-class=D"]), rig.submit(["--gres=gpu:1"])]
+    done = rig.wait_finished(ids)
+    for rec in done.values():
+        assert rec["admin_comment"].startswith("pal: placed class="), rec["admin_comment"]
+        assert " v1 " in rec["admin_comment"]          # the classification version held in memory
+        assert _state(rec) == "COMPLETED"
+    assert "placing with version 1 from memory" in placer.output()
+    assert placer.proc.poll() is None
+
+
+def test_database_never_reachable_releases_held_jobs_unchanged(rig: Rig) -> None:
+    url = "postgresql+psycopg://pal:s3cret-pw@127.0.0.1:1/pal"
+    placer = rig.start(rig.config(url))
+    rig.filter_on()
+    ids = [rig.submit(["--gres=gpu:1"]), rig.submit(["--gpus=2"])]
+    done = rig.wait_finished(ids)
+    for rec in done.values():
+        assert rec["admin_comment"] == "pal: released unchanged: no GPU classes known yet (run pal classify)"
+        assert _state(rec) == "COMPLETED"
+        assert rec["tres_per_node"] in ("gres:gpu:1", "") and "_g" not in rec["tres_per_node"]
+    log = placer.output()
+    assert "placing with none" in log and placer.proc.poll() is None
+    assert "s3cret-pw" not in log
+
+
+# ---------------------------------------------------------------- slurmctld restart
+
+
+def test_slurmctld_restart_the_placer_carries_on(rig: Rig) -> None:
+    placer = rig.start(rig.config())
+    rig.filter_on()
+    before = rig.submit(["--gres=gpu:1"])
+    rig.wait_finished([before])
+    proc = subprocess.run([str(SCRIPT), "restart-ctld"], check=False, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **rig.cluster.env})
+    assert proc.returncode == 0, proc.stderr
+    # at once, while the nodes are still registering again: the job waits for them, held
+    after = rig.submit(["--gres=gpu:1"])
+    rec = rig.wait_finished([after])[after]
+    assert rec["admin_comment"].startswith("pal: placed class="), rec["admin_comment"]
+    assert _state(rec) == "COMPLETED"
+    assert placer.proc.poll() is None, placer.output()
+    # and the heartbeat never stopped for long
+    assert time.time() - rig.heartbeat() < 3
+
+
+def test_slurmctld_down_for_a_while_is_logged_and_survived(rig: Rig) -> None:
+    """slurmctld gone for ~15 s: the placer says so (Slurm unavailable), its heartbeat stops
+    (so the filter stops holding), it does not exit, and it places again once slurmctld is back."""
+    placer = rig.start(rig.config())
+    rig.filter_on()
+    pid = int((rig.cluster.dir / "pids" / "slurmctld").read_text().strip())
+    os.kill(pid, signal.SIGTERM)   # the slurmctld our cluster script started for this cluster
+    try:
+        deadline = time.monotonic() + 60
+        while "Slurm unavailable" not in placer.output():
+            assert time.monotonic() < deadline and placer.proc.poll() is None, placer.output()
+            time.sleep(0.3)
+        assert time.time() - rig.heartbeat() > 5, "heartbeat kept going without Slurm"
+    finally:
+        proc = subprocess.run([str(SCRIPT), "start"], check=False, capture_output=True, text=True, timeout=180,
+                              env={**os.environ, **rig.cluster.env})
+    assert proc.returncode == 0, proc.stderr
+    assert placer.proc.poll() is None, placer.output()
+    time.sleep(STATE_CACHE_S)
+    after = rig.submit(["--gres=gpu:1"])
+    rec = rig.wait_finished([after], timeout=60)[after]
+    assert rec["admin_comment"].startswith("pal: placed class="), rec["admin_comment"]
+    assert "Traceback" not in placer.output()
+
+
+# ---------------------------------------------------------------- re-planning
+
+
+def test_a_released_job_that_does_not_start_is_replanned(rig: Rig) -> None:
+    """Provoked: two jobs are placed on the only free slots (pal-n3 g2, g3) with a begin time
+    10 s ahead; while they wait for it their slots are not kept, so a 2-GPU job is placed there
+    and runs. When the two become eligible their pinned slots are busy: after replan_after_s
+    they are held again and, once a filler ends, placed afresh elsewhere from the request
+    the user made. Neither is ever released with a stale pinned slot, nor loses its GPUs
+    (22.05 refuses an untyped request once a job carried typed ones: typed -> typed)."""
+    for node in ("pal-n1", "pal-n2", "pal-n4"):
+        rig.fillers.append(rig.submit(["-w", node, "--gres=gpu:4"], wrap="sleep 600"))
+    rig.fillers.append(rig.submit(["-w", "pal-n3", "--gres=gpu:v100_g0:1,gpu:v100_g1:1"], wrap="sleep 600"))
+    for jobid in rig.fillers:
+        rig.cluster.wait_state(jobid, "RUNNING", timeout=30)
+    cfg = rig.config(replan_after=2)
+    rig.start(cfg)
+    rig.filter_on()
+    wrap = "echo GPUS=${SLURM_JOB_GPUS:-none}; echo NODE=$SLURMD_NODENAME"
+    ids = {rig.submit(["--gres=gpu:1", "--begin=now+10"], wrap=wrap): ("tres_per_node gres:gpu:1", 1),
+           rig.submit(["--gpus=1", "--begin=now+10"], wrap=wrap): ("tres_per_job gres:gpu:1", 1)}
+    seen: dict[str, list[str]] = {j: [] for j in ids}
+
+    def watch() -> dict[str, dict[str, Any]]:
+        recs = rig.records(ids)
+        for jobid, rec in recs.items():
+            if not seen[jobid] or seen[jobid][-1] != rec["admin_comment"]:
+                seen[jobid].append(rec["admin_comment"])
+        return recs
+
+    deadline = time.monotonic() + 15
+    while not all(c and c[-1].startswith("pal: placed") for c in seen.values()):
+        watch()
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.2)
+    blocker = rig.submit(["--gres=gpu:2"], wrap="sleep 120")
+    rig.cluster.wait_state(blocker, "RUNNING", timeout=20)
+    assert "pal-n3:2,3" in rig.records([blocker])[blocker]["admin_comment"]
+    deadline = time.monotonic() + 40
+    while not all(any("src=replan" in c for c in cs) for cs in seen.values()):
+        watch()
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.2)
+    rig.cluster.cancel(rig.fillers[:1])                  # pal-n1's GPUs free up
+    deadline = time.monotonic() + 40
+    while not all(_state(r) in FINISHED for r in watch().values()):
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.2)
+    recs = watch()
+    for jobid, (was, ngpus) in ids.items():
+        rec = recs[jobid]
+        assert _state(rec) == "COMPLETED", (rec, seen[jobid])
+        placed = [c for c in seen[jobid] if c.startswith("pal: placed")]
+        assert len(placed) >= 2 and "gpus=pal-n3:" in placed[0] and "gpus=pal-n1:" in placed[-1], seen[jobid]
+        assert not any("released unchanged" in c for c in seen[jobid]), seen[jobid]
+        assert placed[-1] == rec["admin_comment"] and rec["admin_comment"].endswith(f"was {was}")
+        env = rig.cluster.job_env(jobid)
+        assert env["NODE"] == "pal-n1" and len(env["GPUS"].split(",")) == ngpus and env["GPUS"] != "none", env
+        out = rig.pal(cfg, "placements", "--job", jobid, "--format", "json")
+        assert out.returncode == 0, out.stderr
+        outcomes = [r["outcome"] for r in json.loads(out.stdout)]
+        assert outcomes.count("applied") >= 2 and "released-unchanged" not in outcomes, outcomes
+
+
+def test_jobs_waiting_for_a_begin_time_or_dependency_do_not_block_gpus(rig: Rig) -> None:
+    """Placed jobs that cannot start for a reason other than resources (a begin time ahead, a
+    dependency) must not keep their slots from other jobs: 16 such jobs on 16 GPUs, then a
+    plain GPU job that plain Slurm would start at once -- it must start, not wait held."""
+    rig.start(rig.config())
+    rig.filter_on()
+    dep = rig.submit(["--hold"], wrap="true")
+    waiting = [rig.submit(["--gres=gpu:1", "--begin=now+1hour"]) for _ in range(8)]
+    waiting += [rig.submit(["--gres=gpu:1", f"--dependency=afterok:{dep}"]) for _ in range(8)]
+    deadline = time.monotonic() + 30
+    while not all(r["admin_comment"].startswith("pal: placed") for r in rig.records(waiting).values()):
+        assert time.monotonic() < deadline, rig.records(waiting)
+        time.sleep(0.3)
+    plain = rig.submit(["--gres=gpu:1"])
+    rec = rig.wait_finished([plain], timeout=20)[plain]
+    assert _state(rec) == "COMPLETED" and rec["admin_comment"].startswith("pal: placed"), rec["admin_comment"]
+    recs = rig.records(waiting)
+    assert {r["state_reason"] for r in recs.values()} == {"BeginTime", "Dependency"}
+    assert not rig.held(waiting)
