@@ -186,3 +186,18 @@ def test_systemd_analyze_verify_accepts_every_unit(tmp_path: Path) -> None:
                           timeout=120, check=False)
     noise = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     assert proc.returncode == 0 and not noise, "\n".join(noise)
+
+
+def test_admin_guide_shows_every_placer_key_with_its_default() -> None:
+    """The `[placer]` example in docs/admin-guide.md is the defaults table admins read: keep it true."""
+    import tomllib
+
+    guide = (UNIT_DIR.parent / "docs" / "admin-guide.md").read_text(encoding="utf-8")
+    block = re.search(r"```toml\n(\[placer\]\n.*?)```", guide, flags=re.DOTALL)
+    assert block, "docs/admin-guide.md has no ```toml [placer] example"
+    shown = tomllib.loads(block.group(1).replace("# rest_url", "rest_url"))["placer"]
+    defaults = PlacerConfig().model_dump()
+    assert set(shown) == set(defaults), set(shown) ^ set(defaults)
+    for key, value in defaults.items():
+        if value is not None:
+            assert shown[key] == value, (key, shown[key], value)
