@@ -257,7 +257,7 @@ class InMemorySlurm:
     def jobs(self) -> list[SlurmJob]:
         text = self._squeue_text()
         with self.phases.span("read/parse"):
-            return parse_json.iter_unique(parse_json.jobs_from_doc(parse_json.load(text, "squeue --json")))
+            return parse_json.iter_unique(parse_json.jobs_from_doc(parse_json.load(text, "squeue --json"), active_only=True))
 
     def nodes(self) -> list[SlurmNode]:
         with self.phases.span("read/parse"):

@@ -64,11 +64,10 @@ def build_placer(app: AppContext, mode: str | None = None, policy: str | None = 
 
     def identities(jobs):  # type: ignore[no-untyped-def]
         from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.store import record_identity
+        from pal_slurm.jobs.store import record_identities
 
         with session_scope(app.engine) as session:
-            for job in jobs:
-                record_identity(session, job.job_id, job.user, job.name, job.command)
+            record_identities(session, [(j.job_id, j.user, j.name, j.command) for j in jobs])
 
     return Placer(backend, pc, factors, audit, classes=list(cfg.job_classes), resolve_class=resolve, rules=rules,
                   identities=identities)

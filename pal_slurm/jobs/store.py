@@ -63,6 +63,37 @@ def record_identity(session: Session, slurm_job_id: str, user: str, name: str, c
     return row
 
 
+def record_identities(session: Session, jobs: Sequence[tuple[str, str, str, str]],
+                      seen_at: datetime | None = None) -> int:
+    """record_identity for many (job id, user, name, command) at once: one query for the
+    ids already known, one bulk insert for the rest (the placer may see hundreds per cycle).
+    Returns the rows inserted or updated."""
+    when = seen_at or datetime.now(UTC)
+    wanted = {}
+    for job_id, user, name, command in jobs:
+        user, name = user[:_MAX_USER], name[:_MAX_NAME]
+        wanted[str(job_id)] = (user, name, command, fingerprint(user, name, command))
+    if not wanted:
+        return 0
+    known: dict[str, JobIdentity] = {}
+    ids = list(wanted)
+    for i in range(0, len(ids), 500):
+        for row in session.scalars(select(JobIdentity).where(JobIdentity.slurm_job_id.in_(ids[i:i + 500]))):
+            known[row.slurm_job_id] = row
+    changed = 0
+    for job_id, (user, name, command, fp) in wanted.items():
+        row = known.get(job_id)
+        if row is None:
+            session.add(JobIdentity(slurm_job_id=job_id, user=user, name=name, command=command, fingerprint=fp,
+                                    first_seen=when))
+            changed += 1
+        elif row.fingerprint != fp or row.user != user or row.name != name:
+            row.user, row.name, row.command, row.fingerprint, row.first_seen = user, name, command, fp, when
+            changed += 1
+    session.flush()
+    return changed
+
+
 def _clean(value: str | None, what: str) -> str | None:
     if value is None:
         return None

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.engine import Engine
 
 from pal_slurm.db.engine import session_scope
@@ -56,11 +56,12 @@ class AuditSink:
         batch = list(self.pending)
         try:
             with session_scope(self._engine_factory()) as session:
-                for r in batch:
-                    session.add(Placement(slurm_job_id=r.job_id, policy=r.policy, job_class=r.job_class,
-                                          classification_version=r.version, gpus=r.gpus,
-                                          alternatives=r.alternatives, reason=r.reason[:4000], outcome=r.outcome,
-                                          decided_at=r.decided_at, applied_at=r.applied_at))
+                # one bulk INSERT: a busy cycle records hundreds of decisions
+                session.execute(insert(Placement), [
+                    {"slurm_job_id": r.job_id, "policy": r.policy, "job_class": r.job_class,
+                     "classification_version": r.version, "gpus": r.gpus, "alternatives": r.alternatives,
+                     "reason": r.reason[:4000], "outcome": r.outcome, "decided_at": r.decided_at,
+                     "applied_at": r.applied_at} for r in batch])
         except Exception as exc:  # noqa: BLE001 - the database being down must not stop placement
             self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             log.warning("audit: %d placement record(s) kept in memory (%s)", len(batch), self.last_error)

@@ -77,8 +77,9 @@ class CliBackend:
         return self._version
 
     def jobs(self) -> list[SlurmJob]:
+        """Jobs that are not finished (pending, running, suspended, completing...)."""
         doc = parse_json.load(self._run(["squeue", "--all", "--json"]), "squeue --json")
-        return parse_json.iter_unique(parse_json.jobs_from_doc(doc))
+        return parse_json.iter_unique(parse_json.jobs_from_doc(doc, active_only=True))
 
     def nodes(self) -> list[SlurmNode]:
         if self.version() >= (23, 2):
@@ -247,7 +248,8 @@ class RestBackend(CliBackend):
         return result
 
     def jobs(self) -> list[SlurmJob]:
-        return self._read("jobs", lambda doc: parse_json.iter_unique(parse_json.jobs_from_doc(doc)), super().jobs)
+        return self._read("jobs", lambda doc: parse_json.iter_unique(parse_json.jobs_from_doc(doc, active_only=True)),
+                          super().jobs)
 
     def nodes(self) -> list[SlurmNode]:
         return self._read("nodes", parse_json.nodes_from_doc, super().nodes)

@@ -151,9 +151,20 @@ def job_from_json(raw: Mapping[str, Any]) -> SlurmJob:
     )
 
 
-def jobs_from_doc(doc: Mapping[str, Any]) -> list[SlurmJob]:
-    """`squeue --json` (22.05, 24.11) or `scontrol show job --json` (24.11)."""
-    return [job_from_json(j) for j in doc.get("jobs") or [] if isinstance(j, Mapping)]
+#: job states after which nothing of a job matters to placement (squeue keeps them MinJobAge s)
+FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                             "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"})
+
+
+def jobs_from_doc(doc: Mapping[str, Any], *, active_only: bool = False) -> list[SlurmJob]:
+    """`squeue --json` (22.05, 24.11) or `scontrol show job --json` (24.11).
+
+    active_only skips finished jobs before converting them: on a busy cluster squeue lists
+    thousands of them (22.05 ignores --states with --json) and the placer needs none."""
+    raw = [j for j in doc.get("jobs") or [] if isinstance(j, Mapping)]
+    if active_only:
+        raw = [j for j in raw if not (set(states(j.get("job_state"))[:1]) & FINISHED_STATES)]
+    return [job_from_json(j) for j in raw]
 
 
 def node_from_json(raw: Mapping[str, Any]) -> SlurmNode:

@@ -1,0 +1,49 @@
+"""The placer's database side on every backend: audit records, job identities, factors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pal_slurm.db.engine import make_engine, session_scope
+from pal_slurm.db.migrate import upgrade
+from pal_slurm.db.models import JobIdentity
+from pal_slurm.jobs.store import record_identities
+from pal_slurm.placer.audit import AuditSink, Record, placements_for
+
+
+def test_audit_bulk_flush_and_explain_order(db_url: str) -> None:
+    engine = make_engine(db_url)
+    upgrade(engine)
+    sink = AuditSink(lambda: engine)
+    for i in range(300):
+        sink.add(Record(job_id=str(i % 7), policy="pal-match", job_class="A", version=2,
+                        gpus=[{"node": "n1", "minor": i % 4, "type": f"v100_g{i % 4}", "slowdown": 0.97}],
+                        alternatives=[{"gpus": ["n1:0"], "weight": 0.97}], reason=f"r{i}", outcome="applied"))
+    assert sink.flush() == 300 and not sink.pending
+    rows = placements_for(engine, "3", limit=100)
+    assert len(rows) == len([i for i in range(300) if i % 7 == 3])
+    assert rows[0]["gpus"][0]["type"].startswith("v100_g") and rows[0]["classification_version"] == 2
+
+
+def test_audit_keeps_records_while_the_database_is_down(tmp_path: Path) -> None:
+    bad = make_engine("postgresql+psycopg://pal:x@127.0.0.1:1/pal", connect_timeout_s=1)
+    sink = AuditSink(lambda: bad, max_pending=5)
+    for i in range(7):
+        sink.add(Record(job_id=str(i), policy="p", job_class=None, version=None, gpus=[], alternatives=None,
+                        reason="x", outcome="released-unchanged"))
+    assert sink.flush() == 0 and len(sink.pending) == 5 and sink.dropped == 2
+    assert sink.last_error and "x@" not in sink.last_error  # no password in what we log
+
+
+def test_record_identities_bulk_is_idempotent_and_follows_reused_ids(db_url: str) -> None:
+    engine = make_engine(db_url)
+    upgrade(engine)
+    jobs = [(str(i), "alice", f"train-{i % 3}", "/home/alice/run.sh") for i in range(1200)]
+    with session_scope(engine) as s:
+        assert record_identities(s, jobs) == 1200
+    with session_scope(engine) as s:
+        assert record_identities(s, jobs) == 0
+        assert record_identities(s, [("5", "bob", "other", "x.sh")]) == 1
+    with session_scope(engine) as s:
+        rows = {r.slurm_job_id: r for r in s.query(JobIdentity)}
+        assert len(rows) == 1200 and rows["5"].user == "bob" and rows["6"].fingerprint == rows["3"].fingerprint
