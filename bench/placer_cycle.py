@@ -311,15 +311,14 @@ def database(tmp: Path, use_db: bool) -> tuple[AuditSink, Callable[[Sequence[Slu
         return AuditSink(None), None
     from pal_slurm.db.engine import make_engine, session_scope
     from pal_slurm.db.migrate import upgrade
-    from pal_slurm.jobs.store import record_identity
+    from pal_slurm.jobs.store import record_identities
 
     engine = make_engine(f"sqlite:///{tmp / 'pal.db'}")
     upgrade(engine)
 
     def identities(jobs: Sequence[SlurmJob]) -> None:
         with session_scope(engine) as session:
-            for job in jobs:
-                record_identity(session, job.job_id, job.user, job.name, job.command)
+            record_identities(session, [(j.job_id, j.user, j.name, j.command) for j in jobs])
 
     return AuditSink(lambda: engine), identities
 
