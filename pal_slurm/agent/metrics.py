@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from pal_slurm.agent.store import NodeFacts
+from pal_slurm.profiler.telemetry import REASON_NAMES
 
 __all__ = ["THROTTLE_REASONS", "AgentHealth", "GpuGauges", "MetricsServer", "render"]
 
@@ -26,18 +27,8 @@ log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-# NVML clocks-event (throttle) reason bits and the names the metrics use for them.
-THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
+# NVML clocks-event (throttle) reason bits and their names: one table, the profiler's
+THROTTLE_REASONS = REASON_NAMES
 
 
 @dataclass
