@@ -31,6 +31,7 @@ import pytest
 
 from tests.slurm.conftest import FINISHED, SlurmCluster
 from tests.slurm.placer_support import PlacerProcess, make_db, write_config
+from tests.slurm.test_placer_failopen import wait_idle
 
 pytestmark = pytest.mark.slurm
 
@@ -186,7 +187,10 @@ def _array_expanded(recs: Sequence[dict[str, Any]]) -> bool:
 
 
 def run_batch(cluster: SlurmCluster, cases: Sequence[Case], script: Path, tag: str) -> dict[str, Outcome]:
-    """Submit every case, then poll (one squeue --json per round) until all settled or timeout."""
+    """Submit every case, then poll (one squeue --json per round) until all settled or timeout.
+    Both batches start on an idle cluster: a node still registering after a slurmctld restart
+    makes Slurm refuse requests it accepts a moment later."""
+    wait_idle(cluster)
     dep = cluster.submit(["-J", f"corpus-{tag}-dep", "--hold", "-o", "/dev/null", "--wrap", "true"])
     out: dict[str, Outcome] = {}
     for case in cases:

@@ -140,8 +140,14 @@ class Rig:
         """Every GPU busy with a long sleep that names its node (never held, never moved)."""
         for node in NODES:
             self.fillers.append(self.submit(["-w", node, "--gres=gpu:4"], wrap="sleep 600"))
+        self.wait_fillers()
+
+    def wait_fillers(self) -> None:
         for jobid in self.fillers:
-            self.cluster.wait_state(jobid, "RUNNING", timeout=30)
+            try:
+                self.cluster.wait_state(jobid, "RUNNING", timeout=45)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\nnodes:\n{node_report(self.cluster)}") from None
 
     def free_gpus(self) -> None:
         self.cluster.cancel(self.fillers)
@@ -189,8 +195,25 @@ class Rig:
             self.cluster.cancel(self.jobs)
 
 
+def wait_idle(cluster: SlurmCluster, timeout: float = 60) -> None:
+    """Every node idle (a test before may have restarted slurmctld or left jobs ending)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = cluster.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout.split()
+        states = dict(zip(out[::2], out[1::2]))
+        if states and all(st == "idle" for st in states.values()):
+            return
+        assert time.monotonic() < deadline, f"nodes not idle after {timeout:g}s: {states}"
+        time.sleep(0.5)
+
+
+def node_report(cluster: SlurmCluster) -> str:
+    return cluster.run(["sinfo", "-N", "-O", "NodeList,StateLong,GresUsed:60,CPUsState"], check=False).stdout
+
+
 @pytest.fixture
 def rig(slurm_cluster: SlurmCluster, tmp_path: Path, classified_db: Path) -> Iterator[Rig]:
+    wait_idle(slurm_cluster)
     r = Rig(slurm_cluster, tmp_path, classified_db)
     try:
         yield r
@@ -363,8 +386,7 @@ def test_a_released_job_that_does_not_start_is_replanned(rig: Rig) -> None:
     for node in ("pal-n1", "pal-n2", "pal-n4"):
         rig.fillers.append(rig.submit(["-w", node, "--gres=gpu:4"], wrap="sleep 600"))
     rig.fillers.append(rig.submit(["-w", "pal-n3", "--gres=gpu:v100_g0:1,gpu:v100_g1:1"], wrap="sleep 600"))
-    for jobid in rig.fillers:
-        rig.cluster.wait_state(jobid, "RUNNING", timeout=30)
+    rig.wait_fillers()
     cfg = rig.config(replan_after=2)
     rig.start(cfg)
     rig.filter_on()
