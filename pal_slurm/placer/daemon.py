@@ -216,15 +216,24 @@ class Placer:
             if update.clear_field != "TresPerNode" and job.tres_per_node:
                 self.backend.update_job(job.job_id, [("TresPerNode", "")])
             self.backend.update_job(job.job_id, [("TresPerNode", update.tres_per_node),
-                                                 ("NodeList", update.node_list), ("AdminComment", comment)])
+                                                 ("NodeList", update.node_list)])
             self.backend.release(job.job_id)
-            return True
         except SlurmUnavailable:
             raise
         except SlurmError as exc:
             log.warning("job %s: placement not applied (%s); restoring the request", job.job_id, exc)
             self._restore(job, update, f"placement failed: {exc}")
             return False
+        # the tag changes only once the job is released: a job still held keeps `pal:held`,
+        # so the next cycle and release-stale still know it is ours
+        self._comment(job.job_id, comment)
+        return True
+
+    def _comment(self, job_id: str, text: str) -> None:
+        try:
+            self.backend.update_job(job_id, [("AdminComment", text[:900])])
+        except SlurmError as exc:
+            log.warning("job %s: admin comment not set (%s)", job_id, exc)
 
     def _restore(self, job: SlurmJob, update: plan.Update, why: str) -> None:
         """Put back the GPU request `job` had when this cycle read it, and release it.
@@ -234,10 +243,8 @@ class Placer:
         identification") and would be left with no GPUs; a re-planned job keeps its last slots."""
         steps = [[("TresPerNode", "")]]
         steps += [[(key, getattr(job, f))] for f, key in plan.FIELD_KEY.items() if getattr(job, f)]
-        steps += [[("NodeList", job.required_nodes)], [("AdminComment", f"{plan.RELEASED_TAG} unchanged: {why}"[:900])]]
+        steps += [[("NodeList", job.required_nodes)]]
         for fields in steps:
-            if not fields:
-                continue
             try:
                 self.backend.update_job(job.job_id, fields)
             except SlurmError as exc:
@@ -246,6 +253,8 @@ class Placer:
             self.backend.release(job.job_id)
         except SlurmError as exc:
             log.error("job %s: release failed: %s (release-stale will retry)", job.job_id, exc)
+            return
+        self._comment(job.job_id, f"{plan.RELEASED_TAG} unchanged: {why}")
 
     def _verify(self, applied: Sequence[tuple[SlurmJob, plan.Update, Record]], report: CycleReport) -> None:
         if not applied:
@@ -270,17 +279,15 @@ class Placer:
 
     def _release_unchanged(self, job: SlurmJob, why: str, report: CycleReport) -> None:
         try:
-            self.backend.update_job(job.job_id, [("AdminComment", f"{plan.RELEASED_TAG} unchanged: {why}"[:900])])
-        except SlurmError as exc:
-            log.warning("job %s: admin comment not set (%s)", job.job_id, exc)
-        try:
             self.backend.release(job.job_id)
         except SlurmUnavailable:
             raise
         except SlurmError as exc:
+            # still tagged `pal:held`: the next cycle or release-stale tries again
             log.error("job %s: release failed: %s", job.job_id, exc)
             report.failed.append(job.job_id)
             return
+        self._comment(job.job_id, f"{plan.RELEASED_TAG} unchanged: {why}")
         report.released.append(job.job_id)
         cls, _src = plan.held_class(job)
         self.audit.add(Record(job_id=job.job_id, policy=self.policy.name, job_class=cls, version=None, gpus=[],
