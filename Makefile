@@ -6,6 +6,8 @@ PAL := $(VENV)/bin/pal
 PYTEST_ARGS ?=
 DB_SERVERS := tests/services/db-servers.sh
 SLURM_CLUSTER := tests/services/slurm-cluster.sh
+# the test cluster also runs slurmrestd (JWT) so the REST backend is tested for real; 0 turns it off
+export PAL_TEST_SLURM_REST ?= 1
 
 .PHONY: demo test test-fast venv db-servers db-servers-stop sql bench clean help slurm-cluster slurm-cluster-stop test-slurm
 
@@ -49,11 +51,11 @@ slurm-cluster-stop:
 
 test: venv db-servers slurm-cluster
 	eval "$$($(DB_SERVERS) env)" && eval "$$($(SLURM_CLUSTER) env)" && \
-	  PAL_REQUIRE_DB_SERVERS=1 PAL_REQUIRE_SLURM=1 $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	  PAL_REQUIRE_DB_SERVERS=1 PAL_REQUIRE_SLURM=1 PAL_REQUIRE_SLURM_REST=$(PAL_TEST_SLURM_REST) $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test-slurm: venv db-servers slurm-cluster
 	eval "$$($(DB_SERVERS) env)" && eval "$$($(SLURM_CLUSTER) env)" && \
-	  PAL_REQUIRE_DB_SERVERS=1 PAL_REQUIRE_SLURM=1 $(VENV)/bin/python -m pytest -m slurm $(PYTEST_ARGS)
+	  PAL_REQUIRE_DB_SERVERS=1 PAL_REQUIRE_SLURM=1 PAL_REQUIRE_SLURM_REST=$(PAL_TEST_SLURM_REST) $(VENV)/bin/python -m pytest -m slurm $(PYTEST_ARGS)
 
 test-fast: venv
 	$(VENV)/bin/python -m pytest -m "not slurm" $(PYTEST_ARGS)
