@@ -21,8 +21,8 @@ The state: --nodes x --per-node GPUs (default 1,250 x 8 = 10,000) with per-slot 
 the rest 1-7 GPUs busy, so most held jobs are placed in the cycle; steady: the cluster
 full but for 3 % of the nodes with 1-3 GPUs free. The busy GPUs are held by running jobs
 of 1-8 GPUs (listed in squeue, as on a real cluster); 20 jobs placed by an earlier cycle
-have not started yet (their slots count as taken); --held pending jobs with priority 0 and
-`pal:held class=X` admin comments, classes A-D, 1-8 GPUs through tres_per_node (--gres /
+have not started yet (their slots count as taken); --held pending jobs held through their
+begin time (reason BeginTime, as job_submit.lua holds them) with `pal:held class=X` admin comments, classes A-D, 1-8 GPUs through tres_per_node (--gres /
 --gpus-per-node) or tres_per_job (--gpus), ~2 % multi-node, ~1 % that the daemon releases
 unchanged (per-task GPUs, named nodes). Factors: four slowdown levels per class, per
 (node, minor). Burst: the held jobs have just arrived, so their identities are new.
@@ -205,7 +205,8 @@ def build_state(nodes: int, per_node: int, held: int, seed: int, scenario: str =
         elif r < 0.025:
             by_task = True
         job.update(job_id=next_id, name=f"job-{next_id}", user_name=f"user{k % 37}", job_state="PENDING",
-                   priority=0, state_reason="JobHeldAdmin", submit_time=int(NOW - 300 + k * 0.25),
+                   priority=4_000_000_000 - next_id, state_reason="BeginTime", eligible_time=int(NOW + 60),
+                   submit_time=int(NOW - 300 + k * 0.25),
                    admin_comment=f"pal:held class={cls} src=spank", node_count=nodes_n,
                    cpus=cpus_per_gpu * gpus * nodes_n, minimum_cpus_per_node=cpus_per_gpu * gpus,
                    memory_per_node=None, memory_per_cpu=4000,
@@ -292,6 +293,22 @@ class InMemorySlurm:
             self._job(job_id)["priority"] = 0
             self._text = None
 
+    def start_now(self, job_id: str) -> None:
+        with self.phases.span("stand-in"):
+            job = self._job(job_id)
+            job["eligible_time"] = int(NOW)
+            job["state_reason"] = "None"
+            self._text = None
+            self.releases += 1
+
+    def set_begin(self, job_id: str, epoch: float) -> None:
+        with self.phases.span("stand-in"):
+            job = self._job(job_id)
+            job["eligible_time"] = int(epoch)
+            job["state_reason"] = "BeginTime"
+            self._text = None
+            self.updates += 1
+
 
 class StaticFactors:
     """The FactorCache interface (`get(now)`) over fixed factors: no database read in the cycle."""
@@ -353,7 +370,7 @@ def main() -> int:
     t0 = time.perf_counter()
     squeue, sinfo, factors = build_state(args.nodes, args.per_node, args.held, args.seed, args.scenario)
     squeue_text = json.dumps(squeue)
-    held_n = sum(1 for j in squeue["jobs"] if j["priority"] == 0)
+    held_n = sum(1 for j in squeue["jobs"] if (j.get("admin_comment") or "").startswith("pal:held"))
     print(f"state: {args.nodes * args.per_node} GPUs on {args.nodes} nodes, {len(squeue['jobs'])} jobs in squeue "
           f"({held_n} held), squeue --json {len(squeue_text) / 1e6:.1f} MB, sinfo --json "
           f"{len(json.dumps(sinfo)) / 1e6:.1f} MB; built in {time.perf_counter() - t0:.1f} s")
@@ -386,7 +403,7 @@ def main() -> int:
                         identities=phases.wrap("identities", identities) if identities else None, clock=lambda: NOW)
         # burst: the held jobs have just arrived, their identities are new (the daemon records
         # up to 500 a cycle); steady: every job was seen in an earlier cycle
-        seen_before = {str(j["job_id"]) for j in backend.doc["jobs"] if j["priority"] != 0 or args.scenario == "steady"}
+        seen_before = {str(j["job_id"]) for j in backend.doc["jobs"] if not (j.get("admin_comment") or "").startswith("pal:held") or args.scenario == "steady"}
         # time the daemon's own steps where they are called (restored afterwards)
         saved = (plan.build_view, plan.plan_requests)
         daemon_mod.plan.build_view = phases.wrap("view", plan.build_view)  # type: ignore[attr-defined]

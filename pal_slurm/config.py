@@ -111,6 +111,8 @@ class PlacerConfig(_Section):
     stale_after_s: int = Field(default=30, ge=5, description="heartbeat age after which the filter stops holding")
     replan_after_s: float = Field(default=120.0, gt=0, description="re-plan a released job that has not started")
     max_hold_s: float = Field(default=600.0, gt=0, description="release a held job unchanged after this long")
+    hold_s: int = Field(default=90, ge=10, le=3600,
+                        description="a held job's begin time is this far ahead; the hold ends by itself after it")
     slurm_backend: Literal["cli", "rest", "pyslurm"] = "cli"
     rest_url: str | None = None
     rest_api: str = "v0.0.38"

@@ -7,8 +7,14 @@ What it does to a job at submit time, and nothing else:
      because our gres.conf types every GPU slot (`v100_g<minor>`) and Slurm
      would otherwise reject the bare model.  Observe and enforce mode.
   2. In enforce mode, while the placer's heartbeat is fresh, an eligible GPU
-     job is held (priority 0) and tagged in admin_comment
-     `pal:held class=<X> src=<source>`; the placer places and releases it.
+     job is held through its begin time (now + hold_s; it pends with reason
+     BeginTime) and tagged in admin_comment
+     `pal:held class=<X> src=<source>`; the placer places and
+     releases it (StartTime=now), extending the hold while it keeps the job
+     waiting.  Not `priority = 0`: Slurm skips its submit-time checks for a
+     held job, so a request plain Slurm rejects would be accepted and pend
+     forever; a begin time keeps every check, and if the placer dies the hold
+     ends by itself.
 
 It never rejects a job: every callback returns slurm.SUCCESS, all logic runs
 under pcall, and on any error the job is left exactly as submitted.  A
@@ -28,6 +34,8 @@ pal.CACHE_SECONDS = 2
 pal.DEFAULT_STATE_PATH = "/var/lib/pal/filter-state.lua"
 pal.DEFAULT_KILL_SWITCH = "/etc/pal/filter-disabled"
 pal.DEFAULT_STALE_AFTER = 30
+pal.DEFAULT_HOLD_SECONDS = 90      -- how long a hold lasts unless the placer releases or extends it
+pal.MAX_HOLD_SECONDS = 86400
 pal.STATE_INSTRUCTION_LIMIT = 5000000
 pal.STATE_MAX_BYTES = 4 * 1024 * 1024
 pal.SPANK_OPTION_VAR = "_SLURM_SPANK_OPTION_pal_pal_class"
@@ -386,6 +394,10 @@ function pal.should_hold(view, gpus, class, state, now)
     if not ok then
         return false, reason
     end
+    -- the user's own --begin in the future: that job waits anyway and is not ours to hold
+    if type(view.begin_time) == "number" and view.begin_time > now and view.begin_time ~= pal.NO_VAL then
+        return false, "own begin time"
+    end
     if not pal.heartbeat_fresh(state, now) then
         return false, "stale heartbeat"
     end
@@ -419,6 +431,9 @@ local function sanitize_state(t)
     s.heartbeat = type(hb) == "number" and hb or nil
     local sa = rawget(t, "stale_after")
     s.stale_after = (type(sa) == "number" and sa >= 0) and sa or pal.DEFAULT_STALE_AFTER
+    local hs = rawget(t, "hold_s")
+    s.hold_s = (type(hs) == "number" and hs >= 1 and hs <= pal.MAX_HOLD_SECONDS) and math.floor(hs)
+        or pal.DEFAULT_HOLD_SECONDS
     local models = rawget(t, "models")
     if type(models) == "table" then
         for _, m in ipairs(models) do
@@ -516,7 +531,7 @@ end
 
 pal.VIEW_FIELDS = {
     "name", "user_name", "account", "partition", "comment", "admin_comment", "features",
-    "req_nodes", "array_inx", "het_job_offset", "priority", "immediate", "spank_job_env",
+    "req_nodes", "array_inx", "het_job_offset", "priority", "immediate", "spank_job_env", "begin_time",
     "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task",
 }
 
@@ -575,8 +590,10 @@ function pal.plan(view, state, now)
     local gpus = pal.find_gpu_requests(post)
     local hold, reason = pal.should_hold(post, gpus, class, state, now)
     if hold then
+        local until_time = math.floor(now) + (state.hold_s or pal.DEFAULT_HOLD_SECONDS)
+        -- the begin time, not priority 0: see the header
         changes.admin_comment = pal.held_comment(class, src, view.admin_comment)
-        changes.priority = 0
+        changes.begin_time = until_time
         logs[#logs + 1] = "pal: held job " .. pal.quote(view.name) .. " class=" .. class .. " src=" .. src
     elseif type(state) == "table" and state.mode == "observe" and reason == "mode observe" then
         logs[#logs + 1] = "pal: observe job " .. pal.quote(view.name) .. " would hold class=" .. class
@@ -586,7 +603,7 @@ end
 
 local APPLY_ORDER = {
     "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task", "features",
-    "admin_comment", "priority",
+    "admin_comment", "begin_time",
 }
 
 --[[
@@ -608,7 +625,7 @@ function pal.apply(job_desc, changes, view)
         for _, field in ipairs(done) do
             local old = view[field]
             if old == nil then
-                old = (field == "priority") and pal.NO_VAL or ""
+                old = (field == "begin_time") and 0 or ""
             end
             pcall(function()
                 job_desc[field] = old

@@ -50,3 +50,11 @@ def test_filter_never_shells_out() -> None:
     text = FILTER.read_text()
     for forbidden in ("os.execute", "io.popen", "dofile(", "require("):
         assert forbidden not in text, forbidden
+
+
+def test_filter_holds_through_begin_time_not_priority_zero() -> None:
+    """Slurm 22.05 skips submit-time validation for a job held with priority 0, so a request
+    plain Slurm rejects would pend forever; the filter must hold through the begin time only."""
+    text = FILTER.read_text()
+    assert "changes.begin_time" in text
+    assert "changes.priority" not in text and "job_desc.priority =" not in text

@@ -16,6 +16,7 @@ from pal_slurm.slurm.model import SlurmJob, SlurmNode
 
 DATA = Path(__file__).parent / "data" / "slurm" / "22.05"
 CLASSES = ("A", "B", "C", "D")
+NOW = 1796000000.0
 
 
 def node(name: str, used: tuple[int, ...] = (), *, state: str = "IDLE", flags: frozenset[str] = frozenset(),
@@ -29,9 +30,11 @@ def node(name: str, used: tuple[int, ...] = (), *, state: str = "IDLE", flags: f
 
 
 def job(job_id: str, *, tpn: str = "gres:gpu:1", tpj: str = "", nodes: int = 1, cls: str = "A", **kw: object) -> SlurmJob:
-    base = SlurmJob(job_id=job_id, name="j", user="u", state="PENDING", state_reason="JobHeldUser", priority=0,
+    # held the way job_submit.lua holds: a begin time ahead (reason BeginTime), the tag
+    base = SlurmJob(job_id=job_id, name="j", user="u", state="PENDING", state_reason="BeginTime", priority=12345,
                     partition="gpu", submit_time=float(job_id), tres_per_node=tpn, tres_per_job=tpj,
-                    admin_comment=f"pal:held class={cls} src=spank", node_count=nodes, memory_per_cpu_mb=1000)
+                    admin_comment=f"pal:held class={cls} src=spank", node_count=nodes, memory_per_cpu_mb=1000,
+                    begin_time=NOW + 90)
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
@@ -47,7 +50,7 @@ SF[("n4", 0)] = 1.20  # the worst
 
 def place(jobs: list[SlurmJob], nodes: list[SlurmNode] = FOUR, policy: str = "pal-match"):  # type: ignore[no-untyped-def]
     view = plan.build_view(nodes, jobs, factors(SF), CLASSES)
-    held = [plan.HeldJob(j, *plan.held_class(j)) for j in jobs if plan.is_held_by_pal(j)]
+    held = [plan.HeldJob(j, *plan.held_class(j)) for j in jobs if plan.is_held_by_pal(j, NOW)]
     planned = plan.plan_requests(held, view)
     snap = Snapshot(cluster=view.cluster, free=view.free, running={}, now=0.0)
     import math
@@ -158,7 +161,7 @@ def test_summary_round_trip_and_match() -> None:
     u = ups["1"]
     text = plan.summary(u, "A", "pal-match", 3, [0.9], 1796000000)
     placed = job("1", admin_comment=text, tres_per_node=u.tres_per_node, required_nodes=u.node_list, priority=5)
-    assert plan.is_placed_by_pal(placed) and not plan.is_held_by_pal(placed)
+    assert plan.is_placed_by_pal(placed) and not plan.is_held_by_pal(placed, NOW)
     assert plan.original_request(placed) == ("tres_per_node", "gres:gpu:1") and plan.placed_at(placed) == 1796000000
     assert plan.matches(placed, u) and not plan.matches(replace(placed, tres_per_node="gres:gpu:1"), u)
 
@@ -168,3 +171,31 @@ def test_unknown_gpus_get_the_worst_factor() -> None:
     view = plan.build_view(FOUR, [], factors(known), CLASSES)
     g = next(i for i, s in enumerate(view.slots) if (s.node, s.minor) == ("n1", 1))
     assert view.cluster.sf("A")[g] == max(known.values())
+
+
+def test_held_by_pal_begin_time_hold_and_the_old_priority_zero_hold() -> None:
+    held = job("1")
+    assert plan.is_held_by_pal(held, NOW) and not plan.held_by_priority(held)
+    # just re-held with scontrol (reason not yet BeginTime), or reason BeginTime a moment past the time
+    assert plan.is_held_by_pal(replace(held, state_reason="None"), NOW)
+    assert plan.is_held_by_pal(replace(held, begin_time=NOW - 1), NOW)
+    # the begin time passed and Slurm schedules it: not held any more, only the tag is left
+    lapsed = replace(held, begin_time=NOW - 5, state_reason="Resources")
+    assert not plan.is_held_by_pal(lapsed, NOW) and plan.hold_lapsed(lapsed, NOW)
+    # the hold of earlier releases (priority 0 + tag) still counts, released with scontrol release
+    old = replace(held, priority=0, state_reason="JobHeldAdmin", begin_time=None)
+    assert plan.is_held_by_pal(old, NOW) and plan.held_by_priority(old) and not plan.hold_lapsed(old, NOW)
+    # neither the tag alone, nor a begin time without the tag (the user's own --begin), nor a running job
+    assert not plan.is_held_by_pal(replace(held, admin_comment="ticket 7"), NOW)
+    assert not plan.is_held_by_pal(replace(held, state="RUNNING"), NOW)
+    assert not plan.hold_lapsed(replace(held, state="RUNNING", begin_time=NOW - 5, state_reason="None"), NOW)
+
+
+def test_begin_time_parsed_from_eligible_time_in_both_versions() -> None:
+    for version in ("22.05", "24.11"):
+        doc = parse_json.load((DATA.parent / version / "squeue.json").read_text(), "squeue --json")
+        jobs = parse_json.jobs_from_doc(doc)
+        running = [j for j in jobs if j.running]
+        assert running and all(j.begin_time and j.begin_time > 1.7e9 for j in running), version
+        # priority-0 holds have no eligible time yet (0): unset, not 1970
+        assert all(j.begin_time is None for j in jobs if j.pending and j.priority == 0), version

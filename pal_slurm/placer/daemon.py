@@ -4,6 +4,11 @@ One cycle, as it reads:
     publish the heartbeat -> read jobs and nodes -> release what we must not hold ->
     re-plan stalled placements -> build the problem -> policy.place() -> apply -> verify.
 
+Holds: job_submit.lua holds a job through its begin time (now + hold_s), so a held job
+whose placer is gone starts by itself once that passes; while the placer keeps a job
+waiting it moves the begin time on (see `_extend`). Releasing ends whichever hold the job
+has (a begin time: StartTime=now; priority 0, from earlier releases: scontrol release).
+
 Fail-open rules (docs/admin-guide.md): every path that cannot place a job releases it
 unchanged and says why in its admin_comment; Slurm being unreachable skips the cycle (the
 heartbeat keeps going only while Slurm answers, so a long outage lets the filter stop
@@ -93,7 +98,7 @@ class Placer:
                 log.warning("class rules not refreshed: %s", exc)
         state = filter_state.FilterState(mode=self.cfg.mode, heartbeat=int(self.clock()) if alive else 0,
                                          stale_after=self.cfg.stale_after_s, models=self._models,
-                                         rules=filter_state.rules_from(rules))
+                                         rules=filter_state.rules_from(rules), hold_s=self.cfg.hold_s)
         filter_state.write(self.cfg.state_file, state)
 
     # -- one cycle -------------------------------------------------------------------------
@@ -106,8 +111,9 @@ class Placer:
         self.publish(nodes=nodes)
         factors = self.factors.get(now)
         self._record_identities(jobs)
-        held = [j for j in jobs if plan.is_held_by_pal(j)]
+        held = [j for j in jobs if plan.is_held_by_pal(j, now)]
         report.held = len(held)
+        self._note_lapsed(jobs, now)
         if self.cfg.mode == "observe":
             for job in held:
                 self._release_unchanged(job, "placer is in observe mode", report)
@@ -129,8 +135,50 @@ class Placer:
                 self._release_unchanged(job, f"held {now - job.submit_time:.0f} s without a placement", report)
             else:
                 keep.append(job)
+        keep = self._extend(keep, now, report)
         self._place(keep, jobs, nodes, factors, now, report)
         return self._done(report, t0)
+
+    @property
+    def extend_margin_s(self) -> float:
+        """A held job whose begin time is this close gets a new one: two cycles and 10 s, so a
+        job the placer keeps waiting is never started unplaced while the placer runs."""
+        return 2 * self.cfg.interval_s + 10
+
+    def _extend(self, held: Sequence[SlurmJob], now: float, report: CycleReport) -> list[SlurmJob]:
+        """Move the begin time of held jobs whose hold ends soon to now + hold_s, before this
+        cycle places them (a job Slurm could start while we retype it) or keeps them waiting.
+        A job whose begin time cannot be moved is released unchanged (never started mid-change)."""
+        keep: list[SlurmJob] = []
+        for job in held:
+            if plan.held_by_priority(job) or (job.begin_time or 0) - now >= self.extend_margin_s:
+                keep.append(job)
+                continue
+            until = now + self.cfg.hold_s
+            try:
+                self.backend.set_begin(job.job_id, until)
+            except SlurmUnavailable:
+                raise
+            except SlurmError as exc:
+                log.warning("job %s: hold not extended (%s); releasing it unchanged", job.job_id, exc)
+                self._release_unchanged(job, f"hold could not be extended: {exc}", report)
+                continue
+            keep.append(replace(job, begin_time=until))
+        return keep
+
+    def _note_lapsed(self, jobs: Sequence[SlurmJob], now: float) -> None:
+        """Re-tag jobs whose begin-time hold ended before we released them: Slurm already
+        schedules them as submitted; the tag must not say they are held."""
+        for job in jobs:
+            if plan.hold_lapsed(job, now):
+                self._comment(job.job_id, f"{plan.RELEASED_TAG} unchanged: the hold ended before a placement")
+
+    def _unhold(self, job: SlurmJob) -> None:
+        """End the hold `job` has: priority 0 (scontrol release) or its begin time (StartTime=now)."""
+        if plan.held_by_priority(job):
+            self.backend.release(job.job_id)
+        else:
+            self.backend.start_now(job.job_id)
 
     def _record_identities(self, jobs: Sequence[SlurmJob], limit: int = 500) -> None:
         """Who ran what on GPUs (user, name, command -> fingerprint), for job-sensitivity
@@ -217,7 +265,7 @@ class Placer:
                 self.backend.update_job(job.job_id, [("TresPerNode", "")])
             self.backend.update_job(job.job_id, [("TresPerNode", update.tres_per_node),
                                                  ("NodeList", update.node_list)])
-            self.backend.release(job.job_id)
+            self._unhold(job)
         except SlurmUnavailable:
             raise
         except SlurmError as exc:
@@ -250,7 +298,7 @@ class Placer:
             except SlurmError as exc:
                 log.error("job %s: restoring %s failed: %s", job.job_id, fields[0][0], exc)
         try:
-            self.backend.release(job.job_id)
+            self._unhold(job)
         except SlurmError as exc:
             log.error("job %s: release failed: %s (release-stale will retry)", job.job_id, exc)
             return
@@ -279,7 +327,7 @@ class Placer:
 
     def _release_unchanged(self, job: SlurmJob, why: str, report: CycleReport) -> None:
         try:
-            self.backend.release(job.job_id)
+            self._unhold(job)
         except SlurmUnavailable:
             raise
         except SlurmError as exc:
@@ -295,7 +343,8 @@ class Placer:
 
     def _replan(self, job: SlurmJob, report: CycleReport) -> None:
         """A job we placed and released that has not started: tag it held (`src=replan`, keeping
-        the request the user made), hold it and unpin its node; the next cycle plans it from
+        the request the user made), hold it through its begin time (now + hold_s, so it ends by
+        itself if the placer goes) and unpin its node; the next cycle plans it from
         that request (see _as_submitted) and retypes it. Its per-slot request stays until then:
         on 22.05 an untyped request cannot be put back once a job carried typed ones. The tag
         goes first: once held, the job is ours to release (next cycle, SIGTERM, release-stale)."""
@@ -305,7 +354,7 @@ class Placer:
         tag = f"{plan.HELD_TAG} class={cls} src=replan {job.admin_comment[len(plan.PLACED_TAG):].strip()}"[:900]
         try:
             self.backend.update_job(job.job_id, [("AdminComment", tag)])
-            self.backend.hold(job.job_id)
+            self.backend.set_begin(job.job_id, self.clock() + self.cfg.hold_s)
         except SlurmError as exc:
             log.warning("job %s: not re-planned (%s)", job.job_id, exc)
             try:
@@ -347,8 +396,9 @@ class Placer:
             self.publish(alive=False)
         except OSError as exc:
             log.error("filter state not written: %s", exc)
+        now = self.clock()
         for job in self.backend.jobs():
-            if plan.is_held_by_pal(job):
+            if plan.is_held_by_pal(job, now):
                 report = CycleReport()
                 self._release_unchanged(job, why, report)
                 released += report.released

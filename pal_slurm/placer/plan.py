@@ -5,8 +5,11 @@ is tested on hand-built and captured inputs, without a cluster. The daemon only 
 what Slurm said and carries out what it returns.
 
 Rules (docs/admin-guide.md, "What the placer touches"):
-- A job is ours only while it is pending with priority 0 and an admin_comment starting
-  `pal:held` (what job_submit.lua writes in enforce mode).
+- A job is ours only while it is pending, held, and its admin_comment starts `pal:held`
+  (what job_submit.lua writes in enforce mode). Held means a begin time still ahead (or
+  Slurm's reason BeginTime): job_submit.lua sets the begin time, because Slurm skips its
+  submit-time checks for a job held with priority 0. A job held with priority 0 and the tag
+  (what earlier releases of the filter did) still counts, so an upgrade leaves none behind.
 - Only requests Slurm can express per GPU slot are steered: `--gres`/`--gpus-per-node`
   (tres_per_node) on one or more nodes, and `--gpus` (tres_per_job) that fits on one node.
   Multi-node requests get the same slots on every node (one per-node GRES request applies
@@ -148,8 +151,24 @@ def slot_of_type(gres_type: str | None) -> int | None:
     return int(m.group("minor")) if m else None
 
 
-def is_held_by_pal(job: SlurmJob) -> bool:
-    return job.pending and job.priority == 0 and job.admin_comment.startswith(HELD_TAG)
+def is_held_by_pal(job: SlurmJob, now: float) -> bool:
+    """A pending job tagged `pal:held` that is held: by its begin time (job_submit.lua, the
+    placer's re-plans) or with priority 0 (earlier releases)."""
+    if not (job.pending and job.admin_comment.startswith(HELD_TAG)):
+        return False
+    return job.priority == 0 or job.begins_after(now) or job.state_reason == "BeginTime"
+
+
+def hold_lapsed(job: SlurmJob, now: float) -> bool:
+    """A pending job still tagged `pal:held` whose begin-time hold ran out before we released it
+    (placer down or too slow): Slurm schedules it as submitted; only its tag is left to fix."""
+    return job.pending and job.admin_comment.startswith(HELD_TAG) and not is_held_by_pal(job, now)
+
+
+def held_by_priority(job: SlurmJob) -> bool:
+    """Which hold a held job has: priority 0 (`scontrol release` ends it) or else a begin
+    time (`StartTime=now` ends it)."""
+    return job.priority == 0
 
 
 def is_placed_by_pal(job: SlurmJob) -> bool:

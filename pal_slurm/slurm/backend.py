@@ -3,7 +3,8 @@
 Why an interface: the placer must run against the scontrol/squeue/sinfo commands every
 Slurm has, against slurmrestd where a site prefers REST for reads, and against pyslurm
 when its version matches. What the placer needs is small: read jobs and nodes, update a
-pending job, hold and release. Writes always go through scontrol, because slurmrestd's
+pending job, hold and release (both kinds of hold: priority 0 through `release`/`hold`, a
+begin time through `start_now`/`set_begin`). Writes always go through scontrol, because slurmrestd's
 v0.0.38 job update has no AdminComment or required-node field and clears `gres` only to
 `TresPerNode=gres:` (checked on 22.05.8; design notes, section 3).
 """
@@ -14,6 +15,7 @@ import base64
 import http.client
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -46,9 +48,21 @@ class SlurmBackend(Protocol):
 
     def update_job(self, job_id: str, fields: Sequence[tuple[str, str]]) -> None: ...
 
-    def release(self, job_id: str) -> None: ...
+    def release(self, job_id: str) -> None:
+        """End a priority-0 hold (`scontrol release`)."""
+        ...
 
-    def hold(self, job_id: str) -> None: ...
+    def hold(self, job_id: str) -> None:
+        """Hold with priority 0 (`scontrol hold`)."""
+        ...
+
+    def start_now(self, job_id: str) -> None:
+        """End a begin-time hold: the job may start now (`StartTime=now`)."""
+        ...
+
+    def set_begin(self, job_id: str, epoch: float) -> None:
+        """Hold (or keep holding) a pending job until `epoch` through its begin time."""
+        ...
 
 
 _VERSION = re.compile(r"(\d+)\.(\d+)")
@@ -104,6 +118,13 @@ class CliBackend:
     def hold(self, job_id: str) -> None:
         _check_job_id(job_id)
         self._run(["scontrol", "hold", job_id])
+
+    def start_now(self, job_id: str) -> None:
+        self.update_job(job_id, [("StartTime", "now")])
+
+    def set_begin(self, job_id: str, epoch: float) -> None:
+        # relative to now, so scontrol's time zone and date format do not matter
+        self.update_job(job_id, [("StartTime", f"now+{max(0, math.ceil(epoch - time.time()))}")])
 
 
 class RestBackend(CliBackend):

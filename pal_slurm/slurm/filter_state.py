@@ -4,7 +4,8 @@ Why a file and not a socket: job_submit.lua runs inside slurmctld and must never
 reading a small local file (sandboxed, cached for 2 s by the filter) is cheap and fails
 safe. The file carries the daemon's heartbeat, so a dead daemon stops the filter from
 holding jobs within `stale_after` seconds, with nobody having to notice.
-Contract: /work/notes/slurm-contract.md, mirrored in docs/admin-guide.md.
+Contract: /work/notes/slurm-contract.md, mirrored in docs/admin-guide.md. `hold_s` (optional,
+the filter's default 90) is how far ahead the filter sets a held job's begin time.
 """
 
 from __future__ import annotations
@@ -43,16 +44,20 @@ class FilterState:
     stale_after: int
     models: tuple[str, ...] = ()
     rules: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+    hold_s: int = 90
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
+        if not 1 <= int(self.hold_s) <= 86400:
+            raise ValueError(f"hold_s must be 1..86400 seconds, not {self.hold_s!r}")
 
 
 def render(state: FilterState) -> str:
     lines = ["-- written by pal placer; do not edit (pal-slurm filter state, format 1)", "return {",
              f"  format = {FORMAT},", f"  mode = {lua_string(state.mode)},",
              f"  heartbeat = {int(state.heartbeat)},", f"  stale_after = {int(state.stale_after)},",
+             f"  hold_s = {int(state.hold_s)},",
              "  models = { " + ", ".join(lua_string(m) for m in state.models) + " },", "  rules = {"]
     for rule in state.rules:
         parts = []

@@ -54,10 +54,17 @@ class SlurmJob:
     het_job_id: str = ""
     exclusive: bool = False
     start_time: float | None = None
+    #: when the job may start (its begin time; squeue's `eligible_time`, 22.05 and 24.11);
+    #: None when unset (0), e.g. for a job held with priority 0
+    begin_time: float | None = None
 
     @property
     def pending(self) -> bool:
         return self.state == "PENDING"
+
+    def begins_after(self, now: float) -> bool:
+        """Whether the job waits for a begin time still ahead of `now`."""
+        return self.begin_time is not None and self.begin_time > now
 
     @property
     def running(self) -> bool:

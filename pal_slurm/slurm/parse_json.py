@@ -158,6 +158,7 @@ def job_from_json(raw: Mapping[str, Any]) -> SlurmJob:
         het_job_id=str(het) if het else "",
         exclusive=exclusive,
         start_time=float(number(raw.get("start_time"), 0) or 0) or None,
+        begin_time=float(number(raw.get("eligible_time"), 0) or 0) or None,
     )
 
 

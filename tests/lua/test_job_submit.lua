@@ -151,8 +151,10 @@ local function submit(j)
     return j, rc
 end
 
+--- Held the way the filter holds: a begin time in the future (never priority 0) and the tag.
 local function held(j)
-    return j.priority == 0 and type(j.admin_comment) == "string" and j.admin_comment:find("^pal:held ") ~= nil
+    return type(j.begin_time) == "number" and j.begin_time > os.time() and j.priority ~= 0
+        and type(j.admin_comment) == "string" and j.admin_comment:find("^pal:held ") ~= nil
 end
 
 -- ------------------------------------------------------------------ parse_tres / find_gpu_requests
@@ -303,6 +305,7 @@ test("submit: bare type rewritten in observe mode, job not held", function()
     eq(j.tres_per_job, "gres/gpu:4")
     eq(j.features, "(a|b)&v100")
     eq(j.priority, pal.NO_VAL)
+    eq(j.begin_time, nil)
     eq(j.admin_comment, nil)
 end)
 
@@ -396,6 +399,32 @@ test("hold: fresh enforce GPU job via each request field", function()
     end
 end)
 
+test("hold: through the begin time, hold_s from the state (default 90 s), priority untouched", function()
+    set_state(state_table())
+    local t0 = os.time()
+    local j = submit(job({ tres_per_node = "gres:gpu:1" }))
+    truthy(held(j), "held")
+    eq(j.priority, pal.NO_VAL, "priority not set: Slurm still validates the job at submit")
+    truthy(j.begin_time >= t0 + 90 and j.begin_time <= os.time() + 90, "begin = now + 90 (default)")
+    set_state(state_table({ hold_s = 25 }))
+    t0 = os.time()
+    j = submit(job({ tres_per_node = "gres:gpu:1" }))
+    truthy(held(j), "held with hold_s 25")
+    truthy(j.begin_time >= t0 + 25 and j.begin_time <= os.time() + 25, "begin = now + hold_s")
+    set_state(state_table({ hold_s = "soon" }))
+    t0 = os.time()
+    j = submit(job({ tres_per_node = "gres:gpu:1" }))
+    truthy(j.begin_time >= t0 + 90 and j.begin_time <= os.time() + 90, "bad hold_s: default")
+end)
+
+test("hold: a begin time in the past or now (--begin=now) is replaced by the hold", function()
+    set_state(state_table({ hold_s = 40 }))
+    local t0 = os.time()
+    local j = submit(job({ tres_per_node = "gres:gpu:1", begin_time = t0 - 5 }))
+    truthy(held(j), "held")
+    truthy(j.begin_time >= t0 + 40, "begin moved to now + hold_s")
+end)
+
 test("hold: admin_comment preserved after the tag", function()
     set_state(state_table())
     local j = submit(job({ tres_per_node = "gres:gpu:1", admin_comment = "ticket 42" }))
@@ -408,8 +437,17 @@ local function not_held(over, state_over, why)
     local j = submit(job(over))
     eq(held(j), false, why)
     eq(j.priority, before.priority, why .. " priority")
+    eq(j.begin_time, before.begin_time, why .. " begin_time")
     eq(j.admin_comment, before.admin_comment, why .. " admin_comment")
 end
+
+test("no hold: a job with its own --begin in the future", function()
+    not_held({ tres_per_node = "gres:gpu:1", begin_time = os.time() + 3600 }, nil, "own begin")
+    local v = job({ tres_per_node = "gres:gpu:1", begin_time = NOW + 10 })
+    local h, r = pal.should_hold(v, pal.find_gpu_requests(v), "A", state_table({ heartbeat = NOW }), NOW)
+    eq(h, false)
+    eq(r, "own begin time")
+end)
 
 test("no hold: stale heartbeat", function()
     not_held({ tres_per_node = "gres:gpu:1" }, { heartbeat = os.time() - 31 }, "stale")
@@ -581,6 +619,7 @@ test("state: sanitised copy (bad fields dropped, unknown mode is observe)", func
     eq(s.mode, "observe")
     eq(s.heartbeat, nil)
     eq(s.stale_after, 30)
+    eq(s.hold_s, 90)
     eq(s.models.v100, true)
     eq(#s.rules, 1)
     eq(s.rules[1].user, "a")
@@ -617,18 +656,19 @@ test("fail open: a failing assignment restores what was already written", functi
     local proxy = setmetatable({}, {
         __index = store,
         __newindex = function(_, k, v)
-            if k == "priority" then error("cannot set priority") end
+            if k == "begin_time" then error("cannot set begin_time") end
             store[k] = v
         end,
     })
     logs = {}
     local rc = slurm_job_submit(proxy, {}, 0)
     eq(rc, slurm.SUCCESS)
-    truthy(log_has("cannot set priority"), "error logged")
+    truthy(log_has("cannot set begin_time"), "error logged")
     truthy(not log_has("pal: held"), "no held line for a job that was not held")
     eq(store.tres_per_node, "gres:gpu:v100:2", "tres restored")
     eq(store.features, "", "features restored to unset")
     eq(store.admin_comment, "", "admin_comment restored to unset")
+    eq(store.begin_time, nil, "begin_time never written")
     eq(store.priority, pal.NO_VAL)
 end)
 

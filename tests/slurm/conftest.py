@@ -60,7 +60,7 @@ def lua_string(value: str) -> str:
 
 
 def filter_state_lua(mode: str, heartbeat: int, rules: Iterable[Mapping[str, Any]], *,
-                     stale_after: int = 30, models: Sequence[str] = ("v100",)) -> str:
+                     stale_after: int = 30, models: Sequence[str] = ("v100",), hold_s: int | None = None) -> str:
     """The filter state file of the contract (docs: /work/notes/slurm-contract.md)."""
     rule_lines = []
     for rule in rules:
@@ -73,6 +73,7 @@ def filter_state_lua(mode: str, heartbeat: int, rules: Iterable[Mapping[str, Any
         f"  mode = {lua_string(mode)},",
         f"  heartbeat = {int(heartbeat)},",
         f"  stale_after = {int(stale_after)},",
+        *([f"  hold_s = {int(hold_s)},"] if hold_s is not None else []),
         "  models = { " + ", ".join(lua_string(m) for m in models) + " },",
         "  rules = {",
         *rule_lines,
@@ -183,7 +184,7 @@ class SlurmCluster:
         return self.dir / "pal" / "filter-disabled"
 
     def set_filter(self, mode: str, heartbeat_age_s: float = 0, rules: Iterable[Mapping[str, Any]] = (),
-                   *, stale_after: int = 30, models: Sequence[str] = ("v100",)) -> None:
+                   *, stale_after: int = 30, models: Sequence[str] = ("v100",), hold_s: int | None = None) -> None:
         """'off': the kill switch exists.  'observe'/'enforce': state file written atomically
         (heartbeat = now - heartbeat_age_s), kill switch removed."""
         if mode not in ("off", "observe", "enforce"):
@@ -192,7 +193,7 @@ class SlurmCluster:
             self.kill_switch.touch()
             return
         text = filter_state_lua(mode, int(time.time() - heartbeat_age_s), rules, stale_after=stale_after,
-                                models=models)
+                                models=models, hold_s=hold_s)
         tmp = self.filter_state.with_name(f".{self.filter_state.name}.tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(self.filter_state)

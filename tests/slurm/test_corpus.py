@@ -9,7 +9,8 @@ The module fixture runs both batches once (submit everything, then poll all jobs
   - both accepted: the same final state class for every record of the job (array tasks, het
     components): finished with the same state and exit code, or still pending for the same
     reason once the others settled (user hold, dependency, begin time, a partition limit);
-  - in the pal run nothing is left held by pal-slurm (priority 0, admin_comment `pal:held`).
+  - in the pal run nothing is left held by pal-slurm (pending with admin_comment `pal:held`,
+    whether held through the begin time or, as earlier releases did, with priority 0).
 Where pal-slurm is meant to act, the case also says what the placer must have done to it
 ("placed", "released unchanged", untouched), so the pal run is not plain Slurm by accident.
 
@@ -104,7 +105,7 @@ CASES = [
     Case("too-many-cpus", ("--gres=gpu:1", "-c", "9")),
     Case("user-hold", ("--hold", "--gres=gpu:1"), OFF),
     Case("priority-zero", ("--priority=0", "--gres=gpu:1"), PLACED),   # sbatch ignores --priority=0
-    Case("begin-later", ("--begin=now+1hour", "--gres=gpu:1")),
+    Case("begin-later", ("--begin=now+1hour", "--gres=gpu:1"), OFF),   # its own begin time: not held
     Case("dependency", ("--dependency=afterok:{dep}", "--gres=gpu:1")),
     Case("bad-dependency", ("--dependency=afterok:999999999", "--gres=gpu:1")),
     Case("pal-class-off", ("--pal-class=off", "--gres=gpu:1"), OFF),
@@ -143,7 +144,8 @@ def _exit_code(job: dict[str, Any]) -> Any:
 
 
 def _held_by_pal(job: dict[str, Any]) -> bool:
-    return _num(job.get("priority")) == 0 and (job.get("admin_comment") or "").startswith("pal:held")
+    """Still ours: pending and tagged `pal:held` (a begin-time hold, or priority 0 from earlier releases)."""
+    return _state(job) == "PENDING" and (job.get("admin_comment") or "").startswith("pal:held")
 
 
 @dataclass
@@ -275,15 +277,10 @@ def test_corpus_is_large_enough() -> None:
     assert len(CASES) >= 30 and len({c.id for c in CASES}) == len(CASES)
 
 
-#: Known divergence (reported to the lead, issue 4): Slurm skips its submit-time "can this job
-#: ever run" test for a job that is held (priority 0) at submit -- `sbatch --hold --gres=gpu:9`
-#: is accepted by plain Slurm too.  So a request plain Slurm refuses at once is accepted while
-#: the filter holds it and, once the placer releases it, pends for ever with BadConstraints.
-#: A hold through job_desc.begin_time (released with `scontrol update StartTime=now`) keeps the
-#: test; checked by hand on 22.05.  strict: an XPASS means it was fixed; drop the mark then.
-VALIDATION_SKIPPED_WHEN_HELD = pytest.mark.xfail(
-    strict=True, reason="a job held at submit skips Slurm's submit-time validation (BadConstraints, not an error)")
-BYPASS = {"more-gpus-than-any-node", "huge-gpus", "huge-gres", "too-much-memory", "too-many-cpus"}
+#: Slurm skips its submit-time "can this job ever run" test for a job held with priority 0 at
+#: submit (`sbatch --hold --gres=gpu:9` is accepted by plain Slurm too), so the filter holds through
+#: job_desc.begin_time instead: these requests must be refused at submit exactly as without pal-slurm.
+VALIDATED_AT_SUBMIT = {"more-gpus-than-any-node", "huge-gpus", "huge-gres", "too-much-memory", "too-many-cpus"}
 
 
 def test_nothing_is_left_held_by_pal_slurm(runs: Runs) -> None:
@@ -293,8 +290,13 @@ def test_nothing_is_left_held_by_pal_slurm(runs: Runs) -> None:
     assert sum(len(o.records) for o in runs.pal.values()) >= len(CASES) // 2
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=VALIDATION_SKIPPED_WHEN_HELD) if c.id in BYPASS else c
-                                  for c in CASES], ids=[c.id for c in CASES])
+def test_validated_cases_are_rejected_by_plain_slurm(runs: Runs) -> None:
+    """The cases the begin-time hold is for really are refused at submit (so the comparison below says so)."""
+    assert all(runs.off[cid].job_id is None and runs.off[cid].rc != 0 for cid in VALIDATED_AT_SUBMIT), \
+        {cid: runs.off[cid].summary() for cid in VALIDATED_AT_SUBMIT}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_submission_ends_as_without_pal_slurm(runs: Runs, case: Case) -> None:
     off, pal = runs.off[case.id], runs.pal[case.id]
     if case.pal == REWRITE:

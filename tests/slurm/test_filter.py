@@ -3,7 +3,8 @@ slurmctld on the test cluster.
 
 Each test sets the filter state through `slurm_filter.set_filter` (which switches the filter off
 and cancels leftover jobs afterwards), releases or cancels the jobs it held itself, and checks
-what Slurm recorded: priority, state reason, admin_comment, the rewritten request.  The filter
+what Slurm recorded: begin time, state reason, admin_comment, the rewritten request.  The filter
+holds through the begin time (reason BeginTime), never with priority 0.  The filter
 re-reads its state file at most every 2 s, so every state change is followed by a short wait.
 """
 
@@ -84,10 +85,18 @@ def _submit(cluster: Any, jobs: list[str], args: Sequence[str], name: str | None
     return jobid
 
 
-def _assert_held(cluster: Any, jobid: str, admin_comment: str) -> None:
-    job = _job(cluster, jobid)
-    assert _num(job["priority"]) == 0, job
-    assert job["state_reason"] in ("JobHeldUser", "JobHeldAdmin"), job["state_reason"]
+def _assert_held(cluster: Any, jobid: str, admin_comment: str, hold_s: int = 90) -> None:
+    """Held the new way: pending, reason BeginTime, begin time about now + hold_s, priority not 0."""
+    deadline = time.monotonic() + 5
+    while True:
+        job = _job(cluster, jobid)
+        if job["state_reason"] == "BeginTime" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert job["state_reason"] == "BeginTime", job["state_reason"]
+    assert _num(job["priority"]) != 0, job
+    ahead = (_num(job["eligible_time"]) or 0) - time.time()
+    assert hold_s - 10 < ahead <= hold_s + 1, (ahead, hold_s)
     assert job["admin_comment"] == admin_comment
     cluster.wait_state(jobid, "PENDING", timeout=5)
 
@@ -96,10 +105,13 @@ def _assert_untouched(cluster: Any, jobid: str) -> None:
     for job in _jobs(cluster, jobid):
         assert "pal:" not in (job.get("admin_comment") or ""), job
         assert _num(job["priority"]) != 0, job
+        assert job["state_reason"] != "BeginTime", job
+        assert (_num(job["eligible_time"]) or 0) <= time.time() + 1, job
 
 
 def _release_and_run(cluster: Any, jobid: str) -> None:
-    cluster.scontrol("release", jobid)
+    """What the placer does to end the hold."""
+    cluster.scontrol("update", f"jobid={jobid}", "StartTime=now")
     cluster.wait_state(jobid, {"RUNNING", "COMPLETED"}, timeout=30)
 
 
@@ -263,6 +275,33 @@ def test_het_job_is_never_held(slurm_filter: Any, jobs: list[str], tmp_path: Pat
     components = _jobs(slurm_filter, jobid)
     assert len(components) == 2
     _assert_untouched(slurm_filter, jobid)
+
+
+def test_hold_s_from_the_state_and_the_hold_ends_by_itself(slurm_filter: Any, jobs: list[str]) -> None:
+    """Nobody releases the job: it starts once its begin time (now + hold_s) has passed."""
+    _configure(slurm_filter, "enforce", hold_s=12)
+    jobid = _submit(slurm_filter, jobs, ["--gres=gpu:1"])
+    t0 = time.time()
+    _assert_held(slurm_filter, jobid, "pal:held class=auto src=default", hold_s=12)
+    slurm_filter.wait_state(jobid, {"RUNNING", "COMPLETED"}, timeout=45)
+    assert time.time() - t0 >= 8  # not before its begin time
+
+
+def test_own_begin_time_in_the_future_is_not_held(slurm_filter: Any, jobs: list[str]) -> None:
+    _configure(slurm_filter, "enforce")
+    jobid = _submit(slurm_filter, jobs, ["--begin=now+600", "--gres=gpu:1"])
+    job = _job(slurm_filter, jobid)
+    assert job["admin_comment"] == "", job
+    assert 590 < (_num(job["eligible_time"]) or 0) - time.time() <= 601  # the user's, not ours
+
+
+def test_requests_slurm_rejects_are_rejected_in_enforce_mode(slurm_filter: Any, jobs: list[str]) -> None:
+    """The reason for the begin-time hold: Slurm validates the job at submit as without pal-slurm."""
+    _configure(slurm_filter, "enforce")
+    for args in (["--gres=gpu:9"], ["--mem=999999", "--gres=gpu:1"], ["-c", "9", "--gres=gpu:1"]):
+        proc = slurm_filter.run(["sbatch", *args, "-o", "/dev/null", "--wrap", "true"], check=False)
+        jobs.extend(re.findall(r"(\d+)", proc.stdout))
+        assert proc.returncode != 0, (args, proc.stdout)
 
 
 def test_user_hold_is_left_alone(slurm_filter: Any, jobs: list[str]) -> None:

@@ -124,6 +124,28 @@ def test_request_forms_are_placed_and_run(live: Live, request_args: list[str]) -
     assert _gpus(env)
 
 
+def test_the_hold_is_a_begin_time_released_at_once_after_retyping(live: Live) -> None:
+    """The filter holds through the begin time (hold_s from the placer's state file); the placer
+    retypes the job and releases it with StartTime=now in the same cycle: it runs within
+    seconds, long before the 90 s hold would have ended by itself."""
+    assert "hold_s = 90," in _read(live.cluster.filter_state)
+    t0 = time.monotonic()
+    _jid, env, info = live.run_job(["--gres=gpu:1"], timeout=30)
+    assert time.monotonic() - t0 < 30 and info["AdminComment"].startswith("pal: placed"), info
+    assert "v100_g" in info.get("TresPerNode", "") and _gpus(env)
+
+
+def test_a_job_held_the_old_way_is_still_placed(live: Live) -> None:
+    """Upgrade safety: a job held with priority 0 and the tag (what earlier filters did) is
+    recognised, placed and released with scontrol release."""
+    jid = live.cluster.submit(["--hold", "--gres=gpu:1", "--wrap", SHOW])
+    live.cluster.scontrol("update", f"jobid={jid}", "AdminComment=pal:held class=A src=default")
+    live.cluster.wait_state(jid, {"COMPLETED"}, timeout=30)
+    info = live.cluster.job(jid)
+    assert info["AdminComment"].startswith("pal: placed class=A"), info
+    assert "v100_g" in info.get("TresPerNode", ""), info
+
+
 def test_job_that_names_a_node_is_not_moved(live: Live) -> None:
     _jid, env, info = live.run_job(["--gres=gpu:1", "-w", "pal-n4"])
     assert env["NODE"] == "pal-n4" and not info.get("AdminComment", "").startswith("pal")

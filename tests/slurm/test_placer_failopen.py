@@ -50,7 +50,11 @@ def _state(job: dict[str, Any]) -> str:
 
 
 def _held_by_pal(job: dict[str, Any]) -> bool:
-    return _num(job.get("priority")) == 0 and (job.get("admin_comment") or "").startswith(HELD_TAG)
+    """Pending, tagged `pal:held` and held: a begin time ahead (reason BeginTime) or priority 0 (earlier releases)."""
+    if not (_state(job) == "PENDING" and (job.get("admin_comment") or "").startswith(HELD_TAG)):
+        return False
+    return (_num(job.get("priority")) == 0 or job.get("state_reason") == "BeginTime"
+            or (_num(job.get("eligible_time")) or 0) > time.time())
 
 
 @pytest.fixture(scope="module")
@@ -227,6 +231,7 @@ def _assert_released_and_run(rig: Rig, ids: Sequence[str], why: str) -> None:
     for rec in recs.values():
         assert rec["admin_comment"] == f"pal: released unchanged: {why}", rec["admin_comment"]
         assert _num(rec["priority"]) != 0
+        assert (_num(rec["eligible_time"]) or 0) <= time.time() + 1, rec  # StartTime=now: no begin time ahead
     rig.free_gpus()
     done = rig.wait_finished(ids)
     assert {j: _state(r) for j, r in done.items()} == dict.fromkeys(ids, "COMPLETED")
@@ -264,6 +269,35 @@ def test_kill_9_then_release_stale_releases_every_held_job(rig: Rig) -> None:
     assert rig.heartbeat() == 0
     _assert_released_and_run(rig, held, "placer heartbeat stale; released by the fail-safe")
     assert rig.wait_finished([late])[late]["admin_comment"] == ""
+
+
+def test_kill_9_the_hold_ends_by_itself_without_release_stale(rig: Rig) -> None:
+    """The hold is a begin time: while the placer lives it moves it on (jobs stay held past
+    hold_s); after a kill -9, with no fail-safe run at all, each hold runs out by itself."""
+    hold_s = 12
+    cfg = rig.config(hold_s=hold_s)
+    rig.fill_gpus()
+    placer = rig.start(cfg)
+    rig.filter_on()
+    held = [rig.submit(["--gres=gpu:1"]), rig.submit(["--gpus=2"])]
+    rig.wait_held(held)
+    time.sleep(hold_s + 4)   # past the filter's begin time: the placer extended it
+    assert rig.held(held) == sorted(held), rig.records(held)
+    assert all(r["state_reason"] == "BeginTime" for r in rig.records(held).values()), rig.records(held)
+
+    assert placer.stop(signal.SIGKILL) == -signal.SIGKILL
+    killed = time.monotonic()
+    deadline = killed + hold_s + 15
+    while rig.held(held):
+        assert time.monotonic() < deadline, f"still held {hold_s + 15}s after the kill: {rig.records(held)}"
+        time.sleep(0.5)
+    assert time.monotonic() - killed <= hold_s + 15
+    # nobody released them: the tag is still there, Slurm schedules them as submitted
+    recs = rig.records(held)
+    assert all(r["admin_comment"].startswith(HELD_TAG) and r["state_reason"] != "BeginTime" for r in recs.values()), recs
+    rig.free_gpus()
+    done = rig.wait_finished(held)
+    assert {j: _state(r) for j, r in done.items()} == dict.fromkeys(held, "COMPLETED")
 
 
 def test_sigterm_releases_every_held_job_and_zeroes_the_heartbeat(rig: Rig) -> None:
@@ -377,9 +411,10 @@ def test_slurmctld_down_for_a_while_is_logged_and_survived(rig: Rig) -> None:
 
 
 def test_a_released_job_that_does_not_start_is_replanned(rig: Rig) -> None:
-    """Provoked: two jobs are placed on the only free slots (pal-n3 g2, g3) with a begin time
-    10 s ahead; while they wait for it their slots are not kept, so a 2-GPU job is placed there
-    and runs. When the two become eligible their pinned slots are busy: after replan_after_s
+    """Provoked: two jobs are placed on the only free slots (pal-n3 g2, g3) with a dependency on a
+    held job (a job with its own --begin ahead is never held, so not placed); while they wait for
+    it their slots are not kept, so a 2-GPU job is placed there and runs. When the dependency is
+    released and they become eligible their pinned slots are busy: after replan_after_s
     they are held again and, once a filler ends, placed afresh elsewhere from the request
     the user made. Neither is ever released with a stale pinned slot, nor loses its GPUs
     (22.05 refuses an untyped request once a job carried typed ones: typed -> typed)."""
@@ -391,8 +426,10 @@ def test_a_released_job_that_does_not_start_is_replanned(rig: Rig) -> None:
     rig.start(cfg)
     rig.filter_on()
     wrap = "echo GPUS=${SLURM_JOB_GPUS:-none}; echo NODE=$SLURMD_NODENAME"
-    ids = {rig.submit(["--gres=gpu:1", "--begin=now+10"], wrap=wrap): ("tres_per_node gres:gpu:1", 1),
-           rig.submit(["--gpus=1", "--begin=now+10"], wrap=wrap): ("tres_per_job gres:gpu:1", 1)}
+    dep = rig.submit(["--hold"], wrap="true")
+    after = f"--dependency=afterok:{dep}"
+    ids = {rig.submit(["--gres=gpu:1", after], wrap=wrap): ("tres_per_node gres:gpu:1", 1),
+           rig.submit(["--gpus=1", after], wrap=wrap): ("tres_per_job gres:gpu:1", 1)}
     seen: dict[str, list[str]] = {j: [] for j in ids}
 
     def watch() -> dict[str, dict[str, Any]]:
@@ -410,6 +447,7 @@ def test_a_released_job_that_does_not_start_is_replanned(rig: Rig) -> None:
     blocker = rig.submit(["--gres=gpu:2"], wrap="sleep 120")
     rig.cluster.wait_state(blocker, "RUNNING", timeout=20)
     assert "pal-n3:2,3" in rig.records([blocker])[blocker]["admin_comment"]
+    rig.cluster.scontrol("release", dep)               # the dependency is met: the two become eligible
     deadline = time.monotonic() + 40
     while not all(any("src=replan" in c for c in cs) for cs in seen.values()):
         watch()
@@ -437,14 +475,15 @@ def test_a_released_job_that_does_not_start_is_replanned(rig: Rig) -> None:
 
 
 def test_jobs_waiting_for_a_begin_time_or_dependency_do_not_block_gpus(rig: Rig) -> None:
-    """Placed jobs that cannot start for a reason other than resources (a begin time ahead, a
-    dependency) must not keep their slots from other jobs: 16 such jobs on 16 GPUs, then a
-    plain GPU job that plain Slurm would start at once -- it must start, not wait held."""
+    """Placed jobs that cannot start for a reason other than resources (a dependency) must not
+    keep their slots from other jobs: 16 such jobs on 16 GPUs, then a plain GPU job that plain
+    Slurm would start at once -- it must start, not wait held. Jobs with their own begin time
+    ahead are not held at all (nor placed), and keep their begin time."""
     rig.start(rig.config())
     rig.filter_on()
     dep = rig.submit(["--hold"], wrap="true")
-    waiting = [rig.submit(["--gres=gpu:1", "--begin=now+1hour"]) for _ in range(8)]
-    waiting += [rig.submit(["--gres=gpu:1", f"--dependency=afterok:{dep}"]) for _ in range(8)]
+    later = [rig.submit(["--gres=gpu:1", "--begin=now+1hour"]) for _ in range(4)]
+    waiting = [rig.submit(["--gres=gpu:1", f"--dependency=afterok:{dep}"]) for _ in range(16)]
     deadline = time.monotonic() + 30
     while not all(r["admin_comment"].startswith("pal: placed") for r in rig.records(waiting).values()):
         assert time.monotonic() < deadline, rig.records(waiting)
@@ -453,5 +492,8 @@ def test_jobs_waiting_for_a_begin_time_or_dependency_do_not_block_gpus(rig: Rig)
     rec = rig.wait_finished([plain], timeout=20)[plain]
     assert _state(rec) == "COMPLETED" and rec["admin_comment"].startswith("pal: placed"), rec["admin_comment"]
     recs = rig.records(waiting)
-    assert {r["state_reason"] for r in recs.values()} == {"BeginTime", "Dependency"}
+    assert {r["state_reason"] for r in recs.values()} == {"Dependency"}
     assert not rig.held(waiting)
+    for rec in rig.records(later).values():
+        assert rec["admin_comment"] == "" and rec["state_reason"] == "BeginTime", rec
+        assert (_num(rec["eligible_time"]) or 0) > time.time() + 3000, rec

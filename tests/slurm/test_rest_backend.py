@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 #: what the placer reads of a job / a node; both backends must agree on each
 JOB_FACTS = ("job_id", "state", "priority", "tres_per_node", "tres_per_job", "admin_comment", "required_nodes",
-             "gres_detail", "partition", "user")
+             "gres_detail", "partition", "user", "begin_time")
 NODE_FACTS = ("name", "state", "flags", "features", "active_features", "gres", "gres_used", "partitions", "cpus",
               "real_memory_mb")
 
@@ -160,6 +160,13 @@ def test_writes_go_through_scontrol_as_root_even_with_slurm_jwt_in_the_environme
     job = rig.cluster.job(rig.pinned)
     assert job.get("AdminComment") == "pal: rest write test"
     assert job.get("Priority") == "0" and job.get("JobState") == "PENDING"
+    # the begin-time hold job_submit.lua uses: moved on, then ended (through scontrol as well)
+    rest.set_begin(rig.pinned, time.time() + 300)
+    got = {j.job_id: j for j in CliBackend(timeout=30).jobs()}[rig.pinned]
+    assert got.begin_time is not None and 290 < got.begin_time - time.time() <= 301, got.begin_time
+    rest.start_now(rig.pinned)
+    got = {j.job_id: j for j in CliBackend(timeout=30).jobs()}[rig.pinned]
+    assert got.begin_time is not None and got.begin_time <= time.time() + 1, got.begin_time
     rest.release(rig.pinned)
     assert rig.cluster.job(rig.pinned).get("Priority") != "0"
     # a palrest token reads root's jobs as well (no PrivateData on the test cluster)
