@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -255,10 +255,11 @@ class InMemorySlurm:
                 self._text = json.dumps(self.doc)
             return self._text
 
-    def jobs(self) -> list[SlurmJob]:
+    def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
         text = self._squeue_text()
         with self.phases.span("read/parse"):
-            return parse_json.iter_unique(parse_json.jobs_from_doc(parse_json.load(text, "squeue --json"), active_only=True))
+            return parse_json.iter_unique(parse_json.jobs_from_doc(parse_json.load(text, "squeue --json"),
+                                                                   active_only=True, only=only))
 
     def nodes(self) -> list[SlurmNode]:
         with self.phases.span("read/parse"):
@@ -401,6 +402,7 @@ def main() -> int:
         audit, identities = database(tmp, not args.no_audit_db)
         placer = Placer(backend, cfg, StaticFactors(factors), audit, classes=CLASSES,  # type: ignore[arg-type]
                         identities=phases.wrap("identities", identities) if identities else None, clock=lambda: NOW)
+        daemon_mod.tune_gc()  # as `pal placer` does at start
         # burst: the held jobs have just arrived, their identities are new (the daemon records
         # up to 500 a cycle); steady: every job was seen in an earlier cycle
         seen_before = {str(j["job_id"]) for j in backend.doc["jobs"] if not (j.get("admin_comment") or "").startswith("pal:held") or args.scenario == "steady"}

@@ -8,7 +8,7 @@ hold that ran out only has its tag corrected.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,8 +39,8 @@ class Recorder:
     def version(self) -> tuple[int, int]:
         return (22, 5)
 
-    def jobs(self) -> list[SlurmJob]:
-        return list(self._jobs)
+    def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
+        return [j for j in self._jobs if only is None or j.job_id in only]
 
     def nodes(self) -> list[SlurmNode]:
         return list(self._nodes)

@@ -173,3 +173,12 @@ def test_controller_down_22_05_sinfo_is_unavailable_not_no_nodes() -> None:
     block = block.split("--- (stdout", 1)[0]
     with pytest.raises(SlurmUnavailable, match="sinfo --json: Unspecified error"):
         parse_json.load(block, "sinfo --json")
+
+
+def test_jobs_from_doc_only_and_active() -> None:
+    doc = parse_json.load((DATA / "22.05" / "squeue.json").read_text(), "squeue --json")
+    assert [j.job_id for j in parse_json.jobs_from_doc(doc, only={"325", "999"})] == ["325"]
+    finished = {"jobs": [{"job_id": 1, "job_state": "COMPLETED"}, {"job_id": 2, "job_state": ["PENDING"]},
+                         {"job_id": {"set": True, "infinite": False, "number": 3}, "job_state": ["CANCELLED"]}]}
+    assert [j.job_id for j in parse_json.jobs_from_doc(finished, active_only=True)] == ["2"]
+    assert [j.job_id for j in parse_json.jobs_from_doc(finished, only={"3"})] == ["3"]

@@ -97,7 +97,10 @@ def placer(ctx: click.Context, once: bool, mode: str | None, policy: str | None,
         return
     app = ctx.find_object(AppContext)
     assert app is not None
+    from pal_slurm.placer.daemon import tune_gc
+
     p = build_placer(app, mode, policy, state_file)
+    tune_gc()
     if once:
         report = p.cycle()
         if as_json:

@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from pal_slurm.errors import ConfigError, SlurmError, SlurmUnavailable
@@ -42,7 +42,7 @@ class SlurmBackend(Protocol):
 
     def version(self) -> tuple[int, int]: ...
 
-    def jobs(self) -> list[SlurmJob]: ...
+    def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]: ...
 
     def nodes(self) -> list[SlurmNode]: ...
 
@@ -90,10 +90,11 @@ class CliBackend:
             self._version = (int(m.group(1)), int(m.group(2)))
         return self._version
 
-    def jobs(self) -> list[SlurmJob]:
-        """Jobs that are not finished (pending, running, suspended, completing...)."""
+    def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
+        """Jobs that are not finished (pending, running, suspended, completing...); with
+        `only`, just those ids (squeue --json of 22.05 ignores -j, so the filter is ours)."""
         doc = parse_json.load(self._run(["squeue", "--all", "--json"]), "squeue --json")
-        return parse_json.iter_unique(parse_json.jobs_from_doc(doc, active_only=True))
+        return parse_json.iter_unique(parse_json.jobs_from_doc(doc, active_only=True, only=only))
 
     def nodes(self) -> list[SlurmNode]:
         if self.version() >= (23, 2):
@@ -268,9 +269,9 @@ class RestBackend(CliBackend):
             self._failing = None
         return result
 
-    def jobs(self) -> list[SlurmJob]:
-        return self._read("jobs", lambda doc: parse_json.iter_unique(parse_json.jobs_from_doc(doc, active_only=True)),
-                          super().jobs)
+    def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
+        return self._read("jobs", lambda doc: parse_json.iter_unique(
+            parse_json.jobs_from_doc(doc, active_only=True, only=only)), lambda: super(RestBackend, self).jobs(only))
 
     def nodes(self) -> list[SlurmNode]:
         return self._read("nodes", parse_json.nodes_from_doc, super().nodes)
@@ -315,12 +316,12 @@ class PyslurmBackend(CliBackend):
                               f"{slurm[0]}.{slurm[1]}; use backend = \"cli\"")
         self._pyslurm = pyslurm
 
-    def jobs(self) -> list[SlurmJob]:
+    def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
         # pyslurm's own objects differ by release; its JSON-like dicts follow the same field
         # names as squeue --json, which is what the shared parser reads
         jobs = self._pyslurm.Jobs.load()
-        raw = [j.to_dict() for j in jobs.values()]
-        return parse_json.iter_unique(parse_json.job_from_json(r) for r in raw)
+        return parse_json.iter_unique(parse_json.jobs_from_doc({"jobs": [j.to_dict() for j in jobs.values()]},
+                                                               active_only=True, only=only))
 
     def nodes(self) -> list[SlurmNode]:
         nodes = self._pyslurm.Nodes.load()

@@ -11,7 +11,7 @@ degrades to a default instead of breaking a placement cycle.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pal_slurm.errors import SlurmError, SlurmUnavailable
@@ -167,12 +167,15 @@ FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NOD
                              "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"})
 
 
-def jobs_from_doc(doc: Mapping[str, Any], *, active_only: bool = False) -> list[SlurmJob]:
+def jobs_from_doc(doc: Mapping[str, Any], *, active_only: bool = False,
+                  only: Collection[str] | None = None) -> list[SlurmJob]:
     """`squeue --json` (22.05, 24.11) or `scontrol show job --json` (24.11).
 
     active_only skips finished jobs before converting them: on a busy cluster squeue lists
     thousands of them (22.05 ignores --states with --json) and the placer needs none."""
     raw = [j for j in doc.get("jobs") or [] if isinstance(j, Mapping)]
+    if only is not None:  # e.g. re-reading just the jobs a cycle changed: convert nothing else
+        raw = [j for j in raw if str(number(j.get("job_id"), 0)) in only]
     if active_only:
         raw = [j for j in raw if not (set(states(j.get("job_state"))[:1]) & FINISHED_STATES)]
     return [job_from_json(j) for j in raw]
