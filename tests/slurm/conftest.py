@@ -166,7 +166,8 @@ class SlurmCluster:
         return out
 
     def squeue_json(self) -> dict[str, Any]:
-        return json.loads(self.run(["squeue", "--json"]).stdout)
+        # `-t all`: 24.11 leaves finished jobs out of `squeue --json` otherwise (22.05 lists them anyway)
+        return json.loads(self.run(["squeue", "--json", "-t", "all"]).stdout)
 
     def cancel(self, jobids: Iterable[str]) -> None:
         """scancel JOBS (only ours: other sessions may share the cluster)."""

@@ -374,7 +374,7 @@ def test_slurmctld_restart_the_placer_carries_on(rig: Rig) -> None:
     before = rig.submit(["--gres=gpu:1"])
     rig.wait_finished([before])
     proc = subprocess.run([str(SCRIPT), "restart-ctld"], check=False, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **rig.cluster.env})
+                          env={**os.environ, **rig.cluster.env, "PAL_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr
     # at once, while the nodes are still registering again: the job waits for them, held
     after = rig.submit(["--gres=gpu:1"])
@@ -401,7 +401,7 @@ def test_slurmctld_down_for_a_while_is_logged_and_survived(rig: Rig) -> None:
         assert time.time() - rig.heartbeat() > 5, "heartbeat kept going without Slurm"
     finally:
         proc = subprocess.run([str(SCRIPT), "start"], check=False, capture_output=True, text=True, timeout=180,
-                              env={**os.environ, **rig.cluster.env})
+                              env={**os.environ, **rig.cluster.env, "PAL_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr
     assert placer.proc.poll() is None, placer.output()
     time.sleep(STATE_CACHE_S)
