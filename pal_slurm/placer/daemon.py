@@ -23,10 +23,10 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC
+from datetime import UTC, datetime
 
 from pal_slurm.config import PlacerConfig
-from pal_slurm.errors import PalError, SlurmError, SlurmUnavailable
+from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.placement.model import PlacementContext, Snapshot
 from pal_slurm.placement.orders import queue_window
 from pal_slurm.placement.policies import get_policy
@@ -36,6 +36,7 @@ from pal_slurm.placer.factors import FactorCache, Factors
 from pal_slurm.slurm import filter_state
 from pal_slurm.slurm.backend import SlurmBackend
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from pal_slurm.slurm.tres import parse_gres_alloc
 
 log = logging.getLogger(__name__)
 
@@ -447,8 +448,6 @@ def heartbeat_age(path: str, now: float | None = None) -> float | None:
 
 
 def _gres_types(node: SlurmNode) -> list[str | None]:
-    from pal_slurm.slurm.tres import parse_gres_alloc
-
     return [u.type for u in parse_gres_alloc(node.gres) if u.name == "gpu"]
 
 
@@ -457,15 +456,11 @@ def _slot_name(slot: plan.Slot) -> str:
 
 
 def _with(rec: Record, **changes: object) -> Record:
-    from dataclasses import replace
-
     return replace(rec, **changes)  # type: ignore[arg-type]
 
 
-def _now_utc():  # type: ignore[no-untyped-def]
-    from datetime import datetime
-
+def _now_utc() -> datetime:
     return datetime.now(UTC)
 
 
-__all__ = ["CycleReport", "PalError", "Placer", "heartbeat_age"]
+__all__ = ["CycleReport", "Placer", "heartbeat_age", "tune_gc"]

@@ -17,7 +17,6 @@ from sqlalchemy.engine import Engine
 
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.models import Gpu, Node
-from pal_slurm.errors import PalError
 from pal_slurm.simulate.variability import GpuVariability, from_classification
 
 log = logging.getLogger(__name__)
@@ -74,7 +73,7 @@ class FactorCache:
             try:
                 self.factors = load_factors(self._engine_factory())
                 self.last_error = None
-            except (PalError, Exception) as exc:  # noqa: BLE001 - any DB failure: keep what we have
+            except Exception as exc:  # noqa: BLE001 - any database failure: keep what we have
                 self.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 self._next = now + min(self.refresh_s, 10.0)
                 log.warning("classes not reloaded (%s); placing with %s", self.last_error,

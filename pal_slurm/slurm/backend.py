@@ -32,8 +32,6 @@ from pal_slurm.slurm.model import SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
 
-Runner = Callable[..., "object"]
-
 
 class SlurmBackend(Protocol):
     """Everything pal-slurm asks of Slurm."""
@@ -350,6 +348,3 @@ def _check_job_id(job_id: str) -> None:
     if not re.fullmatch(r"\d+(_\d+)?(\+\d+)?", job_id):
         raise SlurmError(f"not a Slurm job id: {job_id!r}")
 
-
-def dumps(obj: object) -> str:
-    return json.dumps(obj, sort_keys=True)
