@@ -159,3 +159,14 @@ def test_released_unchanged_ends_the_hold_and_a_lapsed_hold_only_gets_its_tag_fi
     assert b.of("2") == [("update", "2", "AdminComment",
                           "pal: released unchanged: the hold ended before a placement")]
     assert report.held == 1
+
+
+
+def test_waiting_jobs_are_reported_when_nothing_fits(tmp_path: Path) -> None:
+    """Every GPU busy: the held job stays held, takes nothing, and the cycle names it as waiting
+    (it used to report no waiting job at all in that case)."""
+    busy = [node("n1", used=(0, 1, 2, 3)), node("n2", used=(0, 1, 2, 3))]
+    p, rec = placer(tmp_path, [held("7")], busy)
+    report = p.cycle()
+    assert report.waiting == ["7"] and not report.placed and not report.released
+    assert not any(c[0] in ("start_now", "release") for c in rec.of("7"))

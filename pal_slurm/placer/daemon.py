@@ -231,6 +231,7 @@ class Placer:
         for skip in planned.skips:
             self._release_unchanged(skip.job, skip.reason, report)
         if not planned.requests:
+            report.waiting = list(planned.waiting)  # none fits now: they wait, and say so
             return
         snap = Snapshot(cluster=view.cluster, free=view.free, running={}, now=now)
         queue = queue_window(planned.requests, len(view.free), self.policy.lookahead)
