@@ -60,7 +60,7 @@ class PackedPolicy(InOrderPolicy):
         tab = ix.table(job.job_class)
         nodes = sorted({int(ix.node_of[g]) for g in gpus})
         free = ", ".join(f"{ix.node_names[v]} had {int(counts[v])} free" for v in nodes)
-        return Choice(gpus=gpus, reason=f"{self.name}: {len(nodes)} node(s) ({free}); {describe_gpus(ix, tab, gpus)}",
+        return Choice(gpus=gpus, why=f"{self.name}: {len(nodes)} node(s) ({free}); {describe_gpus(ix, tab, gpus)}",
                       alternatives=((gpus, float(len(nodes))),))
 
 
@@ -105,7 +105,7 @@ class RandomPolicy(InOrderPolicy):
 
     def _choice(self, ix: ClusterIndex, job: JobRequest, gpus: tuple[int, ...], pool: int) -> Choice:
         tab = ix.table(job.job_class)
-        return Choice(gpus=gpus, reason=f"{self.name}: sampled from {pool} free GPUs; {describe_gpus(ix, tab, gpus)}",
+        return Choice(gpus=gpus, why=f"{self.name}: sampled from {pool} free GPUs; {describe_gpus(ix, tab, gpus)}",
                       alternatives=((gpus, float(pool)),))
 
 
@@ -139,7 +139,7 @@ class VariabilityPolicy(InOrderPolicy):
             return None
         gpus = as_gpus(got)
         worst = float(tab.sf[list(gpus)].max())
-        return Choice(gpus=gpus, reason=f"{self.name}: {job.gpus_per_node} per node, max sf {worst:.3f} "
+        return Choice(gpus=gpus, why=lambda: f"{self.name}: {job.gpus_per_node} per node, max sf {worst:.3f} "
                       f"(class {tab.key}); {describe_gpus(ix, tab, gpus)}", alternatives=((gpus, worst),))
 
     def pm_first_choice(self, ix: ClusterIndex, tab: ClassTable, c: Candidates, n: int,
@@ -149,7 +149,7 @@ class VariabilityPolicy(InOrderPolicy):
             return None
         gpus = as_gpus(got)
         worst = float(tab.sf[list(gpus)].max())
-        return Choice(gpus=gpus, reason=f"{self.name}: PM-First, max sf {worst:.3f} (class {tab.key}) on "
+        return Choice(gpus=gpus, why=lambda: f"{self.name}: PM-First, max sf {worst:.3f} (class {tab.key}) on "
                       f"{_nodes_of(ix, gpus)} node(s); {describe_gpus(ix, tab, gpus)}", alternatives=((gpus, worst),))
 
 
@@ -223,7 +223,7 @@ class Pal(VariabilityPolicy):
                 continue
             gpus = as_gpus(got)
             tried.append((gpus, weight))
-            return Choice(gpus=gpus, reason=f"{self.name}: {kind} sf<={tab.values[level]:.3f} weight {weight:.3f} "
+            return Choice(gpus=gpus, why=lambda: f"{self.name}: {kind} sf<={tab.values[level]:.3f} weight {weight:.3f} "
                           f"(lambda {ctx.locality_penalty:g}, class {tab.key}); {describe_gpus(ix, tab, gpus)}",
                           alternatives=tuple(tried))
         return None  # unreachable when len(cand) >= n: the last across entry admits every GPU

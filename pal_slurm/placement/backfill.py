@@ -61,9 +61,11 @@ def estimated_runtime(ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], pe
     """remaining_s on these GPUs: x max raw PerfVar, x lambda when spanning nodes; inf if unknown."""
     if job.remaining_s <= 0 or not gpus:
         return math.inf
-    idx = list(gpus)
-    slow = float(ix.table(job.job_class).pv[idx].max())
-    spans = len({int(v) for v in ix.node_of[idx]}) > 1
+    # plain Python over a few ids: a backfilling decision estimates hundreds of choices,
+    # and numpy's per-call overhead is most of the cost at this size
+    pv = ix.table(job.job_class).pv_list
+    slow = max(pv[g] for g in gpus)
+    spans = _spans(ix, gpus)
     return job.remaining_s * max(slow, 0.0) * (penalty if spans else 1.0)
 
 
@@ -216,9 +218,10 @@ class PalBackfill(Pal):
         now = snapshot.now or 0.0
         pv = ix.table(job.job_class).pv
         finish_now = now + estimated_runtime(ix, job, choice.gpus, ctx.locality_penalty)
-        worst_now = float(pv[list(choice.gpus)].max())
+        pv_list = ix.table(job.job_class).pv_list
+        worst_now = max(pv_list[g] for g in choice.gpus)
         one_node = (job.gpus_per_node or job.gpus) == job.gpus and job.gpus <= ix.max_gpus_per_node
-        could_gather = one_node and len({int(ix.node_of[g]) for g in choice.gpus}) > 1
+        could_gather = one_node and _spans(ix, choice.gpus)
         floor = job.remaining_s * float(pv.min()) * (1.0 if one_node else ctx.locality_penalty)
         margin = self.wait_margin * job.remaining_s
         horizon = finish_now - floor - margin  # starting after this cannot help
@@ -230,10 +233,12 @@ class PalBackfill(Pal):
         later = state.copy()
         looked = 0
         for i, (end, gpus) in enumerate(ends):
+            if best is not None and end + floor >= best[0]:
+                break  # releases come in time order: from here on none can finish before `best`
             later.release(gpus)
             # a release can only help with a GPU faster than the worst one chosen now, or
             # by letting a job that now spans nodes fit on one
-            if not (could_gather or float(pv[list(gpus)].min()) < worst_now) or not gpus:
+            if not gpus or not (could_gather or min(pv_list[g] for g in gpus) < worst_now):
                 continue
             looked += 1
             if looked > self.wait_lookahead:
@@ -298,8 +303,10 @@ def _kth_best(pv: np.ndarray, state: FreeState, job: JobRequest) -> float:
 
 
 def _spans(ix: ClusterIndex, gpus: Sequence[int]) -> bool:
-    return len({int(ix.node_of[g]) for g in gpus}) > 1
+    node_of = ix.node_list
+    first = node_of[gpus[0]]
+    return any(node_of[g] != first for g in gpus)
 
 
 def _noted(choice: Choice, why: str) -> Choice:
-    return Choice(gpus=choice.gpus, reason=f"{choice.reason}; {why}", alternatives=choice.alternatives)
+    return Choice(gpus=choice.gpus, why=lambda: f"{choice.reason}; {why}", alternatives=choice.alternatives)

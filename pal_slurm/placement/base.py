@@ -47,11 +47,20 @@ def class_sorted_prefix(queue: Sequence[JobRequest], capacity: int) -> list[JobR
 
 @dataclass(frozen=True)
 class Choice:
-    """GPUs chosen for one job, with the explanation that goes into its Assignment."""
+    """GPUs chosen for one job, with the explanation that goes into its Assignment.
+
+    `why` is the explanation or a function that writes it: a backfilling policy weighs
+    several choices per job (now, after each release, off the reserved GPUs) and places
+    few of them, so the text is written only for the choices that are kept.
+    """
 
     gpus: tuple[int, ...]
-    reason: str
+    why: str | Callable[[], str]
     alternatives: tuple[tuple[tuple[int, ...], float], ...] = ()
+
+    @property
+    def reason(self) -> str:
+        return self.why if isinstance(self.why, str) else self.why()
 
     def assignment(self, job_id: str) -> Assignment:
         return Assignment(job_id=job_id, gpus=self.gpus, reason=self.reason, alternatives=self.alternatives)
@@ -156,7 +165,7 @@ class InOrderPolicy(Policy):
             return None
         gpus = as_gpus(got)
         worst = float(tab.sf[list(gpus)].max())
-        return Choice(gpus=gpus, reason=f"{self.name}: {job.gpus_per_node} per node on the same slots of "
+        return Choice(gpus=gpus, why=lambda: f"{self.name}: {job.gpus_per_node} per node on the same slots of "
                       f"{job.gpus // job.gpus_per_node} nodes, max sf {worst:.3f} (class {tab.key}); "
                       f"{describe_gpus(ix, tab, gpus)}", alternatives=((gpus, worst),))
 

@@ -35,6 +35,11 @@ class ClassTable:
     def n_levels(self) -> int:
         return len(self.values)
 
+    @cached_property
+    def pv_list(self) -> list[float]:
+        """`pv` as Python floats, for per-GPU lookups where numpy's call overhead dominates."""
+        return self.pv.tolist()
+
 
 class ClusterIndex:
     """Numpy arrays derived from a `Cluster`; immutable after construction."""
@@ -58,6 +63,7 @@ class ClusterIndex:
             first = np.searchsorted(by_node, by_node, side="left")
             slot[self.node_major] = np.arange(self.n) - first
         self.slot_of = slot
+        self.node_list: list[int] = self.node_of.tolist()  # the same, for per-GPU lookups in Python
         self._tables: dict[str, ClassTable] = {}
 
     def table(self, job_class: str | None) -> ClassTable:

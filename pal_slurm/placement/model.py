@@ -162,6 +162,10 @@ class Snapshot:
     running: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     now: float | None = None
     expected_end: Mapping[str, float] = field(default_factory=dict)
+    #: `releases` when the caller keeps them sorted itself (an event simulator inserts each
+    #: start and deletes each end, instead of sorting every running job before every
+    #: decision); it must equal what `releases` would compute
+    known_releases: tuple[tuple[float, tuple[int, ...]], ...] | None = None
 
     @classmethod
     def empty(cls, cluster: Cluster) -> "Snapshot":
@@ -171,6 +175,8 @@ class Snapshot:
     def releases(self) -> tuple[tuple[float, tuple[int, ...]], ...]:
         """(expected end, GPUs) of the running jobs that have one, soonest first; computed
         once per snapshot because a backfilling policy asks for it for every job it weighs."""
+        if self.known_releases is not None:
+            return self.known_releases
         pairs = [(end, gpus) for jid, gpus in self.running.items()
                  if (end := self.expected_end.get(jid)) is not None and end != float("inf")]
         pairs.sort(key=lambda p: (p[0], p[1]))

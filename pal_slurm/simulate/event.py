@@ -10,6 +10,7 @@ runs at its slowest GPU's pace) x the locality penalty when it spans nodes.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -62,6 +63,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     freed_since_pass = True
     blocked_last = False
     ends: dict[str, float] = {}
+    releases: list[tuple[float, tuple[int, ...]]] = []  # (end, GPUs) of running jobs, sorted: Snapshot.releases
     reorder_on_arrival = options.order != "fifo"
     next_bf = 0.0
     now = 0.0
@@ -78,7 +80,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             _, _, jid = heapq.heappop(finish_heap)
             gpus = running.pop(jid)
             free.update(gpus)
-            del ends[jid]
+            del releases[bisect.bisect_left(releases, (ends.pop(jid), gpus))]
             job = by_id[jid]
             outcomes[jid] = JobOutcome(jid, job.num_gpus, job.submit_time, started[jid], now)
             freed_since_pass = True
@@ -102,7 +104,8 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
         queue = queue_window(ordered, len(free), policy.lookahead if bf_due else 0)
         if bf_due:
             next_bf, bf_dirty = now + options.backfill_interval_s, False
-        snap = Snapshot(cluster=cluster, free=frozenset(free), running=running_view, now=now, expected_end=ends_view)
+        snap = Snapshot(cluster=cluster, free=frozenset(free), running=running_view, now=now, expected_end=ends_view,
+                        known_releases=tuple(releases))
         decision = policy.place(snap, queue, ctx)
         placed = set()
         for a in decision.assignments:
@@ -113,6 +116,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             dur = runtime_s(job, a.gpus, cluster, options.locality_penalty)
             busy_gpu_s += dur * len(a.gpus)
             ends[a.job_id] = now + dur
+            bisect.insort(releases, (now + dur, a.gpus))
             seq += 1
             heapq.heappush(finish_heap, (now + dur, seq, a.job_id))
             placed.add(a.job_id)
