@@ -202,3 +202,34 @@ def test_cli_sacct_trace(tmp_path: Path) -> None:
                                    "--cluster", "4x4", "--mode", "event", "--policy", "pal", "--json"])
     assert res.exit_code == 0, res.output
     assert all(r["jobs"] > 0 for r in json.loads(res.stdout)["runs"])
+
+
+def test_event_mode_keeps_the_releases_a_backfilling_policy_would_sort_itself() -> None:
+    """The simulator hands its sorted (end, GPUs) list to the policy (Snapshot.known_releases)
+    instead of letting it sort every running job per decision: at every decision that list
+    equals what Snapshot.releases computes, and the run is the same as without it."""
+    from dataclasses import replace
+
+    from pal_slurm.placement.model import Snapshot
+    from pal_slurm.simulate.synthetic import generate
+
+    trace = generate(300, seed=3, mean_interarrival_s=20.0, max_gpus=16)
+    cluster = Cluster.uniform(4, 4, slowdown={c: [1.0 + 0.05 * (g % 5) for g in range(16)] for c in "ABCD"},
+                              perfvar={c: [1.0 + 0.04 * (g % 7) for g in range(16)] for c in "ABCD"})
+    inner = get_policy("pal-backfill")
+    checked: list[int] = []
+
+    class Checking(type(inner)):  # type: ignore[misc]
+        def place(self, snapshot: Snapshot, queue, ctx):  # type: ignore[no-untyped-def]
+            assert snapshot.known_releases is not None
+            recomputed = replace(snapshot, known_releases=None).releases
+            assert snapshot.known_releases == recomputed
+            checked.append(len(recomputed))
+            return super().place(replace(snapshot, known_releases=None), queue, ctx)
+
+    Checking.name = "pal-backfill"
+    kept = simulate_events(trace, cluster, inner, EventOptions())
+    sorted_each_time = simulate_events(trace, cluster, Checking(), EventOptions())
+    assert len(checked) > 50 and max(checked) > 3  # decisions with several running jobs were checked
+    assert [(o.job_id, o.start_time, o.finish_time) for o in kept.outcomes] == \
+        [(o.job_id, o.start_time, o.finish_time) for o in sorted_each_time.outcomes]
