@@ -136,6 +136,12 @@ def _state(job: dict[str, Any]) -> str:
     return (state[0] if isinstance(state, list) and state else str(state or "")).upper()
 
 
+def _return_code(job: dict[str, Any]) -> Any:
+    """The job script's exit status, on either version (24.11 nests it; see _exit_code)."""
+    code = job.get("exit_code")
+    return _num(code.get("return_code")) if isinstance(code, dict) else code
+
+
 def _exit_code(job: dict[str, Any]) -> Any:
     code = job.get("exit_code")
     if isinstance(code, dict):  # 24.11: {status, return_code: {number}, signal: {...}}
@@ -302,7 +308,7 @@ def test_submission_ends_as_without_pal_slurm(runs: Runs, case: Case) -> None:
     if case.pal == REWRITE:
         assert off.job_id is None and off.rc != 0, off
         assert pal.job_id is not None, f"{case.id}: the filter did not rewrite the bare model type: {pal.error}"
-        assert [(_state(r), _exit_code(r)) for r in pal.records] == [("COMPLETED", 0)], pal.summary()
+        assert [(_state(r), _return_code(r)) for r in pal.records] == [("COMPLETED", 0)], pal.summary()
         assert pal.records[0]["admin_comment"].startswith("pal: placed"), pal.records[0]["admin_comment"]
         assert "v100" in pal.records[0]["features"]
         return
@@ -313,7 +319,7 @@ def test_submission_ends_as_without_pal_slurm(runs: Runs, case: Case) -> None:
         assert not any(c.startswith("pal") for c in comments), comments
     elif case.pal == PLACED:
         assert comments and all(c.startswith("pal: placed class=") for c in comments), comments
-    elif case.pal == RELEASED:
+    elif case.pal == RELEASED and pal.job_id is not None:  # 24.11 refuses some at submit, as it does without us
         assert comments and all(c.startswith("pal: released unchanged: ") for c in comments), comments
 
 

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# The real-Slurm tests on the Slurm version this machine does not run, in a Debian chroot.
+#
+# Machines of our kind run Debian 12 (Slurm 22.05) or Debian 13 (Slurm 24.11), and every
+# Slurm-facing part must work on both (docs/architecture.md, "Two Slurm versions"). The
+# host's own version is tested by `make test`; this script tests the other one: Debian 12
+# hosts get a Debian 13 root, Debian 13 hosts a Debian 12 root. Inside it runs the same
+# test cluster (tests/services/slurm-cluster.sh, with its own ports so it can run beside
+# the host's) and the same tests (pytest -m slurm tests/slurm), with pal-slurm installed in
+# a venv of the chroot's own Python.
+#
+# Usage: tests/services/other-slurm.sh {install|test [PYTEST ARGS...]|stop|status}
+#
+#   install  debootstrap the other release into $ROOT (once), install Python, Slurm, munge,
+#            Lua and a compiler in it (slurm-cluster.sh install, run inside), and pal-slurm in
+#            $ROOT/opt/pal-venv; idempotent, reinstalls pal-slurm when setup.cfg changed
+#   test     mount /proc, /sys, /dev, a fresh /run and the repository into the chroot, start
+#            its test cluster (slurmrestd too), run the Slurm tests there, then stop the
+#            cluster and unmount whatever the outcome; exit status: pytest's
+#   stop     stop the chroot's cluster and unmount (after an interrupted `test`); idempotent
+#   status   the chroot's release, Slurm version and mounts
+#
+# Environment:
+#   PAL_OTHER_SLURM_ROOT   the chroot; default /var/tmp/pal-other-slurm-<release>
+#   PAL_DEBIAN_MIRROR      Debian mirror for debootstrap; default http://deb.debian.org/debian
+#   PAL_OTHER_SLURM_CTLD_PORT / _NODE_PORT   the chroot cluster's ports; default 23817 / 23001
+#                          (slurmrestd: ctld port + 2000), apart from the host cluster's
+#
+# Needs root (debootstrap, chroot, mount). Progress goes to stderr; a failure ends with
+# "other-slurm: error: <reason>".
+
+set -euo pipefail
+
+PROG="other-slurm"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+MIRROR="${PAL_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+CTLD_PORT="${PAL_OTHER_SLURM_CTLD_PORT:-23817}"
+NODE_PORT="${PAL_OTHER_SLURM_NODE_PORT:-23001}"
+VENV=/opt/pal-venv
+PATH_IN="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot and mount)"
+case "$CTLD_PORT$NODE_PORT" in *[!0-9]*) die "ports must be numbers" ;; esac
+
+host_major() {
+    [ -r /etc/debian_version ] || die "not a Debian machine (no /etc/debian_version)"
+    cut -d. -f1 </etc/debian_version
+}
+
+case "$(host_major)" in
+    12) SUITE=trixie ;;     # Debian 12 runs Slurm 22.05: test 24.11
+    13) SUITE=bookworm ;;   # Debian 13 runs Slurm 24.11: test 22.05
+    *) die "Debian $(host_major) is neither 12 nor 13: no other Slurm version to test" ;;
+esac
+ROOT="${PAL_OTHER_SLURM_ROOT:-/var/tmp/pal-other-slurm-$SUITE}"
+
+# the host's proxy and pip settings that let pip inside reach an index the way pip outside does
+passed_env() {
+    local v
+    for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY PIP_INDEX_URL PIP_EXTRA_INDEX_URL \
+        PIP_DEFAULT_TIMEOUT PIP_TRUSTED_HOST; do
+        if [ -n "${!v:-}" ]; then printf '%s=%s\n' "$v" "${!v}"; fi
+    done
+}
+
+# run a command inside the chroot with a clean environment (no host Python, no host SLURM_CONF)
+inside() {
+    local env=()
+    mapfile -t env < <(passed_env)
+    chroot "$ROOT" /usr/bin/env -i HOME=/root PATH="$PATH_IN" LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive \
+        PIP_CERT=/etc/ssl/certs/ca-certificates.crt PIP_DISABLE_PIP_VERSION_CHECK=1 "${env[@]}" "$@"
+}
+
+# the chroot trusts the certificate authorities the host added (a site's TLS-inspecting
+# proxy, for instance), so pip and apt inside reach what they reach outside
+trust_host_cas() {
+    local src=/usr/local/share/ca-certificates
+    [ -d "$src" ] && [ -n "$(ls -A "$src" 2>/dev/null)" ] || return 0
+    mkdir -p "$ROOT$src"
+    cp -a "$src/." "$ROOT$src/"
+    inside update-ca-certificates >/dev/null 2>&1 || log "install: update-ca-certificates in the chroot failed"
+}
+
+cluster_env() {
+    printf '%s\n' PAL_TEST_SLURM_DIR=/var/tmp/pal-test-slurm PAL_TEST_SLURM_CTLD_PORT="$CTLD_PORT" \
+        PAL_TEST_SLURM_NODE_PORT="$NODE_PORT" PAL_TEST_SLURM_REST=1 PAL_PYTHON="$VENV/bin/python"
+}
+
+mounted() { mountpoint -q "$1"; }
+
+# "Slurm 24.11.5-4+deb13u1 in Debian 13.8" (sinfo --version needs a configuration to answer)
+slurm_in() {
+    local v
+    # shellcheck disable=SC2016  # ${Version} is dpkg-query's field, not ours
+    v="$(chroot "$ROOT" dpkg-query -W -f '${Version}' slurmctld 2>/dev/null)" || v="not installed"
+    printf 'Slurm %s in Debian %s' "$v" "$(cat "$ROOT/etc/debian_version")"
+}
+
+do_mount() {
+    mounted "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
+    mounted "$ROOT/sys" || mount --rbind /sys "$ROOT/sys"
+    mounted "$ROOT/dev" || mount --rbind /dev "$ROOT/dev"
+    mounted "$ROOT/run" || mount -t tmpfs -o mode=0755 tmpfs "$ROOT/run"
+    mkdir -p "$ROOT$REPO"
+    mounted "$ROOT$REPO" || mount --bind "$REPO" "$ROOT$REPO"
+    # slurmctld must resolve this machine's name (SlurmctldHost) inside as it does outside
+    local name
+    name="$(hostname)"
+    [ -s "$ROOT/etc/hosts" ] || cp /etc/hosts "$ROOT/etc/hosts"
+    grep -qw -- "$name" "$ROOT/etc/hosts" 2>/dev/null || printf '127.0.1.1 %s\n' "$name" >>"$ROOT/etc/hosts"
+    cp /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
+}
+
+do_umount() {
+    local m
+    for m in "$ROOT$REPO" "$ROOT/run" "$ROOT/dev" "$ROOT/sys" "$ROOT/proc"; do
+        if mounted "$m"; then umount -R "$m" 2>/dev/null || umount -R -l "$m"; fi
+    done
+}
+
+cmd_install() {
+    if [ ! -x "$ROOT/usr/bin/apt-get" ]; then
+        command -v debootstrap >/dev/null 2>&1 || {
+            log "install: apt-get install debootstrap"
+            { apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends debootstrap >&2; } ||
+                die "cannot install debootstrap"
+        }
+        log "install: debootstrap $SUITE into $ROOT (from $MIRROR)"
+        rm -rf "$ROOT"
+        debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$ROOT" "$MIRROR" >&2 ||
+            die "debootstrap $SUITE failed (mirror $MIRROR; set PAL_DEBIAN_MIRROR)"
+    fi
+    do_mount
+    trap do_umount EXIT
+    if ! inside sh -c 'command -v python3 >/dev/null && python3 -c "import ensurepip, venv"' 2>/dev/null; then
+        log "install: python3 in the chroot"
+        inside apt-get update -qq >&2
+        inside apt-get install -y -qq --no-install-recommends python3 python3-venv >&2 ||
+            die "apt-get install python3 python3-venv in the $SUITE chroot failed"
+    fi
+    trust_host_cas
+    # Slurm, munge, Lua, gcc, slurmrestd: the same package logic as the host's cluster
+    # shellcheck disable=SC2046  # one word per variable
+    inside env $(cluster_env) bash "$REPO/tests/services/slurm-cluster.sh" install
+    local stamp="$ROOT$VENV/.installed" want
+    want="$(sha256sum "$REPO/setup.cfg" "$REPO/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+    if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+        log "install: pal-slurm into $VENV (the chroot's $(inside python3 --version 2>&1))"
+        inside python3 -m venv "$VENV" >&2
+        inside "$VENV/bin/python" -m pip install -q --upgrade pip >&2
+        inside "$VENV/bin/python" -m pip install -q -e "${REPO}[dev]" >&2 || die "pip install of pal-slurm in the chroot failed"
+        printf '%s\n' "$want" >"$stamp"
+    fi
+    log "install: done ($(slurm_in))"
+}
+
+cluster_stop() {
+    [ -d "$ROOT$REPO/tests" ] || return 0
+    # shellcheck disable=SC2046
+    inside env $(cluster_env) bash "$REPO/tests/services/slurm-cluster.sh" stop || true
+}
+
+cmd_test() {
+    [ -x "$ROOT$VENV/bin/python" ] || die "the chroot is not installed: run '$0 install' first"
+    do_mount
+    trap 'cluster_stop; do_umount' EXIT
+    # shellcheck disable=SC2046
+    inside env $(cluster_env) bash "$REPO/tests/services/slurm-cluster.sh" start
+    log "test: $(slurm_in): pytest -m slurm tests/slurm $*"
+    local rc=0
+    # the cluster's env (SLURM_CONF, the slurmrestd URL) comes from the script, as in `make test`;
+    # -p no:cacheprovider: nothing of the chroot's run is written into the repository's cache
+    # shellcheck disable=SC2046,SC2016  # the inner script's $1 and $(...) are the inner bash's
+    inside env $(cluster_env) PAL_REQUIRE_SLURM=1 PAL_REQUIRE_SLURM_REST=1 bash -c \
+        'cd "$1" && shift && eval "$(bash tests/services/slurm-cluster.sh env)" &&
+         exec "$PAL_PYTHON" -m pytest -p no:cacheprovider -m slurm tests/slurm "$@"' _ "$REPO" "$@" || rc=$?
+    return "$rc"
+}
+
+cmd_stop() {
+    if [ -d "$ROOT/proc" ] && mounted "$ROOT/proc"; then
+        cluster_stop
+    fi
+    do_umount
+}
+
+cmd_status() {
+    [ -r "$ROOT/etc/debian_version" ] || die "no chroot at $ROOT (run '$0 install')"
+    echo "root: $ROOT (Debian $(cat "$ROOT/etc/debian_version"), $SUITE)"
+    echo "slurm: $(slurm_in)"
+    echo "pal-slurm venv: $([ -x "$ROOT$VENV/bin/python" ] && echo "$VENV" || echo 'not installed')"
+    grep -F " $ROOT" /proc/mounts | cut -d' ' -f2 | sed 's/^/mounted: /' || true
+}
+
+case "${1:-}" in
+    install) cmd_install ;;
+    test) shift; cmd_test "$@" ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    *) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac
