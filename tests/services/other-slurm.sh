@@ -13,7 +13,7 @@
 #
 #   install  debootstrap the other release into $ROOT (once), install Python, Slurm, munge,
 #            Lua and a compiler in it (slurm-cluster.sh install, run inside), and pal-slurm in
-#            $ROOT/opt/pal-venv; idempotent, reinstalls pal-slurm when setup.cfg changed
+#            $ROOT/opt/pal-venv; idempotent, reinstalls pal-slurm when setup.cfg or the checkout moved
 #   test     mount /proc, /sys, /dev, a fresh /run and the repository into the chroot, start
 #            its test cluster (slurmrestd too), run the Slurm tests there, then stop the
 #            cluster and unmount whatever the outcome; exit status: pytest's
@@ -146,7 +146,8 @@ cmd_install() {
     # shellcheck disable=SC2046  # one word per variable
     inside env $(cluster_env) bash "$REPO/tests/services/slurm-cluster.sh" install
     local stamp="$ROOT$VENV/.installed" want
-    want="$(sha256sum "$REPO/setup.cfg" "$REPO/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+    # the install is editable: a different checkout path needs its own, as do changed dependencies
+    want="$({ echo "$REPO"; cat "$REPO/setup.cfg" "$REPO/pyproject.toml"; } | sha256sum | cut -d' ' -f1)"
     if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
         log "install: pal-slurm into $VENV (the chroot's $(inside python3 --version 2>&1))"
         inside python3 -m venv "$VENV" >&2
