@@ -128,18 +128,24 @@ cmd_install() {
             { apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends debootstrap >&2; } ||
                 die "cannot install debootstrap"
         }
-        log "install: debootstrap $SUITE into $ROOT (from $MIRROR)"
-        rm -rf "$ROOT"
-        debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$ROOT" "$MIRROR" >&2 ||
+        log "install: debootstrap $SUITE into $ROOT (from $MIRROR; log $ROOT.debootstrap.log)"
+        do_umount  # a half-made root from an interrupted run may still have mounts
+        rm -rf --one-file-system "$ROOT"
+        if ! debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$ROOT" "$MIRROR" \
+            >"$ROOT.debootstrap.log" 2>&1; then
+            tail -n 15 "$ROOT.debootstrap.log" >&2
             die "debootstrap $SUITE failed (mirror $MIRROR; set PAL_DEBIAN_MIRROR)"
+        fi
     fi
     do_mount
     trap do_umount EXIT
     if ! inside sh -c 'command -v python3 >/dev/null && python3 -c "import ensurepip, venv"' 2>/dev/null; then
         log "install: python3 in the chroot"
         inside apt-get update -qq >&2
-        inside apt-get install -y -qq --no-install-recommends python3 python3-venv >&2 ||
+        inside apt-get install -y -qq --no-install-recommends python3 python3-venv >"$ROOT.apt.log" 2>&1 || {
+            tail -n 15 "$ROOT.apt.log" >&2
             die "apt-get install python3 python3-venv in the $SUITE chroot failed"
+        }
     fi
     trust_host_cas
     # Slurm, munge, Lua, gcc, slurmrestd: the same package logic as the host's cluster
