@@ -32,6 +32,7 @@ import pytest
 
 from tests.slurm.conftest import FINISHED, SlurmCluster
 from tests.slurm.placer_support import PlacerProcess, make_db, write_config
+from tests.slurm.records import exit_code, job_state, records_of, return_code, tagged_held
 from tests.slurm.test_placer_failopen import wait_idle
 
 pytestmark = pytest.mark.slurm
@@ -125,35 +126,6 @@ CASES = [
 # ---------------------------------------------------------------- running a batch
 
 
-def _num(value: Any) -> int | None:
-    if isinstance(value, dict):
-        return int(value["number"]) if value.get("set", True) else None
-    return None if value is None else int(value)
-
-
-def _state(job: dict[str, Any]) -> str:
-    state = job.get("job_state")
-    return (state[0] if isinstance(state, list) and state else str(state or "")).upper()
-
-
-def _return_code(job: dict[str, Any]) -> Any:
-    """The job script's exit status, on either version (24.11 nests it; see _exit_code)."""
-    code = job.get("exit_code")
-    return _num(code.get("return_code")) if isinstance(code, dict) else code
-
-
-def _exit_code(job: dict[str, Any]) -> Any:
-    code = job.get("exit_code")
-    if isinstance(code, dict):  # 24.11: {status, return_code: {number}, signal: {...}}
-        return (code.get("status"), _num(code.get("return_code")), _num((code.get("signal") or {}).get("id")))
-    return code
-
-
-def _held_by_pal(job: dict[str, Any]) -> bool:
-    """Still ours: pending and tagged `pal:held` (a begin-time hold, or priority 0 from earlier releases)."""
-    return _state(job) == "PENDING" and (job.get("admin_comment") or "").startswith("pal:held")
-
-
 @dataclass
 class Outcome:
     """What one submission came to: rejected (rc, first stderr line) or its jobs' records."""
@@ -168,29 +140,24 @@ class Outcome:
             return ("rejected", self.rc, self.error)
         out = []
         for r in self.records:
-            state = _state(r)
+            state = job_state(r)
             if state in FINISHED:
-                out.append((state, _exit_code(r)))
+                out.append((state, exit_code(r)))
             else:
                 out.append((state, r.get("state_reason")))
         return ("accepted", tuple(sorted(out, key=repr)))
 
 
-def _records_of(jobs: Sequence[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
-    want = int(job_id)
-    return [j for j in jobs if want in (_num(j.get("job_id")), _num(j.get("array_job_id")), _num(j.get("het_job_id")))]
-
-
 def _settled(rec: dict[str, Any]) -> bool:
-    state = _state(rec)
+    state = job_state(rec)
     if state in FINISHED:
         return True
-    return state == "PENDING" and rec.get("state_reason") in STABLE_PENDING and not _held_by_pal(rec)
+    return state == "PENDING" and rec.get("state_reason") in STABLE_PENDING and not tagged_held(rec)
 
 
 def _array_expanded(recs: Sequence[dict[str, Any]]) -> bool:
     """A pending array record still stands for tasks not started yet."""
-    return not any(r.get("array_task_string") for r in recs if _state(r) not in FINISHED
+    return not any(r.get("array_task_string") for r in recs if job_state(r) not in FINISHED
                    and r.get("state_reason") not in STABLE_PENDING)
 
 
@@ -215,7 +182,7 @@ def run_batch(cluster: SlurmCluster, cases: Sequence[Case], script: Path, tag: s
     while True:
         jobs = cluster.squeue_json()["jobs"]
         for o in accepted.values():
-            o.records = _records_of(jobs, o.job_id or "")
+            o.records = records_of(jobs, o.job_id or "")
         if all(o.records and all(_settled(r) for r in o.records) and _array_expanded(o.records)
                for o in accepted.values()) or time.monotonic() > deadline:
             break
@@ -291,7 +258,7 @@ VALIDATED_AT_SUBMIT = {"more-gpus-than-any-node", "huge-gpus", "huge-gres", "too
 
 def test_nothing_is_left_held_by_pal_slurm(runs: Runs) -> None:
     """Nobody stranded: after the placer's cycles no job of the pal run is held by pal-slurm."""
-    stuck = {cid: [r["job_id"] for r in o.records if _held_by_pal(r)] for cid, o in runs.pal.items()}
+    stuck = {cid: [r["job_id"] for r in o.records if tagged_held(r)] for cid, o in runs.pal.items()}
     assert not {cid: ids for cid, ids in stuck.items() if ids}
     assert sum(len(o.records) for o in runs.pal.values()) >= len(CASES) // 2
 
@@ -308,7 +275,7 @@ def test_submission_ends_as_without_pal_slurm(runs: Runs, case: Case) -> None:
     if case.pal == REWRITE:
         assert off.job_id is None and off.rc != 0, off
         assert pal.job_id is not None, f"{case.id}: the filter did not rewrite the bare model type: {pal.error}"
-        assert [(_state(r), _return_code(r)) for r in pal.records] == [("COMPLETED", 0)], pal.summary()
+        assert [(job_state(r), return_code(r)) for r in pal.records] == [("COMPLETED", 0)], pal.summary()
         assert pal.records[0]["admin_comment"].startswith("pal: placed"), pal.records[0]["admin_comment"]
         assert "v100" in pal.records[0]["features"]
         return

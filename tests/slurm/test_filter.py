@@ -19,17 +19,12 @@ from typing import Any
 
 import pytest
 
+from tests.slurm.records import int_field, records_of
+
 pytestmark = pytest.mark.slurm
 
 STATE_CACHE_S = 2.2          # job_submit.lua caches the state file for CACHE_SECONDS = 2
 GPU_RE = re.compile(r"^gres[:/]gpu[:=]")
-
-
-def _num(value: Any) -> int | None:
-    """An integer field of squeue --json: a plain int (22.05) or {set, infinite, number} (24.11)."""
-    if isinstance(value, dict):
-        return int(value["number"]) if value.get("set", True) else None
-    return None if value is None else int(value)
 
 
 def _name() -> str:
@@ -38,13 +33,11 @@ def _name() -> str:
 
 def _jobs(cluster: Any, jobid: str) -> list[dict[str, Any]]:
     """Every squeue --json record belonging to JOBID (array tasks and het components included)."""
-    want = int(jobid)
-    return [j for j in cluster.squeue_json()["jobs"]
-            if want in (_num(j.get("job_id")), _num(j.get("array_job_id")), _num(j.get("het_job_id")))]
+    return records_of(cluster.squeue_json()["jobs"], jobid)
 
 
 def _job(cluster: Any, jobid: str) -> dict[str, Any]:
-    records = [j for j in _jobs(cluster, jobid) if _num(j.get("job_id")) == int(jobid)]
+    records = [j for j in _jobs(cluster, jobid) if int_field(j.get("job_id")) == int(jobid)]
     assert records, f"job {jobid} not in squeue --json"
     return records[0]
 
@@ -94,8 +87,8 @@ def _assert_held(cluster: Any, jobid: str, admin_comment: str, hold_s: int = 90)
             break
         time.sleep(0.2)
     assert job["state_reason"] == "BeginTime", job["state_reason"]
-    assert _num(job["priority"]) != 0, job
-    ahead = (_num(job["eligible_time"]) or 0) - time.time()
+    assert int_field(job["priority"]) != 0, job
+    ahead = (int_field(job["eligible_time"]) or 0) - time.time()
     assert hold_s - 10 < ahead <= hold_s + 1, (ahead, hold_s)
     assert job["admin_comment"] == admin_comment
     cluster.wait_state(jobid, "PENDING", timeout=5)
@@ -104,9 +97,9 @@ def _assert_held(cluster: Any, jobid: str, admin_comment: str, hold_s: int = 90)
 def _assert_untouched(cluster: Any, jobid: str) -> None:
     for job in _jobs(cluster, jobid):
         assert "pal:" not in (job.get("admin_comment") or ""), job
-        assert _num(job["priority"]) != 0, job
+        assert int_field(job["priority"]) != 0, job
         assert job["state_reason"] != "BeginTime", job
-        assert (_num(job["eligible_time"]) or 0) <= time.time() + 1, job
+        assert (int_field(job["eligible_time"]) or 0) <= time.time() + 1, job
 
 
 def _release_and_run(cluster: Any, jobid: str) -> None:
@@ -292,7 +285,7 @@ def test_own_begin_time_in_the_future_is_not_held(slurm_filter: Any, jobs: list[
     jobid = _submit(slurm_filter, jobs, ["--begin=now+600", "--gres=gpu:1"])
     job = _job(slurm_filter, jobid)
     assert job["admin_comment"] == "", job
-    assert 590 < (_num(job["eligible_time"]) or 0) - time.time() <= 601  # the user's, not ours
+    assert 590 < (int_field(job["eligible_time"]) or 0) - time.time() <= 601  # the user's, not ours
 
 
 def test_requests_slurm_rejects_are_rejected_in_enforce_mode(slurm_filter: Any, jobs: list[str]) -> None:
@@ -308,7 +301,7 @@ def test_user_hold_is_left_alone(slurm_filter: Any, jobs: list[str]) -> None:
     _configure(slurm_filter, "enforce")
     jobid = _submit(slurm_filter, jobs, ["--hold", "--gres=gpu:1"])
     job = _job(slurm_filter, jobid)
-    assert _num(job["priority"]) == 0
+    assert int_field(job["priority"]) == 0
     assert job["admin_comment"] == ""
 
 

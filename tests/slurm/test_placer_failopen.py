@@ -26,36 +26,15 @@ from typing import Any
 
 import pytest
 
-from pal_slurm.slurm.parse_json import number
 from tests.slurm.conftest import FINISHED, SCRIPT, SlurmCluster
 from tests.slurm.placer_support import NODES, PlacerProcess, make_db, write_config
+from tests.slurm.records import HELD_TAG, held_by_pal, int_field, job_state
 
 pytestmark = pytest.mark.slurm
 
 STATE_CACHE_S = 2.2   # job_submit.lua re-reads its state file at most every 2 s
 STALE_AFTER = 5       # the placer's stale_after_s in these tests
-HELD_TAG = "pal:held"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _num(value: Any) -> int | None:
-    """An integer field of squeue --json: a plain int (22.05) or {set, infinite, number} (24.11)."""
-    if isinstance(value, dict):
-        return int(value["number"]) if value.get("set", True) else None
-    return None if value is None else int(value)
-
-
-def _state(job: dict[str, Any]) -> str:
-    state = job.get("job_state")
-    return (state[0] if isinstance(state, list) and state else str(state or "")).upper()
-
-
-def _held_by_pal(job: dict[str, Any]) -> bool:
-    """Pending, tagged `pal:held` and held: a begin time ahead (reason BeginTime) or priority 0 (earlier releases)."""
-    if not (_state(job) == "PENDING" and (job.get("admin_comment") or "").startswith(HELD_TAG)):
-        return False
-    return (_num(job.get("priority")) == 0 or job.get("state_reason") == "BeginTime"
-            or (_num(job.get("eligible_time")) or 0) > time.time())
 
 
 @pytest.fixture(scope="module")
@@ -159,10 +138,12 @@ class Rig:
 
     def records(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         want = {int(j) for j in ids}
-        return {str(_num(j["job_id"])): j for j in self.cluster.squeue_json()["jobs"] if _num(j["job_id"]) in want}
+        return {str(int_field(j["job_id"])): j for j in self.cluster.squeue_json()["jobs"]
+                if int_field(j["job_id"]) in want}
 
     def held(self, ids: Iterable[str]) -> list[str]:
-        return sorted(j for j, rec in self.records(ids).items() if _held_by_pal(rec))
+        now = time.time()
+        return sorted(j for j, rec in self.records(ids).items() if held_by_pal(rec, now))
 
     def wait_held(self, ids: Sequence[str], timeout: float = 15) -> None:
         """Until every job in IDS is held by pal-slurm and the placer has had two more cycles."""
@@ -177,9 +158,9 @@ class Rig:
         deadline = time.monotonic() + timeout
         while True:
             recs = self.records(ids)
-            if all(_state(r) in FINISHED for r in recs.values()) and len(recs) == len(ids):
+            if all(job_state(r) in FINISHED for r in recs.values()) and len(recs) == len(ids):
                 return recs
-            assert time.monotonic() < deadline, f"jobs not finished: { {j: _state(r) for j, r in recs.items()} }"
+            assert time.monotonic() < deadline, f"jobs not finished: { {j: job_state(r) for j, r in recs.items()} }"
             time.sleep(0.3)
 
     def cleanup(self) -> None:
@@ -231,11 +212,11 @@ def _assert_released_and_run(rig: Rig, ids: Sequence[str], why: str) -> None:
     assert not rig.held(ids), recs
     for rec in recs.values():
         assert rec["admin_comment"] == f"pal: released unchanged: {why}", rec["admin_comment"]
-        assert _num(rec["priority"]) != 0
-        assert (_num(rec["eligible_time"]) or 0) <= time.time() + 1, rec  # StartTime=now: no begin time ahead
+        assert int_field(rec["priority"]) != 0
+        assert (int_field(rec["eligible_time"]) or 0) <= time.time() + 1, rec  # StartTime=now: no begin time ahead
     rig.free_gpus()
     done = rig.wait_finished(ids)
-    assert {j: _state(r) for j, r in done.items()} == dict.fromkeys(ids, "COMPLETED")
+    assert {j: job_state(r) for j, r in done.items()} == dict.fromkeys(ids, "COMPLETED")
 
 
 # ---------------------------------------------------------------- crash, stop
@@ -287,7 +268,7 @@ def test_kill_9_the_hold_ends_by_itself_without_release_stale(rig: Rig) -> None:
     # held by a begin time still ahead (the reason may read None for a moment right after the
     # placer moved it, until slurmctld's scheduler looks at the job again)
     now = time.time()
-    assert all((number(r.get("eligible_time")) or 0) > now for r in rig.records(held).values()), rig.records(held)
+    assert all((int_field(r.get("eligible_time")) or 0) > now for r in rig.records(held).values()), rig.records(held)
 
     assert placer.stop(signal.SIGKILL) == -signal.SIGKILL
     killed = time.monotonic()
@@ -301,7 +282,7 @@ def test_kill_9_the_hold_ends_by_itself_without_release_stale(rig: Rig) -> None:
     assert all(r["admin_comment"].startswith(HELD_TAG) and r["state_reason"] != "BeginTime" for r in recs.values()), recs
     rig.free_gpus()
     done = rig.wait_finished(held)
-    assert {j: _state(r) for j, r in done.items()} == dict.fromkeys(held, "COMPLETED")
+    assert {j: job_state(r) for j, r in done.items()} == dict.fromkeys(held, "COMPLETED")
 
 
 def test_sigterm_releases_every_held_job_and_zeroes_the_heartbeat(rig: Rig) -> None:
@@ -345,7 +326,7 @@ def test_database_lost_after_start_keeps_placing_from_memory(rig: Rig) -> None:
     for rec in done.values():
         assert rec["admin_comment"].startswith("pal: placed class="), rec["admin_comment"]
         assert " v1 " in rec["admin_comment"]          # the classification version held in memory
-        assert _state(rec) == "COMPLETED"
+        assert job_state(rec) == "COMPLETED"
     assert "placing with version 1 from memory" in placer.output()
     assert placer.proc.poll() is None
 
@@ -358,7 +339,7 @@ def test_database_never_reachable_releases_held_jobs_unchanged(rig: Rig) -> None
     done = rig.wait_finished(ids)
     for rec in done.values():
         assert rec["admin_comment"] == "pal: released unchanged: no GPU classes known yet (run pal classify)"
-        assert _state(rec) == "COMPLETED"
+        assert job_state(rec) == "COMPLETED"
         assert rec["tres_per_node"] in ("gres:gpu:1", "gres/gpu:1", "")  # 22.05 / 24.11 prefix; untyped
     log = placer.output()
     assert "placing with none" in log and placer.proc.poll() is None
@@ -380,7 +361,7 @@ def test_slurmctld_restart_the_placer_carries_on(rig: Rig) -> None:
     after = rig.submit(["--gres=gpu:1"])
     rec = rig.wait_finished([after])[after]
     assert rec["admin_comment"].startswith("pal: placed class="), rec["admin_comment"]
-    assert _state(rec) == "COMPLETED"
+    assert job_state(rec) == "COMPLETED"
     assert placer.proc.poll() is None, placer.output()
     # and the heartbeat never stopped for long
     assert time.time() - rig.heartbeat() < 3
@@ -459,13 +440,13 @@ def test_a_released_job_that_does_not_start_is_replanned(rig: Rig) -> None:
         time.sleep(0.2)
     rig.cluster.cancel(rig.fillers[:1])                  # pal-n1's GPUs free up
     deadline = time.monotonic() + 40
-    while not all(_state(r) in FINISHED for r in watch().values()):
+    while not all(job_state(r) in FINISHED for r in watch().values()):
         assert time.monotonic() < deadline, seen
         time.sleep(0.2)
     recs = watch()
     for jobid, (was, ngpus) in ids.items():
         rec = recs[jobid]
-        assert _state(rec) == "COMPLETED", (rec, seen[jobid])
+        assert job_state(rec) == "COMPLETED", (rec, seen[jobid])
         placed = [c for c in seen[jobid] if c.startswith("pal: placed")]
         assert len(placed) >= 2 and "gpus=pal-n3:" in placed[0] and "gpus=pal-n1:" in placed[-1], seen[jobid]
         assert not any("released unchanged" in c for c in seen[jobid]), seen[jobid]
@@ -495,10 +476,10 @@ def test_jobs_waiting_for_a_begin_time_or_dependency_do_not_block_gpus(rig: Rig)
         time.sleep(0.3)
     plain = rig.submit(["--gres=gpu:1"])
     rec = rig.wait_finished([plain], timeout=20)[plain]
-    assert _state(rec) == "COMPLETED" and rec["admin_comment"].startswith("pal: placed"), rec["admin_comment"]
+    assert job_state(rec) == "COMPLETED" and rec["admin_comment"].startswith("pal: placed"), rec["admin_comment"]
     recs = rig.records(waiting)
     assert {r["state_reason"] for r in recs.values()} == {"Dependency"}
     assert not rig.held(waiting)
     for rec in rig.records(later).values():
         assert rec["admin_comment"] == "" and rec["state_reason"] == "BeginTime", rec
-        assert (_num(rec["eligible_time"]) or 0) > time.time() + 3000, rec
+        assert (int_field(rec["eligible_time"]) or 0) > time.time() + 3000, rec
