@@ -46,8 +46,8 @@ DB_NAME="pal_test"
 PG_OS_USER="postgres"
 MY_OS_USER="mysql"
 
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
+# shellcheck source=tests/services/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 case "$PG_PORT" in '' | *[!0-9]*) die "PAL_TEST_PG_PORT must be a number, got '$PG_PORT'" ;; esac
 case "$MY_PORT" in '' | *[!0-9]*) die "PAL_TEST_MYSQL_PORT must be a number, got '$MY_PORT'" ;; esac
@@ -77,20 +77,6 @@ if [ "$IS_ROOT" -ne 1 ]; then MY_ADMIN_USER="$(id -un)"; fi
 
 # ---------------------------------------------------------------- helpers
 
-have() { command -v "$1" >/dev/null 2>&1; }
-
-# First existing command among the arguments (PATH, then /usr/sbin, /usr/bin).
-find_cmd() {
-    local c d
-    for c in "$@"; do
-        if have "$c"; then command -v "$c"; return 0; fi
-        for d in /usr/sbin /usr/bin /usr/local/sbin /usr/local/bin; do
-            if [ -x "$d/$c" ]; then printf '%s\n' "$d/$c"; return 0; fi
-        done
-    done
-    return 1
-}
-
 # Newest PostgreSQL installed as /usr/lib/postgresql/<major>/bin.
 pg_bindir() {
     local d best=""
@@ -100,24 +86,6 @@ pg_bindir() {
     done
     [ -n "$best" ] || return 1
     printf '%s\n' "$best"
-}
-
-# Is something accepting TCP connections on 127.0.0.1:$1?
-port_open() {
-    # shellcheck disable=SC2016  # $1 is expanded by the inner bash
-    timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" >/dev/null 2>&1
-}
-
-# Is process $1 alive?  A zombie (dead, not yet reaped: common in containers
-# whose PID 1 reaps slowly) counts as dead.
-pid_alive() {
-    local pid="${1:-}" state
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-    if [ -r "/proc/$pid/stat" ]; then
-        state="$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" || return 0
-        [ "$state" != "Z" ] || return 1
-    fi
-    return 0
 }
 
 # Run a command as the postgres OS user (as ourselves when not root), from /
@@ -145,13 +113,6 @@ mkdir_owned() {
 make_state_dir() {
     mkdir -p "$STATE_DIR" || die "cannot create state dir $STATE_DIR"
     chmod 755 "$STATE_DIR"
-}
-
-tail_log() {
-    if [ -f "$1" ]; then
-        log "last lines of $1:"
-        tail -n 20 "$1" | sed 's/^/    /' >&2 || true
-    fi
 }
 
 # ---------------------------------------------------------------- install

@@ -39,8 +39,8 @@ NODE_PORT="${PAL_OTHER_SLURM_NODE_PORT:-23001}"
 VENV=/opt/pal-venv
 PATH_IN="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
+# shellcheck source=tests/services/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot and mount)"
 case "$CTLD_PORT$NODE_PORT" in *[!0-9]*) die "ports must be numbers" ;; esac

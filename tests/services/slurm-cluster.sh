@@ -70,8 +70,8 @@ REST_PORT="${PAL_TEST_SLURM_REST_PORT:-$((${CTLD_PORT:-16817} + 2000))}"
 REST_USER="palrest"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
+# shellcheck source=tests/services/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 case "$WAIT_S" in '' | *[!0-9]*) die "PAL_TEST_SLURM_WAIT must be a number, got '$WAIT_S'" ;; esac
 case "$CTLD_PORT" in '' | *[!0-9]*) die "PAL_TEST_SLURM_CTLD_PORT must be a number, got '$CTLD_PORT'" ;; esac
@@ -97,30 +97,6 @@ if [ "$(id -u)" -eq 0 ]; then IS_ROOT=1; fi
 
 # ---------------------------------------------------------------- helpers
 
-have() { command -v "$1" >/dev/null 2>&1; }
-
-find_cmd() {
-    local c d
-    for c in "$@"; do
-        if have "$c"; then command -v "$c"; return 0; fi
-        for d in /usr/sbin /usr/bin /usr/local/sbin /usr/local/bin; do
-            if [ -x "$d/$c" ]; then printf '%s\n' "$d/$c"; return 0; fi
-        done
-    done
-    return 1
-}
-
-# Is process $1 alive?  A zombie (PID 1 here does not reap) counts as dead.
-pid_alive() {
-    local pid="${1:-}" state
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-    if [ -r "/proc/$pid/stat" ]; then
-        state="$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" || return 0
-        [ "$state" != "Z" ] || return 1
-    fi
-    return 0
-}
-
 # PID recorded for daemon $1 if that process is alive and still runs the program we started.
 recorded_pid() {
     local f="$PIDS/$1" pid exe
@@ -132,18 +108,6 @@ recorded_pid() {
         return 1
     fi
     printf '%s\n' "$pid"
-}
-
-port_open() {
-    # shellcheck disable=SC2016  # $1 is expanded by the inner bash
-    timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" >/dev/null 2>&1
-}
-
-tail_log() {
-    if [ -s "$1" ]; then
-        log "last lines of $1:"
-        tail -n "${2:-15}" "$1" | sed 's/^/    /' >&2 || true
-    fi
 }
 
 tail_all_logs() {

@@ -1,0 +1,47 @@
+# Helpers shared by the test-service scripts (db-servers.sh, slurm-cluster.sh, other-slurm.sh).
+# Sourced, not run: the sourcing script sets PROG (the name its messages start with) first.
+# shellcheck shell=bash
+
+log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# First existing command among the arguments (PATH, then the sbin/bin directories a non-root
+# PATH often lacks).
+find_cmd() {
+    local c d
+    for c in "$@"; do
+        if have "$c"; then command -v "$c"; return 0; fi
+        for d in /usr/sbin /usr/bin /usr/local/sbin /usr/local/bin; do
+            if [ -x "$d/$c" ]; then printf '%s\n' "$d/$c"; return 0; fi
+        done
+    done
+    return 1
+}
+
+# Is something accepting TCP connections on 127.0.0.1:$1?
+port_open() {
+    # shellcheck disable=SC2016  # $1 is expanded by the inner bash
+    timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" >/dev/null 2>&1
+}
+
+# Is process $1 alive?  A zombie (dead, not yet reaped: common in containers whose PID 1
+# reaps slowly or not at all) counts as dead.
+pid_alive() {
+    local pid="${1:-}" state
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+    if [ -r "/proc/$pid/stat" ]; then
+        state="$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" || return 0
+        [ "$state" != "Z" ] || return 1
+    fi
+    return 0
+}
+
+# The last $2 (default 20) lines of log file $1, indented, on stderr; nothing if it is empty.
+tail_log() {
+    if [ -s "$1" ]; then
+        log "last lines of $1:"
+        tail -n "${2:-20}" "$1" | sed 's/^/    /' >&2 || true
+    fi
+}
