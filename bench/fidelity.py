@@ -39,7 +39,7 @@ def main() -> int:
     from pal_slurm.simulate.metrics import geomean
     from pal_slurm.simulate.runner import ArtifactVariability, SimulationSpec, run_simulations
     from pal_slurm.simulate.traces import read_trace_file
-    from pal_slurm.simulate.variability import load_artifact_profiles
+    from pal_slurm.simulate.artifact_draw import load_artifact_profiles
 
     traces = tuple(read_trace_file(args.artifact / "traces/sia-philly" / f"workload-{i}.csv", max_gpus=64)
                    for i in range(1, 7))

@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pal_slurm.placer.daemon import heartbeat_age
+from pal_slurm.slurm.filter_state import heartbeat_age
 from pal_slurm.slurm.nodeinfo import parse_kv_line
 from tests.slurm.placer_support import PlacerProcess, make_db, write_config
 

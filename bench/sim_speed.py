@@ -22,7 +22,8 @@ sys.path.insert(0, str(REPO))
 
 
 def synthetic_cluster(nodes: int, gpn: int, seed: int):  # type: ignore[no-untyped-def]
-    from pal_slurm.simulate.variability import GpuVariability, artifact_slowdowns, cluster_from_variability
+    from pal_slurm.placement.variability import GpuVariability, cluster_from_variability
+    from pal_slurm.simulate.artifact_draw import artifact_slowdowns
 
     rng = np.random.default_rng(seed)
     n = nodes * gpn

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pal_slurm.errors import ConfigError
+from pal_slurm.placement.model import WAIT_FRACTION
 
 DEFAULT_CONFIG_PATH = Path("/etc/pal/pal.toml")
 DEFAULT_JOB_CLASSES: dict[str, dict[str, str]] = {
@@ -110,7 +111,19 @@ class PlacerConfig(_Section):
     state_file: str = Field(default="/var/lib/pal/filter-state.lua", description="the file job_submit.lua reads")
     stale_after_s: int = Field(default=30, ge=5, description="heartbeat age after which the filter stops holding")
     replan_after_s: float = Field(default=120.0, gt=0, description="re-plan a released job that has not started")
-    max_hold_s: float = Field(default=600.0, gt=0, description="release a held job unchanged after this long")
+    max_hold_s: float = Field(default=3600.0, gt=0, description="release a held job unchanged after this long")
+    order: Literal["slurm", "fifo"] = Field(
+        default="slurm", description="order held jobs are served in: slurm (PriorityTier, priority, submit) or fifo")
+    locality_penalty: float = Field(default=1.7, ge=1.0, le=100.0,
+                                    description="lambda: slowdown a job pays across nodes (PAL's trade-off)")
+    wait_fraction: float = Field(default=WAIT_FRACTION, ge=0, le=100,
+                                 description="a job may wait for better GPUs up to this fraction of its estimate "
+                                             "(0: never wait)")
+    max_wait_s: float | None = Field(default=None, ge=0,
+                                     description="and at most this many seconds (empty: only max_hold_s bounds it)")
+    restart_grace_s: int = Field(default=10, ge=0, le=300,
+                                 description="on stop, the filter keeps holding (briefly) this long, so a restart "
+                                             "leaves no unheld window; 0: stop holding at once")
     hold_s: int = Field(default=90, ge=10, le=3600,
                         description="a held job's begin time is this far ahead; the hold ends by itself after it")
     slurm_backend: Literal["cli", "rest", "pyslurm"] = "cli"

@@ -309,7 +309,7 @@ def run_slurm_demo(out_dir: Path, *, say: Say = print, job_timeout_s: float = 90
 
 def _refuse_busy(cluster: Cluster) -> None:
     """Two placers on one cluster steal each other's held jobs: leave a cluster alone whose filter is on."""
-    from pal_slurm.placer.daemon import heartbeat_age
+    from pal_slurm.slurm.filter_state import heartbeat_age
 
     if cluster.kill_switch.exists():
         return
@@ -321,7 +321,7 @@ def _refuse_busy(cluster: Cluster) -> None:
 
 def _wait_heartbeat(cluster: Cluster, placer: PlacerProcess, timeout: float = 30.0) -> None:
     """Until the placer has published a fresh enforce-mode heartbeat (the filter holds nothing before)."""
-    from pal_slurm.placer.daemon import heartbeat_age
+    from pal_slurm.slurm.filter_state import heartbeat_age
 
     start = time.time()
     while time.time() - start < timeout:
@@ -345,7 +345,7 @@ def _free_slowdowns(cluster: Cluster, db_url: str) -> dict[tuple[str, int], dict
 
     engine = make_engine(db_url)
     try:
-        factors = load_factors(engine)
+        factors = load_factors(engine, ("A", "B", "C", "D"))
     finally:
         engine.dispose()
     backend = CliBackend(timeout=20, env=cluster.env)

@@ -50,7 +50,7 @@ def test_orders_return_a_sorted_copy_with_the_same_jobs(name: str) -> None:
 
 
 def test_registry_names() -> None:
-    assert list(ORDERS) == ["fifo", "las", "srtf"]
+    assert list(ORDERS) == ["fifo", "las", "srtf", "slurm"]
     assert get_order("fifo") is fifo
 
 
@@ -68,3 +68,16 @@ def test_queue_window_prefix_blocker_and_lookahead() -> None:
     assert [j.id for j in queue_window(q, 5, 0)] == ["0", "1", "2"]  # 2+2 fit, 4 blocks
     assert [j.id for j in queue_window(q, 5, 2)] == ["0", "1", "2", "3", "4"]
     assert [j.id for j in queue_window(q, 100, 0)] == [j.id for j in q]
+
+
+def test_slurm_order_is_tier_then_priority_then_submit_time() -> None:
+    from pal_slurm.placement.orders import slurm
+
+    jobs = [JobRequest(id="low", gpus=1, job_class="A", submit_time=1.0, priority=10.0),
+            JobRequest(id="high-tier", gpus=1, job_class="A", submit_time=5.0, tier=10, priority=1.0),
+            JobRequest(id="high", gpus=1, job_class="A", submit_time=3.0, priority=50.0),
+            JobRequest(id="high-late", gpus=1, job_class="A", submit_time=4.0, priority=50.0)]
+    assert [j.id for j in slurm(jobs)] == ["high-tier", "high", "high-late", "low"]
+    # every rank equal (the simulators): FIFO
+    same = [JobRequest(id=str(i), gpus=1, job_class="A", submit_time=t) for i, t in enumerate([3.0, 1.0, 2.0])]
+    assert [j.id for j in slurm(same)] == ["1", "2", "0"]

@@ -10,7 +10,7 @@ import pytest
 from pal_slurm.placement.model import PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.placer import plan
-from pal_slurm.simulate.variability import GpuVariability
+from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.slurm import parse_json
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 

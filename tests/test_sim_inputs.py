@@ -22,14 +22,8 @@ from pal_slurm.simulate.traces import (
     read_trace_file,
     tres_gpus,
 )
-from pal_slurm.simulate.variability import (
-    GpuVariability,
-    artifact_slowdowns,
-    cluster_from_variability,
-    draw_artifact,
-    from_classification,
-    load_artifact_profiles,
-)
+from pal_slurm.placement.variability import GpuVariability, cluster_from_variability, from_classification
+from pal_slurm.simulate.artifact_draw import artifact_slowdowns, draw_artifact, load_artifact_profiles
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
 HEADER = "job_id,num_gpus,submit_time,duration,model\n"

@@ -29,7 +29,7 @@ def build_placer(app: AppContext, mode: str | None = None, policy: str | None = 
                                        {"mode": mode, "policy": policy, "state_file": state_file}.items() if v})
     backend = make_backend(pc.slurm_backend, rest_url=pc.rest_url, rest_api=pc.rest_api,
                            timeout=pc.command_timeout_s)
-    factors = FactorCache(lambda: app.engine, refresh_s=pc.classes_refresh_s)
+    factors = FactorCache(lambda: app.engine, refresh_s=pc.classes_refresh_s, classes=list(cfg.job_classes))
     audit = AuditSink(lambda: app.engine)
     table_cache: dict[str, Any] = {"at": 0.0, "table": None}
 
@@ -69,8 +69,15 @@ def build_placer(app: AppContext, mode: str | None = None, policy: str | None = 
         with session_scope(app.engine) as session:
             record_identities(session, [(j.job_id, j.user, j.name, j.command) for j in jobs])
 
+    def history() -> dict[str, float]:
+        from pal_slurm.db.engine import session_scope
+        from pal_slurm.jobs.store import learned_runtimes
+
+        with session_scope(app.engine) as session:
+            return learned_runtimes(session, history=cfg.jobs.history)
+
     return Placer(backend, pc, factors, audit, classes=list(cfg.job_classes), resolve_class=resolve, rules=rules,
-                  identities=identities)
+                  identities=identities, history=history)
 
 
 @click.group(invoke_without_command=True)
@@ -127,6 +134,12 @@ def run_forever(p: Any, interval: float) -> None:
     signal.signal(signal.SIGINT, _stop)
     notify = Notifier()
     failures = 0
+    try:
+        # the heartbeat first, before any Slurm or database read: a restart leaves no window
+        # in which the filter lets GPU jobs through unheld (see Placer.publish, grace_s)
+        p.publish()
+    except OSError as exc:
+        log.error("filter state not written at start: %s", exc)
     notify.ready("placing")
     while not stop.is_set():
         started = time.monotonic()
@@ -134,8 +147,8 @@ def run_forever(p: Any, interval: float) -> None:
             report = p.cycle()
             failures = 0
             notify.status(f"held {report.held}, placed {len(report.placed)}, waiting {len(report.waiting)}")
-            if report.placed or report.released or report.failed:
-                log.info("cycle: %s", report.as_dict())
+            if report.changed:
+                log.info("cycle: %s", report.line())
         except SlurmUnavailable as exc:
             failures += 1
             log.warning("Slurm unavailable (%d in a row): %s", failures, exc)
@@ -149,13 +162,13 @@ def run_forever(p: Any, interval: float) -> None:
         notify.watchdog()
         stop.wait(max(0.0, interval - (time.monotonic() - started)))
     notify.stopping()
-    released = _release(p, "placer stopped")
+    released = _release(p, "placer stopped", grace_s=p.cfg.restart_grace_s)
     log.warning("stopped; released %d held job(s)", len(released))
 
 
-def _release(p: Any, why: str) -> list[str]:
+def _release(p: Any, why: str, grace_s: int = 0) -> list[str]:
     try:
-        return p.release_all(why)
+        return p.release_all(why, grace_s=grace_s)
     except Exception as exc:  # noqa: BLE001
         log.error("release on stop failed: %s (the fail-safe timer will retry)", exc)
         return []
@@ -173,7 +186,7 @@ def release_stale(app: AppContext, max_age: float | None, force: bool, state_fil
     Run by pal-placer-failsafe.timer and by ExecStopPost of pal-placer.service. Reads no
     database; needs only the Slurm commands.
     """
-    from pal_slurm.placer.daemon import heartbeat_age
+    from pal_slurm.slurm.filter_state import heartbeat_age
 
     p = build_placer(app, state_file=state_file)
     limit = max_age if max_age is not None else p.cfg.stale_after_s

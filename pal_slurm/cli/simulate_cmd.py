@@ -128,21 +128,24 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
 
 
 def _variability(app: AppContext, value: str, cluster_shape: str | None, version: int | None) -> tuple[Any, int]:
-    from pal_slurm.simulate.runner import ArtifactVariability, FixedVariability, cluster_from_gpus
+    from pal_slurm.placement.variability import cluster_from_gpus
+    from pal_slurm.simulate.runner import ArtifactVariability, FixedVariability
 
     if value == "db":
         if cluster_shape is not None:
             raise click.UsageError("--cluster does not apply to --variability db: the database's GPUs are the cluster")
-        from pal_slurm.services import load_gpu_rows
-        from pal_slurm.simulate.variability import from_classification
+        from pal_slurm.db.engine import session_scope
+        from pal_slurm.db.migrate import require_current
+        from pal_slurm.db.variability_store import load_variability
 
-        rows = load_gpu_rows(app.engine, version)
-        classes = sorted(app.cfg.job_classes)
-        cluster = cluster_from_gpus(from_classification(rows, classes))
+        require_current(app.engine)
+        with session_scope(app.engine) as session:
+            stored = load_variability(session, sorted(app.cfg.job_classes), version)
+        cluster = cluster_from_gpus(stored.gpus)
         return FixedVariability(cluster), cluster.size
     if version is not None:
         raise click.UsageError("--classification goes with --variability db")
-    from pal_slurm.simulate.variability import load_artifact_profiles
+    from pal_slurm.simulate.artifact_draw import load_artifact_profiles
 
     nodes, gpn = _cluster(cluster_shape or "16x4")
     return ArtifactVariability(load_artifact_profiles(Path(value)), nodes, gpn), nodes * gpn

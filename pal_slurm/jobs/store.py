@@ -226,3 +226,34 @@ def learned_classes(session: Session) -> list[dict[str, object]]:
             "updated_at": row.updated_at.isoformat(), "filter_rule": exported,
         })
     return out
+
+
+def learned_runtimes(session: Session, *, min_jobs: int = 3, history: int = 20,
+                     quantile: float = 0.9) -> dict[str, float]:
+    """fingerprint -> a runtime estimate in seconds learned from the job profiles of past
+    jobs with that fingerprint (the agent writes one profile per job and node when it ends).
+
+    A job's runtime is its longest node's duration; the estimate is the `quantile` of the
+    newest `history` jobs, only for fingerprints with at least `min_jobs` of them. A high
+    quantile because the estimate is used like a time limit (backfilling trusts it not
+    to run longer), only tighter: the placer never uses more than the job's time limit.
+    """
+    rows = session.execute(select(JobProfile.fingerprint, JobProfile.slurm_job_id, JobProfile.started_at,
+                                  JobProfile.duration_s).where(JobProfile.fingerprint.is_not(None))).all()
+    per_job: dict[tuple[str, str], tuple[datetime, float]] = {}
+    for fp, job_id, started, duration in rows:
+        key = (fp, job_id)
+        prev = per_job.get(key)
+        if prev is None or duration > prev[1]:
+            per_job[key] = (started, float(duration))
+    by_fp: dict[str, list[tuple[datetime, float]]] = {}
+    for (fp, _job), value in per_job.items():
+        by_fp.setdefault(fp, []).append(value)
+    out: dict[str, float] = {}
+    for fp, runs in by_fp.items():
+        newest = sorted(runs, key=lambda r: r[0], reverse=True)[:history]
+        if len(newest) < min_jobs:
+            continue
+        durations = sorted(d for _t, d in newest)
+        out[fp] = durations[min(len(durations) - 1, int(quantile * len(durations)))]
+    return out

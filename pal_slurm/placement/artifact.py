@@ -49,11 +49,11 @@ class PackedPolicy(InOrderPolicy):
             return None
         return self._choice(ix, job, as_gpus(got), counts)
 
-    def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState,
-                   ctx: PlacementContext) -> Choice | None:
+    def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext,
+                   per_node: int, nodes: int) -> Choice | None:
         ix = state.index
         counts = state.node_counts(job.allowed_nodes)
-        got = select.packed_split(counts, free_on_node(ix, state), job.gpus_per_node, job.gpus // job.gpus_per_node)
+        got = select.packed_split(counts, free_on_node(ix, state), per_node, nodes)
         return None if got is None else self._choice(ix, job, as_gpus(got), counts)
 
     def _choice(self, ix: ClusterIndex, job: JobRequest, gpus: tuple[int, ...], counts: np.ndarray) -> Choice:
@@ -90,17 +90,16 @@ class RandomPolicy(InOrderPolicy):
         gpus = as_gpus(ctx.rng.sample(pool, job.gpus))
         return self._choice(ix, job, gpus, len(pool))
 
-    def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState,
-                   ctx: PlacementContext) -> Choice | None:
+    def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext,
+                   per_node: int, nodes: int) -> Choice | None:
         ix = state.index
-        per_node = job.gpus_per_node
         counts = state.node_counts(job.allowed_nodes)
         eligible = np.flatnonzero(counts >= per_node).tolist()
-        if len(eligible) < job.gpus // per_node:
+        if len(eligible) < nodes:
             return None
         listing = free_on_node(ix, state)
-        nodes = ctx.rng.sample(eligible, job.gpus // per_node)
-        picked = [g for v in nodes for g in ctx.rng.sample(listing(v), per_node)]
+        chosen = ctx.rng.sample(eligible, nodes)
+        picked = [g for v in chosen for g in ctx.rng.sample(listing(v), per_node)]
         return self._choice(ix, job, as_gpus(picked), len(cand))
 
     def _choice(self, ix: ClusterIndex, job: JobRequest, gpus: tuple[int, ...], pool: int) -> Choice:
@@ -129,17 +128,17 @@ class VariabilityPolicy(InOrderPolicy):
     class_sorted_prefix = True
     sticky = False
 
-    def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState,
-                   ctx: PlacementContext) -> Choice | None:
+    def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext,
+                   per_node: int, nodes: int) -> Choice | None:
         ix = state.index
         tab = ix.table(job.job_class)
         c = Candidates.build(ix, tab, cand)
-        got = select.best_split(ix, c, job.gpus_per_node, job.gpus // job.gpus_per_node)
+        got = select.best_split(ix, c, per_node, nodes)
         if got is None:
             return None
         gpus = as_gpus(got)
         worst = float(tab.sf[list(gpus)].max())
-        return Choice(gpus=gpus, why=lambda: f"{self.name}: {job.gpus_per_node} per node, max sf {worst:.3f} "
+        return Choice(gpus=gpus, why=lambda: f"{self.name}: {per_node} per node on {nodes} node(s), max sf {worst:.3f} "
                       f"(class {tab.key}); {describe_gpus(ix, tab, gpus)}", alternatives=((gpus, worst),))
 
     def pm_first_choice(self, ix: ClusterIndex, tab: ClassTable, c: Candidates, n: int,
@@ -198,6 +197,29 @@ class Pal(VariabilityPolicy):
         ix = state.index
         tab = ix.table(job.job_class)
         return self.pal_choice(ix, tab, Candidates.build(ix, tab, cand), job.gpus, ctx, spare=None)
+
+    def pick_one_node(self, job: JobRequest, cand: np.ndarray, state: FreeState,
+                      ctx: PlacementContext) -> Choice | None:
+        """PAL's walk without its across-nodes entries: the within-node step at the lowest
+        sf level where some node has job.gpus usable GPUs (with `spare_order` as tie-break)."""
+        ix = state.index
+        tab = ix.table(job.job_class)
+        c = Candidates.build(ix, tab, cand)
+        n = job.gpus
+        level = c.first_within_level(n)
+        if level >= c.NONE:
+            return None  # no allowed node has n usable GPUs
+        found = select.best_single_node(c, n, level, spare=self.spare_order(ix, tab))
+        if found is None:
+            return None
+        gpus = as_gpus(found[0])
+        return Choice(gpus=gpus, why=lambda: f"{self.name}: within-node sf<={tab.values[found[1]]:.3f} (one node, "
+                      f"class {tab.key}); {describe_gpus(ix, tab, gpus)}",
+                      alternatives=((gpus, float(tab.values[found[1]])),))
+
+    def spare_order(self, ix: ClusterIndex, tab: ClassTable) -> np.ndarray | None:
+        """The tie-break among GPUs equally good for the job (None: GPU-id order)."""
+        return None
 
     def pal_choice(self, ix: ClusterIndex, tab: ClassTable, c: Candidates, n: int, ctx: PlacementContext,
                    spare: np.ndarray | None) -> Choice | None:

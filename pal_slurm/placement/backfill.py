@@ -52,21 +52,17 @@ import numpy as np
 
 from pal_slurm.placement.artifact import Pal
 from pal_slurm.placement.base import Choice, check_unique, register
-from pal_slurm.placement.index import ClusterIndex, FreeState
-from pal_slurm.placement.model import DEFAULT_CLASS, Decision, JobRequest, PlacementContext, Snapshot
+from pal_slurm.placement.cost import runtime_s, spans_nodes
+from pal_slurm.placement.index import ClassTable, ClusterIndex, FreeState
+from pal_slurm.placement.model import DEFAULT_CLASS, Decision, JobRequest, PlacementContext, Snapshot, Wait
 from pal_slurm.placement.select import Candidates
 
 
 def estimated_runtime(ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], penalty: float) -> float:
-    """remaining_s on these GPUs: x max raw PerfVar, x lambda when spanning nodes; inf if unknown."""
+    """remaining_s on these GPUs by the one cost model (pal_slurm.placement.cost); inf if unknown."""
     if job.remaining_s <= 0 or not gpus:
         return math.inf
-    # plain Python over a few ids: a backfilling decision estimates hundreds of choices,
-    # and numpy's per-call overhead is most of the cost at this size
-    pv = ix.table(job.job_class).pv_list
-    slow = max(pv[g] for g in gpus)
-    spans = _spans(ix, gpus)
-    return job.remaining_s * max(slow, 0.0) * (penalty if spans else 1.0)
+    return runtime_s(job.remaining_s, gpus, ix.table(job.job_class).pv_list, ix.node_list, penalty)
 
 
 @dataclass(frozen=True)
@@ -118,7 +114,7 @@ class PalBackfill(Pal):
     #: releases examined when deciding whether to wait (bounds the cost per job)
     wait_lookahead: int = 8
 
-    def place(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
+    def assign(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
         check_unique(queue)
         state = FreeState(snapshot)
         ix = state.index
@@ -129,7 +125,8 @@ class PalBackfill(Pal):
         # choices on "the free GPUs after the first i releases" are the same for every job
         # of one (class, shape) until this decision takes GPUs: remember them meanwhile
         memo: dict[tuple[object, ...], Choice | None] = {}
-        for job in self.placement_order(queue, snapshot):
+        waits: list[Wait] = []
+        for job in self.placement_order(queue, snapshot, state, ctx):
             if head is not None:
                 past_head += 1
                 if state.n_free == 0 or past_head > self.lookahead:
@@ -141,8 +138,10 @@ class PalBackfill(Pal):
                 if head is None:
                     head, booking = job, self._reserve(job, state, snapshot, ctx, placed)
                 continue
-            later = self._better_later(job, choice, state, snapshot, ctx, memo)
-            if later is not None:
+            found = self._better_later(job, choice, state, snapshot, ctx, memo)
+            if found is not None:
+                later, sooner = found
+                waits.append(Wait(job_id=job.id, gpus=later.gpus, free_at=later.shadow, sooner_s=sooner))
                 if head is None:
                     head, booking = job, later
                 continue
@@ -150,7 +149,7 @@ class PalBackfill(Pal):
             memo.clear()
             placed.append((job, choice))
         return Decision(assignments=tuple(c.assignment(j.id) for j, c in placed),
-                        blocked=None if head is None else head.id)
+                        blocked=None if head is None else head.id, waits=tuple(waits))
 
     def _reserve(self, head: JobRequest, state: FreeState, snapshot: Snapshot, ctx: PlacementContext,
                  placed: Sequence[tuple[JobRequest, Choice]]) -> Reservation:
@@ -173,7 +172,7 @@ class PalBackfill(Pal):
         if not self.deterministic:
             return self.choose(job, state, ctx)
         key = (tag, state.index.table(job.job_class).key, job.gpus, job.gpus_per_node, job.allowed_nodes,
-               job.same_slots)
+               job.same_slots, job.min_nodes, job.max_nodes)
         if key not in memo:
             memo[key] = self.choose(job, state, ctx)
         return memo[key]
@@ -204,27 +203,32 @@ class PalBackfill(Pal):
 
     def _better_later(self, job: JobRequest, choice: Choice, state: FreeState, snapshot: Snapshot,
                       ctx: PlacementContext, memo: dict[tuple[object, ...], Choice | None] | None = None,
-                      ) -> Reservation | None:
-        """GPUs (and when) to wait for, if a running job's release lets this job finish
-        sooner than starting now on `choice` would; None to start now.
+                      ) -> tuple[Reservation, float] | None:
+        """GPUs (and when) to wait for, and how many seconds sooner the job is then expected
+        to finish, if a running job's release lets it finish sooner than starting now on
+        `choice` would; None to start now.
 
         Only GPUs held by running jobs with a known expected end count: jobs placed in
         this decision do not, so a caller that re-places everything each round (no
-        running jobs in its snapshots) never makes a job wait.
+        running jobs in its snapshots) never makes a job wait. Only releases expected within
+        `ctx.wait_bound_s(estimate)` of now count: waiting is bounded.
         """
         ix = state.index
         if job.remaining_s <= 0 or not snapshot.expected_end:
+            return None
+        bound = ctx.wait_bound_s(job.remaining_s)
+        if bound <= 0:
             return None
         now = snapshot.now or 0.0
         pv = ix.table(job.job_class).pv
         finish_now = now + estimated_runtime(ix, job, choice.gpus, ctx.locality_penalty)
         pv_list = ix.table(job.job_class).pv_list
         worst_now = max(pv_list[g] for g in choice.gpus)
-        one_node = (job.gpus_per_node or job.gpus) == job.gpus and job.gpus <= ix.max_gpus_per_node
+        one_node = job.one_node or ((job.gpus_per_node or job.gpus) == job.gpus and job.gpus <= ix.max_gpus_per_node)
         could_gather = one_node and _spans(ix, choice.gpus)
         floor = job.remaining_s * float(pv.min()) * (1.0 if one_node else ctx.locality_penalty)
         margin = self.wait_margin * job.remaining_s
-        horizon = finish_now - floor - margin  # starting after this cannot help
+        horizon = min(finish_now - floor - margin, now + bound)  # starting after this cannot help, or is too long
         releases = snapshot.releases
         lo = bisect.bisect_right(releases, now, key=lambda p: p[0])
         hi = bisect.bisect_left(releases, horizon, key=lambda p: p[0])
@@ -256,7 +260,7 @@ class PalBackfill(Pal):
                 best = (finish, end, seen.gpus)
         if best is None:
             return None
-        return Reservation.of(ix, best[1], best[2])
+        return Reservation.of(ix, best[1], best[2]), finish_now - best[0]
 
 
 @register
@@ -278,14 +282,20 @@ class PalMatch(PalBackfill):
     name = "pal-match"
     description = "pal-backfill plus class matching: insensitive jobs take the GPUs worst for class A first."
 
+    def spare_order(self, ix: ClusterIndex, tab: ClassTable) -> np.ndarray | None:
+        """Class A's worst GPUs first (0), for jobs of any other class; None for class A."""
+        sensitive = ix.table(DEFAULT_CLASS)
+        if tab.key == sensitive.key:
+            return None
+        return (sensitive.n_levels - 1) - sensitive.level
+
     def pick(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext) -> Choice | None:
         ix = state.index
         tab = ix.table(job.job_class)
-        sensitive = ix.table(DEFAULT_CLASS)
         c = Candidates.build(ix, tab, cand)
-        if tab.key == sensitive.key:
+        spare = self.spare_order(ix, tab)
+        if spare is None:
             return self.pal_choice(ix, tab, c, job.gpus, ctx, spare=None)
-        spare = (sensitive.n_levels - 1) - sensitive.level  # A's worst GPUs: 0, take first
         mine = self.pal_choice(ix, tab, c, job.gpus, ctx, spare=spare)
         if mine is None or not _spans(ix, mine.gpus):
             return mine
@@ -303,9 +313,7 @@ def _kth_best(pv: np.ndarray, state: FreeState, job: JobRequest) -> float:
 
 
 def _spans(ix: ClusterIndex, gpus: Sequence[int]) -> bool:
-    node_of = ix.node_list
-    first = node_of[gpus[0]]
-    return any(node_of[g] != first for g in gpus)
+    return spans_nodes(ix.node_list, gpus)
 
 
 def _noted(choice: Choice, why: str) -> Choice:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, TypeVar
 
 import numpy as np
@@ -33,16 +33,25 @@ def class_rank(job_class: str | None) -> int:
     return CLASS_RANK.get(job_class or "", 0)
 
 
-def class_sorted_prefix(queue: Sequence[JobRequest], capacity: int) -> list[JobRequest]:
-    """PM-First's queue treatment: the longest prefix whose total GPU demand fits
-    `capacity`, stable-sorted by class A < B < C < D, then the rest in queue order."""
-    total, cut = 0, len(queue)
+def prefix_that_fits(queue: Sequence[JobRequest], capacity: int) -> int:
+    """Length of the longest prefix of `queue` whose total GPU demand fits `capacity`."""
+    total = 0
     for i, job in enumerate(queue):
         total += job.gpus
         if total > capacity:
-            cut = i
-            break
+            return i
+    return len(queue)
+
+
+def class_sorted_prefix(queue: Sequence[JobRequest], capacity: int) -> list[JobRequest]:
+    """PM-First's queue treatment: the longest prefix whose total GPU demand fits
+    `capacity`, stable-sorted by class A < B < C < D, then the rest in queue order."""
+    cut = prefix_that_fits(queue, capacity)
     return sorted(queue[:cut], key=lambda j: class_rank(j.job_class)) + list(queue[cut:])
+
+
+def _splits_freely(job: JobRequest) -> bool:
+    return job.gpus_per_node is None and job.allowed_nodes is None and job.max_nodes is None
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,13 @@ def describe_gpus(ix: ClusterIndex, tab: ClassTable, gpus: Sequence[int]) -> str
 
 
 class Policy(ABC):
-    """One placement policy: `place` is pure (the rng comes in the context)."""
+    """One placement policy: `place` is pure (the rng comes in the context).
+
+    Subclasses implement `assign`; `place` calls it and drops any assignment that breaks
+    its job's shape (GPU count, node range, GPUs per node, allowed nodes) or is not free,
+    so that no policy, registered now or later, can hand Slurm a reshaped job. The
+    dropped ones are listed in `Decision.refused`.
+    """
 
     name: ClassVar[str]
     sticky: ClassVar[bool]
@@ -103,9 +118,37 @@ class Policy(ABC):
     #: job ids alone goes stale as jobs progress
     time_aware: ClassVar[bool] = False
 
-    @abstractmethod
     def place(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
-        """Assign GPUs from `snapshot.free` to jobs of `queue` (already in queue order)."""
+        """Assign GPUs from `snapshot.free` to jobs of `queue` (already in queue order), each
+        in its own shape."""
+        return enforce_shapes(snapshot, queue, self.assign(snapshot, queue, ctx))
+
+    @abstractmethod
+    def assign(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
+        """The policy's own decision (what `place` checks)."""
+
+
+def enforce_shapes(snapshot: Snapshot, queue: Sequence[JobRequest], decision: Decision) -> Decision:
+    """`decision` without the assignments that break their job's shape, use a GPU that is
+    not free or is given twice, or name a job not in the queue (each listed in `refused`)."""
+    jobs = {j.id: j for j in queue}
+    node_of = snapshot.cluster.node_of
+    taken: set[int] = set()
+    kept: list[Assignment] = []
+    refused: list[tuple[str, str]] = list(decision.refused)
+    for a in decision.assignments:
+        job = jobs.get(a.job_id)
+        why = "not in the queue" if job is None else job.shape_violation(a.gpus, node_of)
+        if why is None and not (taken.isdisjoint(a.gpus) and snapshot.free.issuperset(a.gpus)):
+            why = "a GPU that is not free"
+        if why is not None:
+            refused.append((a.job_id, why))
+            continue
+        taken.update(a.gpus)
+        kept.append(a)
+    if len(kept) == len(decision.assignments):
+        return decision
+    return replace(decision, assignments=tuple(kept), refused=tuple(refused))
 
 
 POLICIES: dict[str, type[Policy]] = {}
@@ -126,11 +169,11 @@ class InOrderPolicy(Policy):
 
     class_sorted_prefix: ClassVar[bool] = False
 
-    def place(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
+    def assign(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
         check_unique(queue)
         state = FreeState(snapshot)
         placed: list[Assignment] = []
-        for job in self.placement_order(queue, snapshot):
+        for job in self.placement_order(queue, snapshot, state, ctx):
             choice = self.choose(job, state, ctx)
             if choice is None:
                 return Decision(assignments=tuple(placed), blocked=job.id)
@@ -138,20 +181,56 @@ class InOrderPolicy(Policy):
             placed.append(choice.assignment(job.id))
         return Decision(assignments=tuple(placed), blocked=None)
 
-    def placement_order(self, queue: Sequence[JobRequest], snapshot: Snapshot) -> list[JobRequest]:
-        """The order jobs are tried in: the queue's, or PM-First's class-sorted prefix."""
-        return class_sorted_prefix(queue, len(snapshot.free)) if self.class_sorted_prefix else list(queue)
+    def placement_order(self, queue: Sequence[JobRequest], snapshot: Snapshot, state: FreeState,
+                        ctx: PlacementContext) -> list[JobRequest]:
+        """The order jobs are tried in: the queue's, or PM-First's class-sorted prefix.
+
+        The class sort only decides which job of the prefix picks its GPUs first; it must
+        not decide *who runs*. A prefix of jobs that split freely always fits (its demand
+        fits the free GPUs), but with shapes (one node, GPUs per node, allowed nodes) a
+        lower-ranked class-A job could take the node a higher-ranked job needs. So the
+        class-sorted prefix is kept only when every job of it still finds GPUs in that
+        order; otherwise the queue's own order (Slurm's priority order in the daemon) stands.
+        """
+        if not self.class_sorted_prefix:
+            return list(queue)
+        cut = prefix_that_fits(queue, len(snapshot.free))
+        ordered = sorted(queue[:cut], key=lambda j: class_rank(j.job_class)) + list(queue[cut:])
+        if all(a is b for a, b in zip(ordered[:cut], queue[:cut])) or all(_splits_freely(j) for j in queue[:cut]):
+            return ordered
+        trial = state.copy()
+        for job in ordered[:cut]:
+            choice = self.choose(job, trial, ctx)
+            if choice is None:
+                return list(queue)
+            trial.take(choice.gpus)
+        return ordered
 
     def choose(self, job: JobRequest, state: FreeState, ctx: PlacementContext) -> Choice | None:
-        """GPUs for `job` from what is still free, honouring allowed_nodes and gpus_per_node."""
+        """GPUs for `job` from what is still free, in the job's shape: its allowed nodes, its
+        GPUs per node, its node range (one node for a `--gres` job without `-N`)."""
         if state.free_on(job.allowed_nodes) < job.gpus:
             return None
         cand = state.candidates(job.allowed_nodes)
         if job.gpus_per_node is not None:
             if job.same_slots and job.gpus > job.gpus_per_node:
                 return self.pick_same_slots(job, cand, state, ctx)
-            return self.pick_split(job, cand, state, ctx)
-        return self.pick(job, cand, state, ctx)
+            return self.pick_split(job, cand, state, ctx, job.gpus_per_node, job.gpus // job.gpus_per_node)
+        if job.gpus > 1 and job.one_node:
+            return self.pick_one_node(job, cand, state, ctx)
+        choice = self.pick(job, cand, state, ctx)
+        if choice is not None and job.max_nodes is not None and job.max_nodes < job.gpus:
+            # a partial node range (`--gpus=4 -N1-2`): the free split is kept only when it fits
+            ix = state.index
+            if len({ix.node_list[g] for g in choice.gpus}) > job.max_nodes:
+                return None
+        return choice
+
+    def pick_one_node(self, job: JobRequest, cand: np.ndarray, state: FreeState,
+                      ctx: PlacementContext) -> Choice | None:
+        """All of job.gpus on one node: by default the family's split rule for one node
+        (PAL overrides it with its within-node step)."""
+        return self.pick_split(job, cand, state, ctx, job.gpus, 1)
 
     def pick_same_slots(self, job: JobRequest, cand: np.ndarray, state: FreeState,
                         ctx: PlacementContext) -> Choice | None:
@@ -174,9 +253,9 @@ class InOrderPolicy(Policy):
         """Choose job.gpus GPUs among `cand` (free, allowed, ascending; at least job.gpus)."""
 
     @abstractmethod
-    def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState,
-                   ctx: PlacementContext) -> Choice | None:
-        """Choose job.gpus_per_node GPUs on each of job.gpus / job.gpus_per_node nodes."""
+    def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext,
+                   per_node: int, nodes: int) -> Choice | None:
+        """Choose `per_node` GPUs on each of `nodes` distinct nodes (job.gpus in all)."""
 
 
 def check_unique(queue: Sequence[JobRequest]) -> None:

@@ -11,6 +11,7 @@ on a uniform 4-GPU cluster), so policies can index tuples instead of hashing nam
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -122,9 +123,19 @@ class Cluster:
 class JobRequest:
     """What one job asks for, plus the progress facts queue orders need.
 
+    The *shape* is what no policy may change (Slurm would give the job exactly this):
+
+    - `gpus`: the total;
+    - `gpus_per_node`, when set: exactly that many GPUs on each of gpus / gpus_per_node
+      nodes (how `--gres`/`--gpus-per-node` with `-N` work);
+    - `min_nodes` .. `max_nodes`: how many nodes the job may span. None for `max_nodes`
+      means "as many as it has GPUs" (`--gpus=N` without `-N`, and every trace job of the
+      simulators, which may be split freely as in the PAL artifact). A `--gres=gpu:2` job
+      without `-N` has max_nodes 1: one node, two GPUs on it.
+
     `allowed_nodes` (node indices) carries partitions, features and user pins; None = any
-    node. `gpus_per_node`, when set, means Slurm needs exactly that many GPUs on each of
-    gpus / gpus_per_node nodes (how multi-node GRES requests work).
+    node. `tier` and `priority` are Slurm's rank of the job (partition PriorityTier, the
+    priority Slurm reports); the "slurm" queue order sorts by them (0 in simulation).
     """
 
     id: str
@@ -139,12 +150,58 @@ class JobRequest:
     #: GRES request to each node of a job, so a live placement across nodes can only name
     #: slot types every chosen node has free (the simulators leave this off)
     same_slots: bool = False
+    min_nodes: int = 1
+    max_nodes: int | None = None
+    tier: int = 0
+    priority: float = 0.0
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
             raise ValueError(f"job {self.id}: needs at least one GPU, asks for {self.gpus}")
         if self.gpus_per_node is not None and (self.gpus_per_node < 1 or self.gpus % self.gpus_per_node):
             raise ValueError(f"job {self.id}: {self.gpus} GPUs cannot be split {self.gpus_per_node} per node")
+        if self.min_nodes < 1 or (self.max_nodes is not None and self.max_nodes < self.min_nodes):
+            raise ValueError(f"job {self.id}: node range {self.min_nodes}..{self.max_nodes} is empty")
+        if self.min_nodes > self.gpus:
+            raise ValueError(f"job {self.id}: {self.gpus} GPUs cannot span {self.min_nodes} nodes")
+        if self.gpus_per_node is not None:
+            k = self.gpus // self.gpus_per_node
+            if not self.min_nodes <= k <= (self.max_nodes or k):
+                raise ValueError(f"job {self.id}: {self.gpus_per_node} per node means {k} nodes, outside "
+                                 f"{self.min_nodes}..{self.max_nodes}")
+        elif self.min_nodes > 1:
+            # Slurm splits such a job as it likes (`--gpus=4 -N2`: 1+3 or 2+2); no policy here
+            # can promise that split, so the caller must state GPUs per node or not steer it
+            raise ValueError(f"job {self.id}: spanning at least {self.min_nodes} nodes needs gpus_per_node")
+
+    @property
+    def node_range(self) -> tuple[int, int]:
+        """(fewest, most) nodes the job may span."""
+        if self.gpus_per_node is not None:
+            k = self.gpus // self.gpus_per_node
+            return k, k
+        return self.min_nodes, min(self.max_nodes or self.gpus, self.gpus)
+
+    @property
+    def one_node(self) -> bool:
+        """The job must run on exactly one node (a `--gres` request without `-N`)."""
+        return self.node_range[1] == 1
+
+    def shape_violation(self, gpus: Sequence[int], node_of: Sequence[int]) -> str | None:
+        """Why `gpus` is not a placement of this job's shape (None when it is)."""
+        if len(gpus) != self.gpus or len(set(gpus)) != len(gpus):
+            return f"{len(set(gpus))} distinct GPUs for a job of {self.gpus}"
+        per: dict[int, int] = {}
+        for g in gpus:
+            per[node_of[g]] = per.get(node_of[g], 0) + 1
+        lo, hi = self.node_range
+        if not lo <= len(per) <= hi:
+            return f"spans {len(per)} node(s), the job may span {lo}..{hi}"
+        if self.gpus_per_node is not None and set(per.values()) != {self.gpus_per_node}:
+            return f"{sorted(per.values())} GPUs per node, the job asks for {self.gpus_per_node} on each"
+        if self.allowed_nodes is not None and not set(per) <= self.allowed_nodes:
+            return "uses a node the job may not use"
+        return None
 
 
 @dataclass(frozen=True)
@@ -183,13 +240,32 @@ class Snapshot:
         return tuple(pairs)
 
 
+#: How long a job may wait for better GPUs (pal-backfill's waiting), as a fraction of its
+#: estimated run time and in seconds; the simulator and the daemon share these defaults
+#: (the daemon's come from [placer] wait_fraction / max_wait_s, which default to them).
+#: Measured (event mode, six Sia-Philly traces, docs/simulation.md): a cap of 10 % of the
+#: estimate, or any cap in hours, gives back much of the gain (the jobs worth moving off
+#: a 2.8x-slow GPU run for days); half the estimate keeps it within 3 % (geomean).
+WAIT_FRACTION = 0.5
+MAX_WAIT_S = math.inf
+
+
 @dataclass
 class PlacementContext:
     """Knobs and the random source of one decision; the rng is the caller's, so a seeded
-    simulation is reproducible and random policies continue one stream across rounds."""
+    simulation is reproducible and random policies continue one stream across rounds.
+
+    `wait_fraction` and `max_wait_s` bound waiting for better GPUs: a job waits only for a
+    release expected within min(wait_fraction x its estimate, max_wait_s) of now (0 turns
+    waiting off)."""
 
     locality_penalty: float = 1.7
     rng: random.Random = field(default_factory=lambda: random.Random(0))
+    wait_fraction: float = WAIT_FRACTION
+    max_wait_s: float = MAX_WAIT_S
+
+    def wait_bound_s(self, estimate_s: float) -> float:
+        return max(0.0, min(self.wait_fraction * estimate_s, self.max_wait_s))
 
 
 @dataclass(frozen=True)
@@ -203,12 +279,31 @@ class Assignment:
 
 
 @dataclass(frozen=True)
+class Wait:
+    """A job that could start now but waits on purpose for better GPUs (pal-backfill):
+    the GPUs it waits for, when they are expected to be free, and how much sooner it is
+    then expected to finish than if it started now (for the audit and `pal explain`)."""
+
+    job_id: str
+    gpus: tuple[int, ...]
+    free_at: float
+    sooner_s: float
+
+
+@dataclass(frozen=True)
 class Decision:
     """Placements in the order they were made; `blocked` is the job that stopped placement
-    (the head of line that did not fit), None when every job was placed or skipped."""
+    (the head of line that did not fit), None when every job was placed or skipped.
+
+    `waits`: jobs that wait on purpose for better GPUs. `refused`: (job id, why) for
+    assignments the policy made that broke the job's shape and were dropped by
+    `Policy.place` (a policy bug; always empty for the policies registered here, which the
+    invariant tests check)."""
 
     assignments: tuple[Assignment, ...]
     blocked: str | None = None
+    waits: tuple[Wait, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict[str, tuple[int, ...]]:
         return {a.job_id: a.gpus for a in self.assignments}

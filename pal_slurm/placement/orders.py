@@ -34,7 +34,14 @@ def srtf(jobs: Sequence[JobRequest]) -> list[JobRequest]:
     return sorted(jobs, key=lambda j: (j.remaining_s, j.submit_time))
 
 
-ORDERS: dict[str, QueueOrder] = {"fifo": fifo, "las": las, "srtf": srtf}
+def slurm(jobs: Sequence[JobRequest]) -> list[JobRequest]:
+    """Slurm's own order: partition PriorityTier (higher first), then the job priority
+    Slurm reports (higher first), then submit time; ties in input order. With every tier
+    and priority equal (the simulators) this is FIFO."""
+    return sorted(jobs, key=lambda j: (-j.tier, -j.priority, j.submit_time))
+
+
+ORDERS: dict[str, QueueOrder] = {"fifo": fifo, "las": las, "srtf": srtf, "slurm": slurm}
 
 
 def get_order(name: str) -> QueueOrder:

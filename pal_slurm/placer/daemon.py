@@ -1,8 +1,10 @@
 """The placement daemon's cycle: read Slurm, place the held jobs, apply, verify, audit.
 
 One cycle, as it reads:
-    publish the heartbeat -> read jobs and nodes -> release what we must not hold ->
-    re-plan stalled placements -> build the problem -> policy.place() -> apply -> verify.
+    publish the heartbeat -> read jobs and nodes -> rescue stranded placements ->
+    release what we must not hold -> re-plan stalled placements -> build the problem
+    (held jobs in Slurm's order, running jobs with their expected ends, runtime estimates)
+    -> decide() (the simulators' decision step) -> check shapes -> apply -> verify.
 
 Holds: job_submit.lua holds a job through its begin time (now + hold_s), so a held job
 whose placer is gone starts by itself once that passes; while the placer keeps a job
@@ -10,10 +12,12 @@ waiting it moves the begin time on (see `_extend`). Releasing ends whichever hol
 has (a begin time: StartTime=now; priority 0, from earlier releases: scontrol release).
 
 Fail-open rules (docs/admin-guide.md): every path that cannot place a job releases it
-unchanged and says why in its admin_comment; Slurm being unreachable skips the cycle (the
-heartbeat keeps going only while Slurm answers, so a long outage lets the filter stop
-holding); no classes at all releases held jobs unchanged; SIGTERM and `release-stale`
-release everything we hold.
+unchanged and says why in its admin_comment; an update that would change a job's node
+count, GPUs per node or total is never sent (the job is released unchanged); a placed job
+that cannot start (BadConstraints, priority 0, its node gone or drained) gets the user's
+request back and is released, here, on SIGTERM and by `release-stale`; Slurm being
+unreachable skips the cycle (the heartbeat keeps going only while Slurm answers, so a long
+outage lets the filter stop holding); no classes at all releases held jobs unchanged.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from datetime import UTC, datetime
 
 from pal_slurm.config import PlacerConfig
 from pal_slurm.errors import SlurmError, SlurmUnavailable
-from pal_slurm.placement.model import PlacementContext, Snapshot
-from pal_slurm.placement.orders import queue_window
+from pal_slurm.jobs.fingerprint import fingerprint
+from pal_slurm.placement.decide import decide
+from pal_slurm.placement.model import Decision, PlacementContext, Snapshot
+from pal_slurm.placement.orders import get_order
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.placer import plan
 from pal_slurm.placer.audit import AuditSink, Record
@@ -36,11 +42,14 @@ from pal_slurm.placer.factors import FactorCache, Factors
 from pal_slurm.slurm import filter_state
 from pal_slurm.slurm.backend import SlurmBackend
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from pal_slurm.slurm.priority import PriorityConfig, job_rank
 from pal_slurm.slurm.tres import parse_gres_alloc
 
 log = logging.getLogger(__name__)
 
 ClassResolver = Callable[[SlurmJob], tuple[str, str]]
+#: fingerprint -> learned runtime estimate in seconds (pal_slurm.jobs.store.learned_runtimes)
+RuntimeHistory = Callable[[], dict[str, float]]
 
 
 @dataclass
@@ -52,12 +61,33 @@ class CycleReport:
     waiting: list[str] = field(default_factory=list)
     replanned: list[str] = field(default_factory=list)
     observed: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+    extended: list[str] = field(default_factory=list)
+    waits: list[str] = field(default_factory=list)  # jobs waiting on purpose for better GPUs
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {"held": self.held, "placed": self.placed, "released_unchanged": self.released, "failed": self.failed,
-                "waiting": self.waiting, "replanned": self.replanned, "observed": self.observed,
+                "waiting": self.waiting, "waiting_for_better_gpus": self.waits, "replanned": self.replanned,
+                "restored": self.restored, "extended": self.extended, "observed": self.observed,
                 "seconds": round(self.seconds, 3)}
+
+    @property
+    def changed(self) -> bool:
+        """Whether the cycle changed anything in Slurm (worth a log line)."""
+        return bool(self.placed or self.released or self.failed or self.replanned or self.restored or self.extended)
+
+    def line(self) -> str:
+        """One log line: the counts, and the job ids of what changed."""
+        parts = [f"held {self.held}"]
+        for label, ids in (("placed", self.placed), ("released unchanged", self.released), ("failed", self.failed),
+                           ("re-planned", self.replanned), ("restored", self.restored),
+                           ("hold extended", self.extended), ("waiting for better GPUs", self.waits)):
+            if ids:
+                shown = ",".join(ids[:10]) + (f",+{len(ids) - 10}" if len(ids) > 10 else "")
+                parts.append(f"{label} {len(ids)} ({shown})")
+        parts.append(f"waiting {len(self.waiting)}")
+        return "; ".join(parts) + f"; {self.seconds:.2f} s"
 
 
 class Placer:
@@ -67,7 +97,7 @@ class Placer:
                  classes: Sequence[str], resolve_class: ClassResolver | None = None,
                  rules: Callable[[], list[dict[str, object]]] | None = None,
                  identities: Callable[[Sequence[SlurmJob]], None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, history: RuntimeHistory | None = None) -> None:
         self.backend = backend
         self.cfg = cfg
         self.factors = factors
@@ -76,30 +106,51 @@ class Placer:
         self.resolve_class = resolve_class
         self.rules = rules
         self.identities = identities
+        self.history = history
         self._identified: set[str] = set()
         self.clock = clock
         self.policy = get_policy(cfg.policy)
-        # a live single-node request must stay on one node (Slurm's request shape), so PAL's
-        # across-nodes entries must never win: an infinite locality penalty sorts them last
-        self.ctx = PlacementContext(locality_penalty=math.inf)
+        self.order = get_order(cfg.order)
+        # the knobs the simulator uses too; the one-node shape of a job is its JobRequest's,
+        # enforced by every policy (no infinite locality penalty needed to keep jobs whole)
+        self.ctx = PlacementContext(locality_penalty=cfg.locality_penalty, wait_fraction=cfg.wait_fraction,
+                                    max_wait_s=min(cfg.max_wait_s if cfg.max_wait_s is not None else math.inf,
+                                                   cfg.max_hold_s))
         self.observed: set[str] = set()
         self._models: tuple[str, ...] = tuple(m.lower() for m in cfg.models)
+        self._ranks: tuple[float, dict[str, int], PriorityConfig] = (-math.inf, {}, PriorityConfig())
+        self._learned: tuple[float, dict[str, float]] = (-math.inf, {})
+        self._waits: dict[str, tuple[float, tuple[str, ...]]] = {}  # job -> (waiting since, GPUs it waits for)
 
     # -- heartbeat --------------------------------------------------------------------
-    def publish(self, *, alive: bool = True, nodes: Sequence[SlurmNode] = ()) -> None:
-        """Write the filter state; alive=False writes heartbeat 0 so the filter stops holding now."""
+    def publish(self, *, alive: bool = True, nodes: Sequence[SlurmNode] = (), grace_s: int = 0) -> None:
+        """Write the filter state.
+
+        alive=False: the daemon is stopping. With grace_s 0 the heartbeat is 0 and the
+        filter stops holding at once. With grace_s > 0 the filter keeps holding new GPU jobs
+        for grace_s more seconds, each only briefly (hold_s = grace_s + 5): a restart within
+        that time finds them held and places them (no unheld window), and without one they
+        start by themselves a few seconds later."""
         if not self._models and nodes:
             self._models = tuple(sorted({f.lower() for n in nodes for f in n.features
                                          if any(plan.slot_of_type(u) is not None for u in _gres_types(n))}))
+        if not self._models:
+            self._models = filter_state.read_models(self.cfg.state_file)
         rules: list[dict[str, object]] = []
-        if self.rules is not None:
+        if self.rules is not None and alive:
             try:
                 rules = self.rules()
             except Exception as exc:  # noqa: BLE001 - rules are a hint; the heartbeat must go out
                 log.warning("class rules not refreshed: %s", exc)
-        state = filter_state.FilterState(mode=self.cfg.mode, heartbeat=int(self.clock()) if alive else 0,
-                                         stale_after=self.cfg.stale_after_s, models=self._models,
-                                         rules=filter_state.rules_from(rules), hold_s=self.cfg.hold_s)
+        if alive:
+            beat, stale, hold = int(self.clock()), self.cfg.stale_after_s, self.cfg.hold_s
+        elif grace_s > 0:
+            beat, stale, hold = int(self.clock()) - max(self.cfg.stale_after_s - grace_s, 0), self.cfg.stale_after_s, \
+                grace_s + 5
+        else:
+            beat, stale, hold = 0, self.cfg.stale_after_s, self.cfg.hold_s
+        state = filter_state.FilterState(mode=self.cfg.mode, heartbeat=beat, stale_after=stale, models=self._models,
+                                         rules=filter_state.rules_from(rules), hold_s=max(hold, 10))
         filter_state.write(self.cfg.state_file, state)
 
     # -- one cycle -------------------------------------------------------------------------
@@ -115,6 +166,7 @@ class Placer:
         held = [j for j in jobs if plan.is_held_by_pal(j, now)]
         report.held = len(held)
         self._note_lapsed(jobs, now)
+        self.rescue(jobs, nodes, "the placement could not start", report)
         if self.cfg.mode == "observe":
             for job in held:
                 self._release_unchanged(job, "placer is in observe mode", report)
@@ -124,8 +176,9 @@ class Placer:
             for job in held:
                 self._release_unchanged(job, "no GPU classes known yet (run pal classify)", report)
             return self._done(report, t0)
+        done = set(report.restored)
         for job in jobs:
-            if (job.pending and plan.is_placed_by_pal(job) and job.priority != 0
+            if (job.pending and plan.is_placed_by_pal(job) and job.priority != 0 and job.job_id not in done
                     and job.state_reason not in plan.NOT_WAITING_FOR_RESOURCES):
                 at = plan.placed_at(job)
                 if at is not None and now - at > self.cfg.replan_after_s:
@@ -164,6 +217,7 @@ class Placer:
                 log.warning("job %s: hold not extended (%s); releasing it unchanged", job.job_id, exc)
                 self._release_unchanged(job, f"hold could not be extended: {exc}", report)
                 continue
+            report.extended.append(job.job_id)
             keep.append(replace(job, begin_time=until))
         return keep
 
@@ -216,47 +270,143 @@ class Placer:
                 log.warning("job %s: class lookup failed (%s); default class", job.job_id, exc)
         return self.classes[0], "default"
 
+    # -- Slurm's order and runtime knowledge ----------------------------------------------
+    def _slurm_ranks(self, now: float) -> tuple[dict[str, int], PriorityConfig]:
+        """Partition tiers and priority settings, re-read every classes_refresh_s; on an error
+        the last ones (or every tier equal), with a warning: the order degrades, placement goes on."""
+        at, tiers, cfg = self._ranks
+        if now - at >= self.cfg.classes_refresh_s:
+            try:
+                tiers, cfg = self.backend.partition_tiers(), self.backend.priority_config()
+            except SlurmUnavailable:
+                raise
+            except (SlurmError, AttributeError) as exc:
+                log.warning("partition tiers / priority settings not read (%s); ordering by what is known", exc)
+            self._ranks = (now, tiers, cfg)
+        return tiers, cfg
+
+    def _learned_runtimes(self, now: float) -> dict[str, float]:
+        at, learned = self._learned
+        if self.history is not None and now - at >= self.cfg.classes_refresh_s:
+            try:
+                learned = self.history()
+            except Exception as exc:  # noqa: BLE001 - estimates are a hint; time limits still work
+                log.warning("learned runtimes not reloaded (%s)", str(exc).splitlines()[0][:200])
+            self._learned = (now, learned)
+        return learned
+
+    def estimate_s(self, job: SlurmJob, learned: dict[str, float]) -> float:
+        """How long `job` is expected to run: what its past runs learned (never more than its
+        time limit), else its time limit; 0 when neither is known (the policy then never
+        makes it wait and backfills it only off reserved GPUs)."""
+        mine = learned.get(fingerprint(job.user, job.name, job.command)) if learned else None
+        limit = job.time_limit_s
+        if mine is not None and mine > 0:
+            return min(mine, limit) if limit else mine
+        return limit or 0.0
+
+    def expected_end(self, job: SlurmJob, learned: dict[str, float], now: float) -> float | None:
+        """When a running job is expected to end: its start + learned estimate when that is
+        still ahead, else Slurm's EndTime (start + time limit); None when neither is known."""
+        if job.start_time and learned:
+            mine = learned.get(fingerprint(job.user, job.name, job.command))
+            if mine and job.start_time + mine > now and (job.end_time is None or job.start_time + mine < job.end_time):
+                return job.start_time + mine
+        return job.end_time
+
     def _problem(self, held: Sequence[SlurmJob], jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode],
-                 factors: Factors) -> tuple[plan.View, plan.Planned]:
+                 factors: Factors, now: float) -> tuple[plan.View, plan.Planned, Snapshot]:
+        """The cycle's placement problem, in the simulators' terms: the steerable GPUs and
+        their factors, the free ones, the running jobs with their expected ends, and the
+        held jobs with their class, rank and runtime estimate."""
         view = plan.build_view(nodes, jobs, factors.by_slot, self.classes)
-        held_jobs = [plan.HeldJob(j, *self._class_of(j)) for j in held]
-        return view, plan.plan_requests(held_jobs, view)
+        tiers, prio = self._slurm_ranks(now)
+        learned = self._learned_runtimes(now)
+        held_jobs = []
+        for j in held:
+            tier, priority = job_rank(j, tiers, prio, now)
+            held_jobs.append(plan.HeldJob(j, *self._class_of(j), tier=tier, priority=priority,
+                                          estimate_s=self.estimate_s(j, learned)))
+        by_id = {j.job_id: j for j in jobs}
+        ends = {jid: end for jid in view.running
+                if (end := self.expected_end(by_id[jid], learned, now)) is not None}
+        snap = Snapshot(cluster=view.cluster, free=view.free, running=view.running, now=now, expected_end=ends)
+        return view, plan.plan_requests(held_jobs, view), snap
 
     def _place(self, held: Sequence[SlurmJob], jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode],
                factors: Factors, now: float, report: CycleReport) -> None:
         if not held:
+            self._waits.clear()
             return
         as_read = {j.job_id: j for j in held}
-        view, planned = self._problem([_as_submitted(j) for j in held], jobs, nodes, factors)
+        view, planned, snap = self._problem([_as_submitted(j) for j in held], jobs, nodes, factors, now)
         for skip in planned.skips:
             self._release_unchanged(skip.job, skip.reason, report)
         if not planned.requests:
-            report.waiting = list(planned.waiting)  # none fits now: they wait, and say so
+            report.waiting = list(planned.waiting)
             return
-        snap = Snapshot(cluster=view.cluster, free=view.free, running={}, now=now)
-        queue = queue_window(planned.requests, len(view.free), self.policy.lookahead)
-        decision = self.policy.place(snap, queue, self.ctx)
+        decision = decide(self.policy, self.order, snap, planned.requests, self.ctx)
+        for job_id, why in decision.refused:
+            log.error("job %s: policy %s broke the job's shape (%s); not placed this cycle", job_id,
+                      self.policy.name, why)
+        self._note_waits(decision, view, planned, now, report)
         applied: list[tuple[SlurmJob, plan.Update, Record]] = []
         for a in decision.assignments:
             h = planned.held[a.job_id]
-            update = plan.update_for(h.job, planned.shapes[a.job_id], a.gpus, view)
+            shape = planned.shapes[a.job_id]
+            update = plan.update_for(h.job, shape, a.gpus, view)
+            job = as_read[a.job_id]
+            wrong = plan.check_update(shape, update)
+            if wrong is not None:
+                # never reach Slurm with another shape than the user's: release it as submitted
+                log.error("job %s: placement would change its shape (%s); released unchanged", job.job_id, wrong)
+                self._release_unchanged(job, f"placement would change the job's shape ({wrong})", report)
+                continue
             sfs = [view.cluster.sf(h.job_class)[g] for g in sorted(a.gpus)]
             comment = plan.summary(update, h.job_class, self.policy.name, factors.version, sfs, now)
+            waited = self._waits.pop(a.job_id, None)
+            why = f"class {h.job_class} ({h.class_source}); {a.reason}"
+            if waited is not None:
+                why += f"; waited {now - waited[0]:.0f} s for {','.join(waited[1])}"
             rec = Record(job_id=h.job.job_id, policy=self.policy.name, job_class=h.job_class, version=factors.version,
                          gpus=[{"node": s.node, "minor": s.minor, "type": s.gres_type, "slowdown": round(f, 4)}
                                for s, f in zip(update.slots, sfs)],
                          alternatives=[{"gpus": [_slot_name(view.slots[g]) for g in gpus], "weight": w}
                                        for gpus, w in a.alternatives[:8]],
-                         reason=f"class {h.job_class} ({h.class_source}); {a.reason}", outcome="applied")
-            job = as_read[a.job_id]
+                         reason=why, outcome="applied", decided_at=self._stamp())
             if self._apply(job, update, comment):
                 applied.append((job, update, rec))
             else:
                 report.failed.append(h.job.job_id)
                 self.audit.add(_with(rec, outcome="failed"))
         placed_ids = {a.job_id for a in decision.assignments}
-        report.waiting = [r.id for r in planned.requests if r.id not in placed_ids] + list(planned.waiting)
+        report.waiting = [r.id for r in planned.requests if r.id not in placed_ids]
         self._verify(applied, report)
+
+    def _note_waits(self, decision: Decision, view: plan.View, planned: plan.Planned, now: float,
+                    report: CycleReport) -> None:
+        """Jobs that wait on purpose for better GPUs: audited when the wait starts or its
+        target changes (not every cycle), and remembered so their placement says how long."""
+        current = {w.job_id for w in decision.waits}
+        for job_id in list(self._waits):
+            if job_id not in current and job_id not in decision.as_dict():
+                del self._waits[job_id]  # no longer waiting (placed elsewhere or gone)
+        for w in decision.waits:
+            target = tuple(_slot_name(view.slots[g]) for g in w.gpus)
+            report.waits.append(w.job_id)
+            since, before = self._waits.get(w.job_id, (now, ()))
+            self._waits[w.job_id] = (since, target)
+            if before == target:
+                continue
+            h = planned.held[w.job_id]
+            sfs = [view.cluster.sf(h.job_class)[g] for g in w.gpus]
+            self.audit.add(Record(
+                job_id=w.job_id, policy=self.policy.name, job_class=h.job_class, version=None,
+                gpus=[{"node": view.slots[g].node, "minor": view.slots[g].minor, "type": view.slots[g].gres_type,
+                       "slowdown": round(f, 4)} for g, f in zip(w.gpus, sfs)],
+                alternatives=None, outcome="waiting", decided_at=self._stamp(),
+                reason=(f"class {h.job_class}; waits up to {max(w.free_at - now, 0):.0f} s for {','.join(target)}, "
+                        f"expected to finish {w.sooner_s:.0f} s sooner than on the GPUs free now")))
 
     def _apply(self, job: SlurmJob, update: plan.Update, comment: str) -> bool:
         """Clear, set, release; on a Slurm error restore the request and release unchanged.
@@ -314,7 +464,7 @@ class Placer:
         except SlurmError as exc:
             log.warning("placements not verified this cycle (%s)", exc)
             now_jobs = {}
-        stamp = _now_utc()
+        stamp = self._stamp()
         for job, update, rec in applied:
             got = now_jobs.get(job.job_id)
             if got is None or not got.pending or plan.matches(got, update):
@@ -339,17 +489,95 @@ class Placer:
             return
         self._comment(job.job_id, f"{plan.RELEASED_TAG} unchanged: {why}")
         report.released.append(job.job_id)
+        self._waits.pop(job.job_id, None)
         cls, _src = plan.held_class(job)
+        stamp = self._stamp()
         self.audit.add(Record(job_id=job.job_id, policy=self.policy.name, job_class=cls, version=None, gpus=[],
-                              alternatives=None, reason=why, outcome="released-unchanged", applied_at=_now_utc()))
+                              alternatives=None, reason=why, outcome="released-unchanged", decided_at=stamp,
+                              applied_at=stamp))
+
+    # -- nobody stranded -----------------------------------------------------------------------
+    def put_back(self, job: SlurmJob) -> bool:
+        """Give a placed job the GPU request its user made, with no node pinned; True when
+        Slurm took it. Slurm 22.05 refuses an untyped request once a job carried per-slot
+        types ("with and without type identification"; it keeps typed entries with count
+        0 after a clear); then the job's per-slot request is set back at once (a clear left
+        alone would leave it with no GPUs) and False is returned."""
+        orig = plan.original_request(job)
+        if orig is None:
+            return False
+        fld, value = orig
+        try:
+            self.backend.update_job(job.job_id, [("TresPerNode", "")])
+        except SlurmError as exc:
+            log.warning("job %s: request not cleared (%s)", job.job_id, exc)
+            return False
+        try:
+            self.backend.update_job(job.job_id, [(plan.FIELD_KEY[fld], value), ("NodeList", "")])
+            return True
+        except SlurmError as exc:
+            log.info("job %s: Slurm keeps its per-slot request (%s)", job.job_id, str(exc).splitlines()[0][:120])
+        try:
+            self.backend.update_job(job.job_id, [("TresPerNode", job.tres_per_node)])
+        except SlurmError as exc:
+            log.error("job %s: per-slot request not set back after a refused restore: %s", job.job_id, exc)
+        return False
+
+    def rescue(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], why: str, report: CycleReport) -> None:
+        """Placed jobs that cannot start (BadConstraints, priority 0, node gone or drained, a
+        slot type missing): the user's request back (or, where Slurm refuses that, the same
+        shape on slots that exist, see plan.fallback_update), then released."""
+        by_name = {n.name: n for n in nodes}
+        view: plan.View | None = None
+        for job in jobs:
+            reason = plan.stranded(job, by_name)
+            if reason is None:
+                continue
+            if self.put_back(job):
+                how = "its request restored"
+            else:
+                if view is None:
+                    view = plan.build_view(nodes, jobs, {}, self.classes or ("A",))
+                update = plan.fallback_update(job, view)
+                try:
+                    if update is None:
+                        raise SlurmError("no slots of its shape on the nodes it may use")
+                    self.backend.update_job(job.job_id, [("TresPerNode", "")])
+                    self.backend.update_job(job.job_id, [("TresPerNode", update.tres_per_node),
+                                                         ("NodeList", update.node_list)])
+                    how = (f"re-typed to {update.tres_per_node}"
+                           + (f" on {update.node_list}" if update.node_list else " on any node"))
+                except SlurmError as exc:
+                    log.error("job %s: stranded (%s) and not re-typed: %s", job.job_id, reason, exc)
+                    how = "request unchanged (Slurm refused both)"
+            try:
+                if job.priority == 0 or job.state_reason == "BadConstraints":
+                    self.backend.release(job.job_id)
+                elif job.begins_after(self.clock()):
+                    self.backend.start_now(job.job_id)
+            except SlurmError as exc:
+                log.error("job %s: release after restore failed: %s", job.job_id, exc)
+            text = f"{plan.RELEASED_TAG} restored: {reason}; {why}; {how}"
+            orig = plan.original_request(job)
+            if orig is not None:
+                text += f" was {orig[0]} {orig[1]}"
+            self._comment(job.job_id, text)
+            log.warning("job %s: %s (%s); %s", job.job_id, why, reason, how)
+            report.restored.append(job.job_id)
+            cls, _src = plan.held_class(job)
+            stamp = self._stamp()
+            self.audit.add(Record(job_id=job.job_id, policy=self.policy.name, job_class=cls, version=None, gpus=[],
+                                  alternatives=None, reason=f"{reason}: {how}", outcome="restored",
+                                  decided_at=stamp, applied_at=stamp))
 
     def _replan(self, job: SlurmJob, report: CycleReport) -> None:
-        """A job we placed and released that has not started: tag it held (`src=replan`, keeping
-        the request the user made), hold it through its begin time (now + hold_s, so it ends by
-        itself if the placer goes) and unpin its node; the next cycle plans it from
-        that request (see _as_submitted) and retypes it. Its per-slot request stays until then:
-        on 22.05 an untyped request cannot be put back once a job carried typed ones. The tag
-        goes first: once held, the job is ours to release (next cycle, SIGTERM, release-stale)."""
+        """A job we placed and released that has not started: the user's request back first
+        (where Slurm takes it), then tagged held (`src=replan`, keeping the `was` record),
+        held through its begin time (now + hold_s, so it ends by itself if the placer goes),
+        with no node pinned; the next cycle plans it from the user's request (see
+        _as_submitted) and retypes it. Where Slurm keeps the per-slot request (22.05) the
+        job waits with it until then. The tag goes first: once held, the job is ours to
+        release (next cycle, SIGTERM, release-stale)."""
         if plan.original_request(job) is None:
             return
         cls, _src = plan.held_class(job)
@@ -364,11 +592,18 @@ class Placer:
             except SlurmError:
                 pass
             return
-        try:
-            self.backend.update_job(job.job_id, [("NodeList", "")])
-        except SlurmError as exc:
-            log.warning("job %s: re-planning, NodeList not cleared (%s)", job.job_id, exc)
+        restored = self.put_back(job)
+        if not restored:
+            try:
+                self.backend.update_job(job.job_id, [("NodeList", "")])
+            except SlurmError as exc:
+                log.warning("job %s: re-planning, NodeList not cleared (%s)", job.job_id, exc)
         report.replanned.append(job.job_id)
+        stamp = self._stamp()
+        self.audit.add(Record(job_id=job.job_id, policy=self.policy.name, job_class=cls, version=None, gpus=[],
+                              alternatives=None, outcome="replanned", decided_at=stamp,
+                              reason=f"not started {self.cfg.replan_after_s:.0f} s after its placement; held again to "
+                                     f"re-place it ({'request restored' if restored else 'per-slot request kept'})"))
 
     def _observe(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], factors: Factors, now: float,
                  report: CycleReport) -> None:
@@ -377,33 +612,45 @@ class Placer:
                  and (j.tres("tres_per_node").gpu_count or j.tres("tres_per_job").gpu_count)]
         if not fresh or not factors.by_slot:
             return
-        view, planned = self._problem(fresh, jobs, nodes, factors)
-        snap = Snapshot(cluster=view.cluster, free=view.free, running={}, now=now)
-        decision = self.policy.place(snap, queue_window(planned.requests, len(view.free), self.policy.lookahead),
-                                     self.ctx)
+        view, planned, snap = self._problem(fresh, jobs, nodes, factors, now)
+        decision = decide(self.policy, self.order, snap, planned.requests, self.ctx)
         for a in decision.assignments:
             h = planned.held[a.job_id]
             self.audit.add(Record(job_id=a.job_id, policy=self.policy.name, job_class=h.job_class,
                                   version=factors.version, gpus=[{"node": view.slots[g].node, "minor": view.slots[g].minor}
                                                                  for g in a.gpus],
-                                  alternatives=None, reason=f"observe: would place; {a.reason}", outcome="observe"))
+                                  alternatives=None, reason=f"observe: would place; {a.reason}", outcome="observe",
+                                  decided_at=self._stamp()))
             self.observed.add(a.job_id)
             report.observed.append(a.job_id)
 
+    def _stamp(self) -> datetime:
+        """Now, from the injected clock (audit timestamps follow the clock the cycle runs on)."""
+        return datetime.fromtimestamp(self.clock(), UTC)
+
     # -- shutdown and fail-safe -------------------------------------------------------------
-    def release_all(self, why: str) -> list[str]:
-        """Release every job we hold (SIGTERM, fail-safe); never raises for one job."""
+    def release_all(self, why: str, *, grace_s: int = 0) -> list[str]:
+        """Release every job we hold and rescue every placement that cannot start (SIGTERM,
+        fail-safe); never raises for one job. `grace_s`: see `publish`."""
         released: list[str] = []
         try:
-            self.publish(alive=False)
+            self.publish(alive=False, grace_s=grace_s)
         except OSError as exc:
             log.error("filter state not written: %s", exc)
         now = self.clock()
-        for job in self.backend.jobs():
+        jobs = self.backend.jobs()
+        report = CycleReport()
+        for job in jobs:
             if plan.is_held_by_pal(job, now):
-                report = CycleReport()
                 self._release_unchanged(job, why, report)
-                released += report.released
+        try:
+            nodes = self.backend.nodes()
+        except SlurmError as exc:
+            log.error("nodes not read, stranded placements not checked: %s", exc)
+            nodes = []
+        if nodes:
+            self.rescue(jobs, nodes, why, report)
+        released = report.released + report.restored
         self.audit.flush()
         return released
 
@@ -411,11 +658,9 @@ class Placer:
 def _as_submitted(job: SlurmJob) -> SlurmJob:
     """The job as planning must see it: a re-planned job with the GPU request the user made
     (recorded in its tag) instead of our last per-slot one, and no node pinned."""
-    if plan.held_class(job)[1] != "replan" or (orig := plan.original_request(job)) is None:
+    if plan.held_class(job)[1] != "replan":
         return job
-    field_name, value = orig
-    return replace(job, tres_per_node=value if field_name == "tres_per_node" else "",
-                   tres_per_job=value if field_name == "tres_per_job" else "", required_nodes="")
+    return plan.as_submitted(job)
 
 
 def tune_gc() -> None:
@@ -433,21 +678,6 @@ def tune_gc() -> None:
     gc.set_threshold(200_000, 50, 100)
 
 
-def heartbeat_age(path: str, now: float | None = None) -> float | None:
-    """Seconds since the heartbeat in the filter state file; None when unreadable or zero."""
-    import re
-
-    try:
-        with open(path, encoding="ascii", errors="replace") as fh:
-            text = fh.read(65536)
-    except OSError:
-        return None
-    m = re.search(r"heartbeat\s*=\s*(\d+)", text)
-    if not m or int(m.group(1)) == 0:
-        return None
-    return (time.time() if now is None else now) - int(m.group(1))
-
-
 def _gres_types(node: SlurmNode) -> list[str | None]:
     return [u.type for u in parse_gres_alloc(node.gres) if u.name == "gpu"]
 
@@ -460,8 +690,4 @@ def _with(rec: Record, **changes: object) -> Record:
     return replace(rec, **changes)  # type: ignore[arg-type]
 
 
-def _now_utc() -> datetime:
-    return datetime.now(UTC)
-
-
-__all__ = ["CycleReport", "Placer", "heartbeat_age", "tune_gc"]
+__all__ = ["CycleReport", "Placer", "tune_gc"]

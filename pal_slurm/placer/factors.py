@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from pal_slurm.db.engine import session_scope
-from pal_slurm.db.models import Gpu, Node
-from pal_slurm.simulate.variability import GpuVariability, from_classification
+from pal_slurm.db.variability_store import load_variability
+from pal_slurm.placement.variability import GpuVariability
 
 log = logging.getLogger(__name__)
 
@@ -35,32 +35,21 @@ class Factors:
         return cls(by_slot={}, version=None, loaded_at=0.0)
 
 
-def load_factors(engine: Engine) -> Factors:
-    """Read the latest classification; GPUs without a minor number cannot be steered and are skipped."""
-    from pal_slurm.report import gpu_rows
-    from pal_slurm.services import _stored  # the one loader reports use too
-
-    stored = _stored(engine, None, False)
-    rows = gpu_rows(stored)
-    var = from_classification(rows)
+def load_factors(engine: Engine, classes: Sequence[str]) -> Factors:
+    """Read the latest classification (the loader the simulator uses too); GPUs without a
+    node or minor number cannot be steered and are skipped."""
     with session_scope(engine) as session:
-        minors: dict[str, tuple[str | None, int | None]] = {
-            uuid: (node, minor) for uuid, node, minor in session.execute(
-                select(Gpu.uuid, Node.name, Gpu.minor_number).join(Node, Gpu.node_id == Node.id, isouter=True))}
-    out: dict[tuple[str, int], GpuVariability] = {}
-    for row, v in zip(rows, var):
-        node, minor = minors.get(row["uuid"], (None, None))
-        if node is None or minor is None:
-            continue
-        out[(node, int(minor))] = v
+        stored = load_variability(session, classes)
+    out = {(v.node, int(v.minor)): v for v in stored.gpus if v.node is not None and v.minor is not None}
     return Factors(by_slot=out, version=stored.version, loaded_at=time.time())
 
 
 class FactorCache:
     """Reload at most every `refresh_s`; on a database error keep the previous factors."""
 
-    def __init__(self, engine_factory: Any, refresh_s: float = 60.0) -> None:
+    def __init__(self, engine_factory: Any, refresh_s: float = 60.0, classes: Sequence[str] = ("A", "B", "C", "D")) -> None:
         self._engine_factory = engine_factory
+        self.classes = tuple(classes)
         self.refresh_s = refresh_s
         self.factors = Factors.empty()
         self.last_error: str | None = None
@@ -71,7 +60,7 @@ class FactorCache:
         if now >= self._next:
             self._next = now + self.refresh_s
             try:
-                self.factors = load_factors(self._engine_factory())
+                self.factors = load_factors(self._engine_factory(), self.classes)
                 self.last_error = None
             except Exception as exc:  # noqa: BLE001 - any database failure: keep what we have
                 self.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
 import numpy as np
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from pal_slurm.placement.model import Cluster, GpuRef, JobRequest
-from pal_slurm.simulate.variability import GpuVariability
+from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 from pal_slurm.slurm.tres import (
     TresList,
@@ -68,11 +68,17 @@ class Slot:
 
 @dataclass(frozen=True)
 class HeldJob:
-    """A held job we will place: the job, its class and where the class came from."""
+    """A held job we will place: the job, its class and where the class came from, and
+    what the queue order and the policy need to know of it: its rank in Slurm's order
+    (partition PriorityTier, priority as Slurm would see it without our hold) and its
+    runtime estimate in seconds (time limit or learned; 0 when unknown)."""
 
     job: SlurmJob
     job_class: str
     class_source: str
+    tier: int = 0
+    priority: float = 0.0
+    estimate_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -85,13 +91,15 @@ class Skip:
 
 @dataclass(frozen=True)
 class View:
-    """The placement problem of one cycle."""
+    """The placement problem of one cycle: the steerable GPUs, which are free, and which
+    running jobs hold the others (job id -> GPU ids, for the policy's expected releases)."""
 
     cluster: Cluster
     slots: tuple[Slot, ...]
     free: frozenset[int]
     node_index: Mapping[str, int]
     nodes: Mapping[str, SlurmNode]
+    running: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     @cached_property
     def table(self) -> NodeTable:
@@ -235,7 +243,7 @@ def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
     if promised:
         free = [i for i in free if (slots[i].node, slots[i].gres_type) not in promised]
     # a GPU we know nothing about gets the worst factor of its class: unknown GPUs must not
-    # attract sensitive jobs (the rule of simulate.variability.from_classification); worked
+    # attract sensitive jobs (the rule of placement.variability.from_classification); worked
     # out only when some GPU needs it (a scan of every factor)
     worst: dict[tuple[str, str], float] = {}
 
@@ -250,8 +258,29 @@ def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
     pv = {c: tuple(float(x) if v is not None and (x := v.perfvar.get(c)) is not None else fallback("perfvar", c)
                    for v in known) for c in classes}
     cluster = Cluster(node_names=tuple(node_names), gpus=tuple(gpus), slowdown=sf, perfvar=pv)
+    by_slot = {(s.node, s.gres_type): i for i, s in enumerate(slots)}
     return View(cluster=cluster, slots=tuple(slots), free=frozenset(free),
-                node_index={n: i for i, n in enumerate(node_names)}, nodes={n.name: n for n in nodes})
+                node_index={n: i for i, n in enumerate(node_names)}, nodes={n.name: n for n in nodes},
+                running=running_gpus(jobs, by_slot))
+
+
+def running_gpus(jobs: Iterable[SlurmJob], by_slot: Mapping[tuple[str, str], int]) -> dict[str, tuple[int, ...]]:
+    """Running jobs -> the steerable GPUs they hold, from each job's per-node gres_detail
+    (`gpu:v100_g2:1(IDX:2),gpu:v100_g3:0(IDX:)`, one entry per node of its node list)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for job in jobs:
+        if not job.running or not job.gres_detail:
+            continue
+        held: list[int] = []
+        for node, detail in zip(expand_nodes(job.nodes), job.gres_detail):
+            for use in _gres_alloc(detail):
+                if use.name == "gpu" and use.count > 0 and use.type is not None:
+                    g = by_slot.get((node, use.type))
+                    if g is not None:
+                        held.append(g)
+        if held:
+            out[job.job_id] = tuple(sorted(held))
+    return out
 
 
 @lru_cache(maxsize=1024)
@@ -298,17 +327,36 @@ def _natural(name: str) -> tuple[object, ...]:
 
 @dataclass(frozen=True)
 class Shape:
-    """How a job's GPU request maps onto the policy layer: total GPUs, per node, field."""
+    """How a job's GPU request maps onto the policy layer, and what the user's request allows.
+
+    What we set: `per_node` GPUs on exactly `nodes` nodes (`gpus` in all), as a per-slot
+    TresPerNode request and a NodeList of `nodes` names. What Slurm would give the job as
+    submitted: `user_per_node` GPUs on each node (None for `--gpus`, which Slurm splits as
+    it likes), `user_gpus` in all (None for a per-node request: per node x nodes), on
+    `user_nodes` = (fewest, most) nodes (most None: unlimited). `check_update` holds every
+    update to this before anything is changed in Slurm.
+    """
 
     field: str  # tres_per_node | tres_per_job
     tres: TresList
     gpus: int
     per_node: int
     nodes: int
+    user_nodes: tuple[int, int | None] = (1, 1)
+    user_per_node: int | None = None
+    user_gpus: int | None = None
 
 
 def request_shape(job: SlurmJob, max_per_node: int) -> Shape | str:
-    """The shape we can steer, or the reason we release the job unchanged."""
+    """The shape we can steer, or the reason we release the job unchanged.
+
+    Node counts as Slurm gives them: a per-node request (`--gres`, `--gpus-per-node`)
+    without `-N` runs on exactly one node (squeue's node_count 1), with `-N N` on N; we
+    steer it on its node_count nodes, the fewest Slurm would use. `--gpus=N` (per job)
+    may span 1..N nodes without `-N`; we steer only the one-node case (N GPUs on one node,
+    within that range). Repeated GRES entries count as Slurm counts them (the last of a
+    type wins: `--gres=gpu:1,gpu:1` is one GPU).
+    """
     if _tres(job.tres_per_task).gpu_count or _tres(job.tres_per_socket).gpu_count:
         return "GPUs per task or per socket: placed by Slurm (not expressible as per-slot types)"
     per_node, per_job = _tres(job.tres_per_node), _tres(job.tres_per_job)
@@ -322,14 +370,44 @@ def request_shape(job: SlurmJob, max_per_node: int) -> Shape | str:
     if tres.gpu_types:
         return f"asks for GPU type {','.join(tres.gpu_types)}: not moved"
     n = tres.gpu_count
+    lo = max(job.node_count, 1)
+    hi = job.max_nodes if job.max_nodes and job.max_nodes >= lo else None
     if fld == "tres_per_node":
-        nodes = max(job.node_count, 1)
         if n > max_per_node:
             return f"{n} GPUs per node: no node has that many steerable GPUs; placed by Slurm"
-        return Shape(fld, tres, n * nodes, n, nodes)
-    if job.node_count > 1 or n > max_per_node:
+        return Shape(fld, tres, n * lo, n, lo, user_nodes=(lo, hi), user_per_node=n)
+    if lo > 1 or n > max_per_node:
         return f"--gpus={n} over several nodes: placed by Slurm (not expressible as per-slot types)"
-    return Shape(fld, tres, n, n, 1)
+    return Shape(fld, tres, n, n, 1, user_nodes=(1, min(hi or n, n)), user_gpus=n)
+
+
+def check_update(shape: Shape, update: Update) -> str | None:
+    """Why `update` would give the job another shape than the user asked for (None: same).
+
+    What the update sets is read back from the update itself (node list, per-slot request,
+    slots), not from the decision that produced it, so a wrong policy, a wrong plan or a
+    wrong rendering are all caught before Slurm sees them."""
+    nodes = [n for n in update.node_list.split(",") if n]
+    per_slot = _tres(update.tres_per_node).gpu_items
+    per_node = sum(i.count for i in per_slot)
+    if any(i.type is None for i in per_slot):
+        return "the request would not name per-slot types"
+    lo, hi = shape.user_nodes
+    if len(set(nodes)) != len(nodes) or not lo <= len(nodes) <= (hi or len(nodes)):
+        return f"{len(nodes)} node(s) in NodeList, the request allows {lo}..{hi or 'any'}"
+    if shape.user_per_node is not None and per_node != shape.user_per_node:
+        return f"{per_node} GPU(s) per node, the request asks for {shape.user_per_node}"
+    total = per_node * len(nodes)
+    if shape.user_gpus is not None and total != shape.user_gpus:
+        return f"{total} GPU(s) in all, the request asks for {shape.user_gpus}"
+    if len(update.slots) != total:
+        return f"{len(update.slots)} slot(s) chosen for {total} GPU(s)"
+    wanted = sorted(i.type for i in per_slot if i.type)
+    for node in nodes:
+        mine = sorted(s.gres_type for s in update.slots if s.node == node)
+        if mine != wanted:
+            return f"the slots on {node} ({','.join(mine) or 'none'}) are not the requested {','.join(wanted)}"
+    return None
 
 
 def allowed_nodes(job: SlurmJob, view: View, shape: Shape) -> frozenset[int] | str:
@@ -392,11 +470,12 @@ class Planned:
 
 
 def plan_requests(held: Sequence[HeldJob], view: View) -> Planned:
-    """JobRequests for the held jobs we can steer, the rest as Skips; FIFO by submit time."""
+    """JobRequests for the held jobs we can steer, the rest as Skips (input order kept:
+    the queue order is the caller's, see pal_slurm.placement.decide)."""
     out = Planned()
     max_per_node = view.cluster.max_gpus_per_node
     table = view.table
-    for h in sorted(held, key=lambda h: (h.job.submit_time, int(h.job.job_id) if h.job.job_id.isdigit() else 0)):
+    for h in held:
         job = h.job
         shape = request_shape(job, max_per_node)
         if isinstance(shape, str):
@@ -413,20 +492,18 @@ def plan_requests(held: Sequence[HeldJob], view: View) -> Planned:
             out.skips.append(Skip(job, f"needs {shape.nodes} node(s) with {shape.per_node} steerable GPUs among "
                                        f"the nodes it may use ({np.count_nonzero(possible)}): placed by Slurm"))
             continue
-        if shape.nodes == 1 and not np.any(mask & (table.free_gpus >= shape.per_node)):
-            # no allowed node has enough free GPUs now: it waits, and takes nothing from others
+        if not np.any(mask & (table.free_gpus >= shape.per_node)):
             out.waiting[job.job_id] = f"no node it may use has {shape.per_node} free steerable GPUs"
-            continue
-        if np.count_nonzero(mask & (table.gpus >= shape.per_node)) < shape.nodes:
-            # enough such nodes exist, but not enough of them are up and have the CPUs/memory now
+        elif np.count_nonzero(mask & (table.gpus >= shape.per_node)) < shape.nodes:
             out.waiting[job.job_id] = f"fewer than {shape.nodes} node(s) it may use can take it now"
-            continue
-        # one node: the policy's own choice (PAL's within-node walk; with an infinite
-        # locality penalty it never splits, see Placer); several nodes: the same slots on each
-        out.requests.append(JobRequest(id=job.job_id, gpus=shape.gpus, job_class=h.job_class,
-                                       submit_time=job.submit_time,
-                                       gpus_per_node=shape.per_node if shape.nodes > 1 else None,
-                                       allowed_nodes=table.as_set(mask), same_slots=shape.nodes > 1))
+        # every steerable job goes to the policy, also one that cannot start now: in queue
+        # order it may be the head a backfilling policy reserves GPUs for. One node: the
+        # policy's one-node choice; several: the same slots on each (one per-node request)
+        out.requests.append(JobRequest(
+            id=job.job_id, gpus=shape.gpus, job_class=h.job_class, submit_time=job.submit_time,
+            gpus_per_node=shape.per_node if shape.nodes > 1 else None, min_nodes=shape.nodes, max_nodes=shape.nodes,
+            allowed_nodes=table.as_set(mask), same_slots=shape.nodes > 1, remaining_s=h.estimate_s,
+            tier=h.tier, priority=h.priority))
         out.shapes[job.job_id] = shape
         out.held[job.job_id] = h
     return out
@@ -475,3 +552,93 @@ def matches(job: SlurmJob, update: Update) -> bool:
     got = sorted((i.type, i.count) for i in _tres(job.tres_per_node).gpu_items)
     want = sorted((i.type, i.count) for i in _tres(update.tres_per_node).gpu_items)
     return got == want and set(expand_nodes(job.required_nodes)) == set(update.node_list.split(","))
+
+
+#: pending reasons under which a job is held by someone on purpose: never ours to release
+HELD_BY_SOMEONE = frozenset({"JobHeldUser", "JobHeldAdmin"})
+#: node flags that keep a job pinned to the node from ever starting there
+_NODE_GONE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "INVALID", "INVALID_REG",
+                        "FUTURE", "MAINTENANCE", "POWERED_DOWN", "POWER_DOWN"})
+
+
+def stranded(job: SlurmJob, nodes: Mapping[str, SlurmNode]) -> str | None:
+    """Why a job we placed and released cannot start as it stands (None when it can, or
+    when it is not ours): Slurm says BadConstraints, it sits at priority 0 without anyone's
+    hold, or a node it is pinned to is gone, down or drained, or lacks a slot type we set.
+    Such a job gets its request restored and is released (daemon cycle, SIGTERM,
+    release-stale): nobody is stranded by a placement."""
+    if not (job.pending and is_placed_by_pal(job)) or job.state_reason in HELD_BY_SOMEONE:
+        return None
+    if job.state_reason == "BadConstraints":
+        return "Slurm says BadConstraints"
+    if job.priority == 0:
+        return "priority 0"
+    types = [i.type for i in _tres(job.tres_per_node).gpu_items if i.type]
+    for name in expand_nodes(job.required_nodes):
+        node = nodes.get(name)
+        if node is None:
+            return f"its node {name} no longer exists"
+        gone = (node.flags | {node.state}) & _NODE_GONE
+        if gone:
+            return f"its node {name} is {','.join(sorted(gone)).lower()}"
+        have = {t for _m, t in _node_slots(node.gres)}
+        missing = [t for t in types if t not in have]
+        if missing:
+            return f"its node {name} has no GPU slot {','.join(missing)}"
+    return None
+
+
+def as_submitted(job: SlurmJob) -> SlurmJob:
+    """The job with the GPU request its user made (recorded in our tag as `was ...`) and no
+    node pinned: what a re-plan or a rescue plans from."""
+    orig = original_request(job)
+    if orig is None:
+        return job
+    field_name, value = orig
+    return replace(job, tres_per_node=value if field_name == "tres_per_node" else "",
+                   tres_per_job=value if field_name == "tres_per_job" else "", required_nodes="")
+
+
+def fallback_update(job: SlurmJob, view: View) -> Update | None:
+    """A per-slot request of the user's shape that Slurm can run, for a placed job whose own
+    request cannot be put back (Slurm 22.05 refuses an untyped request once a job carried
+    typed ones): the first allowed node(s) in name order with enough free slots now (the
+    same slots on each), pinned there; else the lowest slot types of the job's first
+    allowed node, with no node pinned, so any node with those slots free can take it.
+    None when even that cannot be expressed (then the job keeps what it has)."""
+    user = as_submitted(job)
+    shape = request_shape(user, view.cluster.max_gpus_per_node)
+    if isinstance(shape, str):
+        return None
+    possible = allowed_mask(user, view, shape, now=False)
+    if isinstance(possible, str):
+        return None
+    now_ok = allowed_mask(user, view, shape)
+    per_node: dict[int, list[int]] = {}
+    for g in sorted(view.free):
+        per_node.setdefault(view.cluster.node_of[g], []).append(g)
+    if not isinstance(now_ok, str):
+        for first in np.flatnonzero(now_ok):
+            mine = per_node.get(int(first), [])
+            if len(mine) < shape.per_node:
+                continue
+            types = [view.slots[g].gres_type for g in mine[: shape.per_node]]
+            chosen = [first]
+            for other in np.flatnonzero(now_ok):
+                if len(chosen) == shape.nodes:
+                    break
+                theirs = {view.slots[g].gres_type for g in per_node.get(int(other), [])}
+                if other != first and set(types) <= theirs:
+                    chosen.append(other)
+            if len(chosen) == shape.nodes:
+                gpus = [g for v in chosen for g in per_node[int(v)] if view.slots[g].gres_type in types]
+                return update_for(user, shape, gpus, view)
+    for node in np.flatnonzero(possible):
+        ids = view.cluster.node_gpus[int(node)]
+        if len(ids) >= shape.per_node:
+            types = [view.slots[g].gres_type for g in ids[: shape.per_node]]
+            request = typed_gpu_request(shape.tres.prefix, {t: 1 for t in types},
+                                        others=shape.tres.without_gpus().items)
+            return Update(job_id=job.job_id, clear_field="TresPerNode", tres_per_node=request, node_list="",
+                          slots=(), original=(shape.field, getattr(user, shape.field)))
+    return None

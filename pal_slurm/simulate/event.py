@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from pal_slurm.placement.model import Cluster, JobRequest, PlacementContext, Snapshot
-from pal_slurm.placement.orders import get_order, queue_window
+from pal_slurm.placement import cost
+from pal_slurm.placement.decide import decide
+from pal_slurm.placement.orders import get_order
 from pal_slurm.placement.policies import Policy
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics
 from pal_slurm.simulate.result import SimResult
@@ -37,10 +39,8 @@ class EventOptions:
 
 
 def runtime_s(job: TraceJob, gpus: Sequence[int], cluster: Cluster, locality_penalty: float) -> float:
-    pv = cluster.pv(job.job_class)
-    slowest = max(pv[g] for g in gpus)
-    nodes = {cluster.node_of[g] for g in gpus}
-    return job.nominal_runtime_s * slowest * (locality_penalty if len(nodes) > 1 else 1.0)
+    """The job's true run time on `gpus` (pal_slurm.placement.cost, the model policies plan with)."""
+    return cost.runtime_s(job.nominal_runtime_s, gpus, cluster.pv(job.job_class), cluster.node_of, locality_penalty)
 
 
 def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: EventOptions = EventOptions(),
@@ -100,13 +100,12 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
         bf_due = policy.backfills and bf_dirty and now >= next_bf
         if not bf_due and not freed_since_pass and blocked_last and not (arrived and reorder_on_arrival):
             continue  # nothing a pass could change: same free GPUs, same head of line
-        ordered = waiting if options.order == "fifo" else order(waiting)  # waiting is in arrival order
-        queue = queue_window(ordered, len(free), policy.lookahead if bf_due else 0)
         if bf_due:
             next_bf, bf_dirty = now + options.backfill_interval_s, False
         snap = Snapshot(cluster=cluster, free=frozenset(free), running=running_view, now=now, expected_end=ends_view,
                         known_releases=tuple(releases))
-        decision = policy.place(snap, queue, ctx)
+        # waiting is kept in arrival order, which is FIFO's order already
+        decision = decide(policy, None if options.order == "fifo" else order, snap, waiting, ctx, backfill=bf_due)
         placed = set()
         for a in decision.assignments:
             job = by_id[a.job_id]

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pal_slurm.placement.model import Cluster, JobRequest, PlacementContext, Snapshot
+from pal_slurm.placement.cost import runtime_s
+from pal_slurm.placement.decide import decide
 from pal_slurm.placement.orders import get_order, queue_window
 from pal_slurm.placement.policies import Policy
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics
@@ -166,11 +168,9 @@ def _first_start(job: _Job) -> float:
 
 
 def _launch(job: _Job, gpus: tuple[int, ...], cluster: Cluster, lam: float, now: float) -> None:
-    pv = cluster.pv(job.src.job_class)
-    pm = max(pv[g] for g in gpus)
-    loc = lam if len({cluster.node_of[g] for g in gpus}) > 1 else 1.0
+    # one iteration's time on these GPUs, by the cost model every policy plans with
     job.gpus = gpus
-    job.rate = 1.0 / (job.src.iter_time_s * pm * loc)
+    job.rate = 1.0 / runtime_s(job.src.iter_time_s, gpus, cluster.pv(job.src.job_class), cluster.node_of, lam)
     if job.first_start is None:
         job.first_start = now
 
@@ -206,7 +206,7 @@ def _place_round(active: list[_Job], cluster: Cluster, policy: Policy, order: Ca
         snap = Snapshot(cluster=cluster, free=frozenset(g for g in range(cluster.size) if g not in held),
                         running={j.src.job_id: j.gpus for j in active if j.gpus})
         by_id = {j.src.job_id: j for j in cand}
-        for a in policy.place(snap, [j.request(False) for j in cand], ctx).assignments:
+        for a in decide(policy, None, snap, [j.request(False) for j in cand], ctx).assignments:
             _launch(by_id[a.job_id], a.gpus, cluster, options.locality_penalty, now)
         return
     cand = queue_window(ordered, cluster.size, lookahead, _gpus)
@@ -214,7 +214,7 @@ def _place_round(active: list[_Job], cluster: Cluster, policy: Policy, order: Ca
     if policy.deterministic and not policy.time_aware and key == memo.key and memo.decision is not None:
         decision = memo.decision
     else:
-        decision = policy.place(Snapshot.empty(cluster), [j.request(False) for j in cand], ctx).as_dict()
+        decision = decide(policy, None, Snapshot.empty(cluster), [j.request(False) for j in cand], ctx).as_dict()
         memo.key, memo.decision = key, decision
     for job in active:
         gpus = decision.get(job.src.job_id, ())

@@ -11,12 +11,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pal_slurm.placement.model import Cluster, GpuRef
+from pal_slurm.placement.model import Cluster
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.simulate.metrics import geomean_ratios
 from pal_slurm.simulate.result import SimResult
 from pal_slurm.simulate.traces import Trace
-from pal_slurm.simulate.variability import GpuVariability, cluster_from_variability, draw_artifact
+from pal_slurm.placement.variability import cluster_from_gpus, cluster_from_variability
+from pal_slurm.simulate.artifact_draw import draw_artifact
 
 Mode = Literal["round", "event"]
 
@@ -26,7 +27,7 @@ class ArtifactVariability:
     """Per-GPU factors drawn from the artifact's CSV rows, re-drawn with the seed at the start
     of every run (as the artifact does), on a uniform nodes x gpus_per_node cluster."""
 
-    profiles: Any  # pal_slurm.simulate.variability.ArtifactProfiles
+    profiles: Any  # pal_slurm.simulate.artifact_draw.ArtifactProfiles
     nodes: int
     gpus_per_node: int
 
@@ -43,23 +44,6 @@ class FixedVariability:
 
     def cluster(self, rng: random.Random) -> Cluster:
         return self.fixed
-
-
-def cluster_from_gpus(gpus: Sequence[GpuVariability]) -> Cluster:
-    """A cluster shaped like the real one: GPUs grouped by node (in name order), node-major ids."""
-    by_node: dict[str, list[GpuVariability]] = {}
-    for g in gpus:
-        by_node.setdefault(g.node or "unknown", []).append(g)
-    names = tuple(sorted(by_node))
-    refs, ordered = [], []
-    for n, name in enumerate(names):
-        for slot, g in enumerate(sorted(by_node[name], key=lambda x: x.uuid or "")):
-            refs.append(GpuRef(id=len(refs), node=n, slot=slot, uuid=g.uuid))
-            ordered.append(g)
-    classes = sorted({c for g in ordered for c in g.slowdown})
-    sf = {c: tuple(g.slowdown[c] for g in ordered) for c in classes}
-    pv = {c: tuple(g.perfvar.get(c, g.slowdown[c]) for g in ordered) for c in classes}
-    return Cluster(node_names=names, gpus=tuple(refs), slowdown=sf, perfvar=pv)
 
 
 @dataclass(frozen=True)

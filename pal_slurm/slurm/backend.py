@@ -29,6 +29,7 @@ from pal_slurm.errors import ConfigError, SlurmError, SlurmUnavailable
 from pal_slurm.slurm import parse_json
 from pal_slurm.slurm.command import run_command
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from pal_slurm.slurm.priority import PriorityConfig, parse_config, parse_partition_tiers
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,14 @@ class SlurmBackend(Protocol):
 
     def set_begin(self, job_id: str, epoch: float) -> None:
         """Hold (or keep holding) a pending job until `epoch` through its begin time."""
+        ...
+
+    def partition_tiers(self) -> dict[str, int]:
+        """Partition name -> PriorityTier (Slurm's first sort key)."""
+        ...
+
+    def priority_config(self) -> PriorityConfig:
+        """The priority plugin and its age weight (see pal_slurm.slurm.priority)."""
         ...
 
 
@@ -120,6 +129,12 @@ class CliBackend:
 
     def start_now(self, job_id: str) -> None:
         self.update_job(job_id, [("StartTime", "now")])
+
+    def partition_tiers(self) -> dict[str, int]:
+        return parse_partition_tiers(self._run(["scontrol", "show", "partition", "-o"]))
+
+    def priority_config(self) -> PriorityConfig:
+        return parse_config(self._run(["scontrol", "show", "config"]))
 
     def set_begin(self, job_id: str, epoch: float) -> None:
         # relative to now, so scontrol's time zone and date format do not matter

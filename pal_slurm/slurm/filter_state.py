@@ -4,7 +4,7 @@ Why a file and not a socket: job_submit.lua runs inside slurmctld and must never
 reading a small local file (sandboxed, cached for 2 s by the filter) is cheap and fails
 safe. The file carries the daemon's heartbeat, so a dead daemon stops the filter from
 holding jobs within `stale_after` seconds, with nobody having to notice.
-Contract: /work/notes/slurm-contract.md, mirrored in docs/admin-guide.md. `hold_s` (optional,
+Contract: docs/admin-guide.md ("The filter state file"). `hold_s` (optional,
 the filter's default 90) is how far ahead the filter sets a held job's begin time.
 """
 
@@ -93,3 +93,34 @@ def write(path: str | os.PathLike[str], state: FilterState) -> None:
 def rules_from(entries: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
     """Keep only the keys the filter reads; drop entries without a class."""
     return tuple({k: e.get(k) for k in RULE_KEYS if e.get(k) not in (None, "")} for e in entries if e.get("class"))
+
+
+def _read_head(path: str | os.PathLike[str]) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read(65536)
+    except OSError:
+        return None
+
+
+def read_models(path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """The GPU models a filter state file lists (what a placer restarting without nodes yet
+    republishes, so bare model requests keep working); () when unreadable."""
+    import re
+
+    text = _read_head(path)
+    m = re.search(r"models\s*=\s*\{([^}]*)\}", text or "")
+    if not m:
+        return ()
+    return tuple(re.findall(r'"([A-Za-z0-9_.-]+)"', m.group(1)))
+
+
+def heartbeat_age(path: str | os.PathLike[str], now: float | None = None) -> float | None:
+    """Seconds since the heartbeat in the filter state file; None when unreadable or zero."""
+    import re
+    import time
+
+    m = re.search(r"heartbeat\s*=\s*(\d+)", _read_head(path) or "")
+    if not m or int(m.group(1)) == 0:
+        return None
+    return (time.time() if now is None else now) - int(m.group(1))

@@ -57,6 +57,12 @@ class SlurmJob:
     #: when the job may start (its begin time; squeue's `eligible_time`, 22.05 and 24.11);
     #: None when unset (0), e.g. for a job held with priority 0
     begin_time: float | None = None
+    #: the most nodes it may span (`-N 1-3`: 3); None when unset (squeue says 0)
+    max_nodes: int | None = None
+    #: its time limit in seconds; None when unlimited
+    time_limit_s: float | None = None
+    #: a running job's expected end (its start + time limit); None when unknown
+    end_time: float | None = None
 
     @property
     def pending(self) -> bool:

@@ -159,7 +159,20 @@ def job_from_json(raw: Mapping[str, Any]) -> SlurmJob:
         exclusive=exclusive,
         start_time=float(number(raw.get("start_time"), 0) or 0) or None,
         begin_time=float(number(raw.get("eligible_time"), 0) or 0) or None,
+        max_nodes=number(raw.get("max_nodes"), 0) or None,
+        time_limit_s=_minutes(raw.get("time_limit")),
+        end_time=float(number(raw.get("end_time"), 0) or 0) or None,
     )
+
+
+#: 22.05 writes an unlimited time limit as INFINITE (0xffffffff) or NO_VAL; 24.11 as infinite
+_UNSET32 = 0xFFFFFFFE
+
+
+def _minutes(value: Any) -> float | None:
+    """A time limit in minutes (plain or {set, infinite, number}) as seconds; None if unlimited."""
+    n = number(value)
+    return None if n is None or n <= 0 or n >= _UNSET32 else n * 60.0
 
 
 #: job states after which nothing of a job matters to placement (squeue keeps them MinJobAge s)

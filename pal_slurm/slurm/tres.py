@@ -42,7 +42,14 @@ class TresList:
 
     @property
     def gpu_items(self) -> tuple[GresItem, ...]:
-        return tuple(i for i in self.items if i.name == "gpu")
+        """The GPU entries as Slurm counts them: a repeated entry of the same type replaces
+        the earlier one (`gpu:1,gpu:1` is 1 GPU, `gpu:1,gpu:2` is 2, `gpu:2,gpu:1` is 1;
+        checked on 22.05 and 24.11), entries of different types add up."""
+        last: dict[str | None, GresItem] = {}
+        for i in self.items:
+            if i.name == "gpu":
+                last[i.type] = i
+        return tuple(last.values())
 
     @property
     def gpu_count(self) -> int:

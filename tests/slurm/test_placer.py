@@ -40,7 +40,7 @@ def _slowdowns(db_url: str) -> dict[str, dict[tuple[str, int], float]]:
     from pal_slurm.db.engine import make_engine
     from pal_slurm.placer.factors import load_factors
 
-    f = load_factors(make_engine(db_url))
+    f = load_factors(make_engine(db_url), ("A", "B", "C", "D"))
     return {c: {k: v.slowdown[c] for k, v in f.by_slot.items()} for c in ("A", "D")}
 
 

@@ -1,0 +1,113 @@
+"""Per-GPU variability, the model both the simulator and the placement daemon place by.
+
+A GPU has, per job class, a raw PerfVar (its measured time over the median GPU's: what a
+job is slowed by) and a binned slowdown factor (what policies rank by); higher = slower.
+`from_classification` turns a stored classification's rows into this model (the db
+layer's loader, pal_slurm.db.variability_store, reads them for both callers), and
+`cluster_from_variability` / `cluster_from_gpus` build the `Cluster` a decision sees.
+Pure: no database, no files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pal_slurm.placement.model import Cluster, GpuRef
+
+
+@dataclass(frozen=True)
+class GpuVariability:
+    """One GPU: raw PerfVar (what the simulator slows progress by) and binned slowdown
+    factor (what policies rank by), per job class; higher = slower. `node` and `minor`
+    (the device minor number, which names its Slurm GRES slot) when known."""
+
+    perfvar: dict[str, float]
+    slowdown: dict[str, float]
+    uuid: str | None = None
+    node: str | None = None
+    minor: int | None = None
+
+
+def from_classification(stored_gpu_rows: Sequence[Mapping[str, Any]],
+                        classes: Sequence[str]) -> list[GpuVariability]:
+    """Variability of real GPUs from rows shaped like `pal_slurm.report.gpu_rows` output
+    (``{"uuid", "node", "classes": {cls: {"slowdown", "perfvar"?, ...}}}``), in row order.
+
+    An unprofiled GPU (slowdown None, or the class missing) gets the **worst** (largest)
+    slowdown of that class among the rows: a GPU we know nothing about must not attract
+    sensitive jobs. When no row of a class is profiled, every GPU gets 1.0 for it. A
+    missing PerfVar is taken equal to the (filled) slowdown.
+    """
+    def entry(row: Mapping[str, Any], cls: str) -> Mapping[str, Any]:
+        return (row.get("classes") or {}).get(cls) or {}
+
+    worst: dict[str, float] = {}
+    for cls in classes:
+        known = [float(entry(r, cls)["slowdown"]) for r in stored_gpu_rows if entry(r, cls).get("slowdown") is not None]
+        worst[cls] = max(known) if known else 1.0
+    out: list[GpuVariability] = []
+    for row in stored_gpu_rows:
+        sf: dict[str, float] = {}
+        pv: dict[str, float] = {}
+        for cls in classes:
+            e = entry(row, cls)
+            sf[cls] = float(e["slowdown"]) if e.get("slowdown") is not None else worst[cls]
+            pv[cls] = float(e["perfvar"]) if e.get("perfvar") is not None else sf[cls]
+        out.append(GpuVariability(perfvar=pv, slowdown=sf, uuid=row.get("uuid"), node=row.get("node"),
+                                  minor=row.get("minor")))
+    return out
+
+
+def cluster_from_variability(var: Sequence[GpuVariability], nodes: int, gpus_per_node: int) -> Cluster:
+    """A `Cluster` of `nodes` x `gpus_per_node` GPUs, GPU i = var[i] on node i // gpus_per_node.
+
+    Node names come from the GPUs' ``node`` when every GPU has one, each node's GPUs agree
+    and the names are distinct; when no GPU names a node they are n0, n1, ...
+    """
+    if nodes < 1 or gpus_per_node < 1:
+        raise ValueError(f"need at least one node and one GPU per node, got {nodes} x {gpus_per_node}")
+    n = nodes * gpus_per_node
+    if len(var) != n:
+        raise ValueError(f"{len(var)} GPUs of variability for {nodes} x {gpus_per_node} = {n} GPUs")
+    classes = list(var[0].slowdown)
+    for i, v in enumerate(var):
+        if set(v.slowdown) != set(classes) or set(v.perfvar) != set(classes):
+            raise ValueError(f"GPU {i} has classes {sorted(v.slowdown)}/{sorted(v.perfvar)}, GPU 0 has {sorted(classes)}")
+    gpus = tuple(GpuRef(id=i, node=i // gpus_per_node, slot=i % gpus_per_node, uuid=v.uuid) for i, v in enumerate(var))
+    return Cluster(node_names=_node_names(var, nodes, gpus_per_node), gpus=gpus,
+                   slowdown={c: tuple(v.slowdown[c] for v in var) for c in classes},
+                   perfvar={c: tuple(v.perfvar[c] for v in var) for c in classes})
+
+
+def _node_names(var: Sequence[GpuVariability], nodes: int, gpus_per_node: int) -> tuple[str, ...]:
+    if all(v.node is None for v in var):
+        return tuple(f"n{i}" for i in range(nodes))
+    names: list[str] = []
+    for i in range(nodes):
+        block = {v.node for v in var[i * gpus_per_node:(i + 1) * gpus_per_node]}
+        if len(block) != 1 or None in block:
+            raise ValueError(f"GPUs {i * gpus_per_node}..{(i + 1) * gpus_per_node - 1} should share one node, "
+                             f"they name {sorted(map(str, block))}")
+        names.append(block.pop())  # type: ignore[arg-type]
+    if len(set(names)) != len(names):
+        raise ValueError(f"a node name appears in more than one block of {gpus_per_node} GPUs: {names}")
+    return tuple(names)
+
+
+def cluster_from_gpus(gpus: Sequence[GpuVariability]) -> Cluster:
+    """A cluster shaped like the real one: GPUs grouped by node (in name order), node-major ids."""
+    by_node: dict[str, list[GpuVariability]] = {}
+    for g in gpus:
+        by_node.setdefault(g.node or "unknown", []).append(g)
+    names = tuple(sorted(by_node))
+    refs, ordered = [], []
+    for n, name in enumerate(names):
+        for slot, g in enumerate(sorted(by_node[name], key=lambda x: x.uuid or "")):
+            refs.append(GpuRef(id=len(refs), node=n, slot=slot, uuid=g.uuid))
+            ordered.append(g)
+    classes = sorted({c for g in ordered for c in g.slowdown})
+    sf = {c: tuple(g.slowdown[c] for g in ordered) for c in classes}
+    pv = {c: tuple(g.perfvar.get(c, g.slowdown[c]) for g in ordered) for c in classes}
+    return Cluster(node_names=names, gpus=tuple(refs), slowdown=sf, perfvar=pv)
