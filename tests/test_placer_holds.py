@@ -18,6 +18,7 @@ from pal_slurm.placer.daemon import Placer
 from pal_slurm.placer.factors import Factors
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from pal_slurm.slurm.priority import PriorityConfig
 
 NOW = 1796000000.0
 CLASSES = ("A", "B", "C", "D")
@@ -71,6 +72,14 @@ class Recorder:
 
     def of(self, job_id: str) -> list[tuple[str, ...]]:
         return [c for c in self.calls if c[1] == job_id]
+
+    tiers: dict[str, int] = {}
+
+    def partition_tiers(self) -> dict[str, int]:
+        return dict(self.tiers)
+
+    def priority_config(self) -> PriorityConfig:
+        return PriorityConfig()
 
 
 class StaticFactors:

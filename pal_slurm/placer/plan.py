@@ -371,7 +371,8 @@ def request_shape(job: SlurmJob, max_per_node: int) -> Shape | str:
         return f"asks for GPU type {','.join(tres.gpu_types)}: not moved"
     n = tres.gpu_count
     lo = max(job.node_count, 1)
-    hi = job.max_nodes if job.max_nodes and job.max_nodes >= lo else None
+    # without -N (squeue's max_nodes 0) a per-node request runs on exactly node_count nodes
+    hi = job.max_nodes if job.max_nodes and job.max_nodes >= lo else (lo if fld == "tres_per_node" else None)
     if fld == "tres_per_node":
         if n > max_per_node:
             return f"{n} GPUs per node: no node has that many steerable GPUs; placed by Slurm"
@@ -393,7 +394,7 @@ def check_update(shape: Shape, update: Update) -> str | None:
     if any(i.type is None for i in per_slot):
         return "the request would not name per-slot types"
     lo, hi = shape.user_nodes
-    if len(set(nodes)) != len(nodes) or not lo <= len(nodes) <= (hi or len(nodes)):
+    if len(set(nodes)) != len(nodes) or not lo <= len(nodes) <= (hi or len(nodes)) or len(nodes) != shape.nodes:
         return f"{len(nodes)} node(s) in NodeList, the request allows {lo}..{hi or 'any'}"
     if shape.user_per_node is not None and per_node != shape.user_per_node:
         return f"{per_node} GPU(s) per node, the request asks for {shape.user_per_node}"
