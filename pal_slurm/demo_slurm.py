@@ -98,15 +98,16 @@ def make_db(tmp: Path) -> str:
 
 def write_config(tmp: Path, db_url: str, state_file: Path, *, mode: str = "enforce", interval: float = 0.5,
                  stale_after: int = 30, replan_after: float = 120.0, max_hold: float = 600.0,
-                 policy: str = "pal-match", hold_s: int | None = None) -> Path:
-    """A pal.toml for a placer on the test cluster (`<tmp>/pal.toml`)."""
+                 policy: str = "pal-match", hold_s: int | None = None, **placer: object) -> Path:
+    """A pal.toml for a placer on the test cluster (`<tmp>/pal.toml`); `placer` adds [placer] keys."""
     path = tmp / "pal.toml"
     path.write_text("\n".join([
         "[database]", f"url = {json.dumps(db_url)}", "connect_timeout_s = 2",
         "[placer]", f"mode = {json.dumps(mode)}", f"state_file = {json.dumps(str(state_file))}",
         f"interval_s = {interval}", f"stale_after_s = {stale_after}", f"replan_after_s = {replan_after}",
         f"max_hold_s = {max_hold}", f"policy = {json.dumps(policy)}", "classes_refresh_s = 5",
-        "command_timeout_s = 10", *([f"hold_s = {int(hold_s)}"] if hold_s is not None else []), ""]),
+        "command_timeout_s = 10", *([f"hold_s = {int(hold_s)}"] if hold_s is not None else []),
+        *(f"{k} = {json.dumps(v)}" for k, v in placer.items()), ""]),
         encoding="utf-8")
     return path
 

@@ -297,3 +297,17 @@ CREATE TABLE job_sensitivity (
 
 UPDATE alembic_version SET version_num='0003' WHERE alembic_version.version_num = '0002';
 
+-- Running upgrade 0003 -> 0004
+
+ALTER TABLE placements ADD COLUMN user VARCHAR(128);
+
+ALTER TABLE placements ADD COLUMN account VARCHAR(128);
+
+ALTER TABLE placements ADD COLUMN submitted_at DATETIME(6);
+
+ALTER TABLE placements ADD COLUMN started_at DATETIME(6);
+
+ALTER TABLE placements ADD COLUMN ended_at DATETIME(6);
+
+UPDATE alembic_version SET version_num='0004' WHERE alembic_version.version_num = '0003';
+

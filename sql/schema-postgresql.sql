@@ -299,5 +299,19 @@ CREATE TABLE job_sensitivity (
 
 UPDATE alembic_version SET version_num='0003' WHERE alembic_version.version_num = '0002';
 
+-- Running upgrade 0003 -> 0004
+
+ALTER TABLE placements ADD COLUMN "user" VARCHAR(128);
+
+ALTER TABLE placements ADD COLUMN account VARCHAR(128);
+
+ALTER TABLE placements ADD COLUMN submitted_at TIMESTAMP WITHOUT TIME ZONE;
+
+ALTER TABLE placements ADD COLUMN started_at TIMESTAMP WITHOUT TIME ZONE;
+
+ALTER TABLE placements ADD COLUMN ended_at TIMESTAMP WITHOUT TIME ZONE;
+
+UPDATE alembic_version SET version_num='0004' WHERE alembic_version.version_num = '0003';
+
 COMMIT;
 

@@ -278,3 +278,18 @@ def test_cli_empty_database_says_what_to_do(runner: CliRunner, sqlite_url: str) 
     result = runner.invoke(cli, ["--db", sqlite_url, "slurm", "gres-conf"])
     assert result.exit_code == 1
     assert "knows no GPUs" in result.output and "--inventory" in result.output
+
+
+def test_cli_writes_the_initial_filter_state(runner: CliRunner, inv_file: Path, tmp_path: Path) -> None:
+    """Bare model requests (`--gres=gpu:v100:1`) need the models in the filter state before the
+    placer's first cycle: gres-conf writes them, with heartbeat 0 (nothing held yet)."""
+    state = tmp_path / "pal" / "filter-state.lua"
+    result = runner.invoke(cli, ["slurm", "gres-conf", "--inventory", str(inv_file), "--filter-state", str(state)])
+    assert result.exit_code == 0, result.output
+    text = state.read_text()
+    assert 'models = { "v100" }' in text and "heartbeat = 0," in text
+    # a live placer's state is not clobbered
+    state.write_text(text.replace("heartbeat = 0,", f"heartbeat = {int(__import__('time').time())},"))
+    result = runner.invoke(cli, ["slurm", "gres-conf", "--inventory", str(inv_file), "--filter-state", str(state)])
+    assert result.exit_code == 0 and "left as it is" in result.output
+    assert "heartbeat = 0," not in state.read_text()

@@ -43,15 +43,21 @@ CSV_COLUMNS = [Column("job_class", lambda r: r.get("job_class")), *BENCHMARK_COL
                Column("bins", _bins_text), Column("outliers", lambda r: " ".join(r["outliers"]))]
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @format_option
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Also write a self-contained HTML page with plots to FILE.")
 @click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
-@click.pass_obj
-def report(app: AppContext, fmt: str, html_path: Path | None, version: int | None) -> None:
+@click.pass_context
+def report(ctx: click.Context, fmt: str, html_path: Path | None, version: int | None) -> None:
     """Variability per GPU model x benchmark and per job class: PerfVar spread, bins with
-    slowdown factors, and outliers with what to do about them. JSON shape: docs/report-json.md."""
+    slowdown factors, and outliers with what to do about them. JSON shape: docs/report-json.md.
+
+    `pal report fairness` shows who got which GPUs and how long pal-slurm held their jobs."""
+    if ctx.invoked_subcommand is not None:
+        return
+    app = ctx.find_object(AppContext)
+    assert app is not None
     from pal_slurm.services import load_for_html, load_report
 
     if html_path is not None:
@@ -107,3 +113,80 @@ def gpus(app: AppContext, fmt: str, model: str | None, node: str | None, version
     columns += [Column("outlier", lambda r: "yes" if r["outlier"] else ""),
                 Column("last profiled", lambda r: r["last_profiled"])]
     emit_rows(rows, columns, fmt)
+
+
+def _share(tier_name: str):  # type: ignore[no-untyped-def]
+    def cell(r: dict[str, Any]) -> str:
+        mine, fleet = r["share"][tier_name], r["fleet_share"][tier_name]
+        if mine is None:
+            return "-"
+        return f"{100 * mine:.0f}%" + ("" if fleet is None else f" ({100 * fleet:.0f}%)")
+    return cell
+
+
+FAIRNESS_COLUMNS = [
+    Column("who", lambda r: f"{r['kind']} {r['name']}"),
+    Column("jobs", lambda r: r["jobs"], "right"),
+    Column("GPU-h", lambda r: r["gpu_hours"], "right"),
+    Column("fast (fleet)", _share("fast"), "right"),
+    Column("typical (fleet)", _share("typical"), "right"),
+    Column("slow (fleet)", _share("slow"), "right"),
+    Column("wait p50 s", lambda r: r["added_wait_s"]["median"], "right"),
+    Column("wait p95 s", lambda r: r["added_wait_s"]["p95"], "right"),
+]
+FAIRNESS_CSV = [
+    Column("kind", lambda r: r["kind"]), Column("name", lambda r: r["name"]), Column("jobs", lambda r: r["jobs"]),
+    Column("gpu_hours", lambda r: r["gpu_hours"]),
+    *[Column(f"{t}_share", lambda r, t=t: r["share"][t]) for t in ("fast", "typical", "slow")],
+    *[Column(f"fleet_{t}_share", lambda r, t=t: r["fleet_share"][t]) for t in ("fast", "typical", "slow")],
+    Column("added_wait_median_s", lambda r: r["added_wait_s"]["median"]),
+    Column("added_wait_p95_s", lambda r: r["added_wait_s"]["p95"]),
+]
+
+
+@report.command("fairness")
+@format_option
+@click.option("--since", metavar="WHEN", help="Only jobs decided since WHEN: an ISO date/time (UTC) or an age "
+                                                "like 7d, 12h, 30m [default: everything recorded].")
+@click.pass_obj
+def fairness_cmd(app: AppContext, fmt: str, since: str | None) -> None:
+    """Per account and user: GPU-hours on fast, typical and slow GPUs (for the job's class)
+    as a share of theirs, next to the whole fleet's share, and the median and p95 of the
+    wait pal-slurm added (submission to release by the placer)."""
+    from datetime import UTC, datetime
+
+    from pal_slurm.db.migrate import require_current
+    from pal_slurm.fairness import fairness
+    from pal_slurm.placer.audit import placed_jobs
+
+    require_current(app.engine)
+    now = datetime.now(UTC)
+    data = fairness(placed_jobs(app.engine, _since(since, now)), now)
+    data["since"] = since
+    if fmt == "json":
+        emit_json(data)
+        return
+    rows = [data["fleet"], *data["rows"]]
+    emit_rows(rows, FAIRNESS_CSV if fmt == "csv" else FAIRNESS_COLUMNS, fmt,
+              title="GPU-hours by speed tier (fast < 0.99 <= typical <= 1.01 < slow, for each job's class) "
+                    "and wait added by pal-slurm")
+
+
+def _since(text: str | None, now: Any) -> Any:
+    """`7d` / `12h` / `30m` / `90s` ago, or an ISO date/time (UTC when it has no zone)."""
+    import re
+    from datetime import UTC, datetime, timedelta
+
+    from pal_slurm.errors import InputError
+
+    if text is None:
+        return None
+    m = re.fullmatch(r"(\d+)([dhms])", text.strip())
+    if m:
+        unit = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[m.group(2)]
+        return now - timedelta(**{unit: int(m.group(1))})
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InputError(f"--since {text!r}: not an age (7d, 12h, 30m) or an ISO date/time") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)

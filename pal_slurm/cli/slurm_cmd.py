@@ -53,6 +53,25 @@ def read_slurm_nodes(timeout: float = 30.0) -> list[gresconf.SlurmNodeGres]:
     return parse_show_node(proc.stdout)
 
 
+def write_initial_filter_state(app: AppContext, inv: gresconf.Inventory, path: Path) -> str:
+    """The filter state before any placer cycle: the models (so bare model requests are
+    rewritten, not refused, once per-slot gres.conf is installed), heartbeat 0 (so nothing is
+    held until a placer runs). A state a running placer keeps fresh is left alone."""
+    from pal_slurm.slurm import filter_state
+
+    age = filter_state.heartbeat_age(path)
+    if age is not None and age <= app.cfg.placer.stale_after_s:
+        return f"{path}: a running placer keeps it (heartbeat {age:.0f} s old); left as it is"
+    models = tuple(sorted({f for n in inv.nodes for f in n.features}))
+    try:
+        filter_state.write(path, filter_state.FilterState(mode=app.cfg.placer.mode, heartbeat=0,
+                                                          stale_after=app.cfg.placer.stale_after_s, models=models,
+                                                          hold_s=app.cfg.placer.hold_s))
+    except OSError as exc:
+        raise InputError(f"cannot write the filter state: {exc.strerror}", source=str(path)) from None
+    return f"wrote {path} (models {', '.join(models) or 'none'}; nothing held until the placer runs)"
+
+
 DIFF_COLUMNS = [Column("node", lambda r: r["node"]), Column("difference", lambda r: r["kind"]),
                 Column("detail", lambda r: r["detail"])]
 
@@ -69,9 +88,13 @@ DIFF_COLUMNS = [Column("node", lambda r: r["node"]), Column("difference", lambda
 @click.option("--check", is_flag=True,
               help="Compare with the running Slurm (scontrol show node) and list what differs; "
                    "exit 1 if anything does.")
+@click.option("--filter-state", "filter_state_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Also write the submit filter's initial state file (the placer's state_file): the GPU models, "
+                   "so `--gres=gpu:<model>:N` works before the placer's first cycle. Nothing is held until "
+                   "the placer runs; a state a running placer keeps fresh is left alone.")
 @click.pass_obj
 def gres_conf(app: AppContext, inventory_path: Path | None, dev_dir: str, output_dir: Path | None, fmt: str,
-              check: bool) -> None:
+              check: bool, filter_state_path: Path | None) -> None:
     """Print gres.conf (AutoDetect=off, one GRES type <model>_g<minor> per GPU slot) and the slurm.conf
     NodeName fragments (Gres=..., Features=<model>) for the GPUs in our inventory.
 
@@ -95,6 +118,8 @@ def gres_conf(app: AppContext, inventory_path: Path | None, dev_dir: str, output
         if rows:
             raise click.exceptions.Exit(1)
         return
+    if filter_state_path is not None:
+        click.echo(write_initial_filter_state(app, inv, filter_state_path), err=True)
     gres_text = gresconf.render_gres_conf(inv, dev_dir=dev_dir)
     nodes_text = gresconf.render_nodes_conf(inv)
     if output_dir is not None:

@@ -250,9 +250,16 @@ class Placement(Base):
     gpus: Mapped[list[Any]] = mapped_column(JSON)
     alternatives: Mapped[list[Any] | None] = mapped_column(JSON)
     reason: Mapped[str] = mapped_column(Text)
-    outcome: Mapped[str] = mapped_column(String(32))  # applied | released-unchanged | failed | observe
+    #: applied | released-unchanged | failed | observe | waiting | replanned | restored
+    outcome: Mapped[str] = mapped_column(String(32))
     decided_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     applied_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # who and when (migration 0004): `pal report fairness` reads these
+    user: Mapped[str | None] = mapped_column(String(128))
+    account: Mapped[str | None] = mapped_column(String(128))
+    submitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 # --- Job profiles and job sensitivity (pal agent, pal jobs; migration 0003) -------------------

@@ -212,12 +212,12 @@ class InOrderPolicy(Policy):
         if state.free_on(job.allowed_nodes) < job.gpus:
             return None
         cand = state.candidates(job.allowed_nodes)
+        if job.one_node:  # `--gres=gpu:N` (N per node on one node), or max_nodes 1: one rule for both
+            return self.pick_one_node(job, cand, state, ctx) if job.gpus > 1 else self.pick(job, cand, state, ctx)
         if job.gpus_per_node is not None:
             if job.same_slots and job.gpus > job.gpus_per_node:
                 return self.pick_same_slots(job, cand, state, ctx)
             return self.pick_split(job, cand, state, ctx, job.gpus_per_node, job.gpus // job.gpus_per_node)
-        if job.gpus > 1 and job.one_node:
-            return self.pick_one_node(job, cand, state, ctx)
         choice = self.pick(job, cand, state, ctx)
         if choice is not None and job.max_nodes is not None and job.max_nodes < job.gpus:
             # a partial node range (`--gpus=4 -N1-2`): the free split is kept only when it fits

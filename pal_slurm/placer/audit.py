@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Engine
 
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.models import Placement
+from pal_slurm.fairness import PlacedJob
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +33,28 @@ class Record:
     gpus: list[dict[str, Any]]
     alternatives: list[Any] | None
     reason: str
-    outcome: str  # applied | released-unchanged | failed | observe | replanned
+    outcome: str  # applied | released-unchanged | failed | observe | waiting | replanned | restored
     decided_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     applied_at: datetime | None = None
+    user: str | None = None
+    account: str | None = None
+    submitted_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A placed job started or ended: set on its applied record(s) where not set yet."""
+
+    job_id: str
+    column: str  # started_at | ended_at
+    at: datetime
 
 
 class AuditSink:
     def __init__(self, engine_factory: Callable[[], Engine] | None, max_pending: int = 10000) -> None:
         self._engine_factory = engine_factory
         self.pending: deque[Record] = deque(maxlen=max_pending)
+        self.marks: deque[Mark] = deque(maxlen=max_pending)
         self.dropped = 0
         self.last_error: str | None = None
 
@@ -49,25 +63,43 @@ class AuditSink:
             self.dropped += 1
         self.pending.append(record)
 
+    def mark(self, job_id: str, column: str, at: datetime) -> None:
+        """Record that a placed job started (`started_at`) or ended (`ended_at`)."""
+        if column not in ("started_at", "ended_at"):
+            raise ValueError(f"not a mark column: {column!r}")
+        self.marks.append(Mark(job_id, column, at))
+
     def flush(self) -> int:
         """Write what is pending; on failure keep it for the next cycle. Returns rows written."""
-        if not self.pending or self._engine_factory is None:
+        if (not self.pending and not self.marks) or self._engine_factory is None:
             return 0
         batch = list(self.pending)
+        marks = list(self.marks)
         try:
             with session_scope(self._engine_factory()) as session:
                 # one bulk INSERT: a busy cycle records hundreds of decisions
-                session.execute(insert(Placement), [
-                    {"slurm_job_id": r.job_id, "policy": r.policy, "job_class": r.job_class,
-                     "classification_version": r.version, "gpus": r.gpus, "alternatives": r.alternatives,
-                     "reason": r.reason[:4000], "outcome": r.outcome, "decided_at": r.decided_at,
-                     "applied_at": r.applied_at} for r in batch])
+                if batch:
+                    session.execute(insert(Placement), [
+                        {"slurm_job_id": r.job_id, "policy": r.policy, "job_class": r.job_class,
+                         "classification_version": r.version, "gpus": r.gpus, "alternatives": r.alternatives,
+                         "reason": r.reason[:4000], "outcome": r.outcome, "decided_at": r.decided_at,
+                         "applied_at": r.applied_at, "user": (r.user or None) and r.user[:128],
+                         "account": (r.account or None) and r.account[:128], "submitted_at": r.submitted_at}
+                        for r in batch])
+                for m in marks:
+                    col = getattr(Placement, m.column)
+                    session.execute(update(Placement).where(Placement.slurm_job_id == m.job_id,
+                                                            Placement.outcome == "applied", col.is_(None))
+                                    .values({m.column: m.at}))
         except Exception as exc:  # noqa: BLE001 - the database being down must not stop placement
             self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-            log.warning("audit: %d placement record(s) kept in memory (%s)", len(batch), self.last_error)
+            log.warning("audit: %d placement record(s) kept in memory (%s)", len(batch) + len(marks),
+                        self.last_error)
             return 0
         for _ in batch:
             self.pending.popleft()
+        for _ in marks:
+            self.marks.popleft()
         self.last_error = None
         return len(batch)
 
@@ -84,3 +116,20 @@ def placements_for(engine: Engine, job_id: str | None = None, limit: int = 50) -
                  "alternatives": p.alternatives, "reason": p.reason, "outcome": p.outcome,
                  "decided_at": p.decided_at.isoformat() if p.decided_at else None,
                  "applied_at": p.applied_at.isoformat() if p.applied_at else None} for p in rows]
+
+
+def placed_jobs(engine: Engine, since: datetime | None = None) -> list[PlacedJob]:
+    """The placement records fairness counts: each job's last applied or released-unchanged
+    decision since `since` (by decision time)."""
+    with session_scope(engine) as session:
+        stmt = (select(Placement).where(Placement.outcome.in_(("applied", "released-unchanged")))
+                .order_by(Placement.decided_at, Placement.id))
+        if since is not None:
+            stmt = stmt.where(Placement.decided_at >= since)
+        last: dict[str, Placement] = {}
+        for p in session.scalars(stmt):
+            last[p.slurm_job_id] = p
+        return [PlacedJob(job_id=p.slurm_job_id, user=p.user or "-", account=p.account or "-", outcome=p.outcome,
+                          slowdowns=tuple(g.get("slowdown") for g in (p.gpus or [])) if p.outcome == "applied" else (),
+                          submitted_at=p.submitted_at, released_at=p.applied_at, started_at=p.started_at,
+                          ended_at=p.ended_at) for p in last.values()]

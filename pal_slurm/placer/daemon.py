@@ -121,6 +121,7 @@ class Placer:
         self._ranks: tuple[float, dict[str, int], PriorityConfig] = (-math.inf, {}, PriorityConfig())
         self._learned: tuple[float, dict[str, float]] = (-math.inf, {})
         self._waits: dict[str, tuple[float, tuple[str, ...]]] = {}  # job -> (waiting since, GPUs it waits for)
+        self._running_placed: set[str] = set()
 
     # -- heartbeat --------------------------------------------------------------------
     def publish(self, *, alive: bool = True, nodes: Sequence[SlurmNode] = (), grace_s: int = 0) -> None:
@@ -163,6 +164,7 @@ class Placer:
         self.publish(nodes=nodes)
         factors = self.factors.get(now)
         self._record_identities(jobs)
+        self._track_runs(jobs, now)
         held = [j for j in jobs if plan.is_held_by_pal(j, now)]
         report.held = len(held)
         self._note_lapsed(jobs, now)
@@ -253,6 +255,26 @@ class Placer:
         self._identified.update(j.job_id for j in new)
         if len(self._identified) > 100_000:
             self._identified = {j.job_id for j in jobs}
+
+    def _track_runs(self, jobs: Sequence[SlurmJob], now: float) -> None:
+        """When placed jobs start and end (`pal report fairness` counts GPU-hours by them): a
+        start when a placed job is first seen running, an end when it is gone from the active
+        jobs (so within a cycle of the truth; a job that ended while no placer ran is marked
+        when one runs again)."""
+        running = {j.job_id: j for j in jobs if j.running and plan.is_placed_by_pal(j)}
+        for job_id, job in running.items():
+            if job_id not in self._running_placed:
+                self.audit.mark(job_id, "started_at", datetime.fromtimestamp(job.start_time or now, UTC))
+        active = {j.job_id for j in jobs}
+        for job_id in self._running_placed - running.keys():
+            if job_id not in active:
+                self.audit.mark(job_id, "ended_at", datetime.fromtimestamp(now, UTC))
+        self._running_placed = set(running)
+
+    def _who(self, job: SlurmJob) -> dict[str, object]:
+        """The job's owner and submit time, for the audit record."""
+        return {"user": job.user or None, "account": job.account or None,
+                "submitted_at": datetime.fromtimestamp(job.submit_time, UTC) if job.submit_time else None}
 
     def _done(self, report: CycleReport, t0: float) -> CycleReport:
         self.audit.flush()
@@ -373,7 +395,7 @@ class Placer:
                                for s, f in zip(update.slots, sfs)],
                          alternatives=[{"gpus": [_slot_name(view.slots[g]) for g in gpus], "weight": w}
                                        for gpus, w in a.alternatives[:8]],
-                         reason=why, outcome="applied", decided_at=self._stamp())
+                         reason=why, outcome="applied", decided_at=self._stamp(), **self._who(job))  # type: ignore[arg-type]
             if self._apply(job, update, comment):
                 applied.append((job, update, rec))
             else:
@@ -494,7 +516,7 @@ class Placer:
         stamp = self._stamp()
         self.audit.add(Record(job_id=job.job_id, policy=self.policy.name, job_class=cls, version=None, gpus=[],
                               alternatives=None, reason=why, outcome="released-unchanged", decided_at=stamp,
-                              applied_at=stamp))
+                              applied_at=stamp, **self._who(job)))  # type: ignore[arg-type]
 
     # -- nobody stranded -----------------------------------------------------------------------
     def put_back(self, job: SlurmJob) -> bool:

@@ -574,8 +574,14 @@ def stranded(job: SlurmJob, nodes: Mapping[str, SlurmNode]) -> str | None:
         return "Slurm says BadConstraints"
     if job.priority == 0:
         return "priority 0"
+    pinned = expand_nodes(job.required_nodes)
+    most = job.max_nodes or max(job.node_count, 1)
+    if len(pinned) > most:
+        # a placement of another shape (what placers before issue 11 could make): Slurm
+        # turns it into a job it will refuse to start (BadConstraints) or runs it reshaped
+        return f"pinned to {len(pinned)} nodes, the job may span {most}"
     types = [i.type for i in _tres(job.tres_per_node).gpu_items if i.type]
-    for name in expand_nodes(job.required_nodes):
+    for name in pinned:
         node = nodes.get(name)
         if node is None:
             return f"its node {name} no longer exists"

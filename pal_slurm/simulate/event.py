@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from pal_slurm.placement.model import Cluster, JobRequest, PlacementContext, Snapshot
+from pal_slurm.placement.model import MAX_WAIT_S, WAIT_FRACTION, Cluster, Decision, JobRequest, PlacementContext, Snapshot
 from pal_slurm.placement import cost
 from pal_slurm.placement.decide import decide
 from pal_slurm.placement.orders import get_order
@@ -36,6 +36,16 @@ class EventOptions:
     locality_penalty: float = 1.7
     seed: int = 0
     backfill_interval_s: float = 30.0  # how often a backfilling policy may look past a blocked head (Slurm's bf_interval)
+    #: a multi-node job with GPUs per node gets the same GPU slots on every node, as the
+    #: placement daemon can only steer it (one per-slot GRES request applies to each node)
+    same_slots: bool = False
+    wait_fraction: float = WAIT_FRACTION
+    max_wait_s: float = MAX_WAIT_S
+
+
+#: called with every decision (snapshot, queue, whether it was a backfill pass, decision):
+#: the parity test replays the same inputs through the placement daemon
+DecisionHook = Callable[[Snapshot, Sequence[JobRequest], bool, Decision], None]
 
 
 def runtime_s(job: TraceJob, gpus: Sequence[int], cluster: Cluster, locality_penalty: float) -> float:
@@ -44,9 +54,10 @@ def runtime_s(job: TraceJob, gpus: Sequence[int], cluster: Cluster, locality_pen
 
 
 def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: EventOptions = EventOptions(),
-                    progress: Progress | None = None) -> SimResult:
+                    progress: Progress | None = None, on_decision: DecisionHook | None = None) -> SimResult:
     order = get_order(options.order)
-    ctx = PlacementContext(locality_penalty=options.locality_penalty, rng=random.Random(options.seed))
+    ctx = PlacementContext(locality_penalty=options.locality_penalty, rng=random.Random(options.seed),
+                           wait_fraction=options.wait_fraction, max_wait_s=options.max_wait_s)
     jobs = sorted(trace.jobs, key=lambda j: j.submit_time)  # stable: file order on ties
     by_id = {j.job_id: j for j in jobs}
     if len(by_id) != len(jobs):
@@ -91,7 +102,9 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
         while i < len(jobs) and jobs[i].submit_time <= now:
             j = jobs[i]
             waiting.append(JobRequest(id=j.job_id, gpus=j.num_gpus, job_class=j.job_class, submit_time=j.submit_time,
-                                      gpus_per_node=j.gpus_per_node, remaining_s=j.nominal_runtime_s))
+                                      gpus_per_node=j.gpus_per_node, remaining_s=j.nominal_runtime_s,
+                                      same_slots=options.same_slots and j.gpus_per_node is not None
+                                      and j.num_gpus > j.gpus_per_node))
             i += 1
             arrived = True
             bf_dirty = True
@@ -106,6 +119,8 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
                         known_releases=tuple(releases))
         # waiting is kept in arrival order, which is FIFO's order already
         decision = decide(policy, None if options.order == "fifo" else order, snap, waiting, ctx, backfill=bf_due)
+        if on_decision is not None:
+            on_decision(snap, list(waiting), bf_due, decision)
         placed = set()
         for a in decision.assignments:
             job = by_id[a.job_id]

@@ -284,6 +284,7 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 ${prolog_lines}Include $ETC/nodes.conf
 PartitionName=gpu Nodes=$nodes Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu-high Nodes=$nodes PriorityTier=10 MaxTime=INFINITE State=UP
 EOF
     if [ "$major" -ge 2411 ]; then
         printf 'CgroupPlugin=disabled\n' >"$out/cgroup.conf"

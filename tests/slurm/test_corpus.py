@@ -63,8 +63,16 @@ class Case:
         return args
 
 
+#: a job that exits with (its GPUs x 10 + its nodes): the corpus compares exit codes, so the
+#: pal run must give the job exactly the shape plain Slurm gives it (issue 11)
+SHAPE = 'n=$(echo "$SLURM_JOB_GPUS" | tr "," "\\n" | grep -c .); exit $(( n * 10 + SLURM_JOB_NUM_NODES ))'
+
 CASES = [
     Case("plain-gres", ("--gres=gpu:1",), PLACED),
+    Case("repeated-gres", ("--gres=gpu:1,gpu:1",), PLACED, wrap=SHAPE),
+    Case("gres-two", ("--gres=gpu:2",), PLACED, wrap=SHAPE),
+    Case("gpus-per-node-two", ("--gpus-per-node=2",), PLACED, wrap=SHAPE),
+    Case("gpus-two-one-node", ("--gpus=2", "-N", "1"), PLACED, wrap=SHAPE),
     Case("plain-gpus", ("--gpus=2",), PLACED),
     Case("zero-gpus", ("--gres=gpu:0",), OFF),
     Case("no-gpus", ("-n", "1"), OFF),
@@ -113,7 +121,7 @@ CASES = [
     Case("pal-class-bogus", ("--pal-class=bogus", "--gres=gpu:1")),
     Case("comment-class-z", ("--comment", "pal:class=Z", "--gres=gpu:1"), PLACED),
     Case("gres-v100-2-typed-slots", ("--gres=gpu:v100_g0:1,gpu:v100_g3:1",), OFF),
-    Case("gpus-per-node-two-nodes", ("--gpus-per-node=2", "-N", "2"), PLACED),
+    Case("gpus-per-node-two-nodes", ("--gpus-per-node=2", "-N", "2"), PLACED, wrap=SHAPE),
     Case("gpus-over-nodes", ("--gpus=6",), RELEASED),
     Case("gres-and-gpus", ("--gres=gpu:1", "--gpus=2")),
     Case("time-zero", ("--time=0", "--gres=gpu:1"), PLACED),

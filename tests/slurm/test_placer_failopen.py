@@ -87,6 +87,21 @@ class Rig:
             time.sleep(0.1)
         return p
 
+    def start_once(self, config: Path) -> PlacerProcess:
+        """Start a placer with a long interval and wait until its first cycle is over (its log
+        says so, or the cycle's heartbeat is a second old)."""
+        self.assert_no_other_placer()
+        started = int(time.time())
+        p = PlacerProcess(config, self.cluster.env, self.tmp / f"placer-{len(self.placers)}.log")
+        self.placers.append(p)
+        deadline = time.monotonic() + 30
+        while self.heartbeat() < started:
+            assert p.proc.poll() is None, f"placer exited {p.proc.returncode}:\n{p.output()}"
+            assert time.monotonic() < deadline, f"placer wrote no heartbeat:\n{p.output()}"
+            time.sleep(0.1)
+        time.sleep(2)
+        return p
+
     def assert_no_other_placer(self) -> None:
         """One placer per cluster: another one (a leaked test placer) would take our held jobs."""
         before = self.heartbeat()
@@ -286,7 +301,7 @@ def test_kill_9_the_hold_ends_by_itself_without_release_stale(rig: Rig) -> None:
 
 
 def test_sigterm_releases_every_held_job_and_zeroes_the_heartbeat(rig: Rig) -> None:
-    cfg = rig.config()
+    cfg = rig.config(restart_grace_s=0)
     rig.fill_gpus()
     placer = rig.start(cfg)
     rig.filter_on()
@@ -302,6 +317,31 @@ def test_sigterm_releases_every_held_job_and_zeroes_the_heartbeat(rig: Rig) -> N
     assert not rig.held([late]), rig.records([late])
     _assert_released_and_run(rig, held, "placer stopped")
     assert rig.wait_finished([late])[late]["admin_comment"] == ""
+
+
+def test_a_restart_leaves_no_unheld_window(rig: Rig) -> None:
+    """SIGTERM with the default restart grace: the filter keeps holding for a few seconds, each
+    new hold short (grace + 5 s). A job submitted between stop and start is held, and the new
+    placer, which publishes its heartbeat before anything else, places it; a job submitted
+    after a stop without a restart is held only briefly and then starts by itself."""
+    cfg = rig.config()
+    placer = rig.start(cfg)
+    rig.filter_on()
+    assert placer.stop() == 0
+    between = rig.submit(["--gres=gpu:1"], wrap="echo GPUS=$SLURM_JOB_GPUS")
+    assert rig.held([between]) == [between], rig.records([between])
+    hold_end = int_field(rig.records([between])[between]["eligible_time"]) or 0
+    assert hold_end <= time.time() + 16, "a hold in the grace window is short"
+    rig.start(cfg)
+    rec = rig.wait_finished([between], timeout=30)[between]
+    assert rec["admin_comment"].startswith("pal: placed"), rec["admin_comment"]
+    # no restart: a job held in the grace window starts by itself once its short hold ends
+    placer = rig.placers[-1]
+    assert placer.stop() == 0
+    alone = rig.submit(["--gres=gpu:1"])
+    started = time.time()
+    rec = rig.wait_finished([alone], timeout=60)[alone]
+    assert job_state(rec) == "COMPLETED" and time.time() - started < 45, rec
 
 
 # ---------------------------------------------------------------- database down

@@ -1,0 +1,263 @@
+"""Issue 11 on the real test cluster: every job keeps its shape, nobody is stranded, held
+jobs are served in Slurm's order, and a long job waits for a fast GPU that frees soon.
+
+Each test fills GPUs with `sleep` jobs that name their node and slot types (never held,
+never moved) to make the layout it needs, then runs a real `pal placer` (enforce mode,
+0.5 s cycles) against plain `sbatch` submissions. What a job got is proven by the job
+itself: it prints the node count, its node and its GPUs (SLURM_JOB_NUM_NODES,
+SLURMD_NODENAME, SLURM_JOB_GPUS).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from tests.slurm.placer_support import A_PERFVAR
+from tests.slurm.records import int_field, job_state
+from tests.slurm.test_placer_failopen import Rig, classified_db, rig  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.slurm
+
+def show(seconds: float) -> str:
+    """A job script that prints its node count, node and GPUs, then sleeps."""
+    return ("echo NODES=$SLURM_JOB_NUM_NODES; echo NODE=$SLURMD_NODENAME; echo GPUS=${SLURM_JOB_GPUS:-none}; "
+            f"sleep {seconds}")
+
+#: the issue's layouts, as the slots filled on each node: pal-n1 keeps 2 free (minors 2, 3);
+#: pal-n2 and pal-n3 keep one each, at different slots or at the same slot (where the old
+#: placer's two-node split ran a job with one GPU on each node); pal-n4 is full
+LAYOUTS = {
+    "different-slots": {"pal-n1": (0, 1), "pal-n2": (1, 2, 3), "pal-n3": (0, 2, 3), "pal-n4": (0, 1, 2, 3)},
+    "same-slot": {"pal-n1": (0, 1), "pal-n2": (1, 2, 3), "pal-n3": (1, 2, 3), "pal-n4": (0, 1, 2, 3)},
+}
+SHAPES = {"gres": ["--gres=gpu:2"], "gpus-per-node": ["--gpus-per-node=2"], "gpus-N1": ["--gpus=2", "-N", "1"]}
+
+
+def fill(rig: Rig, layout: dict[str, Sequence[int]], wrap: str = "sleep 600") -> dict[str, str]:
+    """One filler per node on exactly the given slots; node -> filler job id."""
+    out = {}
+    for node, minors in layout.items():
+        if minors:
+            gres = ",".join(f"gpu:v100_g{m}:1" for m in minors)
+            out[node] = rig.submit(["-w", node, f"--gres={gres}"], wrap=wrap)
+            rig.fillers.append(out[node])
+    rig.wait_fillers()
+    return out
+
+
+def shown(rig: Rig, jobid: str) -> tuple[int, str, list[int]]:
+    """(node count, node, GPU indices) as the job printed them."""
+    env = rig.cluster.job_env(jobid)
+    gpus = [] if env.get("GPUS", "none") == "none" else [int(g) for g in env["GPUS"].split(",")]
+    return int(env["NODES"]), env["NODE"], gpus
+
+
+def wait_running(rig: Rig, jobid: str, timeout: float = 30) -> None:
+    rig.cluster.wait_state(jobid, {"RUNNING", "COMPLETED"}, timeout=timeout)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_two_gpu_jobs_on_a_fragmented_cluster_run_on_one_node_with_two_gpus(rig: Rig, layout: str,
+                                                                             shape: str) -> None:
+    fillers = fill(rig, LAYOUTS[layout])
+    rig.start(rig.config())
+    rig.filter_on()
+    first = rig.submit(SHAPES[shape], wrap=show(4))
+    second = rig.submit(SHAPES[shape], wrap=show(0.2))
+    wait_running(rig, first)
+    time.sleep(3)  # several placer cycles: the second job must still wait, whole (not split, not stranded)
+    rec = rig.records([second])[second]
+    assert job_state(rec) == "PENDING", rec
+    assert rec["state_reason"] != "BadConstraints" and int_field(rec["node_count"]) == 1, rec
+    rig.cluster.cancel([fillers["pal-n2"]])  # pal-n2's three slots free up
+    done = rig.wait_finished([first, second], timeout=60)
+    assert {j: job_state(r) for j, r in done.items()} == {first: "COMPLETED", second: "COMPLETED"}
+    nodes, node, gpus = shown(rig, first)
+    assert (nodes, node, sorted(gpus)) == (1, "pal-n1", [2, 3])
+    nodes, node, gpus = shown(rig, second)
+    assert nodes == 1 and len(gpus) == 2 and node == "pal-n2", (nodes, node, gpus)
+
+
+def test_repeated_gres_entries_run_with_one_gpu_as_under_plain_slurm(rig: Rig) -> None:
+    rig.start(rig.config())
+    rig.filter_on()
+    jobid = rig.submit(["--gres=gpu:1,gpu:1"], wrap=show(0))
+    rec = rig.wait_finished([jobid])[jobid]
+    assert rec["admin_comment"].startswith("pal: placed"), rec["admin_comment"]
+    assert shown(rig, jobid)[0] == 1 and len(shown(rig, jobid)[2]) == 1
+
+
+# ---------------------------------------------------------------- nobody stranded
+
+
+def old_placement(rig: Rig, jobid: str) -> None:
+    """Place a `--gpus=2 -N1` job the way the old placer did (issue 11): one per-slot GPU on
+    each of two nodes, tagged as placed. Slurm accepts the update; the job then goes
+    BadConstraints at priority 0 and stays there."""
+    rec = rig.records([jobid])[jobid]
+    prefix = "gres/" if "gres/" in rec["tres_per_job"] else "gres:"
+    rig.cluster.scontrol("update", f"jobid={jobid}", "TresPerJob=")
+    rig.cluster.scontrol("update", f"jobid={jobid}", f"TresPerNode={prefix}gpu:v100_g0:1", "NodeList=pal-n2,pal-n3",
+                         f"AdminComment=pal: placed class=A gpus=pal-n2:0;pal-n3:0 sf=1.000,1.000 policy=pal at=1 "
+                         f"was tres_per_job {prefix}gpu:2")
+
+
+def wait_bad_constraints(rig: Rig, jobid: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        rec = rig.records([jobid])[jobid]
+        if rec["state_reason"] == "BadConstraints" and int_field(rec["priority"]) == 0:
+            return
+        assert time.monotonic() < deadline, rec
+        time.sleep(0.3)
+
+
+def assert_restored_and_run(rig: Rig, jobid: str, why: str) -> None:
+    rec = rig.records([jobid])[jobid]
+    assert rec["admin_comment"].startswith("pal: released restored:") and why in rec["admin_comment"], \
+        rec["admin_comment"]
+    rec = rig.wait_finished([jobid], timeout=60)[jobid]
+    assert job_state(rec) == "COMPLETED", rec
+    nodes, _node, gpus = shown(rig, jobid)
+    assert nodes == 1 and len(gpus) == 2, (nodes, gpus)
+
+
+def test_bad_constraints_at_priority_0_is_restored_by_the_next_cycle(rig: Rig) -> None:
+    cfg = rig.config()
+    rig.start(cfg)
+    rig.placers[-1].stop(signal.SIGKILL)  # no placer while the job goes bad
+    jobid = rig.submit(["--gpus=2", "-N", "1", "--begin=now+2"], wrap=show(0))
+    old_placement(rig, jobid)
+    wait_bad_constraints(rig, jobid)
+    rig.start(cfg)
+    deadline = time.monotonic() + 20
+    while not rig.records([jobid])[jobid]["admin_comment"].startswith("pal: released restored"):
+        assert time.monotonic() < deadline, rig.records([jobid])
+        time.sleep(0.2)
+    assert_restored_and_run(rig, jobid, "the placement could not start")
+
+
+def test_sigterm_restores_a_placement_that_cannot_start(rig: Rig) -> None:
+    cfg = rig.config(interval=300)  # one cycle at start, then none before the SIGTERM
+    placer = rig.start_once(cfg)
+    jobid = rig.submit(["--gpus=2", "-N", "1", "--begin=now+1"], wrap=show(0))
+    old_placement(rig, jobid)
+    assert placer.stop() == 0
+    assert_restored_and_run(rig, jobid, "placer stopped")
+
+
+def test_release_stale_restores_a_placement_that_cannot_start(rig: Rig) -> None:
+    cfg = rig.config()
+    rig.start(cfg)
+    rig.placers[-1].stop(signal.SIGKILL)
+    jobid = rig.submit(["--gpus=2", "-N", "1", "--begin=now+2"], wrap=show(0))
+    old_placement(rig, jobid)
+    wait_bad_constraints(rig, jobid)
+    out = rig.pal(cfg, "placer", "release-stale", "--force", "--json")
+    assert out.returncode == 0 and jobid in out.stdout, (out.stdout, out.stderr)
+    assert_restored_and_run(rig, jobid, "released by the fail-safe")
+
+
+def test_a_placement_pinned_to_a_drained_node_is_restored_and_runs_elsewhere(rig: Rig) -> None:
+    """Placed and waiting (for a dependency), then its node is drained: unrunnable as it
+    stands; the cycle gives it the user's request back (or its shape elsewhere) and it runs."""
+    rig.start(rig.config())
+    rig.filter_on()
+    dep = rig.submit(["--hold"], wrap="true")
+    jobid = rig.submit(["--gres=gpu:2", f"--dependency=afterok:{dep}"], wrap=show(0))
+    deadline = time.monotonic() + 20
+    while not rig.records([jobid])[jobid]["admin_comment"].startswith("pal: placed"):
+        assert time.monotonic() < deadline, rig.records([jobid])
+        time.sleep(0.2)
+    node = rig.records([jobid])[jobid]["required_nodes"]
+    rig.cluster.scontrol("update", f"nodename={node}", "state=drain", "reason=pal-test")
+    try:
+        deadline = time.monotonic() + 20
+        while not rig.records([jobid])[jobid]["admin_comment"].startswith("pal: released restored"):
+            assert time.monotonic() < deadline, rig.records([jobid])
+            time.sleep(0.2)
+        assert f"its node {node} is drain" in rig.records([jobid])[jobid]["admin_comment"]
+        rig.cluster.scontrol("release", dep)
+        rec = rig.wait_finished([jobid], timeout=60)[jobid]
+        assert job_state(rec) == "COMPLETED", rec
+        nodes, ran_on, gpus = shown(rig, jobid)
+        assert nodes == 1 and len(gpus) == 2 and ran_on != node
+    finally:
+        rig.cluster.scontrol("update", f"nodename={node}", "state=resume")
+
+
+# ---------------------------------------------------------------- Slurm's order
+
+
+def test_held_jobs_are_placed_in_slurms_order_nice_and_priority_tier(rig: Rig) -> None:
+    """Three free GPUs (minor 0 on pal-n1..n3), six held jobs submitted lowest priority first
+    (--nice 500 .. 0) and one in the PriorityTier=10 partition: the tier job, nice 0 and
+    nice 100 start (what plain Slurm starts); the tier job gets the best of the three GPUs
+    for class A."""
+    fill(rig, {"pal-n1": (1, 2, 3), "pal-n2": (1, 2, 3), "pal-n3": (1, 2, 3), "pal-n4": (0, 1, 2, 3)})
+    placer = rig.start(rig.config())
+    rig.filter_on()
+    placer.proc.send_signal(signal.SIGSTOP)  # all seven held before the placer sees any of them
+    try:
+        ids = {nice: rig.submit(["--gres=gpu:1", f"--nice={nice}"], wrap=show(30))
+               for nice in (500, 400, 300, 200, 100, 0)}
+        ids["tier"] = rig.submit(["--gres=gpu:1", "-p", "gpu-high", "--nice=300"], wrap=show(30))
+    finally:
+        placer.proc.send_signal(signal.SIGCONT)
+    started = {"tier", 0, 100}
+    for key in started:
+        wait_running(rig, ids[key])
+    time.sleep(2)
+    recs = rig.records(ids.values())
+    running = {k for k, j in ids.items() if job_state(recs[j]) == "RUNNING"}
+    assert running == started, {k: (job_state(recs[j]), recs[j]["admin_comment"]) for k, j in ids.items()}
+    best = min(A_PERFVAR[(n, 0)] for n in ("pal-n1", "pal-n2", "pal-n3"))
+    _nodes, node, _gpus = shown(rig, ids["tier"])
+    assert A_PERFVAR[(node, 0)] == best, node
+
+
+# ---------------------------------------------------------------- waiting for better GPUs
+
+
+def _waiting_layout(rig: Rig) -> str:
+    """Every GPU busy but pal-n1 minor 0 (the slowest for class A); the fastest, pal-n3 minor 2,
+    held by a job with a one-minute limit (so its expected end is known); returns that job."""
+    assert max(A_PERFVAR.values()) == A_PERFVAR[("pal-n1", 0)]
+    assert min(A_PERFVAR.values()) == A_PERFVAR[("pal-n3", 2)]
+    fill(rig, {"pal-n1": (1, 2, 3), "pal-n2": (0, 1, 2, 3), "pal-n3": (0, 1, 3), "pal-n4": (0, 1, 2, 3)})
+    fast = rig.submit(["-w", "pal-n3", "--gres=gpu:v100_g2:1", "-t", "1"], wrap="sleep 600")
+    rig.fillers.append(fast)
+    rig.wait_fillers()
+    return fast
+
+
+def test_a_long_job_waits_for_a_fast_gpu_that_frees_within_a_minute(rig: Rig) -> None:
+    fast = _waiting_layout(rig)
+    cfg = rig.config()
+    rig.start(cfg)
+    rig.filter_on()
+    jobid = rig.submit(["--gres=gpu:1", "-t", "60"], wrap=show(0))
+    time.sleep(4)
+    rec = rig.records([jobid])[jobid]
+    assert job_state(rec) == "PENDING" and rec["admin_comment"].startswith("pal:held"), rec
+    rig.cluster.cancel([fast])
+    rec = rig.wait_finished([jobid], timeout=40)[jobid]
+    assert shown(rig, jobid)[1:] == ("pal-n3", [2])
+    out = rig.pal(cfg, "explain", jobid)
+    assert out.returncode == 0, out.stderr
+    assert "waits up to" in out.stdout and "pal-n3:2" in out.stdout and "sooner" in out.stdout, out.stdout
+    assert "waited" in out.stdout, out.stdout
+
+
+def test_with_waiting_off_it_starts_at_once_on_the_slow_gpu(rig: Rig) -> None:
+    _waiting_layout(rig)
+    rig.start(rig.config(wait_fraction=0.0))
+    rig.filter_on()
+    jobid = rig.submit(["--gres=gpu:1", "-t", "60"], wrap=show(0))
+    rig.wait_finished([jobid], timeout=20)
+    assert shown(rig, jobid)[1:] == ("pal-n1", [0])
