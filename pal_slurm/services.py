@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 ImportFormat = Literal["pal-artifact", "jsonl"]
 
 
-def open_engine(cfg: PalConfig) -> Engine:
-    return make_engine(cfg.db_url, echo=cfg.database.echo, connect_timeout_s=cfg.database.connect_timeout_s)
+def open_engine(cfg: PalConfig, *, create: bool = True) -> Engine:
+    """The configured database; create=False refuses a SQLite file that does not exist."""
+    return make_engine(cfg.db_url, echo=cfg.database.echo, connect_timeout_s=cfg.database.connect_timeout_s,
+                       create=create)
 
 
 def read_profile_file(path: Path, fmt: ImportFormat, *, benchmark: str | None, model: str | None,

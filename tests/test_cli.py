@@ -45,7 +45,10 @@ def test_help_lists_commands(runner: CliRunner) -> None:
 
 
 def test_db_upgrade_and_current(runner: CliRunner, sqlite_url: str) -> None:
-    assert "revision none" in run(runner, sqlite_url, "db", "current", code=1).output
+    # a SQLite file that does not exist is refused by everything but `db upgrade` (a typo is not a new database)
+    missing = run(runner, sqlite_url, "db", "current", code=1).output
+    assert "no database at" in missing and not Path(sqlite_url.removeprefix("sqlite:///")).exists()
+    assert "to create it, run `pal db upgrade`" in missing
     assert "upgraded from empty" in run(runner, sqlite_url, "db", "upgrade").output
     assert "already at revision" in run(runner, sqlite_url, "db", "upgrade").output
     data = json.loads(run(runner, sqlite_url, "db", "current", "--json").stdout)
@@ -197,3 +200,10 @@ def test_demo_ignores_pal_db_url_from_the_environment(runner: CliRunner, tmp_pat
     assert result.exit_code == 0, result.output
     assert not prod.exists() and (tmp_path / "d" / "pal-demo.db").exists()
     assert "ignoring PAL_DB_URL" in result.stderr
+
+
+def test_the_placer_refuses_a_mistyped_sqlite_url_and_creates_nothing(runner: CliRunner, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'typo' / 'pla.db'}"
+    result = runner.invoke(cli, ["--db", url, "placer", "--once", "--state-file", str(tmp_path / "state.lua")])
+    assert result.exit_code == 1 and "no database at" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "state.lua").exists()

@@ -27,10 +27,19 @@ class AppContext:
 
     @property
     def engine(self) -> Engine:
+        """The configured database, which must exist (a mistyped SQLite URL is refused, not created)."""
         if self._engine is None:
             from pal_slurm.services import open_engine
 
-            self._engine = open_engine(self.cfg)
+            self._engine = open_engine(self.cfg, create=False)
+        return self._engine
+
+    def creating_engine(self) -> Engine:
+        """The configured database, creating a SQLite file (only `pal db upgrade` may)."""
+        if self._engine is None:
+            from pal_slurm.services import open_engine
+
+            self._engine = open_engine(self.cfg, create=True)
         return self._engine
 
     def close(self) -> None:

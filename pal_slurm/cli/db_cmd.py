@@ -19,8 +19,9 @@ def db() -> None:
 @click.pass_obj
 def upgrade(app: AppContext) -> None:
     """Create the schema or migrate it to the newest revision (safe to run again)."""
-    before = migrate.schema_state(app.engine)
-    after = migrate.upgrade(app.engine)
+    engine = app.creating_engine()  # the one command that may create a SQLite database
+    before = migrate.schema_state(engine)
+    after = migrate.upgrade(engine)
     where = mask_url(app.cfg.db_url)
     if before.current == after.current:
         click.echo(f"{where}: already at revision {after.current}")

@@ -106,6 +106,7 @@ def placer(ctx: click.Context, once: bool, mode: str | None, policy: str | None,
     assert app is not None
     from pal_slurm.placer.daemon import tune_gc
 
+    app.engine  # noqa: B018 - a mistyped SQLite URL stops the daemon here, with the path, before it holds anything
     p = build_placer(app, mode, policy, state_file)
     tune_gc()
     if once:

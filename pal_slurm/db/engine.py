@@ -36,8 +36,12 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def make_engine(url: str, *, echo: bool = False, connect_timeout_s: int = 10) -> Engine:
-    """An Engine for `url`; creates the SQLite file's directory; never logs the password."""
+def make_engine(url: str, *, echo: bool = False, connect_timeout_s: int = 10, create: bool = True) -> Engine:
+    """An Engine for `url`; never logs the password.
+
+    create=True (`pal db upgrade`, the demo, tests) creates a SQLite file's directory.
+    create=False (every other command, and the daemons) refuses a SQLite file that does not
+    exist, so a mistyped URL is an error naming the path, not a new empty database."""
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
@@ -48,8 +52,12 @@ def make_engine(url: str, *, echo: bool = False, connect_timeout_s: int = 10) ->
     if backend == "sqlite":
         db = parsed.database
         if db and db != ":memory:" and not db.startswith("file:"):
+            path = Path(db).expanduser()
+            if not create and not path.exists():
+                raise DatabaseError(f"no database at {path} ({mask_url(url)}): check the URL ([database] url, --db, "
+                                    "PAL_DB_URL); to create it, run `pal db upgrade`")
             try:
-                Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise DatabaseError(f"cannot create the directory for {db}: {exc.strerror}") from exc
         connect_args["timeout"] = connect_timeout_s

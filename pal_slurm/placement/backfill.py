@@ -111,11 +111,24 @@ class PalBackfill(Pal):
     #: wait for better GPUs only when that is expected to finish the job sooner by more than
     #: this fraction of its remaining time (estimates are rough; churn is not free)
     wait_margin: float = 0.05
+    _searches: int = 256
     #: releases examined when deciding whether to wait (bounds the cost per job)
     wait_lookahead: int = 8
+    #: searches for "better GPUs later" per decision (bounds the cost of a decision that
+    #: starts hundreds of jobs at once, as bf_max_job_test bounds Slurm's backfill pass);
+    #: past it, jobs start now. A 64-GPU simulation never reaches it.
+    wait_searches: int = 256
 
     def assign(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
         check_unique(queue)
+        ordered, guard = self.placement_order(queue, snapshot)
+        decision = self._walk(snapshot, ordered, guard, ctx)
+        return decision if decision is not None else self._walk(snapshot, list(queue), 0, ctx)  # type: ignore[return-value]
+
+    def _walk(self, snapshot: Snapshot, ordered: Sequence[JobRequest], guard: int,
+              ctx: PlacementContext) -> Decision | None:
+        """One pass in `ordered`; None when one of its first `guard` jobs finds no GPUs now
+        (see InOrderPolicy.placement_order)."""
         state = FreeState(snapshot)
         ix = state.index
         placed: list[tuple[JobRequest, Choice]] = []
@@ -126,12 +139,15 @@ class PalBackfill(Pal):
         # of one (class, shape) until this decision takes GPUs: remember them meanwhile
         memo: dict[tuple[object, ...], Choice | None] = {}
         waits: list[Wait] = []
-        for job in self.placement_order(queue, snapshot, state, ctx):
+        self._searches = self.wait_searches
+        for i, job in enumerate(ordered):
             if head is not None:
                 past_head += 1
                 if state.n_free == 0 or past_head > self.lookahead:
                     break
             choice = self._memo_choose("now", job, state, ctx, memo)
+            if choice is None and i < guard:
+                return None
             if head is not None and choice is not None:
                 choice = self._admit(job, choice, head, booking, state, snapshot, ctx, memo)
             if choice is None:
@@ -248,9 +264,17 @@ class PalBackfill(Pal):
             if looked > self.wait_lookahead:
                 break
             # cheapest possible finish after this release: the job's k best free GPUs
-            # (ignoring locality); if even that is not enough better, skip the search
-            if end + job.remaining_s * _kth_best(pv, later, job) >= finish_now - margin:
+            # (ignoring locality); if even that is not enough better, skip the search. A
+            # one-node job can only gain on a node this release touched (every other node
+            # is as it was when it was last looked at, earlier), so its bound is the k-th
+            # best free GPU of those nodes: exact, and far cheaper than a search
+            bound_pv = (_touched_kth_best(ix, pv_list, later, job, gpus) if job.one_node
+                        else _kth_best(pv, later, job))
+            if end + job.remaining_s * bound_pv >= finish_now - margin:
                 continue
+            if self._searches <= 0:
+                break
+            self._searches -= 1
             seen = (self.choose(job, later, ctx) if memo is None
                     else self._memo_choose(("after-releases", lo + i), job, later, ctx, memo))
             if seen is None:
@@ -310,6 +334,21 @@ def _kth_best(pv: np.ndarray, state: FreeState, job: JobRequest) -> float:
         return math.inf
     free_pv = pv[cand]
     return float(np.partition(free_pv, job.gpus - 1)[job.gpus - 1])
+
+
+def _touched_kth_best(ix: ClusterIndex, pv_list: list[float], state: FreeState, job: JobRequest,
+                      released: Sequence[int]) -> float:
+    """Lower bound of the max PerfVar of `job.gpus` free GPUs on one node that `released` touched."""
+    best = math.inf
+    node_gpus = ix.cluster.node_gpus
+    mask = state.mask
+    for v in {ix.node_list[g] for g in released}:
+        if job.allowed_nodes is not None and v not in job.allowed_nodes:
+            continue
+        free = sorted(pv_list[g] for g in node_gpus[v] if mask[g])
+        if len(free) >= job.gpus:
+            best = min(best, free[job.gpus - 1])
+    return best
 
 
 def _spans(ix: ClusterIndex, gpus: Sequence[int]) -> bool:

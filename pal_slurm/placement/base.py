@@ -54,6 +54,36 @@ def _splits_freely(job: JobRequest) -> bool:
     return job.gpus_per_node is None and job.allowed_nodes is None and job.max_nodes is None
 
 
+def _fits_in_order(jobs: Sequence[JobRequest], snapshot: Snapshot) -> bool:
+    """A cheap test (free GPU counts per node, best fit) of whether every job finds room in
+    this order; True does not promise it (slots and factors are not looked at), False
+    spares a placement pass that would fail."""
+    state = FreeState(snapshot)
+    free = state.count.copy()
+    for job in jobs:
+        lo, _hi = job.node_range
+        per = job.gpus_per_node or (job.gpus if job.one_node else None)
+        allowed = state.node_mask(job.allowed_nodes)
+        usable = free if allowed is None else np.where(allowed, free, 0)
+        if per is None:
+            if usable.sum() < job.gpus:
+                return False
+            need = job.gpus
+            for v in np.argsort(-usable, kind="stable"):
+                take = min(int(usable[v]), need)
+                free[v] -= take
+                need -= take
+                if need == 0:
+                    break
+            continue
+        ok = np.flatnonzero(usable >= per)
+        if ok.size < lo:
+            return False
+        chosen = ok[np.argsort(usable[ok], kind="stable")[:lo]]
+        free[chosen] -= per
+    return True
+
+
 @dataclass(frozen=True)
 class Choice:
     """GPUs chosen for one job, with the explanation that goes into its Assignment.
@@ -171,40 +201,48 @@ class InOrderPolicy(Policy):
 
     def assign(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
         check_unique(queue)
+        ordered, guard = self.placement_order(queue, snapshot)
+        decision = self._walk(snapshot, ordered, guard, ctx)
+        return decision if decision is not None else self._walk(snapshot, list(queue), 0, ctx)  # type: ignore[return-value]
+
+    def _walk(self, snapshot: Snapshot, ordered: Sequence[JobRequest], guard: int,
+              ctx: PlacementContext) -> Decision | None:
+        """Place in `ordered`, stop at the first job that does not fit; None when one of the
+        first `guard` jobs does not fit (the class sort would decide who runs: see placement_order)."""
         state = FreeState(snapshot)
         placed: list[Assignment] = []
-        for job in self.placement_order(queue, snapshot, state, ctx):
+        for i, job in enumerate(ordered):
             choice = self.choose(job, state, ctx)
             if choice is None:
+                if i < guard:
+                    return None
                 return Decision(assignments=tuple(placed), blocked=job.id)
             state.take(choice.gpus)
             placed.append(choice.assignment(job.id))
         return Decision(assignments=tuple(placed), blocked=None)
 
-    def placement_order(self, queue: Sequence[JobRequest], snapshot: Snapshot, state: FreeState,
-                        ctx: PlacementContext) -> list[JobRequest]:
-        """The order jobs are tried in: the queue's, or PM-First's class-sorted prefix.
+    def placement_order(self, queue: Sequence[JobRequest], snapshot: Snapshot) -> tuple[list[JobRequest], int]:
+        """The order jobs are tried in (the queue's, or PM-First's class-sorted prefix), and
+        how many of its first jobs must all find GPUs for that order to stand.
 
         The class sort only decides which job of the prefix picks its GPUs first; it must
         not decide *who runs*. A prefix of jobs that split freely always fits (its demand
         fits the free GPUs), but with shapes (one node, GPUs per node, allowed nodes) a
-        lower-ranked class-A job could take the node a higher-ranked job needs. So the
-        class-sorted prefix is kept only when every job of it still finds GPUs in that
-        order; otherwise the queue's own order (Slurm's priority order in the daemon) stands.
+        lower-ranked class-A job could take the node a higher-ranked job needs. So when the
+        sort reorders shaped jobs, every job of the prefix must still find GPUs in the sorted
+        order; if one does not, the caller places again in the queue's own order (Slurm's
+        priority order in the daemon). Checked while placing, not by a trial beforehand: it
+        almost never fails, and a trial would double the work of every decision.
         """
         if not self.class_sorted_prefix:
-            return list(queue)
+            return list(queue), 0
         cut = prefix_that_fits(queue, len(snapshot.free))
         ordered = sorted(queue[:cut], key=lambda j: class_rank(j.job_class)) + list(queue[cut:])
         if all(a is b for a, b in zip(ordered[:cut], queue[:cut])) or all(_splits_freely(j) for j in queue[:cut]):
-            return ordered
-        trial = state.copy()
-        for job in ordered[:cut]:
-            choice = self.choose(job, trial, ctx)
-            if choice is None:
-                return list(queue)
-            trial.take(choice.gpus)
-        return ordered
+            return ordered, 0
+        if not _fits_in_order(ordered[:cut], snapshot):
+            return list(queue), 0  # the shapes cannot all fit: who runs is the queue's to say
+        return ordered, cut
 
     def choose(self, job: JobRequest, state: FreeState, ctx: PlacementContext) -> Choice | None:
         """GPUs for `job` from what is still free, in the job's shape: its allowed nodes, its
