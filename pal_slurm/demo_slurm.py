@@ -279,7 +279,8 @@ def run_slurm_demo(out_dir: Path, *, say: Say = print, job_timeout_s: float = 90
     (work / "pal.db").unlink(missing_ok=True)  # ours: each demo starts from an empty database
     db_url = make_db(work)
     say(f"3/6 classified the cluster's 16 GPUs into {db_url}")
-    config = write_config(work, db_url, cluster.state_file, mode="enforce", interval=0.5)
+    # a final stop (the demo switches the filter off): no restart grace, the placer says goodbye
+    config = write_config(work, db_url, cluster.state_file, mode="enforce", interval=0.5, restart_grace_s=0)
     placer_log = work / "placer.log"
     placer_log.unlink(missing_ok=True)
     placer = PlacerProcess(config, cluster.env, placer_log)

@@ -95,7 +95,7 @@ def test_placer_service_is_a_watched_notify_daemon_that_releases_on_stop() -> No
     assert one(unit, "Service", "Restart") == "on-failure"
     assert shlex.split(one(unit, "Service", "ExecStart"))[1:] == ["placer"]
     stop_post = shlex.split(one(unit, "Service", "ExecStopPost"))
-    assert stop_post[1:] == ["placer", "release-stale", "--max-age", "0"]
+    assert stop_post[1:] == ["placer", "release-stale", "--max-age", "0", "--grace"]
     # the watchdog outlasts a cycle in which Slurm commands hang until their timeout
     cfg = PlacerConfig()
     assert seconds(one(unit, "Service", "WatchdogSec")) >= 2 * cfg.command_timeout_s + cfg.interval_s

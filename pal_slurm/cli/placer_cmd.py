@@ -178,14 +178,22 @@ def _release(p: Any, why: str, grace_s: int = 0) -> list[str]:
 @placer.command("release-stale")
 @click.option("--max-age", type=float, help="Heartbeat age in seconds that counts as stale [default: placer.stale_after_s].")
 @click.option("--force", is_flag=True, help="Release every held job even if the heartbeat is fresh.")
+@click.option("--grace", is_flag=True,
+              help="Let the filter keep holding new GPU jobs for placer.restart_grace_s (each briefly), as after "
+                   "a daemon stop: ExecStopPost uses it so that a restart leaves no unheld window.")
 @click.option("--state-file", help="Override placer.state_file.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def release_stale(app: AppContext, max_age: float | None, force: bool, state_file: str | None, as_json: bool) -> None:
-    """Fail-safe: release every job pal-slurm holds when the daemon's heartbeat is stale.
+def release_stale(app: AppContext, max_age: float | None, force: bool, grace: bool, state_file: str | None,
+                  as_json: bool) -> None:
+    """Fail-safe: release every job pal-slurm holds when the daemon's heartbeat is stale, and
+    give every placement that cannot start (BadConstraints, priority 0, its node gone) the
+    user's request back.
 
+    \b
     Run by pal-placer-failsafe.timer and by ExecStopPost of pal-placer.service. Reads no
-    database; needs only the Slurm commands.
+    database; needs only the Slurm commands. Without systemd, run it from cron every minute:
+      * * * * * root PAL_CONFIG=/etc/pal/pal.toml /usr/local/bin/pal placer release-stale
     """
     from pal_slurm.slurm.filter_state import heartbeat_age
 
@@ -193,7 +201,8 @@ def release_stale(app: AppContext, max_age: float | None, force: bool, state_fil
     limit = max_age if max_age is not None else p.cfg.stale_after_s
     age = heartbeat_age(p.cfg.state_file)
     stale = force or age is None or age > limit
-    released = p.release_all("placer heartbeat stale; released by the fail-safe") if stale else []
+    released = p.release_all("placer heartbeat stale; released by the fail-safe",
+                             grace_s=p.cfg.restart_grace_s if grace else 0) if stale else []
     out = {"heartbeat_age_s": None if age is None else round(age, 1), "stale": stale, "released": released}
     if as_json:
         emit_json(out)
