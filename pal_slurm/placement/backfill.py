@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +56,9 @@ from pal_slurm.placement.cost import runtime_s, spans_nodes
 from pal_slurm.placement.index import ClassTable, ClusterIndex, FreeState
 from pal_slurm.placement.model import DEFAULT_CLASS, Decision, JobRequest, PlacementContext, Snapshot, Wait
 from pal_slurm.placement.select import Candidates
+
+
+Estimator = Callable[[ClusterIndex, JobRequest, Sequence[int], float], float]
 
 
 def estimated_runtime(ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], penalty: float) -> float:
@@ -85,12 +88,13 @@ class Reservation:
 
 
 def releases_of(snapshot: Snapshot, ctx: PlacementContext, placed: Sequence[tuple[JobRequest, Choice]],
-                ix: ClusterIndex) -> list[tuple[float, Sequence[int]]]:
+                ix: ClusterIndex, estimate: "Estimator" = None) -> list[tuple[float, Sequence[int]]]:  # type: ignore[assignment]
     """(time, GPUs) each running job and each job placed in this decision frees, by time."""
+    estimate = estimate or estimated_runtime
     now = snapshot.now or 0.0
     out: list[tuple[float, Sequence[int]]] = [
         (snapshot.expected_end.get(jid, math.inf), gpus) for jid, gpus in snapshot.running.items()]
-    out += [(now + estimated_runtime(ix, j, c.gpus, ctx.locality_penalty), c.gpus) for j, c in placed]
+    out += [(now + estimate(ix, j, c.gpus, ctx.locality_penalty), c.gpus) for j, c in placed]
     out.sort(key=lambda r: r[0])
     return out
 
@@ -167,11 +171,15 @@ class PalBackfill(Pal):
         return Decision(assignments=tuple(c.assignment(j.id) for j, c in placed),
                         blocked=None if head is None else head.id, waits=tuple(waits))
 
+    def estimate(self, ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], penalty: float) -> float:
+        """How long this policy expects `job` to run on `gpus` (the one cost model)."""
+        return estimated_runtime(ix, job, gpus, penalty)
+
     def _reserve(self, head: JobRequest, state: FreeState, snapshot: Snapshot, ctx: PlacementContext,
                  placed: Sequence[tuple[JobRequest, Choice]]) -> Reservation:
         """When the head can start and on which GPUs this policy would put it then."""
         later = state.copy()
-        for end, gpus in releases_of(snapshot, ctx, placed, state.index):
+        for end, gpus in releases_of(snapshot, ctx, placed, state.index, self.estimate):
             later.release(gpus)
             if later.free_on(head.allowed_nodes) >= head.gpus:
                 seen = self.choose(head, later, ctx)
@@ -199,7 +207,7 @@ class PalBackfill(Pal):
         """Past the head: this choice if it ends by the head's start or keeps off the head's
         GPUs; else the choice among the GPUs the head will not need; else nothing."""
         ix = state.index
-        end = (snapshot.now or 0.0) + estimated_runtime(ix, job, choice.gpus, ctx.locality_penalty)
+        end = (snapshot.now or 0.0) + self.estimate(ix, job, choice.gpus, ctx.locality_penalty)
         if end <= booking.shadow < math.inf:
             return _noted(choice, f"backfilled past {head.id}: ends by its expected start "
                                   f"({end:.0f} <= {booking.shadow:.0f})")

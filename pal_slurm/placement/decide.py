@@ -27,6 +27,6 @@ def decide(policy: Policy, order: QueueOrder | None, snapshot: Snapshot, queue: 
     simulator does so between backfill intervals (sched/backfill's bf_interval), a pass
     that only Slurm's main scheduler would make.
     """
-    ordered = list(queue) if order is None else order(queue)
+    ordered = queue if order is None else order(queue)  # no copy: a congested queue holds thousands
     window = queue_window(ordered, len(snapshot.free), policy.lookahead if backfill else 0)
     return policy.place(snapshot, window, ctx)
