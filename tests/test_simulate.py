@@ -128,9 +128,11 @@ def test_cli_json_and_bad_input(tmp_path: Path) -> None:
                                  "--policy", "pal,pm-first", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert {r["policy"] for r in data["runs"]} == {"pal", "pm-first", "packed-sticky"}
+    # the baseline is Slurm as shipped unless told otherwise
+    assert {r["policy"] for r in data["runs"]} == {"pal", "pm-first", "slurm-backfill"}
     assert all({"trace", "policy", "jobs", "avg_jct_s", "makespan_s", "utilization"} <= r.keys() for r in data["runs"])
-    assert data["summary"]["packed-sticky"]["avg_jct_ratio"] == pytest.approx(1.0)
+    assert data["summary"]["slurm-backfill"]["avg_jct_ratio"] == pytest.approx(1.0)
+    assert data["baseline"] == "slurm-backfill" and data["runtime_estimate"] == "exact"
     bad = runner.invoke(cli, ["simulate", "--trace", str(trace), "--variability", str(prof), "--policy", "best"])
     assert bad.exit_code == 2 and "valid: " in bad.output and "pal" in bad.output
     big = _philly(tmp_path, ["0,1,0,100,resnet50", "1,99,5,50,BERT", "2,0,9,5,BERT", "3,1,9,5,alexnet"])

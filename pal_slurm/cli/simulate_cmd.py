@@ -74,7 +74,14 @@ CSV_COLUMNS = [Column(k, lambda r, k=k: r[k]) for k in (
 @click.option("--locality-penalty", type=click.FloatRange(min=1.0), default=1.7, show_default=True,
               help="Slowdown of a job spread across nodes (PAL's lambda).")
 @click.option("--seed", type=int, default=42, show_default=True, help="Seed of the variability draw and random policies.")
-@click.option("--baseline", default="packed-sticky", show_default=True, help="Policy the summary ratios are against.")
+@click.option("--baseline", default="slurm-backfill", show_default=True,
+              help="Policy the summary ratios are against: slurm-backfill is Slurm as shipped (cons_tres first "
+                   "fit, sched/backfill); the PAL artifact compared with packed-sticky.")
+@click.option("--runtime-estimate", "runtime_estimate", default="exact", show_default=True,
+              metavar="exact|limit|xF|uniform:LO:HI[:SEED]",
+              help="What policies are told about runtimes in event mode (jobs still run their true time): "
+                   "exact, the trace's time limit, F x the truth, or a per-job factor from U[LO,HI]. "
+                   "Headline figures use uniform:1:5 (docs/simulation.md).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
@@ -83,7 +90,7 @@ CSV_COLUMNS = [Column(k, lambda r, k=k: r[k]) for k in (
 def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synthetic_jobs: int | None,
              skip_invalid: bool, cluster_shape: str | None, variability: str, version: int | None, policy_spec: str,
              order: str, mode: str, round_seconds: float, locality_penalty: float, seed: int, baseline: str,
-             fmt: str, as_json: bool, plot_path: Path | None) -> None:
+             runtime_estimate: str, fmt: str, as_json: bool, plot_path: Path | None) -> None:
     """Replay job traces under placement policies and compare JCT, makespan and utilization.
 
     \b
@@ -92,7 +99,16 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
     """
     from pal_slurm.simulate.runner import SimulationSpec, run_simulations
 
+    from pal_slurm.simulate.estimates import parse_runtime_estimate
+
     fmt = "json" if as_json else fmt
+    try:
+        estimate = parse_runtime_estimate(runtime_estimate)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--runtime-estimate") from None
+    if mode == "round" and estimate.kind != "exact":
+        raise click.UsageError("--runtime-estimate applies to --mode event (round mode reproduces the PAL "
+                               "artifact, whose policies know exact runtimes)")
     policies = _policy_names(policy_spec)
     _policy_names(baseline)
     if not traces and not synthetic_jobs:
@@ -101,7 +117,7 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
     loaded = _load_traces(traces, trace_format, total_gpus, skip_invalid, synthetic_jobs, seed)
     spec = SimulationSpec(traces=tuple(loaded), policies=policies, variability=source, mode=mode,  # type: ignore[arg-type]
                           order=order, locality_penalty=locality_penalty, round_seconds=round_seconds, seed=seed,
-                          baseline=baseline)
+                          baseline=baseline, runtime_estimate=estimate)
     report = _run_with_progress(spec, run_simulations)
     if plot_path is not None:
         from pal_slurm.simulate.plot import write_plot

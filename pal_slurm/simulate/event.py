@@ -23,6 +23,7 @@ from pal_slurm.placement import cost
 from pal_slurm.placement.decide import decide
 from pal_slurm.placement.orders import get_order
 from pal_slurm.placement.policies import Policy
+from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics
 from pal_slurm.simulate.result import SimResult
 from pal_slurm.simulate.traces import Trace, TraceJob
@@ -41,6 +42,8 @@ class EventOptions:
     same_slots: bool = False
     wait_fraction: float = WAIT_FRACTION
     max_wait_s: float = MAX_WAIT_S
+    #: what policies are told about runtimes (jobs still run for their true time)
+    runtime_estimate: RuntimeEstimate = EXACT
 
 
 #: called with every decision (snapshot, queue, whether it was a backfill pass, decision):
@@ -73,8 +76,9 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     i = 0
     freed_since_pass = True
     blocked_last = False
-    ends: dict[str, float] = {}
-    releases: list[tuple[float, tuple[int, ...]]] = []  # (end, GPUs) of running jobs, sorted: Snapshot.releases
+    ends: dict[str, float] = {}  # job -> when policies expect it to end (the estimate, not the truth)
+    releases: list[tuple[float, tuple[int, ...]]] = []  # (expected end, GPUs) of running jobs, sorted: Snapshot.releases
+    estimate = options.runtime_estimate
     reorder_on_arrival = options.order != "fifo"
     next_bf = 0.0
     now = 0.0
@@ -102,7 +106,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
         while i < len(jobs) and jobs[i].submit_time <= now:
             j = jobs[i]
             waiting.append(JobRequest(id=j.job_id, gpus=j.num_gpus, job_class=j.job_class, submit_time=j.submit_time,
-                                      gpus_per_node=j.gpus_per_node, remaining_s=j.nominal_runtime_s,
+                                      gpus_per_node=j.gpus_per_node, remaining_s=estimate.before_start(j),
                                       same_slots=options.same_slots and j.gpus_per_node is not None
                                       and j.num_gpus > j.gpus_per_node))
             i += 1
@@ -129,8 +133,9 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             started[a.job_id] = now
             dur = runtime_s(job, a.gpus, cluster, options.locality_penalty)
             busy_gpu_s += dur * len(a.gpus)
-            ends[a.job_id] = now + dur
-            bisect.insort(releases, (now + dur, a.gpus))
+            expected = now + estimate.after_start(job, dur)
+            ends[a.job_id] = expected
+            bisect.insort(releases, (expected, a.gpus))
             seq += 1
             heapq.heappush(finish_heap, (now + dur, seq, a.job_id))
             placed.add(a.job_id)

@@ -18,6 +18,7 @@ from pal_slurm.simulate.result import SimResult
 from pal_slurm.simulate.traces import Trace
 from pal_slurm.placement.variability import cluster_from_gpus, cluster_from_variability
 from pal_slurm.simulate.artifact_draw import draw_artifact
+from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate
 
 Mode = Literal["round", "event"]
 
@@ -56,7 +57,8 @@ class SimulationSpec:
     locality_penalty: float = 1.7
     round_seconds: float = 360.0
     seed: int = 42
-    baseline: str = "packed-sticky"
+    baseline: str = "slurm-backfill"
+    runtime_estimate: RuntimeEstimate = EXACT
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class SimulationReport:
             "mode": self.spec.mode, "order": self.spec.order, "locality_penalty": self.spec.locality_penalty,
             "round_seconds": self.spec.round_seconds if self.spec.mode == "round" else None,
             "seed": self.spec.seed, "baseline": self.spec.baseline,
+            "runtime_estimate": self.spec.runtime_estimate.describe(),
             "runs": [r.as_dict() for r in self.results],
             "summary": self.summary,
         }
@@ -88,7 +91,8 @@ def run_one(trace: Trace, policy_name: str, spec: SimulationSpec) -> SimResult:
     from pal_slurm.simulate.event import EventOptions, simulate_events
 
     return simulate_events(trace, cluster, policy,
-                           EventOptions(order=spec.order, locality_penalty=spec.locality_penalty, seed=spec.seed))
+                           EventOptions(order=spec.order, locality_penalty=spec.locality_penalty, seed=spec.seed,
+                                        runtime_estimate=spec.runtime_estimate))
 
 
 def summarise(results: Sequence[SimResult], baseline: str) -> dict[str, dict[str, float]]:

@@ -99,6 +99,8 @@ class TraceJob:
     source: str
     gpus_per_node: int | None = None
     name: str = ""
+    #: the job's time limit in seconds when the trace has one (sacct's Timelimit); None otherwise
+    limit_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.work_unit not in _WORK_UNITS:
@@ -259,6 +261,7 @@ class _SacctRow:
     job_class: str
     gpus_per_node: int | None
     name: str
+    limit_s: float | None = None
 
 
 def tres_gpus(tres: str) -> int:
@@ -322,7 +325,8 @@ def read_sacct(lines: Iterable[str], *, source: str, max_gpus: int | None = None
 
     Columns are found by name (case-insensitive, any order, extra ones ignored): JobID,
     Submit, Start, End and AllocTRES or ReqTRES are required; JobName (for a
-    ``pal:class=X`` marker, else `default_class`), NodeList and NNodes are optional.
+    ``pal:class=X`` marker, else `default_class`), NodeList, NNodes and Timelimit (the
+    runtime estimate `--runtime-estimate limit` gives policies) are optional.
 
     - Job steps (a JobID with a '.', e.g. ``123.batch``, ``123.0``) are dropped silently;
       array elements (``123_4``) and het-job components (``123+0``) keep their id.
@@ -378,7 +382,7 @@ def read_sacct(lines: Iterable[str], *, source: str, max_gpus: int | None = None
     jobs = tuple(
         TraceJob(job_id=r.job_id, num_gpus=r.gpus, submit_time=(r.submit - t0).total_seconds(), work=r.run_s,
                  work_unit="seconds", model="", job_class=r.job_class, iter_time_s=1.0, line=r.line,
-                 source=source, gpus_per_node=r.gpus_per_node, name=r.name)
+                 source=source, gpus_per_node=r.gpus_per_node, name=r.name, limit_s=r.limit_s)
         for r in kept
     )
     return Trace(name=name or _trace_name(source), jobs=jobs, skipped=tuple(out.skipped))
@@ -427,8 +431,24 @@ def _sacct_row(get: Callable[[str], str], line: int, job_id: str, max_gpus: int 
     except ValueError as e:
         raise _RowError(str(e)) from None
     per_node = gpus // nodes if nodes > 1 and gpus % nodes == 0 else None
+    limit = get("timelimit").strip()
+    limit_s = sacct_duration_s(limit) if limit and limit.upper() not in ("UNLIMITED", "PARTITION_LIMIT", "INVALID") \
+        else None
+    if limit and limit_s is None and limit.upper() not in ("UNLIMITED", "PARTITION_LIMIT", "INVALID"):
+        raise _RowError(f"Timelimit {limit!r} is not [D-]HH:MM:SS")
     return _SacctRow(line=line, job_id=job_id, submit=submit, run_s=run_s, gpus=gpus, job_class=job_class,
-                     gpus_per_node=per_node, name=job_name)
+                     gpus_per_node=per_node, name=job_name, limit_s=limit_s)
+
+
+def sacct_duration_s(text: str) -> float | None:
+    """sacct's `[D-]HH:MM:SS` / `MM:SS` as seconds; None when unreadable."""
+    import re
+
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text.strip())
+    if not m:
+        return None
+    days, hours, minutes, seconds = (int(x) if x else 0 for x in m.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
 # --------------------------------------------------------------------------- files

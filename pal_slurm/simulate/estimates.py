@@ -1,0 +1,91 @@
+"""What policies are told about runtimes in a simulation (`--runtime-estimate`), pure.
+
+A real scheduler never knows how long a job will run; Slurm's backfill plans with the
+user's time limit, and pal-slurm's placer with the limit or a learned runtime. A headline
+figure must not let a policy see exact runtimes, so the event simulator hands policies an
+*estimate* while every job still runs for its true time:
+
+- ``exact``: the true runtime (what the PAL artifact's simulator assumes; for comparison only);
+- ``limit``: the trace's time limit (sacct's Timelimit): the estimate before the job starts
+  and after, as Slurm's EndTime = start + limit;
+- ``xF`` (e.g. ``x2``): F times the truth, for every job (a uniformly cautious site);
+- ``uniform:LO:HI[:SEED]``: each job's own factor drawn from U[LO, HI] (seeded by the job id,
+  so every policy of a run sees the same estimates), like users who pad their limits by
+  different amounts.
+
+For the factor models the estimate of a waiting job is F x its nominal runtime (on a
+median GPU, in one node), and a running job is expected to end F x its true runtime after
+it started, the way a time limit set with the same margin over the truth would say.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pal_slurm.simulate.traces import TraceJob
+
+Kind = Literal["exact", "limit", "factor", "uniform"]
+
+
+@dataclass(frozen=True)
+class RuntimeEstimate:
+    kind: Kind = "exact"
+    factor: float = 1.0
+    lo: float = 1.0
+    hi: float = 1.0
+    seed: int = 0
+
+    def factor_of(self, job: TraceJob) -> float:
+        if self.kind == "factor":
+            return self.factor
+        if self.kind == "uniform":
+            return random.Random(f"{self.seed}:{job.job_id}").uniform(self.lo, self.hi)
+        return 1.0
+
+    def before_start(self, job: TraceJob) -> float:
+        """The runtime a policy is told for a waiting job (seconds on a median GPU)."""
+        if self.kind == "limit":
+            return self._limit(job)
+        return job.nominal_runtime_s * self.factor_of(job)
+
+    def after_start(self, job: TraceJob, true_runtime_s: float) -> float:
+        """How long after its start a running job is expected to end."""
+        if self.kind == "limit":
+            return self._limit(job)
+        return true_runtime_s * self.factor_of(job)
+
+    def _limit(self, job: TraceJob) -> float:
+        if job.limit_s is None:
+            raise ValueError(f"--runtime-estimate limit needs a time limit for every job; job {job.job_id} "
+                             f"({job.source}:{job.line}) has none (sacct -P --format=...,Timelimit)")
+        return job.limit_s
+
+    def describe(self) -> str:
+        return {"exact": "exact", "limit": "limit", "factor": f"x{self.factor:g}",
+                "uniform": f"uniform:{self.lo:g}:{self.hi:g}:{self.seed}"}[self.kind]
+
+
+EXACT = RuntimeEstimate()
+
+
+def parse_runtime_estimate(text: str) -> RuntimeEstimate:
+    """`exact`, `limit`, `x2`, `uniform:1:5` or `uniform:1:5:7`; ValueError naming the problem."""
+    t = text.strip().lower()
+    if t in ("exact", "limit"):
+        return RuntimeEstimate(kind=t)  # type: ignore[arg-type]
+    m = re.fullmatch(r"x(\d+(?:\.\d+)?)", t)
+    if m:
+        f = float(m.group(1))
+        if f <= 0:
+            raise ValueError(f"runtime estimate {text!r}: the factor must be positive")
+        return RuntimeEstimate(kind="factor", factor=f)
+    m = re.fullmatch(r"uniform:(\d+(?:\.\d+)?):(\d+(?:\.\d+)?)(?::(\d+))?", t)
+    if m:
+        lo, hi = float(m.group(1)), float(m.group(2))
+        if not 0 < lo <= hi:
+            raise ValueError(f"runtime estimate {text!r}: need 0 < LO <= HI")
+        return RuntimeEstimate(kind="uniform", lo=lo, hi=hi, seed=int(m.group(3) or 0))
+    raise ValueError(f"runtime estimate {text!r}: expected exact, limit, xF (e.g. x2) or uniform:LO:HI[:SEED]")
