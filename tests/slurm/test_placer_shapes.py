@@ -80,7 +80,8 @@ def test_two_gpu_jobs_on_a_fragmented_cluster_run_on_one_node_with_two_gpus(rig:
     nodes, node, gpus = shown(rig, first)
     assert (nodes, node, sorted(gpus)) == (1, "pal-n1", [2, 3])
     nodes, node, gpus = shown(rig, second)
-    assert nodes == 1 and len(gpus) == 2 and node == "pal-n2", (nodes, node, gpus)
+    # on pal-n2 once its filler is gone, or on pal-n1 if the first job ended first: whole either way
+    assert nodes == 1 and len(gpus) == 2 and node in ("pal-n1", "pal-n2"), (nodes, node, gpus)
 
 
 def test_repeated_gres_entries_run_with_one_gpu_as_under_plain_slurm(rig: Rig) -> None:
