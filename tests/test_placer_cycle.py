@@ -15,7 +15,6 @@ import pytest
 from pal_slurm.errors import SlurmError
 from pal_slurm.placement.policies import POLICIES
 from pal_slurm.placer import plan
-from pal_slurm.placer.audit import AuditSink
 from pal_slurm.slurm.model import SlurmJob
 from pal_slurm.slurm.tres import parse_tres
 from tests.test_placer_holds import NOW, Recorder, held, node, placer
@@ -325,6 +324,3 @@ def test_a_restarting_placer_republishes_the_models_it_had(tmp_path: Path) -> No
     fresh.publish()
     assert 'models = { "v100" }' in (tmp_path / "filter-state.lua").read_text()
 
-
-def test_audit_sink_unused() -> None:
-    assert AuditSink(None).flush() == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pal_slurm.errors import InputError
 from pal_slurm.placement.model import Snapshot
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate, parse_runtime_estimate
@@ -36,8 +37,10 @@ def test_factors_are_per_job_and_the_same_for_every_policy_run() -> None:
     assert u.after_start(a, 300.0) == 300.0 * u.factor_of(a)
     limit = RuntimeEstimate(kind="limit")
     assert limit.before_start(tj("3", 1, 0, 100, limit=3600)) == 3600 == limit.after_start(tj("3", 1, 0, 100, 3600), 9)
-    with pytest.raises(ValueError, match="job 4"):
+    with pytest.raises(InputError, match="job 4 has none"):
         limit.before_start(tj("4", 1, 0, 100))
+    with pytest.raises(InputError, match="job 5 has none"):
+        limit.check([tj("3", 1, 0, 100, 3600), tj("5", 1, 0, 100)])
 
 
 def test_policies_see_the_estimate_and_jobs_run_their_true_time() -> None:
@@ -76,3 +79,7 @@ def test_cli_refuses_estimates_in_round_mode_and_names_a_bad_one(runner, artifac
     out = runner.invoke(cli, ["simulate", "--trace", str(trace), "--variability", str(var), "--mode", "event",
                               "--runtime-estimate", "often"])
     assert out.exit_code == 2 and "expected exact, limit" in out.output
+    # Philly traces carry no time limits: refused before any run, in one line naming the file and line
+    out = runner.invoke(cli, ["simulate", "--trace", str(trace), "--variability", str(var), "--mode", "event",
+                              "--runtime-estimate", "limit", "--policy", "pal"])
+    assert out.exit_code == 1 and f"{trace}:2:" in out.output and "internal error" not in out.output, out.output

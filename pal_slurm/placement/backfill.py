@@ -88,9 +88,9 @@ class Reservation:
 
 
 def releases_of(snapshot: Snapshot, ctx: PlacementContext, placed: Sequence[tuple[JobRequest, Choice]],
-                ix: ClusterIndex, estimate: "Estimator" = None) -> list[tuple[float, Sequence[int]]]:  # type: ignore[assignment]
-    """(time, GPUs) each running job and each job placed in this decision frees, by time."""
-    estimate = estimate or estimated_runtime
+                ix: ClusterIndex, estimate: Estimator) -> list[tuple[float, Sequence[int]]]:
+    """(time, GPUs) each running job and each job placed in this decision frees, by time
+    (a job placed now frees its GPUs `estimate` after now)."""
     now = snapshot.now or 0.0
     out: list[tuple[float, Sequence[int]]] = [
         (snapshot.expected_end.get(jid, math.inf), gpus) for jid, gpus in snapshot.running.items()]
@@ -115,7 +115,6 @@ class PalBackfill(Pal):
     #: wait for better GPUs only when that is expected to finish the job sooner by more than
     #: this fraction of its remaining time (estimates are rough; churn is not free)
     wait_margin: float = 0.05
-    _searches: int = 256
     #: releases examined when deciding whether to wait (bounds the cost per job)
     wait_lookahead: int = 8
     #: searches for "better GPUs later" per decision (bounds the cost of a decision that
@@ -143,7 +142,7 @@ class PalBackfill(Pal):
         # of one (class, shape) until this decision takes GPUs: remember them meanwhile
         memo: dict[tuple[object, ...], Choice | None] = {}
         waits: list[Wait] = []
-        self._searches = self.wait_searches
+        budget = [self.wait_searches]  # searches for better GPUs left in this decision
         for i, job in enumerate(ordered):
             if head is not None:
                 past_head += 1
@@ -158,7 +157,7 @@ class PalBackfill(Pal):
                 if head is None:
                     head, booking = job, self._reserve(job, state, snapshot, ctx, placed)
                 continue
-            found = self._better_later(job, choice, state, snapshot, ctx, memo)
+            found = self._better_later(job, choice, state, snapshot, ctx, memo, budget)
             if found is not None:
                 later, sooner = found
                 waits.append(Wait(job_id=job.id, gpus=later.gpus, free_at=later.shadow, sooner_s=sooner))
@@ -227,7 +226,7 @@ class PalBackfill(Pal):
 
     def _better_later(self, job: JobRequest, choice: Choice, state: FreeState, snapshot: Snapshot,
                       ctx: PlacementContext, memo: dict[tuple[object, ...], Choice | None] | None = None,
-                      ) -> tuple[Reservation, float] | None:
+                      budget: list[int] | None = None) -> tuple[Reservation, float] | None:
         """GPUs (and when) to wait for, and how many seconds sooner the job is then expected
         to finish, if a running job's release lets it finish sooner than starting now on
         `choice` would; None to start now.
@@ -235,7 +234,8 @@ class PalBackfill(Pal):
         Only GPUs held by running jobs with a known expected end count: jobs placed in
         this decision do not, so a caller that re-places everything each round (no
         running jobs in its snapshots) never makes a job wait. Only releases expected within
-        `ctx.wait_bound_s(estimate)` of now count: waiting is bounded.
+        `ctx.wait_bound_s(estimate)` of now count: waiting is bounded. `budget` (one number,
+        decremented) caps the searches a whole decision makes (`wait_searches`).
         """
         ix = state.index
         if job.remaining_s <= 0 or not snapshot.expected_end:
@@ -280,9 +280,10 @@ class PalBackfill(Pal):
                         else _kth_best(pv, later, job))
             if end + job.remaining_s * bound_pv >= finish_now - margin:
                 continue
-            if self._searches <= 0:
-                break
-            self._searches -= 1
+            if budget is not None:
+                if budget[0] <= 0:
+                    break
+                budget[0] -= 1
             seen = (self.choose(job, later, ctx) if memo is None
                     else self._memo_choose(("after-releases", lo + i), job, later, ctx, memo))
             if seen is None:

@@ -231,8 +231,9 @@ class InOrderPolicy(Policy):
         lower-ranked class-A job could take the node a higher-ranked job needs. So when the
         sort reorders shaped jobs, every job of the prefix must still find GPUs in the sorted
         order; if one does not, the caller places again in the queue's own order (Slurm's
-        priority order in the daemon). Checked while placing, not by a trial beforehand: it
-        almost never fails, and a trial would double the work of every decision.
+        priority order in the daemon). A cheap count test first (`_fits_in_order`) keeps the
+        queue's order when the shapes cannot all fit; the full check is made while placing,
+        not by a trial placement beforehand, which would double the work of every decision.
         """
         if not self.class_sorted_prefix:
             return list(queue), 0

@@ -94,5 +94,6 @@ class SlurmBackfill(PalBackfill):
         return job.remaining_s if job.remaining_s > 0 else math.inf
 
     def _better_later(self, job: JobRequest, choice: Choice, state: FreeState, snapshot: Snapshot,
-                      ctx: PlacementContext, memo: object = None) -> tuple[Reservation, float] | None:
+                      ctx: PlacementContext, memo: object = None,
+                      budget: list[int] | None = None) -> tuple[Reservation, float] | None:
         return None

@@ -639,7 +639,10 @@ def fallback_update(job: SlurmJob, view: View) -> Update | None:
                     chosen.append(other)
             if len(chosen) == shape.nodes:
                 gpus = [g for v in chosen for g in per_node[int(v)] if view.slots[g].gres_type in types]
-                return update_for(user, shape, gpus, view)
+                update = update_for(user, shape, gpus, view)
+                if check_update(shape, update) is None:
+                    return update
+                break
     for node in np.flatnonzero(possible):
         ids = view.cluster.node_gpus[int(node)]
         if len(ids) >= shape.per_node:

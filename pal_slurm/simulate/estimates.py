@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from pal_slurm.errors import InputError
 from pal_slurm.simulate.traces import TraceJob
 
 Kind = Literal["exact", "limit", "factor", "uniform"]
@@ -59,9 +61,16 @@ class RuntimeEstimate:
 
     def _limit(self, job: TraceJob) -> float:
         if job.limit_s is None:
-            raise ValueError(f"--runtime-estimate limit needs a time limit for every job; job {job.job_id} "
-                             f"({job.source}:{job.line}) has none (sacct -P --format=...,Timelimit)")
+            raise InputError(f"--runtime-estimate limit needs a time limit for every job; job {job.job_id} has "
+                             "none (export the trace with sacct -P --format=...,Timelimit)",
+                             source=job.source, line=job.line)
         return job.limit_s
+
+    def check(self, jobs: Iterable[TraceJob]) -> None:
+        """InputError naming the first job this model cannot give an estimate for (before any run)."""
+        if self.kind == "limit":
+            for job in jobs:
+                self._limit(job)
 
     def describe(self) -> str:
         return {"exact": "exact", "limit": "limit", "factor": f"x{self.factor:g}",

@@ -110,6 +110,8 @@ def summarise(results: Sequence[SimResult], baseline: str) -> dict[str, dict[str
 def run_simulations(spec: SimulationSpec, progress: Callable[[SimResult], None] | None = None) -> SimulationReport:
     for name in (*spec.policies, spec.baseline):
         get_policy(name)  # fail before any work on an unknown name
+    for trace in spec.traces:
+        spec.runtime_estimate.check(trace.jobs)  # and on a trace the estimate model cannot serve
     policies = tuple(dict.fromkeys((*spec.policies, spec.baseline)))
     results = []
     for trace in spec.traces:
