@@ -47,3 +47,36 @@ def test_record_identities_bulk_is_idempotent_and_follows_reused_ids(db_url: str
     with session_scope(engine) as s:
         rows = {r.slurm_job_id: r for r in s.query(JobIdentity)}
         assert len(rows) == 1200 and rows["5"].user == "bob" and rows["6"].fingerprint == rows["3"].fingerprint
+
+
+def test_learned_runtimes_per_fingerprint(db_url: str) -> None:
+    """The placer's runtime estimates from job profiles: a job's longest node, the p90 of the
+    newest `history` jobs, only with `min_jobs` of them, only from the last `max_age_days`."""
+    from datetime import UTC, datetime, timedelta
+
+    from pal_slurm.db.models import JobProfile
+    from pal_slurm.jobs.store import learned_runtimes
+
+    engine = make_engine(db_url)
+    upgrade(engine)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def profile(job: str, node: str, fp: str, minutes: float, days_ago: float) -> JobProfile:
+        start = now - timedelta(days=days_ago)
+        return JobProfile(slurm_job_id=job, node=node, user="u", gpu_uuids=[], gpus=1, started_at=start,
+                          ended_at=start + timedelta(minutes=minutes), duration_s=60 * minutes, samples=1,
+                          fingerprint=fp)
+
+    with session_scope(engine) as s:
+        for i in range(10):  # fp "a": 10 jobs of 10..100 min, each also on a second, shorter node
+            s.add(profile(f"a{i}", "n1", "a", 10 * (i + 1), days_ago=i + 1))
+            s.add(profile(f"a{i}", "n2", "a", 1, days_ago=i + 1))
+        for i in range(2):  # fp "b": too few jobs
+            s.add(profile(f"b{i}", "n1", "b", 30, days_ago=1))
+        for i in range(5):  # fp "c": only old jobs
+            s.add(profile(f"c{i}", "n1", "c", 30, days_ago=200))
+    with session_scope(engine) as s:
+        got = learned_runtimes(s, now=now)
+        assert got == {"a": 100 * 60.0}  # p90 of 10 jobs: the 10th; the longest node counts
+        assert learned_runtimes(s, now=now, history=5) == {"a": 50 * 60.0}  # the 5 newest: 10..50 min
+        assert learned_runtimes(s, now=now, max_age_days=365)["c"] == 30 * 60.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -228,8 +228,8 @@ def learned_classes(session: Session) -> list[dict[str, object]]:
     return out
 
 
-def learned_runtimes(session: Session, *, min_jobs: int = 3, history: int = 20,
-                     quantile: float = 0.9) -> dict[str, float]:
+def learned_runtimes(session: Session, *, min_jobs: int = 3, history: int = 20, quantile: float = 0.9,
+                     max_age_days: float = 90.0, now: datetime | None = None) -> dict[str, float]:
     """fingerprint -> a runtime estimate in seconds learned from the job profiles of past
     jobs with that fingerprint (the agent writes one profile per job and node when it ends).
 
@@ -237,9 +237,13 @@ def learned_runtimes(session: Session, *, min_jobs: int = 3, history: int = 20,
     newest `history` jobs, only for fingerprints with at least `min_jobs` of them. A high
     quantile because the estimate is used like a time limit (backfilling trusts it not
     to run longer), only tighter: the placer never uses more than the job's time limit.
+    Only profiles of the last `max_age_days` are read: the placer reloads this every
+    minute, and job_profiles grows by a row per job and node for ever.
     """
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=max_age_days)
     rows = session.execute(select(JobProfile.fingerprint, JobProfile.slurm_job_id, JobProfile.started_at,
-                                  JobProfile.duration_s).where(JobProfile.fingerprint.is_not(None))).all()
+                                  JobProfile.duration_s)
+                           .where(JobProfile.fingerprint.is_not(None), JobProfile.started_at >= cutoff)).all()
     per_job: dict[tuple[str, str], tuple[datetime, float]] = {}
     for fp, job_id, started, duration in rows:
         key = (fp, job_id)
