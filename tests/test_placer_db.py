@@ -80,3 +80,37 @@ def test_learned_runtimes_per_fingerprint(db_url: str) -> None:
         assert got == {"a": 100 * 60.0}  # p90 of 10 jobs: the 10th; the longest node counts
         assert learned_runtimes(s, now=now, history=5) == {"a": 50 * 60.0}  # the 5 newest: 10..50 min
         assert learned_runtimes(s, now=now, max_age_days=365)["c"] == 30 * 60.0
+
+
+def test_variability_loader_serves_the_placer_and_the_simulator(db_url: str, tmp_path: Path) -> None:
+    """db/variability_store on every backend: each classified GPU with its node and minor (the
+    placer's slot), PerfVar and slowdown per class; the placer's cache keys it by slot."""
+    import pytest
+
+    from pal_slurm.config import DatabaseConfig, PalConfig
+    from pal_slurm.db.variability_store import load_variability
+    from pal_slurm.demo_slurm import A_PERFVAR, records
+    from pal_slurm.errors import PalError
+    from pal_slurm.ingest.jsonl import dump_jsonl
+    from pal_slurm.placer.factors import load_factors
+    from pal_slurm.services import import_files, run_classification
+
+    engine = make_engine(db_url)
+    upgrade(engine)
+    with session_scope(engine) as s, pytest.raises(PalError, match="no classification yet"):
+        load_variability(s, ("A", "D"))
+    jsonl = tmp_path / "runs.jsonl"
+    jsonl.write_text(dump_jsonl(records()), encoding="utf-8")
+    import_files(engine, [jsonl], "jsonl")
+    run_classification(engine, PalConfig(database=DatabaseConfig(url=db_url), data_dir=tmp_path), note="t")
+    with session_scope(engine) as s:
+        stored = load_variability(s, ("A", "B", "C", "D"))
+    assert len(stored.gpus) == len(A_PERFVAR) and stored.version >= 1
+    by_slot = {(g.node, g.minor): g for g in stored.gpus}
+    assert set(by_slot) == set(A_PERFVAR)
+    for slot, pv in A_PERFVAR.items():
+        assert by_slot[slot].perfvar["A"] == pytest.approx(pv / 1.0, rel=0.05)
+    slowest = max(A_PERFVAR, key=A_PERFVAR.__getitem__)
+    assert by_slot[slowest].slowdown["A"] == max(g.slowdown["A"] for g in stored.gpus)
+    factors = load_factors(engine, ("A", "B", "C", "D"))
+    assert set(factors.by_slot) == set(A_PERFVAR) and factors.version == stored.version
