@@ -236,8 +236,9 @@ def test_held_jobs_are_placed_in_slurms_order_nice_and_priority_tier(rig: Rig) -
     first three in Slurm's own order (tier, then the priority Slurm reports, then submit
     time), and the first of them gets the best of the three GPUs for class A. On 22.05
     priority/basic lowers a job's priority by its nice value, so these are the tier job,
-    nice 0 and nice 100 (what plain Slurm starts); 24.11's priority/basic gives every job
-    priority 1, so nice does not count there, for Slurm or for us."""
+    nice 0 and nice 100 (what plain Slurm starts); 24.11 is packaged with priority/multifactor
+    and every weight 0, which gives every job priority 1, so nice does not count there, for
+    Slurm or for us."""
     fill(rig, {"pal-n1": (1, 2, 3), "pal-n2": (1, 2, 3), "pal-n3": (1, 2, 3), "pal-n4": (0, 1, 2, 3)})
     placer = rig.start(rig.config())
     rig.filter_on()
