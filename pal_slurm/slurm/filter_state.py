@@ -4,7 +4,7 @@ Why a file and not a socket: job_submit.lua runs inside slurmctld and must never
 reading a small local file (sandboxed, cached for 2 s by the filter) is cheap and fails
 safe. The file carries the daemon's heartbeat, so a dead daemon stops the filter from
 holding jobs within `stale_after` seconds, with nobody having to notice.
-Contract: docs/admin-guide.md ("The filter state file"). `hold_s` (optional,
+Contract: docs/admin-guide.md ("The filter state file", under job_submit.lua). `hold_s` (optional,
 the filter's default 90) is how far ahead the filter sets a held job's begin time.
 """
 
