@@ -22,12 +22,14 @@ The state: --nodes x --per-node GPUs (default 1,250 x 8 = 10,000) with per-slot 
 `h100_g<minor>`; --scenario burst (default, the worst case): per node 15 % idle, 35 % full,
 the rest 1-7 GPUs busy, so most held jobs are placed in the cycle; steady: the cluster
 full but for 3 % of the nodes with 1-3 GPUs free. The busy GPUs are held by running jobs
-of 1-8 GPUs (listed in squeue, as on a real cluster); 20 jobs placed by an earlier cycle
+of 1-2 GPUs (about 4,800 of them in burst, 8,200 in steady; listed in squeue with their time
+limit and EndTime, as on a real cluster); 20 jobs placed by an earlier cycle
 have not started yet (their slots count as taken); --held pending jobs held through their
 begin time (reason BeginTime, as job_submit.lua holds them) with `pal:held class=X` admin comments, classes A-D, 1-8 GPUs through tres_per_node (--gres /
 --gpus-per-node) or tres_per_job (--gpus), ~2 % multi-node, ~1 % that the daemon releases
-unchanged (per-task GPUs, named nodes). Factors: four slowdown levels per class, per
-(node, minor). Burst: the held jobs have just arrived, so their identities are new.
+unchanged (per-task GPUs, named nodes); held jobs have time limits of 30 min to 1 day or
+none. Factors: four levels per class, per (node, minor), each class its own level for a GPU,
+slowdown = the level and PerfVar within 1 % of it (as classification makes them). Burst: the held jobs have just arrived, so their identities are new.
 
 Each cycle starts from the same state (cycle 0 warms up and is not counted). Per cycle:
 read/parse (parse_json of both squeue reads and the sinfo read), publish (filter state
@@ -147,7 +149,7 @@ def build_state(nodes: int, per_node: int, held: int, seed: int, scenario: str =
         else:  # steady: a full cluster, 3 % of the nodes with 1-3 GPUs free: few held jobs fit
             busy_n = per_node - rng.randint(1, 3) if r < 0.03 else per_node
         busy = sorted(rng.sample(range(per_node), busy_n))
-        # running jobs of 1-8 GPUs holding the busy slots
+        # running jobs of 1-2 GPUs holding the busy slots
         i = 0
         while i < len(busy):
             size = min(rng.choice((1, 1, 1, 2)), len(busy) - i)
