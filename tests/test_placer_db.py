@@ -114,3 +114,15 @@ def test_variability_loader_serves_the_placer_and_the_simulator(db_url: str, tmp
     assert by_slot[slowest].slowdown["A"] == max(g.slowdown["A"] for g in stored.gpus)
     factors = load_factors(engine, ("A", "B", "C", "D"))
     assert set(factors.by_slot) == set(A_PERFVAR) and factors.version == stored.version
+
+
+def test_the_placer_loads_no_classes_from_a_schema_behind_it(tmp_path: Path) -> None:
+    """An un-upgraded database (here 0003, before the placements' accounting columns): the
+    factor cache loads nothing and says why, so held jobs are released unchanged rather
+    than placed with decisions that cannot be recorded."""
+    from pal_slurm.placer.factors import FactorCache
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    upgrade(engine, "0003")
+    cache = FactorCache(lambda: engine, classes=("A",))
+    assert cache.get(0.0).by_slot == {} and "pal db upgrade" in (cache.last_error or "")

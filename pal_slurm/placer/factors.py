@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from pal_slurm.db.engine import session_scope
+from pal_slurm.db.migrate import require_current
 from pal_slurm.db.variability_store import load_variability
 from pal_slurm.placement.variability import GpuVariability
 
@@ -37,7 +38,10 @@ class Factors:
 
 def load_factors(engine: Engine, classes: Sequence[str]) -> Factors:
     """Read the latest classification (the loader the simulator uses too); GPUs without a
-    node or minor number cannot be steered and are skipped."""
+    node or minor number cannot be steered and are skipped. A schema behind this pal is an
+    error here (its placements could not be recorded): the daemon then places nothing and
+    says to run `pal db upgrade`."""
+    require_current(engine)
     with session_scope(engine) as session:
         stored = load_variability(session, classes)
     out = {(v.node, int(v.minor)): v for v in stored.gpus if v.node is not None and v.minor is not None}
