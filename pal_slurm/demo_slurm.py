@@ -287,7 +287,7 @@ def run_slurm_demo(out_dir: Path, *, say: Say = print, job_timeout_s: float = 90
     jobs: list[JobResult] = []
     free_before: dict[tuple[str, int], dict[str, float]] = {}
     try:
-        _wait_heartbeat(cluster, placer)
+        wait_heartbeat(cluster.state_file, placer)
         cluster.kill_switch.unlink(missing_ok=True)
         say(f"4/6 pal placer runs in enforce mode (log {placer_log}); the submit filter is on")
         free_before = _free_slowdowns(cluster, db_url)
@@ -321,7 +321,7 @@ def _refuse_busy(cluster: Cluster) -> None:
                    f"run uses it; stop that first, or `touch {cluster.kill_switch}` when nothing does")
 
 
-def _wait_heartbeat(cluster: Cluster, placer: PlacerProcess, timeout: float = 30.0) -> None:
+def wait_heartbeat(state_file: Path, placer: PlacerProcess, timeout: float = 30.0) -> None:
     """Until the placer has published a fresh enforce-mode heartbeat (the filter holds nothing before)."""
     from pal_slurm.slurm.filter_state import heartbeat_age
 
@@ -330,11 +330,11 @@ def _wait_heartbeat(cluster: Cluster, placer: PlacerProcess, timeout: float = 30
         if placer.proc.poll() is not None:
             tail = " | ".join(placer.output().strip().splitlines()[-3:])
             raise PalError(f"pal placer exited with status {placer.proc.returncode}: {tail}")
-        age = heartbeat_age(str(cluster.state_file))
-        if age is not None and age < 3 and 'mode = "enforce"' in cluster.state_file.read_text(encoding="utf-8"):
+        age = heartbeat_age(str(state_file))
+        if age is not None and age < 3 and 'mode = "enforce"' in state_file.read_text(encoding="utf-8"):
             return
         time.sleep(0.2)
-    raise PalError(f"pal placer wrote no heartbeat to {cluster.state_file} within {timeout:g} s "
+    raise PalError(f"pal placer wrote no heartbeat to {state_file} within {timeout:g} s "
                    f"(log {placer.log})")
 
 

@@ -126,3 +126,39 @@ def test_the_placer_loads_no_classes_from_a_schema_behind_it(tmp_path: Path) -> 
     upgrade(engine, "0003")
     cache = FactorCache(lambda: engine, classes=("A",))
     assert cache.get(0.0).by_slot == {} and "pal db upgrade" in (cache.last_error or "")
+
+
+def test_given_factors_are_stored_as_a_classification_the_placer_reads_back(db_url: str) -> None:
+    """save_variability (a replay's drawn fleet) on every backend: the same PerfVar and
+    slowdown per GPU and class come back through load_variability and the placer's loader,
+    classes B and C kept apart (separate draws), as a new version after an older one."""
+    import pytest
+
+    from pal_slurm.db.variability_store import load_variability, save_variability
+    from pal_slurm.errors import PalError
+    from pal_slurm.placement.variability import GpuVariability
+    from pal_slurm.placer.factors import load_factors
+
+    def fleet(slow: float) -> list[GpuVariability]:
+        return [GpuVariability(perfvar={"A": slow if i == 5 else 1.0 + i / 100, "B": 1.1, "C": 0.9, "D": 1.0},
+                               slowdown={"A": slow if i == 5 else 1.0, "B": 1.05, "C": 0.95, "D": 1.0},
+                               uuid=f"GPU-t-{i}", node=f"n{i // 4}", minor=i % 4) for i in range(8)]
+
+    engine = make_engine(db_url)
+    upgrade(engine)
+    with session_scope(engine) as s:
+        first = save_variability(s, fleet(2.0), model="Tesla V100-SXM2-16GB", note="one")
+    with session_scope(engine) as s:
+        second = save_variability(s, fleet(3.0), model="Tesla V100-SXM2-16GB", note="two")
+    assert second == first + 1
+    with session_scope(engine) as s:
+        stored = load_variability(s, ("A", "B", "C", "D"))
+    assert stored.version == second
+    by_slot = {(g.node, g.minor): g for g in stored.gpus}
+    want = {(g.node, g.minor): g for g in fleet(3.0)}
+    assert set(by_slot) == set(want)
+    for slot, g in want.items():
+        assert by_slot[slot].perfvar == pytest.approx(g.perfvar) and by_slot[slot].slowdown == pytest.approx(g.slowdown)
+    assert load_factors(engine, ("A", "B", "C", "D")).by_slot[("n1", 1)].slowdown["A"] == 3.0
+    with session_scope(engine) as s, pytest.raises(PalError, match="has no node, minor or UUID"):
+        save_variability(s, [GpuVariability(perfvar={"A": 1.0}, slowdown={"A": 1.0}, uuid="x")], model="m", note="")

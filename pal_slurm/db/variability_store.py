@@ -53,3 +53,73 @@ def load_variability(session: Session, classes: Sequence[str], version: int | No
                 row["classes"][job_class] = {"slowdown": res.slowdown, "perfvar": res.perfvar}
     ordered = sorted(rows.values(), key=lambda x: (x["model"], x["node"] or "", x["uuid"]))
     return StoredVariability(version=stored.version, gpus=tuple(from_classification(ordered, classes)))
+
+
+def save_variability(session: Session, gpus: Sequence[GpuVariability], *, model: str, note: str,
+                     benchmark_prefix: str = "drawn") -> int:
+    """Store a fleet's per-GPU variability as a new classification run; returns its version.
+
+    For fleets whose factors are given rather than measured (the PAL artifact's random
+    draw that `pal replay` configures a test cluster with): one benchmark per job class
+    (`<prefix>-<class>`, since the artifact's classes B and C are separate draws of one
+    file), one result per GPU and class holding its PerfVar and slowdown factor. The
+    placer and `--variability db` then read these rows like any classification, through
+    `load_variability`. Every GPU needs a node, a device minor and a UUID.
+    """
+    from sqlalchemy import func
+
+    from pal_slurm.db.models import Benchmark, ClassificationResult, ClassificationRun, GpuClass, JobClass, Node
+
+    if not gpus:
+        raise PalError("no GPUs to store")
+    classes = sorted(gpus[0].slowdown)
+    for g in gpus:
+        if g.node is None or g.minor is None or not g.uuid:
+            raise PalError(f"GPU {g.uuid or '?'} has no node, minor or UUID: it could not be placed on")
+        if sorted(g.slowdown) != classes:
+            raise PalError(f"GPU {g.uuid} has classes {sorted(g.slowdown)}, the first GPU {classes}")
+    bench_of = {c: f"{benchmark_prefix}-{c}" for c in classes}
+    benches = {b.name: b for b in session.scalars(select(Benchmark).where(Benchmark.name.in_(bench_of.values())))}
+    for c, name in bench_of.items():
+        if name not in benches:
+            benches[name] = Benchmark(name=name, unit="relative", lower_is_better=True,
+                                      description=f"given slowdown factors of job class {c} ({note})")
+            session.add(benches[name])
+    nodes = {n.name: n for n in session.scalars(select(Node))}
+    known = {g.uuid: g for g in session.scalars(select(Gpu))}
+    rows = []
+    for v in gpus:
+        node = nodes.get(v.node)  # type: ignore[arg-type]
+        if node is None:
+            node = nodes[v.node] = Node(name=v.node)  # type: ignore[index]
+            session.add(node)
+        gpu = known.get(v.uuid)  # type: ignore[arg-type]
+        if gpu is None:
+            gpu = known[v.uuid] = Gpu(uuid=v.uuid, model=model)  # type: ignore[index]
+            session.add(gpu)
+        gpu.node, gpu.minor_number, gpu.model = node, v.minor, model
+        rows.append((gpu, v))
+    session.flush()
+    existing = {jc.name: jc for jc in session.scalars(select(JobClass))}
+    for c, name in bench_of.items():
+        jc = existing.get(c) or JobClass(name=c)
+        jc.benchmark_id = benches[name].id
+        session.add(jc)
+    session.flush()
+    version = (session.scalar(select(func.max(ClassificationRun.version))) or 0) + 1
+    run = ClassificationRun(version=version, note=note, previous_version=version - 1 or None,
+                            params={"source": "given factors", "job_classes": bench_of})
+    session.add(run)
+    session.flush()
+    results, per_class = [], []
+    for gpu, v in rows:
+        for c in classes:
+            bid = benches[bench_of[c]].id
+            results.append({"run_id": run.id, "gpu_id": gpu.id, "benchmark_id": bid, "runs": 1,
+                            "median_score": v.perfvar[c], "perfvar": v.perfvar[c], "bin": None,
+                            "slowdown": v.slowdown[c], "outlier": False, "profiled": True})
+            per_class.append({"run_id": run.id, "gpu_id": gpu.id, "job_class": c, "benchmark_id": bid, "bin": None,
+                              "slowdown": v.slowdown[c], "outlier": False, "profiled": True})
+    session.execute(ClassificationResult.__table__.insert(), results)
+    session.execute(GpuClass.__table__.insert(), per_class)
+    return version

@@ -32,6 +32,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from pal_slurm.placement.model import Cluster, GpuRef, JobRequest
 from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.slurm.gresconf import slot_of_type
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 from pal_slurm.slurm.tres import (
     TresList,
@@ -43,7 +44,6 @@ from pal_slurm.slurm.tres import (
 HELD_TAG = "pal:held"
 PLACED_TAG = "pal: placed"
 RELEASED_TAG = "pal: released"
-_SLOT = re.compile(r"^(?P<model>.+)_g(?P<minor>\d+)$")
 _CLASS = re.compile(r"\bclass=(?P<cls>[A-Za-z0-9]+)")
 _SRC = re.compile(r"\bsrc=(?P<src>\S+)")
 _AT = re.compile(r"\bat=(?P<at>\d+)")
@@ -152,11 +152,6 @@ class NodeTable:
         if out is None:
             out = self._sets[key] = frozenset(np.flatnonzero(mask).tolist())
         return out
-
-
-def slot_of_type(gres_type: str | None) -> int | None:
-    m = _SLOT.match(gres_type or "")
-    return int(m.group("minor")) if m else None
 
 
 def is_held_by_pal(job: SlurmJob, now: float) -> bool:

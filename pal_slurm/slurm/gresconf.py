@@ -51,6 +51,7 @@ MODEL_PATTERNS: tuple[tuple[str, str], ...] = (
 _VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro|amd|radeon|instinct)\b")
 _MAX_TOKEN = 32
 _SLOT_SUFFIX = re.compile(r"_g\d+$")
+_SLOT = re.compile(r"^(?P<model>.+)_g(?P<minor>\d+)$")
 _ATTR_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _ATTR_VALUE = re.compile(r"[^\s#]+")
 # Attributes this module writes itself; an inventory may not set them.
@@ -88,6 +89,12 @@ def slot_type(model: str, minor: int) -> str:
 
 def is_slot_type(gres_type: str) -> bool:
     return bool(_SLOT_SUFFIX.search(gres_type))
+
+
+def slot_of_type(gres_type: str | None) -> int | None:
+    """The device minor a slot type names (`v100_g2` -> 2); None for any other type."""
+    m = _SLOT.match(gres_type or "")
+    return int(m.group("minor")) if m else None
 
 
 @dataclass(frozen=True)

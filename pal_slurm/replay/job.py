@@ -1,0 +1,86 @@
+"""The program every replayed job runs inside Slurm (the batch script's body).
+
+It learns which GPUs Slurm gave it from Slurm itself (its own entry in ``squeue --json``:
+node list and per-node GRES detail; the slot type ``<model>_g<minor>`` names each GPU's
+device minor), looks their raw PerfVar for its class up in the factors file the replay
+wrote from the classification the cluster was configured from, and sleeps for
+
+    work x the largest PerfVar over its GPUs x locality penalty (when it spans nodes)
+
+-- the same runtime model as the simulator (pal_slurm.placement.cost.runtime_s). It
+writes one JSON record (start, end, GPUs, factor) to the record directory; a job that
+cannot find its GPUs or factors writes the reason and exits 1, so the replay reports it
+instead of inventing a runtime.
+
+Kept light (no numpy, no database): it starts once per job on a busy machine.
+"""
+
+from __future__ import annotations
+
+import time
+
+T0 = time.time()  # before the imports: the job's work starts when Slurm starts the script
+
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from pal_slurm.slurm.gresconf import slot_of_type  # noqa: E402
+from pal_slurm.slurm.parse_json import jobs_from_doc, load  # noqa: E402
+from pal_slurm.slurm.tres import parse_gres_alloc  # noqa: E402
+
+
+def my_gpus(job_id: str, tries: int = 5) -> list[tuple[str, int]]:
+    """(node, device minor) of every GPU this job holds, from Slurm's own view of it."""
+    from ClusterShell.NodeSet import NodeSet
+
+    last = "not in squeue"
+    for attempt in range(tries):
+        out = subprocess.run(["squeue", "--json", f"--jobs={job_id}"], capture_output=True, text=True,
+                             timeout=60, check=False)
+        if out.returncode == 0:
+            for job in jobs_from_doc(load(out.stdout, "squeue --json")):
+                if job.job_id != job_id:
+                    continue
+                held = [(node, minor)
+                        for node, detail in zip(NodeSet(job.nodes), job.gres_detail)
+                        for use in parse_gres_alloc(detail)
+                        if use.name == "gpu" and use.count > 0 and (minor := slot_of_type(use.type)) is not None]
+                if held:
+                    return held
+                last = f"no per-slot GPU in its GRES detail {job.gres_detail!r}"
+        else:
+            last = f"squeue failed: {out.stderr.strip()[:200]}"
+        time.sleep(0.2 * (attempt + 1))
+    raise RuntimeError(f"job {job_id}: cannot tell its GPUs ({last})")
+
+
+def run(argv: list[str]) -> int:
+    factors_file, record_dir, trace_id, job_class, work_s, penalty = argv
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    record = {"job": job_id, "trace_id": trace_id, "start": T0, "host": os.environ.get("SLURMD_NODENAME", "")}
+    out = Path(record_dir) / f"{trace_id}.json"
+    try:
+        factors = json.loads(Path(factors_file).read_text(encoding="utf-8"))
+        gpus = my_gpus(job_id)
+        pvs = [factors[node][str(minor)][job_class] for node, minor in gpus]
+        nodes = sorted({n for n, _ in gpus})
+        factor = max(pvs) * (float(penalty) if len(nodes) > 1 else 1.0)
+        sleep_s = float(work_s) * factor
+        record.update(gpus=[[n, m] for n, m in gpus], factor=factor, sleep_s=sleep_s)
+        time.sleep(max(0.0, T0 + sleep_s - time.time()))
+        record["end"] = time.time()
+        rc = 0
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the replay must hear of it
+        record.update(error=f"{type(exc).__name__}: {exc}", end=time.time())
+        rc = 1
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record), encoding="utf-8")
+    tmp.replace(out)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))

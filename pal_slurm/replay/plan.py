@@ -1,0 +1,135 @@
+"""What a replay submits, and the trace the simulator predicts it from: pure.
+
+A replay runs a trace on a real Slurm cluster with time compressed: one trace hour is
+`seconds_per_hour` real seconds. Every job becomes one plain `sbatch` whose script
+sleeps for the job's work on the GPUs Slurm gave it. Three things make the real run and
+the simulator's prediction the same experiment:
+
+- **Shape.** Slurm needs a job's node count and GPUs per node. A job of at most one
+  node's GPUs asks for one node; a wider one asks for the fewest nodes that split it
+  evenly (8 GPUs on 4-GPU nodes: 2 x 4; 6 GPUs: 2 x 3). The predicted trace carries the
+  same `gpus_per_node`, so both sides place the same shapes.
+- **Time limits.** Slurm keeps a job's limit in whole minutes, which at 10 s per trace
+  hour is 6 trace hours. The limit a job asks for is its runtime estimate (the
+  `--runtime-estimate` model) rounded up to a whole real minute, and the predicted trace
+  gets exactly that limit back in trace seconds (and is simulated with ``limit``): Slurm's
+  backfill, the placer and the simulator all plan with the same number. Jobs may run
+  past their limit (the replay cluster sets ``OverTimeLimit=UNLIMITED``), as they do in
+  the simulator.
+- **Arrivals.** A job is submitted `submit_time x seconds_per_hour / 3600` real seconds
+  after the replay starts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pal_slurm.errors import InputError
+from pal_slurm.simulate.estimates import RuntimeEstimate
+from pal_slurm.simulate.traces import Trace, TraceJob
+
+#: the longest real time limit Slurm takes as a plain minute count (about 69 days)
+_MAX_LIMIT_MIN = 99_999
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """One trace job as submitted: its shape, when, for how long, with which limit."""
+
+    job: TraceJob  # the trace's job, with gpus_per_node and limit_s (trace seconds) set
+    nodes: int
+    gpus_per_node: int
+    submit_at_s: float  # real seconds after the replay's start
+    work_s: float  # real seconds on a median GPU, in one node
+    limit_min: int  # the --time it asks for, in real minutes
+
+    @property
+    def name(self) -> str:
+        return f"replay-{self.job.job_id}"
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    trace: Trace  # shaped and limited: what the simulator predicts from
+    jobs: tuple[ReplayJob, ...]  # in submission order
+    seconds_per_hour: float
+    nodes: int
+    gpus_per_node: int
+    estimate: str  # the runtime-estimate model the limits came from
+
+    def to_trace_s(self, real_s: float) -> float:
+        return real_s * 3600.0 / self.seconds_per_hour
+
+    def to_real_s(self, trace_s: float) -> float:
+        return trace_s * self.seconds_per_hour / 3600.0
+
+    @property
+    def last_submit_s(self) -> float:
+        return max((j.submit_at_s for j in self.jobs), default=0.0)
+
+
+def job_shape(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, GPUs per node) Slurm is asked for: one node when it fits, else the fewest
+    nodes that split the job evenly. ValueError when no even split exists."""
+    if num_gpus <= gpus_per_node:
+        return 1, num_gpus
+    for nodes in range(math.ceil(num_gpus / gpus_per_node), num_gpus + 1):
+        if num_gpus % nodes == 0 and num_gpus // nodes <= gpus_per_node:
+            return nodes, num_gpus // nodes
+    raise ValueError(f"{num_gpus} GPUs cannot be split evenly over nodes of {gpus_per_node}")  # pragma: no cover
+
+
+def limit_minutes(estimate_trace_s: float, seconds_per_hour: float) -> int:
+    """A runtime estimate in trace seconds as Slurm's --time: whole real minutes, at least 1."""
+    real = estimate_trace_s * seconds_per_hour / 3600.0
+    return int(min(max(1, math.ceil(real / 60.0 - 1e-9)), _MAX_LIMIT_MIN))
+
+
+def plan_replay(trace: Trace, *, seconds_per_hour: float, estimate: RuntimeEstimate, nodes: int,
+                gpus_per_node: int) -> ReplayPlan:
+    """The submissions of `trace` on `nodes` x `gpus_per_node` GPUs; InputError naming the
+    job and the cluster when a job can never run there (too wide, or no even split)."""
+    if seconds_per_hour <= 0 or not math.isfinite(seconds_per_hour):
+        raise InputError(f"seconds per trace hour must be a positive number, got {seconds_per_hour!r}")
+    if nodes < 1 or gpus_per_node < 1:
+        raise InputError(f"the cluster has {nodes} x {gpus_per_node} GPUs: nothing can run on it")
+    if not trace.jobs:
+        raise InputError(f"{trace.name}: the trace has no jobs to replay")
+    estimate.check(trace.jobs)
+    cluster = f"{nodes} nodes x {gpus_per_node} GPUs"
+    widest = max(trace.jobs, key=lambda j: j.num_gpus)
+    if widest.num_gpus > nodes * gpus_per_node:
+        raise InputError(f"{trace.name}: job {widest.job_id} needs {widest.num_gpus} GPUs; the cluster has "
+                         f"{cluster} = {nodes * gpus_per_node}", source=widest.source, line=widest.line)
+    out: list[ReplayJob] = []
+    for j in sorted(trace.jobs, key=lambda x: x.submit_time):  # stable: file order on ties
+        per_node = j.gpus_per_node
+        if per_node is None:
+            try:
+                n, per_node = job_shape(j.num_gpus, gpus_per_node)
+            except ValueError as exc:
+                raise InputError(f"{trace.name}: job {j.job_id}: {exc}", source=j.source, line=j.line) from exc
+        else:
+            if j.num_gpus % per_node or per_node > gpus_per_node:
+                raise InputError(f"{trace.name}: job {j.job_id} needs {per_node} GPUs on each node; the cluster "
+                                 f"has {cluster}", source=j.source, line=j.line)
+            n = j.num_gpus // per_node
+        if n > nodes:
+            raise InputError(f"{trace.name}: job {j.job_id} needs {n} nodes of {per_node} GPUs; the cluster has "
+                             f"{cluster}", source=j.source, line=j.line)
+        minutes = limit_minutes(estimate.before_start(j), seconds_per_hour)
+        limited = replace(j, gpus_per_node=per_node, limit_s=minutes * 60.0 * 3600.0 / seconds_per_hour)
+        out.append(ReplayJob(job=limited, nodes=n, gpus_per_node=per_node,
+                             submit_at_s=j.submit_time * seconds_per_hour / 3600.0,
+                             work_s=j.nominal_runtime_s * seconds_per_hour / 3600.0, limit_min=minutes))
+    shaped = Trace(name=trace.name, jobs=tuple(r.job for r in out), skipped=trace.skipped)
+    return ReplayPlan(trace=shaped, jobs=tuple(out), seconds_per_hour=seconds_per_hour, nodes=nodes,
+                      gpus_per_node=gpus_per_node, estimate=estimate.describe())
+
+
+def first_jobs(trace: Trace, count: int) -> Trace:
+    """The first `count` jobs by submit time (a short replay of a long trace)."""
+    jobs: Sequence[TraceJob] = sorted(trace.jobs, key=lambda j: j.submit_time)[:count]
+    return Trace(name=trace.name, jobs=tuple(jobs), skipped=trace.skipped)

@@ -1,0 +1,184 @@
+"""A short replay on the real test cluster (issue 10), so the harness cannot rot: 20 jobs,
+plain Slurm and pal-slurm, each measured by the jobs themselves; and the replay's bad
+paths on real Slurm: a job that dies, a job that overruns, and Ctrl-C.
+
+The fleet: class A's GPU minor 3 of every node is 2x slow, everything else is 1.0, stored
+as the database's classification (what the placer reads and the jobs sleep by).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.replay.experiment import ArmSettings, ClusterHandle, configure_database, run_arms
+from pal_slurm.replay.fleet import name_fleet
+from pal_slurm.replay.harness import run_arm
+from pal_slurm.replay.plan import plan_replay
+from pal_slurm.simulate.estimates import parse_runtime_estimate
+from pal_slurm.simulate.traces import Trace, TraceJob
+from tests.slurm.conftest import SlurmCluster
+
+pytestmark = pytest.mark.slurm
+
+SLOW = 2.0
+PENALTY = 1.7
+
+
+def fleet(nodes: list[str]) -> list[GpuVariability]:
+    var = [GpuVariability(perfvar={c: (SLOW if c == "A" and i % 4 == 3 else 1.0) for c in "ABCD"},
+                          slowdown={c: (SLOW if c == "A" and i % 4 == 3 else 1.0) for c in "ABCD"})
+           for i in range(4 * len(nodes))]
+    return name_fleet(var, nodes, 4)
+
+
+def tj(i: int, gpus: int, submit: float, work: float, cls: str) -> TraceJob:
+    return TraceJob(job_id=str(i), num_gpus=gpus, submit_time=submit, work=work, work_unit="seconds", model="m",
+                    job_class=cls, iter_time_s=1.0, line=i + 2, source="short-replay")
+
+
+def short_trace() -> Trace:
+    """20 jobs over 12 s (1 trace second = 1 real second): 1-, 2-, 4- and 8-GPU jobs of
+    every class, 2-6 s of work each, enough to queue on 16 GPUs."""
+    sizes = [1, 2, 1, 4, 1, 8, 2, 1, 4, 1, 2, 1, 8, 1, 4, 2, 1, 1, 4, 2]
+    return Trace(name="short", jobs=tuple(tj(i, g, i * 0.6, 2.0 + (i * 7 % 5), "ABCD"[i % 4])
+                                          for i, g in enumerate(sizes)))
+
+
+@pytest.fixture
+def replay_db(tmp_path: Path, slurm_cluster: SlurmCluster):
+    gpus = fleet(slurm_cluster.nodes)
+    url = f"sqlite:///{tmp_path / 'pal.db'}"
+    cluster, factors, _ = configure_database(url, gpus, note="short replay")
+    return url, cluster, factors
+
+
+def handle(c: SlurmCluster) -> ClusterHandle:
+    return ClusterHandle(env=c.env, state_file=c.filter_state, kill_switch=c.kill_switch)
+
+
+def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_filter: SlurmCluster, replay_db,
+                                                                      tmp_path: Path):
+    url, cluster, factors = replay_db
+    plan = plan_replay(short_trace(), seconds_per_hour=3600.0, estimate=parse_runtime_estimate("x2"),
+                       nodes=len(slurm_filter.nodes), gpus_per_node=4)
+    reports = run_arms(plan, cluster, handle(slurm_filter), db_url=url, work_dir=tmp_path / "replay",
+                       factors=factors, settings=ArmSettings(locality_penalty=PENALTY, placer_interval_s=0.5),
+                       say=lambda s: None)
+    assert [r.arm for r in reports] == ["slurm", "pal"]
+    for rep in reports:
+        slurm_filter.submitted.extend(t.slurm_id for t in rep.run.jobs)
+        assert rep.run.complete, rep.notes
+        assert len(rep.run.jobs) == 20 and rep.real.jobs == 20
+        used: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        for t in rep.run.jobs:
+            r = t.record
+            gpus = [(n, m) for n, m in r["gpus"]]
+            # the job found exactly the GPUs of its shape, on as many nodes as it asked for
+            assert len(gpus) == len(set(gpus)) == t.plan.job.num_gpus
+            assert len({n for n, _ in gpus}) == t.plan.nodes
+            # and slept by the slowest of them for its class, x lambda across nodes
+            pv = max(factors[n][str(m)][t.plan.job.job_class] for n, m in gpus)
+            assert r["factor"] == pytest.approx(pv * (PENALTY if t.plan.nodes > 1 else 1.0))
+            assert r["end"] - r["start"] >= t.plan.work_s * r["factor"] - 0.05
+            assert r["start"] >= t.submitted_at
+            for g in gpus:
+                used.setdefault(g, []).append((r["start"], r["end"]))
+        for g, spans in used.items():  # Slurm never gave one GPU to two jobs at once
+            spans.sort()
+            assert all(a[1] <= b[0] + 0.05 for a, b in zip(spans, spans[1:])), (g, spans)
+        assert rep.predicted.metrics.jobs == 20
+        assert rep.real.makespan_s >= 12.0 and rep.real.avg_jct_s > 0
+    # the pal arm's jobs went through the placer: each has an applied placement on record
+    from pal_slurm.db.engine import make_engine
+    from pal_slurm.placer.audit import placements_for
+
+    engine = make_engine(url, create=False)
+    outcomes = {t.slurm_id: {p["outcome"] for p in placements_for(engine, t.slurm_id)} for t in reports[1].run.jobs}
+    assert all("applied" in o for o in outcomes.values()), outcomes
+
+
+def test_a_job_that_dies_is_reported_and_the_arm_is_incomplete(slurm_cluster: SlurmCluster, tmp_path: Path):
+    trace = Trace(name="die", jobs=(tj(0, 1, 0.0, 1.0, "A"),))
+    plan = plan_replay(trace, seconds_per_hour=3600.0, estimate=parse_runtime_estimate("x1"),
+                       nodes=len(slurm_cluster.nodes), gpus_per_node=4)
+    slurm_cluster.kill_switch.touch()
+    run = run_arm(plan, arm="slurm", work_dir=tmp_path, factors={"elsewhere": {}}, locality_penalty=PENALTY,
+                  env=slurm_cluster.env)
+    slurm_cluster.submitted.extend(t.slurm_id for t in run.jobs)
+    assert not run.complete
+    assert len(run.problems) == 1 and run.problems[0].startswith(f"job 0 (Slurm {run.jobs[0].slurm_id}): KeyError")
+    assert run.outcomes(plan) == []  # nothing fabricated
+
+
+def test_a_job_that_overruns_is_cancelled_and_reported(slurm_cluster: SlurmCluster, tmp_path: Path):
+    trace = Trace(name="overrun", jobs=(tj(0, 1, 0.0, 120.0, "D"),))
+    plan = plan_replay(trace, seconds_per_hour=3600.0, estimate=parse_runtime_estimate("x1"),
+                       nodes=len(slurm_cluster.nodes), gpus_per_node=4)
+    factors = {n: {str(m): {"D": 1.0} for m in range(4)} for n in slurm_cluster.nodes}
+    slurm_cluster.kill_switch.touch()
+    t0 = time.time()
+    # 3 x its expected length would be 6 minutes; a factor of 0.02 makes it 2.4 s
+    run = run_arm(plan, arm="slurm", work_dir=tmp_path, factors=factors, locality_penalty=PENALTY,
+                  env=slurm_cluster.env, overrun=0.02, overrun_slack_s=0.0, squeue_every_s=0.5)
+    sid = run.jobs[0].slurm_id
+    slurm_cluster.submitted.append(sid)
+    assert time.time() - t0 < 60
+    assert not run.complete and "cancelled" in run.problems[0]
+    state = slurm_cluster.job(sid).get("JobState")
+    assert state in (None, "CANCELLED", "COMPLETING"), state
+
+
+def test_ctrl_c_cancels_the_replays_jobs(slurm_cluster: SlurmCluster, tmp_path: Path):
+    slurm_cluster.kill_switch.touch()
+    script = tmp_path / "arm.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from pal_slurm.replay.harness import run_arm, ReplayInterrupted
+        from pal_slurm.replay.plan import plan_replay
+        from pal_slurm.simulate.estimates import parse_runtime_estimate
+        from pal_slurm.simulate.traces import Trace, TraceJob
+        nodes = {slurm_cluster.nodes!r}
+        trace = Trace(name="ctrl-c", jobs=tuple(
+            TraceJob(job_id=str(i), num_gpus=1, submit_time=i * 1.0, work=300.0, work_unit="seconds", model="m",
+                     job_class="D", iter_time_s=1.0, line=i + 2, source="ctrl-c") for i in range(3)))
+        plan = plan_replay(trace, seconds_per_hour=3600.0, estimate=parse_runtime_estimate("x1"), nodes=len(nodes),
+                           gpus_per_node=4)
+        factors = {{n: {{str(m): {{"D": 1.0}} for m in range(4)}} for n in nodes}}
+        try:
+            run_arm(plan, arm="slurm", work_dir=Path({str(tmp_path / 'w')!r}), factors=factors, locality_penalty=1.7)
+        except ReplayInterrupted as exc:
+            print(exc)
+            sys.exit(130)
+        """), encoding="utf-8")
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=repo, env={**os.environ, **slurm_cluster.env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    records = tmp_path / "w" / "logs"
+    deadline = time.time() + 60
+    ids: list[str] = []
+    while time.time() < deadline and len(ids) < 2:
+        time.sleep(0.5)
+        ids = sorted(p.stem for p in records.glob("*.out")) if records.exists() else []
+    if len(ids) < 2:
+        proc.kill()
+        pytest.fail(f"the replay's jobs did not start: {proc.communicate()[0]}")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 130, out
+    assert "interrupted: cancelled" in out
+    doc = json.loads(slurm_cluster.run(["squeue", "--all", "--json"]).stdout)
+    mine = [j for j in doc["jobs"] if str(j.get("name", "")).startswith("replay-")
+            and str(j.get("job_id")) in ids]
+    states = {str(j["job_id"]): j["job_state"] for j in mine}
+    assert all(("CANCELLED" in s) if isinstance(s, list) else s == "CANCELLED" for s in states.values()), states

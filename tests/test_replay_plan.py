@@ -1,0 +1,138 @@
+"""The replay's pure side: shapes, limits in Slurm's whole minutes, refusals, and the
+prediction each arm is compared with (pal_slurm.replay.plan / fleet / experiment.predict)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pal_slurm.errors import InputError
+from pal_slurm.placement.variability import GpuVariability, cluster_from_gpus
+from pal_slurm.replay.experiment import ArmSettings, predict
+from pal_slurm.replay.fleet import inventory, job_factors, name_fleet, node_name
+from pal_slurm.replay.harness import sbatch_argv
+from pal_slurm.replay.plan import first_jobs, job_shape, limit_minutes, plan_replay
+from pal_slurm.simulate.estimates import RuntimeEstimate, parse_runtime_estimate
+from pal_slurm.simulate.traces import Trace, TraceJob
+
+
+def job(i: int, gpus: int, submit: float, work: float, cls: str = "A", **kw: object) -> TraceJob:
+    return TraceJob(job_id=str(i), num_gpus=gpus, submit_time=submit, work=work, work_unit="seconds", model="m",
+                    job_class=cls, iter_time_s=1.0, line=i + 2, source="t.csv", **kw)  # type: ignore[arg-type]
+
+
+def trace(*jobs: TraceJob) -> Trace:
+    return Trace(name="t", jobs=tuple(jobs))
+
+
+@pytest.mark.parametrize(("gpus", "shape"), [(1, (1, 1)), (3, (1, 3)), (4, (1, 4)), (6, (2, 3)), (8, (2, 4)),
+                                            (12, (3, 4)), (5, (5, 1)), (24, (6, 4)), (7, (7, 1))])
+def test_a_job_asks_for_one_node_when_it_fits_else_the_fewest_nodes_that_split_it_evenly(gpus, shape):
+    assert job_shape(gpus, 4) == shape
+
+
+@pytest.mark.parametrize(("trace_s", "k", "minutes"), [(1.0, 10, 1), (3600 * 6, 10, 1), (3600 * 6 + 1, 10, 2),
+                                                       (3600.0, 60, 1), (7200.0, 60, 2), (90.0, 3600, 2)])
+def test_limits_are_whole_real_minutes_at_least_one(trace_s, k, minutes):
+    assert limit_minutes(trace_s, k) == minutes
+
+
+def test_the_plan_compresses_time_and_gives_the_simulator_exactly_the_limits_slurm_gets():
+    t = trace(job(0, 1, 0.0, 600.0), job(1, 8, 3600.0, 7200.0, "D"), job(2, 6, 7200.0, 30.0, "B"))
+    plan = plan_replay(t, seconds_per_hour=10.0, estimate=parse_runtime_estimate("x2"), nodes=4, gpus_per_node=4)
+    assert [j.submit_at_s for j in plan.jobs] == [0.0, 10.0, 20.0]
+    assert [j.work_s for j in plan.jobs] == pytest.approx([600 / 360, 20.0, 30 / 360])
+    assert [(j.nodes, j.gpus_per_node) for j in plan.jobs] == [(1, 1), (2, 4), (2, 3)]
+    # x2 of 2 h = 4 h = 40 real s -> 1 minute = 6 trace hours; every limit is what Slurm keeps
+    assert [j.limit_min for j in plan.jobs] == [1, 1, 1]
+    assert [j.limit_s for j in plan.trace.jobs] == [6 * 3600.0] * 3
+    assert [j.gpus_per_node for j in plan.trace.jobs] == [1, 4, 3]
+    # the simulator with `limit` plans with those numbers
+    est = RuntimeEstimate(kind="limit")
+    assert [est.before_start(j) for j in plan.trace.jobs] == [6 * 3600.0] * 3
+    assert plan.to_trace_s(plan.to_real_s(123.0)) == pytest.approx(123.0)
+
+
+def test_a_job_wider_than_the_cluster_is_refused_naming_the_job_and_the_cluster():
+    t = trace(job(0, 1, 0, 60), job(1, 24, 5, 60))
+    with pytest.raises(InputError, match=r"t\.csv:3: t: job 1 needs 24 GPUs; the cluster has 4 nodes x 4 GPUs = 16"):
+        plan_replay(t, seconds_per_hour=10, estimate=RuntimeEstimate(), nodes=4, gpus_per_node=4)
+
+
+def test_a_job_that_fits_in_gpus_but_not_in_nodes_is_refused():
+    # 7 GPUs split evenly only as 7 x 1: more nodes than the cluster has
+    with pytest.raises(InputError, match="job 0 needs 7 nodes of 1 GPUs; the cluster has 4 nodes x 4 GPUs"):
+        plan_replay(trace(job(0, 7, 0, 60)), seconds_per_hour=10, estimate=RuntimeEstimate(), nodes=4,
+                    gpus_per_node=4)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
+def test_a_compression_that_is_not_a_positive_number_is_refused(bad):
+    with pytest.raises(InputError, match="seconds per trace hour must be a positive number"):
+        plan_replay(trace(job(0, 1, 0, 60)), seconds_per_hour=bad, estimate=RuntimeEstimate(), nodes=1,
+                    gpus_per_node=1)
+
+
+def test_the_limit_model_needs_a_limit_for_every_job():
+    with pytest.raises(InputError, match="needs a time limit for every job"):
+        plan_replay(trace(job(0, 1, 0, 60)), seconds_per_hour=10, estimate=RuntimeEstimate(kind="limit"), nodes=1,
+                    gpus_per_node=1)
+
+
+def test_first_jobs_takes_the_earliest_submissions():
+    t = trace(job(0, 1, 50, 1), job(1, 1, 10, 1), job(2, 1, 30, 1))
+    assert [j.job_id for j in first_jobs(t, 2).jobs] == ["1", "2"]
+
+
+def test_sbatch_is_an_argument_list_with_the_shape_the_limit_and_the_class():
+    plan = plan_replay(trace(job(0, 6, 0, 3600, "B")), seconds_per_hour=60, estimate=RuntimeEstimate(), nodes=4,
+                       gpus_per_node=4)
+    from pathlib import Path
+
+    argv = sbatch_argv(plan.jobs[0], script=Path("/w/s.py"), factors=Path("/w/f.json"), records=Path("/w/r"),
+                       logs=Path("/w/l"), locality_penalty=1.7)
+    assert argv[:9] == ["sbatch", "--parsable", "--job-name=replay-0", "--nodes=2", "--ntasks-per-node=1",
+                        "--gres=gpu:3", "--time=1", "--output=/w/l/%j.out", "--comment=pal:class=B"]
+    assert argv[9:] == ["/w/s.py", "/w/f.json", "/w/r", "0", "B", "60.000000", "1.7"]
+
+
+def fleet(nodes: int = 4, per_node: int = 4) -> list[GpuVariability]:
+    """Class A: the last GPU of every node is 2x slow; class D: all equal."""
+    var = [GpuVariability(perfvar={"A": 2.0 if i % per_node == per_node - 1 else 1.0, "D": 1.0},
+                          slowdown={"A": 2.0 if i % per_node == per_node - 1 else 1.0, "D": 1.0})
+           for i in range(nodes * per_node)]
+    return name_fleet(var, [node_name("pal-r", i, nodes) for i in range(nodes)], per_node)
+
+
+def test_the_fleet_is_named_in_slurms_node_order_and_the_jobs_look_perfvar_up_by_slot():
+    gpus = fleet()
+    assert [g.node for g in gpus[:5]] == ["pal-r01"] * 4 + ["pal-r02"]
+    assert [g.minor for g in gpus[:5]] == [0, 1, 2, 3, 0]
+    assert gpus[3].uuid == "GPU-replay-pal-r01-3"
+    f = job_factors(gpus)
+    assert f["pal-r02"]["3"] == {"A": 2.0, "D": 1.0} and f["pal-r02"]["0"]["A"] == 1.0
+    cluster = cluster_from_gpus(gpus)
+    assert cluster.node_names == ("pal-r01", "pal-r02", "pal-r03", "pal-r04")
+    assert cluster.pv("A")[3] == 2.0 and cluster.pv("A")[4] == 1.0
+    inv = inventory(12, 4, "pal-r", 17201)
+    assert [n["name"] for n in inv["nodes"]][:2] == ["pal-r01", "pal-r02"]
+    assert inv["nodes"][11]["slurm"]["Port"] == 17212
+
+
+def test_the_prediction_of_each_arm_uses_slurms_first_fit_or_the_placers_policy_on_the_same_inputs():
+    # four 1-GPU class-A jobs at once on one node whose last GPU is slow: Slurm's first fit
+    # takes all four (one lands on the slow GPU); the placer's policy is told the same limits
+    gpus = fleet(nodes=1)
+    cluster = cluster_from_gpus(gpus)
+    t = trace(*(job(i, 1, 0.0, 3600.0) for i in range(4)))
+    plan = plan_replay(t, seconds_per_hour=3600.0, estimate=parse_runtime_estimate("x1"), nodes=1, gpus_per_node=4)
+    slurm = predict(plan, cluster, "slurm", ArmSettings())
+    assert slurm.policy == "slurm-backfill"
+    assert sorted(o.finish_time for o in slurm.outcomes) == [3600.0, 3600.0, 3600.0, 7200.0]
+    pal = predict(plan, cluster, "pal", ArmSettings(placer_policy="pal-match"))
+    assert pal.policy == "pal-match"
+    # pal-match either runs the fourth job on the slow GPU or waits for a fast one: never worse
+    assert max(o.finish_time for o in pal.outcomes) <= 7200.0
+    with pytest.raises(Exception, match="unknown arm"):
+        predict(plan, cluster, "other", ArmSettings())
