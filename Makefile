@@ -13,7 +13,7 @@ export PAL_TEST_SLURM_REST ?= 1
 # 24.11 on Debian 13) in a Debian chroot of the other release; 0 skips that (and says so)
 PAL_TEST_OTHER_SLURM ?= 1
 
-.PHONY: demo test test-fast venv db-servers db-servers-stop sql bench clean help slurm-cluster slurm-cluster-stop test-slurm test-other-slurm
+.PHONY: demo test test-fast venv db-servers db-servers-stop sql bench replay clean help slurm-cluster slurm-cluster-stop test-slurm test-other-slurm
 
 help:
 	@echo "make demo   - venv + install + run the demo (SQLite, simulated GPU fleet, report, HTML)"
@@ -25,6 +25,8 @@ help:
 	@echo "make slurm-cluster - install and start the Slurm test cluster (root; stop: make slurm-cluster-stop)"
 	@echo "make sql    - regenerate sql/*.sql from the migrations"
 	@echo "make bench  - run the benchmarks in bench/"
+	@echo "make replay - replay Sia-Philly workloads 1 and 4 on a real 16x4-GPU Slurm cluster, plain Slurm vs pal-slurm,"
+	@echo "              with the simulator's prediction of each arm (about 45 minutes; REPLAY_ARGS=... for bench/replay.py)"
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pal-slurm needs Python >= 3.11")'
@@ -86,6 +88,11 @@ bench: venv
 	$(VENV)/bin/python bench/profile_recovery.py
 	$(VENV)/bin/python bench/placer_cycle.py
 	$(SLURM_CLUSTER) install && $(VENV)/bin/python bench/placer_latency.py
+
+# bench/replay.py: issue 10's real-Slurm evidence (docs/evaluation.md); its own cluster, ports and state dir
+REPLAY_ARGS ?=
+replay: venv
+	$(SLURM_CLUSTER) install && $(VENV)/bin/python bench/replay.py --out replay-out $(REPLAY_ARGS)
 
 clean:
 	rm -rf $(VENV) pal-demo .pytest_cache build *.egg-info

@@ -63,9 +63,15 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=None, help="replay only the first N jobs of each trace")
     ap.add_argument("--arms", default="slurm,pal")
     ap.add_argument("--policy", default="pal-match", help="the placer's policy in the pal arm")
-    ap.add_argument("--placer-interval", type=float, default=1.0, help="placer cycle, real seconds")
+    ap.add_argument("--placer-interval", type=float, default=0.5,
+                    help="placer cycle, real seconds (0.5: its latency is then ~5 trace minutes at k = 10)")
+    ap.add_argument("--no-calibrate", action="store_true",
+                    help="predict with an ideal scheduler (no latencies measured before each arm)")
     ap.add_argument("--out", type=Path, default=Path("replay-out"))
     ap.add_argument("--keep-cluster", action="store_true", help="leave the replay cluster running at the end")
+    ap.add_argument("--cluster-dir", default=CLUSTER_DIR, help="the replay cluster's state directory")
+    ap.add_argument("--ctld-port", type=int, default=CTLD_PORT, help="its slurmctld port (slurmrestd: +2000)")
+    ap.add_argument("--node-port", type=int, default=NODE_PORT, help="its first slurmd port (one per node)")
     args = ap.parse_args()
 
     from pal_slurm.demo_slurm import find_cluster_script
@@ -101,9 +107,9 @@ def main() -> int:
 
     script = find_cluster_script()
     inv = out / "inventory.json"
-    inv.write_text(json.dumps(inventory(args.nodes, args.gpus_per_node, PREFIX, NODE_PORT), indent=1))
-    env = {**os.environ, "PAL_TEST_SLURM_DIR": CLUSTER_DIR, "PAL_TEST_SLURM_CTLD_PORT": str(CTLD_PORT),
-           "PAL_TEST_SLURM_NODE_PORT": str(NODE_PORT), "PAL_TEST_SLURM_INVENTORY": str(inv),
+    inv.write_text(json.dumps(inventory(args.nodes, args.gpus_per_node, PREFIX, args.node_port), indent=1))
+    env = {**os.environ, "PAL_TEST_SLURM_DIR": args.cluster_dir, "PAL_TEST_SLURM_CTLD_PORT": str(args.ctld_port),
+           "PAL_TEST_SLURM_NODE_PORT": str(args.node_port), "PAL_TEST_SLURM_INVENTORY": str(inv), "PAL_TEST_SLURM_REST": "0",
            "PAL_TEST_SLURM_CONF_EXTRA": "OverTimeLimit=UNLIMITED", "PAL_PYTHON": sys.executable}
     t = time.time()
     start = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True, check=False)
@@ -118,9 +124,9 @@ def main() -> int:
     version = subprocess.run(["sinfo", "--version"], env={**os.environ, **slurm_env}, capture_output=True,
                              text=True, check=False).stdout.strip()
     print(f"replay cluster: {args.nodes} x {args.gpus_per_node} fake GPUs, {version}, up in {time.time() - t:.0f} s "
-          f"({CLUSTER_DIR})", flush=True)
-    handle = ClusterHandle(env=slurm_env, state_file=Path(CLUSTER_DIR) / "pal" / "filter-state.lua",
-                           kill_switch=Path(CLUSTER_DIR) / "pal" / "filter-disabled")
+          f"({args.cluster_dir})", flush=True)
+    handle = ClusterHandle(env=slurm_env, state_file=Path(args.cluster_dir) / "pal" / "filter-state.lua",
+                           kill_switch=Path(args.cluster_dir) / "pal" / "filter-disabled")
 
     profiles = load_artifact_profiles(args.variability)
     drawn = draw_artifact(profiles, args.nodes * args.gpus_per_node, random.Random(args.seed))
@@ -142,7 +148,7 @@ def main() -> int:
             print(f"\n== {plan.trace.name}: {len(plan.jobs)} jobs, k = {args.seconds_per_hour:g} s per trace hour, "
                   f"lambda {args.penalty:g}, limits from {plan.estimate} (whole minutes)", flush=True)
             reports = run_arms(plan, cluster, handle, db_url=db_url, work_dir=out / plan.trace.name,
-                               factors=factors, settings=settings, arms=arms,
+                               factors=factors, settings=settings, arms=arms, calibrate=not args.no_calibrate,
                                say=lambda s: print("   " + s, flush=True))
             print_reports(plan.trace.name, reports)
             summary["traces"].append({"trace": plan.trace.name, "jobs": len(plan.jobs),

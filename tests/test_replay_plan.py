@@ -136,3 +136,16 @@ def test_the_prediction_of_each_arm_uses_slurms_first_fit_or_the_placers_policy_
     assert max(o.finish_time for o in pal.outcomes) <= 7200.0
     with pytest.raises(Exception, match="unknown arm"):
         predict(plan, cluster, "other", ArmSettings())
+
+
+def test_the_real_cluster_is_checked_against_the_widest_job():
+    from pal_slurm.replay.plan import check_cluster
+
+    plan = plan_replay(trace(job(0, 1, 0, 60), job(1, 8, 1, 60), job(2, 6, 2, 60)), seconds_per_hour=10,
+                       estimate=RuntimeEstimate(), nodes=4, gpus_per_node=4)
+    check_cluster(plan, {"a": 4, "b": 4, "c": 2})
+    with pytest.raises(InputError, match=r"job 1 needs 2 nodes with 4 GPUs each; the cluster has 3 schedulable "
+                                         r"nodes with 4, 2, 2 GPUs"):
+        check_cluster(plan, {"a": 4, "b": 2, "c": 2})
+    with pytest.raises(InputError, match="no schedulable GPU node"):
+        check_cluster(plan, {})

@@ -53,6 +53,23 @@ def test_event_mode_queues_and_never_preempts() -> None:
     assert by["small"].start_time == pytest.approx(170) and by["next"].start_time == pytest.approx(180)
 
 
+def test_event_mode_models_a_real_schedulers_latencies() -> None:
+    """visible_after (the placer's hold), start latency (dispatch; GPUs held meanwhile) and
+    release latency (epilog; GPUs still held after the end), as a replay measures them."""
+    trace = Trace("t", (job("big", 4, 0, 100), job("small", 1, 1, 10), job("next", 4, 2, 10)))
+    opts = EventOptions(visible_after_s=3.0, start_latency_s=2.0, release_latency_s=5.0)
+    res = simulate_events(trace, two_node_cluster(slow=1.0), get_policy("pal"), opts)
+    by = {o.job_id: o for o in res.outcomes}
+    # big: seen at 3, starts at 5, runs 170 s, ends 175, GPUs free at 180
+    assert (by["big"].submit_time, by["big"].start_time, by["big"].finish_time) == (0, 5, 175)
+    # small: seen at 4, placed when the GPUs free at 180, starts 182, ends 192; next the same way
+    assert (by["small"].start_time, by["small"].finish_time) == (182, 192)
+    assert by["next"].start_time == pytest.approx(192 + 5 + 2)
+    assert res.metrics.avg_jct_s == pytest.approx((175 + (192 - 1) + (by["next"].finish_time - 2)) / 3)
+    ideal = simulate_events(trace, two_node_cluster(slow=1.0), get_policy("pal"), EventOptions())
+    assert res.metrics.avg_jct_s > ideal.metrics.avg_jct_s
+
+
 def test_event_mode_locality_penalty_applies_across_nodes() -> None:
     trace = Trace("t", (job("x", 4, 0, 100),))
     res = simulate_events(trace, two_node_cluster(slow=1.0), get_policy("packed-sticky"),

@@ -82,6 +82,9 @@ def cli(ctx: click.Context, config_path: str | None, db_url: str | None, debug: 
     """
     level = logging.DEBUG if debug or verbose > 1 else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="pal: %(levelname)s: %(message)s", stream=sys.stderr, force=True)
+    # Alembic says "Context impl SQLiteImpl." at INFO each time the schema is checked (the
+    # placer checks it with every reload of the classes): only with -vv
+    logging.getLogger("alembic").setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
     app = AppContext(config_path=config_path, db_url=db_url, debug=debug)
     ctx.obj = app
     ctx.call_on_close(app.close)

@@ -1,6 +1,6 @@
 """The six policies of the PAL artifact (hal-uw/blox-pal), re-implemented from its rules.
 
-What each does is stated in docs/design.md section 2; the docstrings below say only what
+What each does is stated in docs/simulation.md ("Policies"); the docstrings below say only what
 is not obvious there. All of them walk the queue in order and stop at the first job that
 does not fit (no backfill). Constraints the artifact never had (allowed_nodes, a fixed
 GPUs-per-node split) are honoured by restricting the candidates and, for a split request,

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from pal_slurm.errors import PalError
 from pal_slurm.placement.model import Cluster
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.replay.harness import ArmRun, run_arm
-from pal_slurm.replay.plan import ReplayPlan
+from pal_slurm.replay.plan import ReplayPlan, check_cluster
 from pal_slurm.simulate.estimates import RuntimeEstimate
 from pal_slurm.simulate.event import EventOptions, busy_curve, simulate_events
 from pal_slurm.simulate.metrics import RunMetrics, run_metrics
@@ -41,7 +42,7 @@ TOLERANCE = 0.10  # predicted within 10 % of real: the issue's target
 
 
 @dataclass(frozen=True)
-class ArmSettings:
+class ArmSettings:  # noqa: D101 - documented per field
     """What the arms run with (and the simulator is told)."""
 
     locality_penalty: float = 1.7
@@ -51,6 +52,22 @@ class ArmSettings:
     wait_fraction: float = 0.5
     max_wait_s: float | None = None
     hold_s: int = 300  # the filter's fail-safe begin-time hold (real seconds)
+    #: each arm's latencies, real seconds (measured by `calibrate` on the cluster before the
+    #: replay); the simulator adds them when it predicts the arm
+    latencies: Mapping[str, Latencies] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """A real scheduler's delays the ideal simulator lacks (real seconds; EventOptions)."""
+
+    visible_after_s: float = 0.0  # submit -> the scheduler may place it (the placer's hold and cycle)
+    start_latency_s: float = 0.0  # placed -> the job's script runs (GPUs held meanwhile)
+    release_latency_s: float = 0.0  # the script ends -> its GPUs can be given again
+
+    def as_dict(self) -> dict[str, float]:
+        return {"visible_after_s": self.visible_after_s, "start_latency_s": self.start_latency_s,
+                "release_latency_s": self.release_latency_s}
 
 
 @dataclass
@@ -63,6 +80,7 @@ class ArmReport:
     real: RunMetrics | None = None
     real_busy: tuple[tuple[float, int], ...] = ()
     notes: list[str] = field(default_factory=list)
+    latencies: Latencies | None = None
 
     def comparison(self) -> list[dict[str, Any]]:
         """Per metric: real, predicted and (predicted - real) / real."""
@@ -76,6 +94,7 @@ class ArmReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "policy": self.policy, "complete": bool(self.run and self.run.complete),
+                "latencies_s": self.latencies.as_dict() if self.latencies else None,
                 "real": self.real.as_dict() if self.real else None, "predicted": self.predicted.metrics.as_dict(),
                 "comparison": self.comparison(), "notes": list(self.notes),
                 "run": self.run.as_dict() if self.run else None}
@@ -87,7 +106,10 @@ def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings)
         raise PalError(f"unknown arm {arm!r}: expected one of {', '.join(ARMS)}")
     pal = arm == "pal"
     policy = get_policy(settings.placer_policy if pal else BASELINE_POLICY)
-    opts = EventOptions(order="fifo", locality_penalty=settings.locality_penalty,
+    lat = settings.latencies.get(arm, Latencies())
+    opts = EventOptions(visible_after_s=plan.to_trace_s(lat.visible_after_s),
+                        start_latency_s=plan.to_trace_s(lat.start_latency_s),
+                        release_latency_s=plan.to_trace_s(lat.release_latency_s),order="fifo", locality_penalty=settings.locality_penalty,
                         backfill_interval_s=plan.to_trace_s(settings.placer_interval_s if pal
                                                             else settings.bf_interval_s),
                         same_slots=pal, wait_fraction=settings.wait_fraction,
@@ -114,52 +136,86 @@ class ClusterHandle:
 
 def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_url: str, work_dir: Path,
              factors: Mapping[str, Mapping[str, Mapping[str, float]]], settings: ArmSettings,
-             arms: Sequence[str] = ARMS, say: Callable[[str], None] = print,
+             arms: Sequence[str] = ARMS, say: Callable[[str], None] = print, calibrate: bool = False,
              overrun_slack_s: float = 30.0) -> list[ArmReport]:
-    """Run each arm in turn on the real cluster (the queue drained in between) and predict it."""
-    from pal_slurm.demo_slurm import PlacerProcess, wait_heartbeat, write_config
+    """Run each arm in turn on the real cluster (the queue drained in between) and predict it.
 
+    With `calibrate`, each arm first runs `calibration_plan` in the same set-up and the
+    prediction uses the latencies it shows (`latencies_from`); otherwise those given in
+    `settings` (none: an ideal scheduler)."""
     reports = []
+    latencies = dict(settings.latencies)
+    check_cluster(plan, cluster_gpus(handle.env))
     for arm in arms:
-        predicted = predict(plan, cluster, arm, settings)
-        rep = ArmReport(arm=arm, policy=predicted.policy if arm == "pal" else "slurm (sched/backfill, cons_tres)",
-                        predicted=predicted, plan=plan)
+        if arm not in ARMS:
+            raise PalError(f"unknown arm {arm!r}: expected one of {', '.join(ARMS)}")
         arm_dir = work_dir / arm
         arm_dir.mkdir(parents=True, exist_ok=True)
         _wait_idle(handle.env)
-        if arm == "slurm":
-            handle.kill_switch.touch()
-            say(f"arm slurm: plain Slurm (filter off: {handle.kill_switch}), {len(plan.jobs)} jobs")
-            rep.run = run_arm(plan, arm=arm, work_dir=arm_dir, factors=factors, env=handle.env,
-                              locality_penalty=settings.locality_penalty, say=say, overrun_slack_s=overrun_slack_s)
-        else:
-            config = write_config(arm_dir, db_url, handle.state_file, mode="enforce",
-                                  interval=settings.placer_interval_s, policy=settings.placer_policy,
-                                  hold_s=settings.hold_s, max_hold=max(3600.0, 2 * plan.to_real_s(
-                                      max(j.submit_time for j in plan.trace.jobs)) + 600),
-                                  restart_grace_s=0, locality_penalty=settings.locality_penalty,
-                                  wait_fraction=settings.wait_fraction,
-                                  **({"max_wait_s": settings.max_wait_s} if settings.max_wait_s is not None else {}))
-            log = arm_dir / "placer.log"
-            log.unlink(missing_ok=True)
-            placer = PlacerProcess(config, dict(handle.env), log)
-            try:
-                wait_heartbeat(handle.state_file, placer)
-                handle.kill_switch.unlink(missing_ok=True)
-                say(f"arm pal: pal placer enforcing {settings.placer_policy} (log {log}), {len(plan.jobs)} jobs")
-                rep.run = run_arm(plan, arm=arm, work_dir=arm_dir, factors=factors, env=handle.env,
-                                  locality_penalty=settings.locality_penalty, say=say,
-                                  overrun_slack_s=overrun_slack_s)
-            finally:
-                handle.kill_switch.touch()
-                rc = placer.stop()
-                if rc not in (0, -15):
-                    rep.notes.append(f"pal placer exited with status {rc} (log {log})")
-        rep.real, rep.real_busy = measured(plan, rep.run)
-        if not rep.run.complete:
-            rep.notes.extend(rep.run.problems)
+        notes: list[str] = []
+        with arm_running(arm, handle, db_url=db_url, work_dir=arm_dir, settings=settings, horizon_s=plan.to_real_s(
+                max(j.submit_time for j in plan.trace.jobs)), notes=notes, say=say):
+            if calibrate:
+                cal = run_arm(calibration_plan(plan.nodes, plan.gpus_per_node), arm=arm,
+                              work_dir=arm_dir / "calibration", factors=factors, env=handle.env,
+                              locality_penalty=settings.locality_penalty, overrun_slack_s=overrun_slack_s)
+                slurm = latencies.get("slurm")
+                latencies[arm] = latencies_from(cal, dispatch_s=slurm.start_latency_s if arm == "pal" and slurm
+                                                else None)
+                say(f"arm {arm}: calibrated latencies (real s) {latencies[arm].as_dict()}")
+                _wait_idle(handle.env)
+            run = run_arm(plan, arm=arm, work_dir=arm_dir, factors=factors, env=handle.env,
+                          locality_penalty=settings.locality_penalty, say=say, overrun_slack_s=overrun_slack_s)
+        predicted = predict(plan, cluster, arm, replace(settings, latencies=latencies))
+        rep = ArmReport(arm=arm, policy=predicted.policy if arm == "pal" else "slurm (sched/backfill, cons_tres)",
+                        predicted=predicted, plan=plan, run=run, notes=notes,
+                        latencies=latencies.get(arm, Latencies()))
+        rep.real, rep.real_busy = measured(plan, run)
+        if not run.complete:
+            rep.notes.extend(run.problems)
         reports.append(rep)
     return reports
+
+
+@contextmanager
+def arm_running(arm: str, handle: ClusterHandle, *, db_url: str, work_dir: Path, settings: ArmSettings,
+                horizon_s: float, notes: list[str], say: Callable[[str], None]) -> Iterator[None]:
+    """The cluster set up for one arm: plain Slurm (the filter's kill switch on), or the
+    placer enforcing with the filter on; afterwards the filter is off and the placer gone."""
+    from pal_slurm.demo_slurm import PlacerProcess, wait_heartbeat, write_config
+
+    if arm == "slurm":
+        handle.kill_switch.touch()
+        say(f"arm slurm: plain Slurm (filter off: {handle.kill_switch})")
+        yield
+        return
+    config = write_config(work_dir, db_url, handle.state_file, mode="enforce", interval=settings.placer_interval_s,
+                          policy=settings.placer_policy, hold_s=settings.hold_s, max_hold=max(3600.0, 2 * horizon_s + 600),
+                          restart_grace_s=0, locality_penalty=settings.locality_penalty,
+                          wait_fraction=settings.wait_fraction,
+                          **({"max_wait_s": settings.max_wait_s} if settings.max_wait_s is not None else {}))
+    log = work_dir / "placer.log"
+    log.unlink(missing_ok=True)
+    placer = PlacerProcess(config, dict(handle.env), log)
+    try:
+        wait_heartbeat(handle.state_file, placer)
+        handle.kill_switch.unlink(missing_ok=True)
+        say(f"arm pal: pal placer enforcing {settings.placer_policy} (log {log})")
+        yield
+    finally:
+        handle.kill_switch.touch()
+        rc = placer.stop()
+        if rc not in (0, -15):
+            notes.append(f"pal placer exited with status {rc} (log {log})")
+
+
+def cluster_gpus(env: Mapping[str, str]) -> dict[str, int]:
+    """node -> GPUs, for the schedulable nodes of the cluster `env` reaches."""
+    from pal_slurm.slurm.backend import CliBackend
+    from pal_slurm.slurm.tres import parse_gres_alloc
+
+    return {n.name: sum(u.count for u in parse_gres_alloc(n.gres) if u.name == "gpu")
+            for n in CliBackend(env=dict(env)).nodes() if n.schedulable}
 
 
 def _wait_idle(env: Mapping[str, str], timeout_s: float = 120.0) -> None:
@@ -199,3 +255,48 @@ def configure_database(db_url: str, gpus: Sequence[Any], *, note: str) -> tuple[
     finally:
         engine.dispose()
     return cluster_from_gpus(stored.gpus), job_factors(stored.gpus), stored.version
+
+
+def calibration_plan(nodes: int, gpus_per_node: int, work_s: float = 8.0) -> ReplayPlan:
+    """Two waves of whole-node jobs (class D, no variability to speak of): the first, one
+    job every 0.25 s, finds every GPU free (submit -> start); the second, submitted while
+    the first runs, queues behind it (end -> next start)."""
+    from pal_slurm.replay.plan import plan_replay
+    from pal_slurm.simulate.traces import Trace, TraceJob
+
+    jobs = tuple(TraceJob(job_id=f"cal{w}-{n}", num_gpus=gpus_per_node,
+                          submit_time=0.25 * n if w == 0 else 0.25 * nodes + 1.0 + 0.1 * n, work=work_s,
+                          work_unit="seconds", model="calibration", job_class="D", iter_time_s=1.0, line=0,
+                          source="calibration")
+                 for w in (0, 1) for n in range(nodes))
+    return plan_replay(Trace(name="calibration", jobs=jobs), seconds_per_hour=3600.0,
+                       estimate=RuntimeEstimate(kind="factor", factor=2.0), nodes=nodes, gpus_per_node=gpus_per_node)
+
+
+def latencies_from(run: ArmRun, *, dispatch_s: float | None = None) -> Latencies:
+    """The delays a calibration run shows (median over its jobs, real seconds).
+
+    Wave 1: submit -> start = visible_after + start_latency. Without a placer nothing holds
+    a job, so all of it is dispatch; with one, the dispatch is Slurm's own (`dispatch_s`,
+    from the plain arm) and the rest is the placer. Wave 2: each job's start after the end
+    of the wave-1 job that held its GPUs = release_latency + start_latency.
+    """
+    import statistics
+
+    recs = [(t, t.record) for t in run.jobs if t.record is not None and "error" not in t.record]
+    first = [r["start"] - t.submitted_at for t, r in recs if t.plan.job.job_id.startswith("cal0")]
+    ends: dict[tuple[str, int], float] = {}
+    for t, r in recs:
+        if t.plan.job.job_id.startswith("cal0"):
+            for n, m in r["gpus"]:
+                ends[(n, m)] = r["end"]
+    gaps = [r["start"] - max(ends[(n, m)] for n, m in r["gpus"])
+            for t, r in recs if t.plan.job.job_id.startswith("cal1") and all((n, m) in ends for n, m in r["gpus"])]
+    gaps = [g for g in gaps if g >= 0]  # a GPU a wave-1 job never held: nothing to measure
+    if not first or not gaps:
+        raise PalError(f"calibration of arm {run.arm}: {len(first)} first-wave and {len(gaps)} second-wave jobs "
+                       f"measured; cannot tell the latencies ({'; '.join(run.problems[:3])})")
+    submit_to_start = statistics.median(first)
+    dispatch = submit_to_start if dispatch_s is None else min(dispatch_s, submit_to_start)
+    return Latencies(visible_after_s=round(submit_to_start - dispatch, 3), start_latency_s=round(dispatch, 3),
+                     release_latency_s=round(max(0.0, statistics.median(gaps) - dispatch), 3))

@@ -133,3 +133,15 @@ def first_jobs(trace: Trace, count: int) -> Trace:
     """The first `count` jobs by submit time (a short replay of a long trace)."""
     jobs: Sequence[TraceJob] = sorted(trace.jobs, key=lambda j: j.submit_time)[:count]
     return Trace(name=trace.name, jobs=tuple(jobs), skipped=trace.skipped)
+
+
+def check_cluster(plan: ReplayPlan, node_gpus: dict[str, int]) -> None:
+    """InputError naming the widest job and the real cluster when the cluster Slurm has
+    (node -> GPUs of schedulable nodes) cannot run every job of the plan."""
+    per_node = sorted(node_gpus.values(), reverse=True)
+    have = f"{len(per_node)} schedulable nodes with {', '.join(map(str, per_node[:8]))}" \
+           f"{', ...' if len(per_node) > 8 else ''} GPUs" if per_node else "no schedulable GPU node"
+    for j in sorted(plan.jobs, key=lambda x: (-x.nodes, -x.gpus_per_node)):
+        if sum(1 for g in per_node if g >= j.gpus_per_node) < j.nodes:
+            raise InputError(f"{plan.trace.name}: job {j.job.job_id} needs {j.nodes} nodes with {j.gpus_per_node} "
+                             f"GPUs each; the cluster has {have}", source=j.job.source, line=j.job.line)

@@ -44,6 +44,14 @@ class EventOptions:
     max_wait_s: float = MAX_WAIT_S
     #: what policies are told about runtimes (jobs still run for their true time)
     runtime_estimate: RuntimeEstimate = EXACT
+    #: a real scheduler's latencies (0: an ideal one, as the PAL artifact assumes). A job is
+    #: seen by the scheduler `visible_after_s` after its submission (the placer's hold and
+    #: cycle), starts `start_latency_s` after it is placed (dispatch, batch script launch)
+    #: holding its GPUs from the placement, and its GPUs are free again `release_latency_s`
+    #: after it ends (epilog, COMPLETING). pal_slurm.replay measures them on a real cluster.
+    visible_after_s: float = 0.0
+    start_latency_s: float = 0.0
+    release_latency_s: float = 0.0
 
 
 #: called with every decision (snapshot, queue, whether it was a backfill pass, decision):
@@ -85,8 +93,9 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     bf_dirty = False  # an arrival or completion since the last backfill pass
     running_view = MappingProxyType(running)
     ends_view = MappingProxyType(ends)
+    visible, dispatch, release = options.visible_after_s, options.start_latency_s, options.release_latency_s
     while i < len(jobs) or finish_heap:
-        t_arr = jobs[i].submit_time if i < len(jobs) else math.inf
+        t_arr = jobs[i].submit_time + visible if i < len(jobs) else math.inf
         t_fin = finish_heap[0][0] if finish_heap else math.inf
         # a backfill pass is an event of its own when one is due and could do something
         t_bf = max(next_bf, now) if policy.backfills and bf_dirty and waiting and free else math.inf
@@ -97,13 +106,13 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             free.update(gpus)
             del releases[bisect.bisect_left(releases, (ends.pop(jid), gpus))]
             job = by_id[jid]
-            outcomes[jid] = JobOutcome(jid, job.num_gpus, job.submit_time, started[jid], now)
+            outcomes[jid] = JobOutcome(jid, job.num_gpus, job.submit_time, started[jid], now - release)
             freed_since_pass = True
             bf_dirty = True
             if progress is not None:
                 progress(len(outcomes))
         arrived = False
-        while i < len(jobs) and jobs[i].submit_time <= now:
+        while i < len(jobs) and jobs[i].submit_time + visible <= now:
             j = jobs[i]
             waiting.append(JobRequest(id=j.job_id, gpus=j.num_gpus, job_class=j.job_class, submit_time=j.submit_time,
                                       gpus_per_node=j.gpus_per_node, remaining_s=estimate.before_start(j),
@@ -130,14 +139,14 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             job = by_id[a.job_id]
             free.difference_update(a.gpus)
             running[a.job_id] = a.gpus
-            started[a.job_id] = now
+            started[a.job_id] = now + dispatch
             dur = runtime_s(job, a.gpus, cluster, options.locality_penalty)
             busy_gpu_s += dur * len(a.gpus)
-            expected = now + estimate.after_start(job, dur)
+            expected = now + dispatch + estimate.after_start(job, dur)
             ends[a.job_id] = expected
             bisect.insort(releases, (expected, a.gpus))
             seq += 1
-            heapq.heappush(finish_heap, (now + dur, seq, a.job_id))
+            heapq.heappush(finish_heap, (now + dispatch + dur + release, seq, a.job_id))
             placed.add(a.job_id)
         if placed:
             waiting = [w for w in waiting if w.id not in placed]

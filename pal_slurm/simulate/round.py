@@ -1,6 +1,6 @@
 """Round mode: the PAL artifact's simulation semantics, so that its numbers reproduce.
 
-Exactly as ../shared/docs/design.md section 2 and docs/simulation.md state them:
+Exactly as docs/simulation.md ("Round mode") states them:
 rounds at T = 0, R, 2R, ... (R = 360 s). At each T: (1) every placed job gains
 R / (iter_time x pm x loc) iterations, pm = the largest raw PerfVar of its class over its
 GPUs and loc = lambda when it spans nodes, both fixed when it was (re)launched; (2) a job

@@ -47,8 +47,8 @@ def tj(i: int, gpus: int, submit: float, work: float, cls: str) -> TraceJob:
 
 
 def short_trace() -> Trace:
-    """20 jobs over 12 s (1 trace second = 1 real second): 1-, 2-, 4- and 8-GPU jobs of
-    every class, 2-6 s of work each, enough to queue on 16 GPUs."""
+    """20 jobs over 12 trace seconds: 1-, 2-, 4- and 8-GPU jobs of every class, 2-6 s of work
+    each, enough to queue on 16 GPUs."""
     sizes = [1, 2, 1, 4, 1, 8, 2, 1, 4, 1, 2, 1, 8, 1, 4, 2, 1, 1, 4, 2]
     return Trace(name="short", jobs=tuple(tj(i, g, i * 0.6, 2.0 + (i * 7 % 5), "ABCD"[i % 4])
                                           for i, g in enumerate(sizes)))
@@ -69,7 +69,8 @@ def handle(c: SlurmCluster) -> ClusterHandle:
 def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_filter: SlurmCluster, replay_db,
                                                                       tmp_path: Path):
     url, cluster, factors = replay_db
-    plan = plan_replay(short_trace(), seconds_per_hour=3600.0, estimate=parse_runtime_estimate("x2"),
+    # 1 trace second = 0.5 real seconds: about 20 s per arm
+    plan = plan_replay(short_trace(), seconds_per_hour=1800.0, estimate=parse_runtime_estimate("x2"),
                        nodes=len(slurm_filter.nodes), gpus_per_node=4)
     reports = run_arms(plan, cluster, handle(slurm_filter), db_url=url, work_dir=tmp_path / "replay",
                        factors=factors, settings=ArmSettings(locality_penalty=PENALTY, placer_interval_s=0.5),
@@ -97,7 +98,7 @@ def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_fil
             spans.sort()
             assert all(a[1] <= b[0] + 0.05 for a, b in zip(spans, spans[1:])), (g, spans)
         assert rep.predicted.metrics.jobs == 20
-        assert rep.real.makespan_s >= 12.0 and rep.real.avg_jct_s > 0
+        assert rep.real.makespan_s >= 11.4 and rep.real.avg_jct_s > 0  # the last job arrives at 11.4 s
     # the pal arm's jobs went through the placer: each has an applied placement on record
     from pal_slurm.db.engine import make_engine
     from pal_slurm.placer.audit import placements_for
