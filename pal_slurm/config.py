@@ -63,7 +63,10 @@ class JobClassConfig(_Section):
 
 
 class LoggingConfig(_Section):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """[logging]: how much `pal` logs to stderr (the journal, for the services) without -v or --debug."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="WARNING", description="applies from when a command reads the configuration; -v, -vv, --debug win")
 
 
 class ReportConfig(_Section):

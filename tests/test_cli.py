@@ -175,6 +175,23 @@ def test_invalid_config_is_one_line(runner: CliRunner, tmp_path: Path) -> None:
     ]
 
 
+def test_logging_level_from_config(runner: CliRunner, tmp_path: Path, sqlite_url: str, fleet_file: Path) -> None:
+    """[logging] level applies without -v/--debug; the flags win over it; the default stays WARNING."""
+    def import_log(level: str | None, *flags: str) -> str:
+        cfg = tmp_path / f"pal-{level}.toml"
+        cfg.write_text(f"[logging]\nlevel = '{level}'\n" if level else "")
+        result = runner.invoke(cli, ["--config", str(cfg), "--db", sqlite_url, *flags, "profile", "import",
+                                     str(fleet_file)])
+        assert result.exit_code == 0, result.output
+        return result.stderr
+
+    run(runner, sqlite_url, "db", "upgrade")
+    assert "pal: INFO:" in import_log("INFO")
+    assert "pal: INFO:" not in import_log(None)
+    assert "pal: INFO:" not in import_log("ERROR")
+    assert "pal: INFO:" in import_log("ERROR", "-v")
+
+
 def test_usage_error_exit_2(runner: CliRunner) -> None:
     assert runner.invoke(cli, ["report", "--format", "xml"]).exit_code == 2
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
@@ -16,6 +17,8 @@ class AppContext:
     config_path: str | None
     db_url: str | None
     debug: bool
+    #: Called once with the configuration when a command first reads it (main applies [logging] level).
+    on_config: Callable[[PalConfig], None] | None = field(default=None, repr=False)
     _cfg: PalConfig | None = field(default=None, repr=False)
     _engine: Engine | None = field(default=None, repr=False)
 
@@ -23,6 +26,8 @@ class AppContext:
     def cfg(self) -> PalConfig:
         if self._cfg is None:
             self._cfg = load_config(self.config_path, db_url=self.db_url)
+            if self.on_config is not None:
+                self.on_config(self._cfg)
         return self._cfg
 
     @property

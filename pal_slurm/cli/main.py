@@ -19,6 +19,7 @@ from pal_slurm.cli import slurm_cmd
 from pal_slurm.cli import agent_cmd, jobs_cmd
 from pal_slurm.cli import placer_cmd
 from pal_slurm.cli.context import AppContext
+from pal_slurm.config import PalConfig
 from pal_slurm.errors import PalError
 
 
@@ -56,6 +57,18 @@ class PalGroup(click.Group):
             raise PalFailure(f"{exc.strerror or exc}:{name}".rstrip(":")) from exc
 
 
+def _set_log_level(level: int) -> None:
+    logging.getLogger().setLevel(level)
+    # Alembic says "Context impl SQLiteImpl." at INFO each time the schema is checked (the
+    # placer checks it with every reload of the classes): only with -vv
+    logging.getLogger("alembic").setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
+
+
+def _configured_log_level(cfg: PalConfig) -> None:
+    """[logging] level, for a command run without -v or --debug (the flags win over the file)."""
+    _set_log_level(logging.getLevelNamesMapping()[cfg.logging.level])
+
+
 def _debug(ctx: click.Context) -> bool:
     obj = ctx.find_object(AppContext)
     return bool(obj and obj.debug)
@@ -80,12 +93,14 @@ def cli(ctx: click.Context, config_path: str | None, db_url: str | None, debug: 
       pal classify                        compute performance bins per GPU model
       pal report                          see the fleet's variability
     """
+    flagged = debug or verbose > 0
     level = logging.DEBUG if debug or verbose > 1 else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="pal: %(levelname)s: %(message)s", stream=sys.stderr, force=True)
-    # Alembic says "Context impl SQLiteImpl." at INFO each time the schema is checked (the
-    # placer checks it with every reload of the classes): only with -vv
-    logging.getLogger("alembic").setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
-    app = AppContext(config_path=config_path, db_url=db_url, debug=debug)
+    _set_log_level(level)
+    # Without -v/--debug, [logging] level applies from when the command reads the configuration:
+    # reading it here would make `pal CMD --help` fail on a broken file (AppContext loads it lazily)
+    app = AppContext(config_path=config_path, db_url=db_url, debug=debug,
+                     on_config=None if flagged else _configured_log_level)
     ctx.obj = app
     ctx.call_on_close(app.close)
 
