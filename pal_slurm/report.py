@@ -7,22 +7,12 @@ HTML renderers only format what `build_report` returns.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pal_slurm.classify import percentile_summary
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 
 REPORT_FORMAT = "pal-report/1"
-
-
-@dataclass(frozen=True)
-class OutlierNote:
-    uuid: str
-    node: str | None
-    perfvar: float
-    slowdown: float | None
-    recommendation: str
 
 
 def _group_item(model: str, benchmark: str, rows: Sequence[ResultRow], bins: Sequence[BinRow],

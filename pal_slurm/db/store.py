@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from pal_slurm.db.models import Benchmark, Gpu, Node, ProfileRun, utcnow
@@ -212,7 +212,3 @@ def load_group_runs(session: Session, *, models: Sequence[str] | None = None) ->
             grp = groups[(model, bench)] = GroupRuns(model=model, benchmark=bench, lower_is_better=lib, runs={})
         grp.runs.setdefault(uuid, []).append(score)
     return list(groups.values())
-
-
-def count_runs(session: Session) -> int:
-    return session.scalar(select(func.count()).select_from(ProfileRun)) or 0
