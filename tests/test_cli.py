@@ -73,7 +73,7 @@ def test_import_twice_adds_nothing(runner: CliRunner, sqlite_url: str, fleet_fil
                                         ("sgemm", "sgemm")])
 def test_import_each_artifact_format(runner: CliRunner, sqlite_url: str, name: str, bench: str) -> None:
     run(runner, sqlite_url, "db", "upgrade")
-    path = DATA / f"{name}-longhorn-agg.csv"
+    path = DATA / "artifact-csv" / f"{name}-longhorn-agg.csv"
     out = json.loads(run(runner, sqlite_url, "profile", "import", "--json", "--format", "pal-artifact",
                          "--benchmark", bench, "--model", "V100", str(path)).output)
     assert out[0]["added"] == out[0]["runs"] > 0 and out[0]["benchmarks"] == [bench]
@@ -96,7 +96,7 @@ def test_bad_row_names_file_and_line_and_imports_nothing(runner: CliRunner, sqli
 def test_artifact_format_needs_benchmark_and_model(runner: CliRunner, sqlite_url: str) -> None:
     run(runner, sqlite_url, "db", "upgrade")
     result = run(runner, sqlite_url, "profile", "import", "--format", "pal-artifact",
-                 str(DATA / "resnet-longhorn-agg.csv"), code=1)
+                 str(DATA / "artifact-csv" / "resnet-longhorn-agg.csv"), code=1)
     assert "--benchmark" in result.output and "--model" in result.output
 
 

@@ -1,8 +1,8 @@
 """Parsers for the PAL artifact CSVs and the pal-profile/1 JSON-lines format.
 
-Fixtures under tests/data/ carry the REAL header and real rows of each artifact file
-(PAL artifact, hal-uw/blox-pal branch `artifact`, MIT licensed), so only the test
-marked `artifact` needs the full data in ../shared.
+Fixtures under tests/data/artifact-csv/ carry the REAL header and real rows of each artifact
+file, picked for the parser's cases (PAL artifact, hal-uw/blox-pal branch `artifact`, MIT
+licensed), so only the test marked `artifact` needs the full data in ../shared.
 """
 
 from __future__ import annotations
@@ -23,17 +23,20 @@ from pal_slurm.ingest.jsonl import dump_jsonl, dump_record, parse_jsonl, run_key
 from pal_slurm.ingest.records import GpuInfo
 
 DATA = Path(__file__).parent / "data"
+#: The artifact CSV fixtures (tests/data/artifact-csv/README.md); the files keep the artifact's
+#: names because parse_file takes the benchmark from the name.
+CSV_DATA = DATA / "artifact-csv"
 REPO = Path(__file__).resolve().parent.parent
 V100 = "Tesla V100-SXM2-16GB"
 
 
 def csv_lines(name: str) -> list[str]:
-    with (DATA / name).open(encoding="utf-8", newline="") as f:
+    with (CSV_DATA / name).open(encoding="utf-8", newline="") as f:
         return f.readlines()
 
 
 def parse_fixture(bench: str) -> list:
-    return artifact_csv.parse_file(DATA / f"{bench}-longhorn-agg.csv", model=V100)
+    return artifact_csv.parse_file(CSV_DATA / f"{bench}-longhorn-agg.csv", model=V100)
 
 
 def utc(ts: int) -> datetime:
