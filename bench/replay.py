@@ -15,13 +15,18 @@ placer's latencies of about a second are then ~6 trace minutes, against average 
 hours). Slurm keeps time limits in whole minutes, so at k = 10 a limit is a multiple of 6
 trace hours; the simulator is given exactly the limits the jobs asked for.
 
+Before each arm, 32 whole-node jobs in two waves calibrate its latencies (dispatch; with
+pal-slurm also the hold and the placer's cycle, 0.5 s by default; end -> next start), and the
+simulator's prediction of the arm models them (--no-calibrate: an ideal scheduler).
+
 Each arm is one run, on the same trace, cluster, factors and compression. Prints per arm
 real and predicted average / median / p99 JCT, makespan and utilization (trace hours),
 the difference, and pal / slurm ratios; writes replay.json and one PNG per trace into --out.
 
 Usage: bench/replay.py [--trace workload-1.csv ...] [--nodes 16] [--gpus-per-node 4]
                        [--seconds-per-hour 10] [--lambda 1.7] [--estimate uniform:1:5:42]
-                       [--seed 42] [--jobs N] [--arms slurm,pal] [--out DIR] [--keep-cluster]
+                       [--seed 42] [--jobs N] [--arms slurm,pal] [--placer-interval 0.5]
+                       [--out DIR] [--keep-cluster] [--cluster-dir D --ctld-port P --node-port P]
 Run as root (it starts Slurm daemons and creates device files). Ctrl-C cancels the
 arm's jobs and leaves the cluster clean; the cluster is stopped at the end.
 """
