@@ -143,9 +143,13 @@ def test_ctrl_c_cancels_the_replays_jobs(slurm_cluster: SlurmCluster, tmp_path: 
     slurm_cluster.kill_switch.touch()
     script = tmp_path / "arm.py"
     script.write_text(textwrap.dedent(f"""
+        import signal
         import sys
         from pathlib import Path
         from pal_slurm.replay.harness import run_arm, ReplayInterrupted
+        # a terminal's Ctrl-C, even when the test run itself was started with SIGINT ignored
+        # (in the background of a non-interactive shell, as CI may)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from pal_slurm.replay.plan import plan_replay
         from pal_slurm.simulate.estimates import parse_runtime_estimate
         from pal_slurm.simulate.traces import Trace, TraceJob
@@ -175,7 +179,12 @@ def test_ctrl_c_cancels_the_replays_jobs(slurm_cluster: SlurmCluster, tmp_path: 
         proc.kill()
         pytest.fail(f"the replay's jobs did not start: {proc.communicate()[0]}")
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=90)
+    try:
+        out, _ = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        slurm_cluster.cancel(sorted(p.stem for p in records.glob("*.out")))
+        pytest.fail(f"the replay did not stop within 90 s of SIGINT: {proc.communicate()[0]}")
     assert proc.returncode == 130, out
     assert "interrupted: cancelled" in out
     doc = json.loads(slurm_cluster.run(["squeue", "--all", "--json"]).stdout)
