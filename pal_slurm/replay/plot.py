@@ -12,6 +12,7 @@ import numpy as np
 
 from pal_slurm.errors import PalError
 from pal_slurm.replay.experiment import ArmReport
+from pal_slurm.replay.plan import ReplayPlan
 
 _COLOURS = {"slurm": "#1f77b4", "pal": "#d62728"}
 
@@ -64,7 +65,8 @@ def write_replay_plot(path: Path, trace: str, reports: Sequence[ArmReport], *, s
         raise PalError(f"cannot write the plot to {path}: {exc.strerror or exc}") from exc
 
 
-def _plan_of(rep: ArmReport):  # noqa: ANN202 - the plan the report was measured with
+def _plan_of(rep: ArmReport) -> ReplayPlan:
+    """The plan the arm was measured with (its outcomes are in that plan's trace seconds)."""
     if rep.plan is None:
         raise PalError(f"arm {rep.arm}: no plan recorded")
     return rep.plan
