@@ -58,3 +58,25 @@ def test_filter_holds_through_begin_time_not_priority_zero() -> None:
     text = FILTER.read_text()
     assert "changes.begin_time" in text
     assert "changes.priority" not in text and "job_desc.priority =" not in text
+
+
+def test_the_filters_slot_type_rule_is_the_python_one() -> None:
+    """job_submit.lua keeps a copy of the `<model>_g<minor>` rule (Lua cannot import ours):
+    on names that are slot types, near misses and bare model types, both must agree."""
+    from pal_slurm.slurm.gresconf import is_slot_type, slot_of_type, slot_type
+
+    names = [slot_type("Tesla V100-SXM2-16GB", 0), slot_type("NVIDIA A100-SXM4-80GB", 12), "rtx3090ti_g3",
+             "x_g1_g2", "v100", "g0", "_g0", "v100_g", "v100_gx1", "v100_g1a", "v100-g1", "h100_G0", "a_g007"]
+    chunk = ("slurm = {log_info=function() end, log_error=function() end, log_debug=function() end, "
+             "user_msg=function() end, SUCCESS=0, ERROR=-1}; PAL_FILTER_TEST = true; "
+             f"local pal = dofile({str(FILTER)!r}); "
+             "for _, n in ipairs(arg) do print(n .. '=' .. tostring(pal.is_slot_type(n))) end")
+    result = subprocess.run([_tool("lua5.1"), "-", *names], input=chunk, capture_output=True, text=True,
+                            timeout=60, cwd=REPO, check=False)
+    assert result.returncode == 0, result.stderr
+    lua = dict(line.split("=", 1) for line in result.stdout.split())
+    for name in names:
+        want = slot_of_type(name) is not None
+        assert is_slot_type(name) is want, name
+        assert lua[name] == str(want).lower(), f"{name}: Lua says {lua[name]}, Python {want}"
+    assert slot_of_type("a_g007") == 7 and slot_of_type("x_g1_g2") == 2

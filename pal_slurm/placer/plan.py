@@ -32,6 +32,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from pal_slurm.placement.model import Cluster, GpuRef, JobRequest
 from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.slurm.gresconf import natural_key as _natural
 from pal_slurm.slurm.gresconf import slot_of_type
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 from pal_slurm.slurm.tres import (
@@ -313,11 +314,6 @@ def promised_slots(jobs: Iterable[SlurmJob]) -> set[tuple[str, str]]:
         for node in expand_nodes(job.required_nodes):
             out |= {(node, t) for t in types}
     return out
-
-
-@lru_cache(maxsize=65536)
-def _natural(name: str) -> tuple[object, ...]:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +51,8 @@ MODEL_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 _VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro|amd|radeon|instinct)\b")
 _MAX_TOKEN = 32
-_SLOT_SUFFIX = re.compile(r"_g\d+$")
+#: the one definition of a slot type, `<model token>_g<minor>`; job_submit.lua's
+#: pal.is_slot_type is a copy, checked against this by tests/test_lua_filter.py
 _SLOT = re.compile(r"^(?P<model>.+)_g(?P<minor>\d+)$")
 _ATTR_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _ATTR_VALUE = re.compile(r"[^\s#]+")
@@ -88,7 +90,7 @@ def slot_type(model: str, minor: int) -> str:
 
 
 def is_slot_type(gres_type: str) -> bool:
-    return bool(_SLOT_SUFFIX.search(gres_type))
+    return _SLOT.match(gres_type) is not None
 
 
 def slot_of_type(gres_type: str | None) -> int | None:
@@ -239,11 +241,13 @@ def validate(inv: Inventory, *, source: str | None = None) -> Inventory:
         for g in node.gpus:
             g.token  # noqa: B018 - raises InputError for a model name without a usable token
         nodes.append(InventoryNode(node.name, tuple(sorted(node.gpus, key=lambda g: g.minor)), node.attributes))
-    return Inventory(nodes=tuple(sorted(nodes, key=lambda n: _natural_key(n.name))))
+    return Inventory(nodes=tuple(sorted(nodes, key=lambda n: natural_key(n.name))))
 
 
-def _natural_key(name: str) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+@lru_cache(maxsize=65536)
+def natural_key(name: str) -> tuple[object, ...]:
+    """Node names in the order people (and Slurm's hostlists) count them: n2 before n10."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 # ---------------------------------------------------------------- generation

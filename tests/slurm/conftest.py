@@ -61,7 +61,8 @@ def lua_string(value: str) -> str:
 
 def filter_state_lua(mode: str, heartbeat: int, rules: Iterable[Mapping[str, Any]], *,
                      stale_after: int = 30, models: Sequence[str] = ("v100",), hold_s: int | None = None) -> str:
-    """The filter state file of the contract (docs: /work/notes/slurm-contract.md)."""
+    """The filter state file the placer writes (its contract: docs/admin-guide.md, "slurm.conf, job_submit.lua,
+    plugstack.conf")."""
     rule_lines = []
     for rule in rules:
         parts = [f"{k} = {lua_string(str(v))}" for k, v in rule.items() if v is not None]
