@@ -224,3 +224,30 @@ def test_the_placer_refuses_a_mistyped_sqlite_url_and_creates_nothing(runner: Cl
     result = runner.invoke(cli, ["--db", url, "placer", "--once", "--state-file", str(tmp_path / "state.lua")])
     assert result.exit_code == 1 and "no database at" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "typo").exists() and not (tmp_path / "state.lua").exists()
+
+
+def test_a_reader_that_goes_away_ends_pal_quietly_with_141(monkeypatch, tmp_path: Path, capsys) -> None:
+    """`pal ... | head`: no "pal: error: Broken pipe", exit 128 + SIGPIPE, as Unix tools do."""
+    import sys
+
+    class GoneReader:
+        """stdout whose reader has closed the pipe (what `head` leaves behind)."""
+
+        def __init__(self) -> None:
+            self._file = open(tmp_path / "stdout", "w")  # noqa: SIM115 - a real fd to point at /dev/null
+
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            pass
+
+        def fileno(self) -> int:
+            return self._file.fileno()
+
+        def isatty(self) -> bool:
+            return False
+
+    monkeypatch.setattr(sys, "stdout", GoneReader())
+    assert main(["db", "sql", "--dialect", "postgresql"]) == 141
+    assert capsys.readouterr().err == ""

@@ -7,6 +7,7 @@ code 1; usage errors exit 2 (click); tracebacks only with --debug.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -40,6 +41,10 @@ class PalGroup(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:
+            # `pal ... | head`: the reader has gone; end quietly as Unix tools do (128 + SIGPIPE)
+            _silence_stdout()
+            raise click.exceptions.Exit(EXIT_BROKEN_PIPE) from None
         except PalError as exc:
             if _debug(ctx):
                 raise
@@ -55,6 +60,18 @@ class PalGroup(click.Group):
                 raise
             name = f" {exc.filename}" if getattr(exc, "filename", None) else ""
             raise PalFailure(f"{exc.strerror or exc}:{name}".rstrip(":")) from exc
+
+
+EXIT_BROKEN_PIPE = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing what is left at exit raises nothing more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _set_log_level(level: int) -> None:
@@ -123,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("pal: interrupted", err=True)
         return 130
     except BrokenPipeError:
-        sys.stderr.close()
-        return 1
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except Exception as exc:  # a bug: one line unless --debug asked for the traceback
