@@ -213,6 +213,8 @@ def load_config(
             raise ConfigError(f"{file}: is a directory, not a configuration file") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{file}: invalid TOML: {exc}") from exc
+        except UnicodeDecodeError as exc:  # a binary file, or another encoding: TOML is UTF-8
+            raise ConfigError(f"{file}: not a TOML file (byte {exc.start} is not UTF-8 text)") from exc
     url = db_url or env.get("PAL_DB_URL") or None
     if url:
         data.setdefault("database", {})

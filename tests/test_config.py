@@ -73,3 +73,10 @@ def test_secrets_masked() -> None:
     assert mask_url("mysql+pymysql://pal:hunter2@db:3306/pal") == "mysql+pymysql://pal:***@db:3306/pal"
     cfg = load_config(None, db_url="postgresql+psycopg://u:hunter2@h/d", env={})
     assert "hunter2" not in repr(config_as_dict(cfg))
+
+
+def test_a_binary_config_file_is_one_line_not_an_internal_error(tmp_path: Path) -> None:
+    f = tmp_path / "pal.toml"
+    f.write_bytes(b"[database]\n\xfa\xfb\x00\x01")
+    with pytest.raises(ConfigError, match=r"pal\.toml: not a TOML file \(byte 11 is not UTF-8 text\)$"):
+        load_config(f, env={})

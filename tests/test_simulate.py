@@ -137,6 +137,14 @@ def _profiles(tmp_path: Path) -> Path:
     return d
 
 
+def test_a_cluster_too_large_to_simulate_is_refused_at_once(tmp_path: Path) -> None:
+    trace = _philly(tmp_path, ["0,1,0,100,resnet50"])
+    res = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--variability", str(_profiles(tmp_path)),
+                                   "--cluster", "100000x8"])
+    assert res.exit_code == 2
+    assert "'100000x8': 800,000 GPUs; the simulator takes at most 16,384" in res.output
+
+
 def test_cli_json_and_bad_input(tmp_path: Path) -> None:
     runner = CliRunner()
     trace = _philly(tmp_path, ["0,1,0,100,resnet50", "1,2,5,50,BERT", "2,4,20,10,vgg19"])

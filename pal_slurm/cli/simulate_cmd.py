@@ -14,10 +14,18 @@ from pal_slurm.cli.render import Column, console, emit_json, emit_rows
 from pal_slurm.errors import InputError
 
 
+#: the largest simulated cluster: 4x the 4,096 GPUs the 100,000-job speed target is set on
+#: (bench/sim_speed.py); beyond it a run takes hours and most of its memory is the cluster
+MAX_SIM_GPUS = 16384
+
+
 def _cluster(value: str) -> tuple[int, int]:
     m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", value)
     if not m or int(m[1]) < 1 or int(m[2]) < 1:
         raise click.BadParameter(f"{value!r}: expected NODESxGPUS, e.g. 16x4")
+    if int(m[1]) * int(m[2]) > MAX_SIM_GPUS:
+        raise click.BadParameter(f"{value!r}: {int(m[1]) * int(m[2]):,} GPUs; the simulator takes at most "
+                                 f"{MAX_SIM_GPUS:,} (docs/simulation.md)")
     return int(m[1]), int(m[2])
 
 
