@@ -452,3 +452,15 @@ def test_jsonl_nulls_and_unknown_keys_are_accepted() -> None:
     line = _with(duration_s=None, gpu__node=None, extra={"x": [1]}, source=None, gpu__future=3)
     (r,) = parse_jsonl([line], source_file="ok")
     assert r.duration_s is None and r.gpu.node is None and r.source == "pal-profiler"
+
+
+def test_a_csv_imported_as_json_lines_gets_a_hint() -> None:
+    from pal_slurm.errors import InputError
+    from pal_slurm.ingest.jsonl import parse_jsonl
+
+    with pytest.raises(InputError, match=r"^resnet-longhorn-agg\.csv:1: invalid JSON: .*; a CSV file\? the PAL "
+                                         r"artifact's CSVs need --format pal-artifact"):
+        parse_jsonl(["uuid,perf,cabinet", "GPU-1,1.0,c001"], source_file="resnet-longhorn-agg.csv")
+    with pytest.raises(InputError) as err:
+        parse_jsonl(["{not json"], source_file="runs.jsonl")
+    assert "CSV" not in str(err.value)

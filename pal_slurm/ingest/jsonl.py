@@ -212,6 +212,13 @@ def _decode(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
 
 
+def _csv_hint(text: str, source_file: str) -> str:
+    """What to do when the file is the PAL artifact's CSV, imported as JSON lines by default."""
+    if source_file.lower().endswith(".csv") or ("," in text and not text.lstrip().startswith(("{", "["))):
+        return "; a CSV file? the PAL artifact's CSVs need --format pal-artifact (docs/import-formats.md)"
+    return ""
+
+
 def parse_jsonl(lines: Iterable[str], *, source_file: str) -> list[ProfileRecord]:
     """Parse pal-profile/1 JSON lines into records, in file order.
 
@@ -231,7 +238,8 @@ def parse_jsonl(lines: Iterable[str], *, source_file: str) -> list[ProfileRecord
             raise InputError(f"invalid JSON object: {exc}", source=source_file, line=lineno) from None
         except json.JSONDecodeError as exc:
             raise InputError(
-                f"invalid JSON: {exc.msg} (column {exc.colno})", source=source_file, line=lineno
+                f"invalid JSON: {exc.msg} (column {exc.colno}){_csv_hint(text, source_file)}", source=source_file,
+                line=lineno
             ) from None
         except (ValueError, RecursionError) as exc:
             raise InputError(f"invalid JSON: {exc}", source=source_file, line=lineno) from None
