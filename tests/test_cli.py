@@ -74,9 +74,20 @@ def test_import_twice_adds_nothing(runner: CliRunner, sqlite_url: str, fleet_fil
 def test_import_each_artifact_format(runner: CliRunner, sqlite_url: str, name: str, bench: str) -> None:
     run(runner, sqlite_url, "db", "upgrade")
     path = DATA / "artifact-csv" / f"{name}-longhorn-agg.csv"
-    out = json.loads(run(runner, sqlite_url, "profile", "import", "--json", "--format", "pal-artifact",
-                         "--benchmark", bench, "--model", "V100", str(path)).output)
+    result = run(runner, sqlite_url, "profile", "import", "--json", "--format", "pal-artifact",
+                 "--benchmark", bench, "--model", "V100", str(path))
+    out = json.loads(result.stdout)
     assert out[0]["added"] == out[0]["runs"] > 0 and out[0]["benchmarks"] == [bench]
+    # sgemm is measured by no default job class: stored, and said so
+    assert ("is used by no job class" in result.stderr) is (bench == "sgemm")
+
+
+def test_a_misspelt_benchmark_is_warned_about(runner: CliRunner, sqlite_url: str) -> None:
+    run(runner, sqlite_url, "db", "upgrade")
+    result = run(runner, sqlite_url, "profile", "import", "--format", "pal-artifact", "--benchmark", "resnt50",
+                 "--model", "V100", str(DATA / "artifact-csv" / "resnet-longhorn-agg.csv"))
+    assert "pal: warning: benchmark 'resnt50' is used by no job class ([job_classes] use bert, pagerank, " \
+           "resnet50)" in result.stderr
 
 
 def test_bad_row_names_file_and_line_and_imports_nothing(runner: CliRunner, sqlite_url: str, fleet_file: Path,

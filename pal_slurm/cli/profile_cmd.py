@@ -37,6 +37,12 @@ def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str |
     from pal_slurm.services import import_files
 
     done = import_files(app.engine, list(files), fmt, benchmark=benchmark, model=model, unit=unit)  # type: ignore[arg-type]
+    used = {jc.benchmark for jc in app.cfg.job_classes.values()}
+    for name in sorted({b for d in done for b in d.result.benchmarks} - used):
+        # a misspelt --benchmark stores runs that no class reads: say so (they are kept; a
+        # [job_classes] entry naming the benchmark makes them count)
+        click.echo(f"pal: warning: benchmark {name!r} is used by no job class ([job_classes] use "
+                   f"{', '.join(sorted(used))}); its runs are stored but place nothing", err=True)
     if as_json:
         emit_json([{"file": d.path, "runs": d.result.records, "added": d.result.added,
                     "already_present": d.result.already_present, "new_gpus": d.result.new_gpus,
