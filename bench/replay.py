@@ -168,6 +168,9 @@ def main() -> int:
     except ReplayInterrupted as exc:
         print(f"bench/replay.py: {exc}", file=sys.stderr)
         rc = 130
+    except PalError as exc:  # a cluster that is busy or too small, a Slurm failure mid-arm: one line
+        print(f"bench/replay.py: error: {exc}", file=sys.stderr)
+        rc = 1
     finally:
         (out / "replay.json").write_text(json.dumps(summary, indent=1, default=_json_default))
         if not args.keep_cluster:

@@ -46,6 +46,10 @@ _FAILED = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMO
 #: how long a COMPLETED job's record may take to appear (file written just before exit)
 _RECORD_GRACE_S = 5.0
 OVERRUN = 3.0
+#: pending reasons no wait cures (the job asks for more than the partition has); a short
+#: grace, as the placer may hold a NodeList for a moment before it restores a request
+_NEVER_STARTS = frozenset({"PartitionNodeLimit", "PartitionConfig", "BadConstraints"})
+_NEVER_STARTS_GRACE_S = 20.0
 
 
 class ReplayInterrupted(PalError):
@@ -62,6 +66,7 @@ class Tracked:
     record: dict[str, Any] | None = None
     failure: str | None = None
     completed_seen: float | None = None
+    stuck_since: float | None = None  # first seen pending for a reason it cannot outwait
 
 
 @dataclass
@@ -194,6 +199,12 @@ def run_arm(plan: ReplayPlan, *, arm: str, work_dir: Path, factors: Mapping[str,
             cancelled = cancel_all([t.slurm_id for t in run.jobs if t.slurm_id], env)
             raise ReplayInterrupted(f"replay arm {arm!r} interrupted: cancelled {cancelled} of its "
                                     f"{len(run.jobs)} submitted jobs; no result") from None
+        except Exception as exc:
+            # sbatch refused a job, slurmctld went away, ...: the arm has no result, and the
+            # jobs it already submitted must not run on unwatched (nobody stuck, nothing left)
+            cancelled = cancel_all([t.slurm_id for t in run.jobs if t.slurm_id], env, wait_s=10.0)
+            raise PalError(f"replay arm {arm!r} stopped after {len(run.jobs)} of {len(plan.jobs)} submissions "
+                           f"({exc}); cancelled {cancelled} submitted jobs; no result") from exc
     _read_records(records, by_trace)
     run.wall_s = time.time() - run.t0
     for t in run.jobs:
@@ -250,6 +261,13 @@ def _check_slurm(run: ArmRun, env: Mapping[str, str] | None, now: float) -> None
             continue
         if job.start_time and t.started_at is None and job.state != "PENDING":
             t.started_at = job.start_time
+        if job.state == "PENDING" and job.state_reason in _NEVER_STARTS:
+            t.stuck_since = t.stuck_since or now
+            if now - t.stuck_since > _NEVER_STARTS_GRACE_S:
+                t.failure = f"can never start here (pending: {job.state_reason}); cancelled"
+                cancel_all([sid], env)
+            continue
+        t.stuck_since = None
         if job.state in _FAILED:
             t.failure = f"ended {job.state} ({job.state_reason or 'no reason given'}) without finishing its work"
         elif job.state == "COMPLETED":
@@ -266,7 +284,10 @@ def cancel_all(job_ids: Sequence[str], env: Mapping[str, str] | None, wait_s: fl
     """scancel the jobs (argument lists, in batches) and wait until none is pending or running."""
     ids = [j for j in job_ids if j]
     for i in range(0, len(ids), 200):
-        run_command(["scancel", *ids[i:i + 200]], timeout=60, env=env, check=False)
+        try:
+            run_command(["scancel", *ids[i:i + 200]], timeout=60, env=env, check=False)
+        except SlurmError as exc:  # slurmctld gone: say which jobs may be left, never hide the cause
+            log.error("scancel %s failed (%s): cancel them by hand", " ".join(ids[i:i + 200]), exc)
     deadline = time.time() + wait_s
     while ids and time.time() < deadline:
         try:

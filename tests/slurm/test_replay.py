@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -190,5 +191,48 @@ def test_ctrl_c_cancels_the_replays_jobs(slurm_cluster: SlurmCluster, tmp_path: 
     doc = json.loads(slurm_cluster.run(["squeue", "--all", "--json"]).stdout)
     mine = [j for j in doc["jobs"] if str(j.get("name", "")).startswith("replay-")
             and str(j.get("job_id")) in ids]
+    assert {str(j["job_id"]) for j in mine} == set(ids), "Slurm should still list the cancelled jobs (MinJobAge)"
     states = {str(j["job_id"]): j["job_state"] for j in mine}
     assert all(("CANCELLED" in s) if isinstance(s, list) else s == "CANCELLED" for s in states.values()), states
+
+
+def test_a_submission_slurm_refuses_stops_the_arm_and_cancels_what_it_submitted(slurm_cluster: SlurmCluster,
+                                                                             tmp_path: Path):
+    from dataclasses import replace
+
+    from pal_slurm.errors import PalError
+
+    trace = Trace(name="refused", jobs=(tj(0, 1, 0.0, 300.0, "D"), tj(1, 1, 1.0, 300.0, "D")))
+    plan = plan_replay(trace, seconds_per_hour=3600.0, estimate=parse_runtime_estimate("x1"),
+                       nodes=len(slurm_cluster.nodes), gpus_per_node=4)
+    # the second job asks for 99 GPUs on a node: sbatch refuses it at submit
+    plan = replace(plan, jobs=(plan.jobs[0], replace(plan.jobs[1], gpus_per_node=99)))
+    factors = {n: {str(m): {"D": 1.0} for m in range(4)} for n in slurm_cluster.nodes}
+    slurm_cluster.kill_switch.touch()
+    with pytest.raises(PalError, match=r"replay arm 'slurm' stopped after 1 of 2 submissions \(sbatch.*\); "
+                                       r"cancelled 1 submitted jobs; no result"):
+        run_arm(plan, arm="slurm", work_dir=tmp_path, factors=factors, locality_penalty=PENALTY,
+                env=slurm_cluster.env)
+    doc = json.loads(slurm_cluster.run(["squeue", "--all", "--json"]).stdout)
+    newest = max((j for j in doc["jobs"] if j.get("name") == "replay-0"), key=lambda j: int(j["job_id"]))
+    state = newest["job_state"]
+    assert ("CANCELLED" in state) if isinstance(state, list) else state == "CANCELLED", state
+
+
+def test_a_job_that_can_never_start_is_cancelled_and_reported(slurm_cluster: SlurmCluster, tmp_path: Path):
+    from dataclasses import replace
+
+    trace = Trace(name="never", jobs=(tj(0, 1, 0.0, 5.0, "D"),))
+    plan = plan_replay(trace, seconds_per_hour=3600.0, estimate=parse_runtime_estimate("x1"),
+                       nodes=len(slurm_cluster.nodes), gpus_per_node=4)
+    # more nodes than the partition: sbatch takes it, Slurm pends it for ever (PartitionConfig on 22.05)
+    plan = replace(plan, jobs=(replace(plan.jobs[0], nodes=99),))
+    factors = {n: {str(m): {"D": 1.0} for m in range(4)} for n in slurm_cluster.nodes}
+    slurm_cluster.kill_switch.touch()
+    t0 = time.time()
+    run = run_arm(plan, arm="slurm", work_dir=tmp_path, factors=factors, locality_penalty=PENALTY,
+                  env=slurm_cluster.env, squeue_every_s=1.0)
+    slurm_cluster.submitted.append(run.jobs[0].slurm_id)
+    assert time.time() - t0 < 90
+    assert not run.complete
+    assert re.search(r"can never start here \(pending: Partition(Config|NodeLimit)\); cancelled", run.problems[0])
