@@ -176,6 +176,30 @@ class SlurmCluster:
         if ids:
             self.run(["scancel", *ids], check=False)
 
+    def cancel_leftovers(self, older_than_s: float = 300.0) -> None:
+        """Cancel jobs an earlier, interrupted test session left queued (submitted over
+        `older_than_s` ago: a session running alongside submits only short-lived jobs), and say so;
+        a leftover pending job would otherwise hold GPUs or block a test that needs an idle cluster."""
+        out = self.run(["squeue", "--all", "--noheader", "--format=%i %V"], check=False).stdout
+        now = time.time()
+        old = []
+        for line in out.splitlines():
+            jobid, _, submitted = line.strip().partition(" ")
+            try:
+                age = now - time.mktime(time.strptime(submitted.strip(), "%Y-%m-%dT%H:%M:%S"))
+            except ValueError:
+                continue
+            if age > older_than_s:
+                old.append(jobid)
+        if old:
+            print(f"slurm test cluster: cancelling {len(old)} jobs left from an earlier session: {' '.join(old)}",
+                  file=sys.stderr)
+            self.cancel(old)
+            deadline = time.time() + 60
+            while time.time() < deadline and set(old) & set(
+                    self.run(["squeue", "--all", "--noheader", "--format=%i"], check=False).stdout.split()):
+                time.sleep(0.5)
+
     # ------------------------------------------------------------ the submit filter
     @property
     def filter_state(self) -> Path:
@@ -220,6 +244,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     cluster = SlurmCluster(dir=directory, env=cluster_env, conf_dir=directory / "etc",
                            nodes=re.findall(r"^NodeName=(\S+)", nodes_conf, flags=re.MULTILINE))
     cluster.out_dir.mkdir(exist_ok=True)
+    cluster.cancel_leftovers()
     saved = {k: os.environ.get(k) for k in cluster_env}
     os.environ.update(cluster_env)
     try:
