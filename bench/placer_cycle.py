@@ -340,7 +340,7 @@ class StaticFactors:
 
 
 def database(tmp: Path, use_db: bool) -> tuple[AuditSink, Callable[[Sequence[SlurmJob]], None] | None]:
-    """The audit sink and the job-identity recorder as `pal placer` wires them (cli/placer_cmd.py),
+    """The audit sink and the job-identity recorder as `pal placer` wires them (placer/service.py),
     on a fresh SQLite database; none of either with --no-audit-db."""
     if not use_db:
         return AuditSink(None), None

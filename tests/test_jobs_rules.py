@@ -208,3 +208,36 @@ def test_job_submit_lua_matches_like_resolve(tmp_path: Path) -> None:
         else:
             expected.append(("auto", "default"))  # the filter leaves unknown jobs to the daemon
     assert got == expected
+
+
+def test_the_placer_keeps_its_last_class_rules_while_the_database_is_down(tmp_path: Path):
+    """placer/service.ClassRules: rules reloaded every refresh; a failed reload keeps the last
+    table (placement goes on with what it knew), and before any table the default class."""
+    from types import SimpleNamespace
+
+    from pal_slurm.db.migrate import upgrade
+    from pal_slurm.jobs.store import add_rule
+    from pal_slurm.placer.service import ClassRules
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'pal.db'}")
+    upgrade(engine)
+    with session_scope(engine) as session:
+        add_rule(session, "A", ["A", "B", "C", "D"], user="alice")
+    now = [0.0]
+    up = [True]
+
+    def get_engine():
+        if not up[0]:
+            raise OSError("database down")
+        return engine
+
+    job = SimpleNamespace(user="alice", name="train", command="/bin/true", account=None, partition="gpu")
+    down_from_start = ClassRules(lambda: (_ for _ in ()).throw(OSError("down")), 60.0, "D", clock=lambda: now[0])
+    assert down_from_start.resolve(job) == ("D", "default")
+    rules = ClassRules(get_engine, 60.0, "D", clock=lambda: now[0])
+    first = rules.resolve(job)
+    assert first[0] == "A"
+    up[0] = False
+    now[0] = 120.0  # past the refresh: the reload fails, the last table stays
+    assert rules.resolve(job) == first
+    assert rules.filter_rules() and rules.filter_rules()[0]["class"] == "A"

@@ -2,82 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-import signal
-import threading
-import time
-from typing import Any
-
 import click
 
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option
-
-log = logging.getLogger(__name__)
-
-
-def build_placer(app: AppContext, mode: str | None = None, policy: str | None = None,
-                 state_file: str | None = None):  # type: ignore[no-untyped-def]
-    """A Placer wired to the configured backend, database and class rules."""
-    from pal_slurm.placer.audit import AuditSink
-    from pal_slurm.placer.daemon import Placer
-    from pal_slurm.placer.factors import FactorCache
-    from pal_slurm.slurm.backend import make_backend
-
-    cfg = app.cfg
-    pc = cfg.placer.model_copy(update={k: v for k, v in
-                                       {"mode": mode, "policy": policy, "state_file": state_file}.items() if v})
-    backend = make_backend(pc.slurm_backend, rest_url=pc.rest_url, rest_api=pc.rest_api,
-                           timeout=pc.command_timeout_s)
-    factors = FactorCache(lambda: app.engine, refresh_s=pc.classes_refresh_s, classes=list(cfg.job_classes))
-    audit = AuditSink(lambda: app.engine)
-    table_cache: dict[str, Any] = {"at": 0.0, "table": None}
-
-    def class_table():  # type: ignore[no-untyped-def]
-        from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.rules import load_class_table
-
-        if table_cache["table"] is None or time.time() - table_cache["at"] > pc.classes_refresh_s:
-            try:
-                with session_scope(app.engine) as session:
-                    table_cache["table"] = load_class_table(session)
-                table_cache["at"] = time.time()
-            except Exception as exc:  # noqa: BLE001 - keep the last table when the database is down
-                log.warning("class rules not reloaded: %s", str(exc).splitlines()[0][:200])
-                table_cache["at"] = time.time()
-        return table_cache["table"]
-
-    def resolve(job):  # type: ignore[no-untyped-def]
-        from pal_slurm.jobs.rules import resolve_class
-
-        table = class_table()
-        if table is None:
-            return cfg.jobs.default_class, "default"
-        return resolve_class(table, job.user, job.name, job.command, job.account, job.partition,
-                             default=cfg.jobs.default_class)
-
-    def rules():  # type: ignore[no-untyped-def]
-        from pal_slurm.jobs.rules import filter_rules
-
-        table = class_table()
-        return [] if table is None else filter_rules(table)
-
-    def identities(jobs):  # type: ignore[no-untyped-def]
-        from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.store import record_identities
-
-        with session_scope(app.engine) as session:
-            record_identities(session, [(j.job_id, j.user, j.name, j.command) for j in jobs])
-
-    def history() -> dict[str, float]:
-        from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.store import learned_runtimes
-
-        with session_scope(app.engine) as session:
-            return learned_runtimes(session, history=cfg.jobs.history)
-
-    return Placer(backend, pc, factors, audit, classes=list(cfg.job_classes), resolve_class=resolve, rules=rules,
-                  identities=identities, history=history)
 
 
 @click.group(invoke_without_command=True)
@@ -105,9 +33,10 @@ def placer(ctx: click.Context, once: bool, mode: str | None, policy: str | None,
     app = ctx.find_object(AppContext)
     assert app is not None
     from pal_slurm.placer.daemon import tune_gc
+    from pal_slurm.placer.service import build_placer, run_forever
 
     app.engine  # noqa: B018 - a mistyped SQLite URL stops the daemon here, with the path, before it holds anything
-    p = build_placer(app, mode, policy, state_file)
+    p = build_placer(app.cfg, lambda: app.engine, mode=mode, policy=policy, state_file=state_file)
     tune_gc()
     if once:
         report = p.cycle()
@@ -118,61 +47,6 @@ def placer(ctx: click.Context, once: bool, mode: str | None, policy: str | None,
             click.echo(" ".join(f"{k}={len(v) if isinstance(v, list) else v}" for k, v in d.items()))
         return
     run_forever(p, interval or p.cfg.interval_s)
-
-
-def run_forever(p: Any, interval: float) -> None:
-    """The service loop: cycles, watchdog pings, signals; transient Slurm failures are retried."""
-    from pal_slurm.errors import SlurmUnavailable
-    from pal_slurm.systemd_notify import Notifier
-
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: Any) -> None:
-        log.warning("signal %d: releasing held jobs and stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    notify = Notifier()
-    failures = 0
-    try:
-        # the heartbeat first, before any Slurm or database read: a restart leaves no window
-        # in which the filter lets GPU jobs through unheld (see Placer.publish, grace_s)
-        p.publish()
-    except OSError as exc:
-        log.error("filter state not written at start: %s", exc)
-    notify.ready("placing")
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            report = p.cycle()
-            failures = 0
-            notify.status(f"held {report.held}, placed {len(report.placed)}, waiting {len(report.waiting)}")
-            if report.changed:
-                log.info("cycle: %s", report.line())
-        except SlurmUnavailable as exc:
-            failures += 1
-            log.warning("Slurm unavailable (%d in a row): %s", failures, exc)
-            notify.status(f"Slurm unavailable: {exc}")
-        except Exception as exc:
-            failures += 1
-            log.exception("cycle failed (%d in a row)", failures)
-            if failures >= 5:
-                # something is persistently wrong: fail open rather than keep jobs held
-                _release(p, f"placer failing ({exc})"[:200])
-        notify.watchdog()
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
-    notify.stopping()
-    released = _release(p, "placer stopped", grace_s=p.cfg.restart_grace_s)
-    log.warning("stopped; released %d held job(s)", len(released))
-
-
-def _release(p: Any, why: str, grace_s: int = 0) -> list[str]:
-    try:
-        return p.release_all(why, grace_s=grace_s)
-    except Exception as exc:  # noqa: BLE001
-        log.error("release on stop failed: %s (the fail-safe timer will retry)", exc)
-        return []
 
 
 @placer.command("release-stale")
@@ -195,15 +69,11 @@ def release_stale(app: AppContext, max_age: float | None, force: bool, grace: bo
     database; needs only the Slurm commands. Without systemd, run it from cron every minute:
       * * * * * root PAL_CONFIG=/etc/pal/pal.toml /usr/local/bin/pal placer release-stale
     """
-    from pal_slurm.slurm.filter_state import heartbeat_age
+    from pal_slurm.placer.service import build_placer, release_stale as fail_safe
 
-    p = build_placer(app, state_file=state_file)
-    limit = max_age if max_age is not None else p.cfg.stale_after_s
-    age = heartbeat_age(p.cfg.state_file)
-    stale = force or age is None or age > limit
-    released = p.release_all("placer heartbeat stale; released by the fail-safe",
-                             grace_s=p.cfg.restart_grace_s if grace else 0) if stale else []
-    out = {"heartbeat_age_s": None if age is None else round(age, 1), "stale": stale, "released": released}
+    out = fail_safe(build_placer(app.cfg, lambda: app.engine, state_file=state_file), max_age=max_age, force=force,
+                    grace=grace)
+    age, stale, released = out["heartbeat_age_s"], out["stale"], out["released"]
     if as_json:
         emit_json(out)
     else:

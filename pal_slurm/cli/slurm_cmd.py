@@ -11,6 +11,7 @@ from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import Column, emit_json, emit_rows
 from pal_slurm.errors import InputError
 from pal_slurm.slurm import gresconf
+from pal_slurm.slurm.backend import read_node_gres
 
 
 @click.group()
@@ -31,26 +32,12 @@ def read_inventory_file(path: Path) -> gresconf.Inventory:
 
 def read_inventory_db(app: AppContext) -> gresconf.Inventory:
     """GPUs the database knows as present, with their node and minor number."""
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
+    from pal_slurm.db.inventory_store import present_gpus
 
-    from pal_slurm.db.models import Gpu, Node
-
-    stmt = (select(Node.name, Gpu.minor_number, Gpu.model, Gpu.uuid).join(Gpu.node)
-            .where(Gpu.state == "present").order_by(Node.name, Gpu.minor_number))
-    with Session(app.engine) as session:
-        rows = [gresconf.GpuRow(node=r[0], minor=r[1], model=r[2], uuid=r[3]) for r in session.execute(stmt)]
+    rows = present_gpus(app.engine)
     if not rows:
         raise InputError("the database knows no GPUs on any node; run the agent on the nodes or pass --inventory FILE")
     return gresconf.inventory_from_rows(rows)
-
-
-def read_slurm_nodes(timeout: float = 30.0) -> list[gresconf.SlurmNodeGres]:
-    from pal_slurm.slurm.command import run_command
-    from pal_slurm.slurm.nodeinfo import parse_show_node
-
-    proc = run_command(["scontrol", "show", "node", "-o"], timeout=timeout)
-    return parse_show_node(proc.stdout)
 
 
 def write_initial_filter_state(app: AppContext, inv: gresconf.Inventory, path: Path) -> str:
@@ -106,7 +93,7 @@ def gres_conf(app: AppContext, inventory_path: Path | None, dev_dir: str, output
     """
     inv = read_inventory_file(inventory_path) if inventory_path else read_inventory_db(app)
     if check:
-        diffs = gresconf.compare(inv, read_slurm_nodes())
+        diffs = gresconf.compare(inv, read_node_gres())
         rows = [d.as_dict() for d in diffs]
         if fmt == "json":
             emit_json({"nodes": len(inv.nodes), "differences": rows})

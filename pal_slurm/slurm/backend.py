@@ -22,12 +22,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from pal_slurm.errors import ConfigError, SlurmError, SlurmUnavailable
 from pal_slurm.slurm import parse_json
 from pal_slurm.slurm.command import run_command
+from pal_slurm.slurm.gresconf import SlurmNodeGres
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 from pal_slurm.slurm.priority import PriorityConfig, parse_config, parse_partition_tiers
 
@@ -342,6 +343,14 @@ class PyslurmBackend(CliBackend):
 
 
 BACKENDS = ("cli", "rest", "pyslurm")
+
+
+def read_node_gres(timeout: float = 30.0, env: Mapping[str, str] | None = None) -> list[SlurmNodeGres]:
+    """Each node's configured GRES and features as slurmctld reports them (`scontrol show node`),
+    for comparing Slurm's configuration with the inventory."""
+    from pal_slurm.slurm.nodeinfo import parse_show_node
+
+    return parse_show_node(run_command(["scontrol", "show", "node", "-o"], timeout=timeout, env=env).stdout)
 
 
 def make_backend(name: str, *, rest_url: str | None = None, rest_api: str = "v0.0.38",
