@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pal_slurm.errors import ConfigError
-from pal_slurm.placement.model import WAIT_FRACTION
+from pal_slurm.placement.model import JOB_CLASSES, WAIT_FRACTION
 
 DEFAULT_CONFIG_PATH = Path("/etc/pal/pal.toml")
 DEFAULT_JOB_CLASSES: dict[str, dict[str, str]] = {
@@ -152,15 +152,23 @@ class PalConfig(_Section):
     agent: AgentConfig = AgentConfig()
     placer: PlacerConfig = PlacerConfig()
 
-    @field_validator("job_classes")
+    @field_validator("job_classes", mode="before")
     @classmethod
-    def _class_names(cls, value: dict[str, JobClassConfig]) -> dict[str, JobClassConfig]:
-        if not value:
-            raise ValueError("at least one job class is needed")
-        for name in value:
-            if not name.isalnum() or len(name) > 16:
-                raise ValueError(f"job class name {name!r} must be 1-16 letters or digits")
-        return dict(sorted(value.items()))
+    def _class_names(cls, value: Any) -> Any:
+        """Only A-D: the submit filter, the SPANK option and the policies know no other class.
+        A file configures a class's benchmark or description; the classes it leaves out keep
+        their defaults, so every class a user can ask for is always measured by something."""
+        if not isinstance(value, dict):
+            return value
+        unknown = [name for name in value if name not in JOB_CLASSES]
+        if unknown:
+            raise ValueError(f"unknown job class {unknown[0]!r}: the classes are {', '.join(JOB_CLASSES)} "
+                             "(the submit filter and --pal-class know no others); set each one's benchmark "
+                             "under [job_classes.X]")
+        merged: dict[str, Any] = {k: dict(v) for k, v in DEFAULT_JOB_CLASSES.items()}
+        for name, settings in value.items():
+            merged[name] = settings if isinstance(settings, JobClassConfig) else {**merged[name], **dict(settings)}
+        return dict(sorted(merged.items()))
 
     @model_validator(mode="after")
     def _url_default(self) -> "PalConfig":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from pal_slurm.config import config_as_dict, default_data_dir, load_config, mask_url
 from pal_slurm.errors import ConfigError
@@ -37,21 +38,55 @@ def test_precedence(tmp_path: Path) -> None:
     assert load_config(None, env={"PAL_CONFIG": str(f)}).db_url == "sqlite:///file.db"
 
 
-def test_file_settings_and_custom_classes(tmp_path: Path) -> None:
+def test_file_settings_and_class_benchmarks(tmp_path: Path) -> None:
     f = write(tmp_path, 'data_dir = "/srv/pal"\n[classification]\nmin_runs = 5\nhysteresis = 0.01\n'
-                        '[job_classes.A]\nbenchmark = "gemm-fp16"\n[job_classes.Z]\nbenchmark = "stream"\n')
+                        '[job_classes.A]\nbenchmark = "gemm-fp16"\n[job_classes.D]\nbenchmark = "stream"\n')
     cfg = load_config(f, env={})
     assert cfg.classification.min_runs == 5 and cfg.classification.hysteresis == 0.01
-    assert set(cfg.job_classes) == {"A", "Z"} and cfg.job_classes["A"].benchmark == "gemm-fp16"
+    # the classes a file leaves out keep their defaults: every class a user can ask for is measured
+    assert list(cfg.job_classes) == ["A", "B", "C", "D"]
+    assert cfg.job_classes["A"].benchmark == "gemm-fp16" and cfg.job_classes["D"].benchmark == "stream"
+    assert cfg.job_classes["B"].benchmark == "bert"
+    assert cfg.job_classes["A"].description  # kept from the default
     assert cfg.db_url == "sqlite:////srv/pal/pal.db"
+
+
+def test_a_class_the_filter_does_not_know_is_one_clear_error(tmp_path: Path) -> None:
+    f = write(tmp_path, '[job_classes.Z]\nbenchmark = "stream"\n')
+    with pytest.raises(ConfigError, match=r"unknown job class 'Z': the classes are A, B, C, D") as err:
+        load_config(f, env={})
+    assert "\n" not in str(err.value).strip()
+
+
+def test_the_job_classes_have_one_definition_the_filter_and_spank_plugin_copy() -> None:
+    """job_submit.lua and pal_spank.c cannot import Python: their class lists are checked here."""
+    import re
+
+    from pal_slurm.config import DEFAULT_JOB_CLASSES
+    from pal_slurm.placement.base import CLASS_RANK
+    from pal_slurm.placement.model import JOB_CLASSES
+    from pal_slurm.simulate.traces import JOB_CLASSES as TRACE_CLASSES
+
+    assert tuple(DEFAULT_JOB_CLASSES) == JOB_CLASSES == TRACE_CLASSES == tuple(CLASS_RANK)
+    lua = (REPO / "spank_hooks" / "job_submit.lua").read_text(encoding="utf-8")
+    table = re.search(r"local VALID_CLASSES = \{([^}]*)\}", lua)
+    assert table, "job_submit.lua: VALID_CLASSES not found"
+    lua_classes = [v for k, v in re.findall(r'(\w+) = "([^"]+)"', table.group(1)) if v not in ("auto", "off")]
+    assert tuple(lua_classes) == JOB_CLASSES
+    c = (REPO / "spank_hooks" / "pal_spank.c").read_text(encoding="utf-8")
+    arr = re.search(r"pal_classes\[\] = \{([^}]*)\}", c)
+    assert arr, "pal_spank.c: pal_classes not found"
+    c_classes = [v for v in re.findall(r'"([^"]+)"', arr.group(1)) if v not in ("auto", "off")]
+    assert tuple(c_classes) == JOB_CLASSES
+    assert "|".join(JOB_CLASSES) + "|auto|off" in c
 
 
 @pytest.mark.parametrize("text,fragment", [
     ("[classification]\nmin_runs = 0\n", "classification.min_runs: Input should be greater than or equal to 1"),
     ("[classification]\nmin_run = 2\n", "classification.min_run: unknown setting"),
     ("[database]\necho = 'loud'\n", "database.echo: Input should be a valid boolean"),
-    ("[job_classes.A]\ndescription = 'x'\n", "job_classes.A.benchmark: Field required"),
-    ("[job_classes]\n", "job_classes: Value error, at least one job class is needed"),
+    ("[job_classes.A]\nbenchmark = ''\n", "job_classes.A.benchmark: String should have at least 1 character"),
+    ("[job_classes.a]\nbenchmark = 'x'\n", "job_classes: Value error, unknown job class 'a'"),
     ("database = 3\n", "database: Input should be a valid dictionary"),
     ("[logging]\nlevel = 'LOUD'\n", "logging.level: Input should be"),
     ("[classification\n", "invalid TOML"),

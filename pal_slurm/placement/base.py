@@ -23,10 +23,18 @@ import numpy as np
 
 from pal_slurm.placement import select
 from pal_slurm.placement.index import ClassTable, ClusterIndex, FreeState
-from pal_slurm.placement.model import Assignment, Decision, JobRequest, PlacementContext, PlacementError, Snapshot
+from pal_slurm.placement.model import (
+    JOB_CLASSES,
+    Assignment,
+    Decision,
+    JobRequest,
+    PlacementContext,
+    PlacementError,
+    Snapshot,
+)
 
 #: PM-First's class order; a class outside it (or none) ranks as A, the worst case.
-CLASS_RANK: dict[str, int] = {"A": 0, "B": 1, "C": 2, "D": 3}
+CLASS_RANK: dict[str, int] = {c: i for i, c in enumerate(JOB_CLASSES)}
 
 
 def class_rank(job_class: str | None) -> int:

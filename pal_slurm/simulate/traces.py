@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Literal
 
 from pal_slurm.errors import InputError
+from pal_slurm.placement.model import JOB_CLASSES
 
 __all__ = [
     "JOB_CLASSES",
@@ -54,7 +55,6 @@ __all__ = [
 ]
 
 #: The PAL job classes, most variability-sensitive first.
-JOB_CLASSES = ("A", "B", "C", "D")
 
 #: Sia-Philly model -> PAL job class (artifact: ``Workload.get_perfclass``).
 MODEL_CLASS: Mapping[str, str] = {
