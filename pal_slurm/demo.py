@@ -42,25 +42,16 @@ class DemoResult:
     planted_bad: list[str]
 
 
-def _recovery(fleet: Any, report_rows: list[dict[str, Any]], job_classes: dict[str, str]) -> dict[str, dict[str, int]]:
-    """How well the bins found match the fleet's true tiers, per job-class benchmark.
+def _recovery(fleet: Any, engine: Any, version: int, job_classes: dict[str, str]) -> dict[str, dict[str, int]]:
+    """How well the bins found match the fleet's true tiers, per job-class benchmark: the
+    measure `profiler/recovery.py` defines (and the profiler test and bench use)."""
+    from pal_slurm.profiler.recovery import load_assignments, recovery
 
-    Bins and true tiers are both ordered fastest first, so we compare ranks: a GPU
-    is recovered when its bin rank is its true tier's rank.
-    """
     out: dict[str, dict[str, int]] = {}
-    for cls, bench in sorted(job_classes.items()):
-        if bench in out:
-            continue
-        truth = fleet.true_bins(bench)
-        found = {r["uuid"]: r["classes"][cls]["bin"] for r in report_rows if r["classes"].get(cls)}
-        pairs = [(truth[u], b) for u, b in found.items() if b is not None and u in truth]
-        # Map found bin index -> rank among the distinct found bins, same for truth tiers.
-        t_rank = {t: i for i, t in enumerate(sorted({t for t, _ in pairs}))}
-        f_rank = {b: i for i, b in enumerate(sorted({b for _, b in pairs}))}
-        exact = sum(1 for t, b in pairs if t_rank[t] == min(f_rank[b], len(t_rank) - 1))
-        near = sum(1 for t, b in pairs if abs(t_rank[t] - min(f_rank[b], len(t_rank) - 1)) <= 1)
-        out[bench] = {"gpus": len(pairs), "exact": exact, "within_one": near}
+    for bench in sorted(set(job_classes.values())):
+        rec = recovery(bench, fleet.true_bins(bench), load_assignments(engine, bench, version))
+        if rec.gpus:
+            out[bench] = {"gpus": rec.gpus, "exact": rec.exact, "within_one": rec.within_one}
     return out
 
 
@@ -68,7 +59,7 @@ def run_demo(opts: DemoOptions, *, app_config_path: str | None = None, say: Say 
     """Simulate, profile, import, classify, report; returns what it made (paths and figures)."""
     from pal_slurm.ingest.jsonl import dump_jsonl
     from pal_slurm.report_html import write_html
-    from pal_slurm.services import import_files, load_for_html, load_gpu_rows, open_engine, run_classification
+    from pal_slurm.services import import_files, load_for_html, open_engine, run_classification
     from pal_slurm.simfleet import make_fleet
 
     out = opts.out_dir
@@ -103,7 +94,7 @@ def run_demo(opts: DemoOptions, *, app_config_path: str | None = None, say: Say 
         write_html(html_file, stored, report)
         say(f"5/5 HTML report with plots -> {html_file}")
         class_benches = {n: jc.benchmark for n, jc in cfg.job_classes.items()}
-        recovery = _recovery(fleet, load_gpu_rows(engine), class_benches)
+        recovery = _recovery(fleet, engine, summary.version, class_benches)
     finally:
         engine.dispose()
     return DemoResult(db_url, profile_file, html_file, summary.version, report, recovery,
