@@ -9,13 +9,13 @@ placer stopped; the cluster keeps running.
 
 Everything goes through the production paths: the real filter in slurmctld, the real
 daemon as a separate process, the real `pal explain`. The database part (the classified
-test GPUs, a placer configuration, a background placer) is shared with the real-cluster
-tests (tests/slurm/placer_support.py imports it from here).
+test GPUs) is shared with the real-cluster tests (tests/slurm/placer_support.py imports it
+from here), so the demo and the tests place on the same fleet; the background placer is
+placer/process.py's.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -27,11 +27,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any, Self
+from typing import Any
 
 from pal_slurm.errors import PalError
 from pal_slurm.ingest.jsonl import dump_jsonl
 from pal_slurm.ingest.records import GpuInfo, ProfileRecord
+from pal_slurm.placer.process import PlacerProcess, wait_heartbeat, write_config
 
 log = logging.getLogger(__name__)
 
@@ -96,53 +97,6 @@ def make_db(tmp: Path) -> str:
     return url
 
 
-def write_config(tmp: Path, db_url: str, state_file: Path, *, mode: str = "enforce", interval: float = 0.5,
-                 stale_after: int = 30, replan_after: float = 120.0, max_hold: float = 600.0,
-                 policy: str = "pal-match", hold_s: int | None = None, **placer: object) -> Path:
-    """A pal.toml for a placer on the test cluster (`<tmp>/pal.toml`); `placer` adds [placer] keys."""
-    path = tmp / "pal.toml"
-    path.write_text("\n".join([
-        "[database]", f"url = {json.dumps(db_url)}", "connect_timeout_s = 2",
-        "[placer]", f"mode = {json.dumps(mode)}", f"state_file = {json.dumps(str(state_file))}",
-        f"interval_s = {interval}", f"stale_after_s = {stale_after}", f"replan_after_s = {replan_after}",
-        f"max_hold_s = {max_hold}", f"policy = {json.dumps(policy)}", "classes_refresh_s = 5",
-        "command_timeout_s = 10", *([f"hold_s = {int(hold_s)}"] if hold_s is not None else []),
-        *(f"{k} = {json.dumps(v)}" for k, v in placer.items()), ""]),
-        encoding="utf-8")
-    return path
-
-
-class PlacerProcess:
-    """`pal placer` running in the background, as systemd would run it (output to `log`)."""
-
-    def __init__(self, config: Path, env: Mapping[str, str], log: Path) -> None:
-        self.log = log
-        self._fh: IO[bytes] = open(log, "ab")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen([sys.executable, "-m", "pal_slurm", "-v", "--config", str(config), "placer"],
-                                     env={**os.environ, **env, "PAL_CONFIG": str(config)}, stdout=self._fh,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def stop(self, sig: int | None = None, timeout: float = 30) -> int:
-        """Signal the placer (SIGTERM: it releases what it holds) and wait for it."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM if sig is None else sig)
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        finally:
-            self._fh.close()
-        return rc
-
-    def output(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
-            self.stop()
-
-
 # --------------------------------------------------------------------------- the cluster
 
 CLUSTER_SCRIPT = Path("tests") / "services" / "slurm-cluster.sh"
@@ -160,7 +114,7 @@ def find_cluster_script(package_dir: Path | None = None) -> Path:
 
 
 @dataclass(frozen=True)
-class Cluster:
+class DemoCluster:
     """The running test cluster: its script, state directory and the environment that reaches it."""
 
     script: Path
@@ -198,12 +152,12 @@ def _script(script: Path, verb: str, timeout: float) -> str:
     return proc.stdout if verb == "env" else (lines[-1].strip() if lines else "")
 
 
-def start_cluster(script: Path, say: Say) -> Cluster:
+def start_cluster(script: Path, say: Say) -> DemoCluster:
     """Install what is missing (apt) and start the cluster (instant when it already runs)."""
     say(f"1/6 installing Slurm if needed: {_script(script, 'install', 1800)}")
     say(f"2/6 starting the test cluster: {_script(script, 'start', 300)}")
     exports = dict(re.findall(r"^export ([A-Z_]+)=(.*)$", _script(script, "env", 30), flags=re.MULTILINE))
-    return Cluster(script=script, dir=Path(exports["PAL_TEST_SLURM_DIR"]), env=exports)
+    return DemoCluster(script=script, dir=Path(exports["PAL_TEST_SLURM_DIR"]), env=exports)
 
 
 # --------------------------------------------------------------------------- the demo
@@ -309,7 +263,7 @@ def run_slurm_demo(out_dir: Path, *, say: Say = print, job_timeout_s: float = 90
                            free=free_before)
 
 
-def _refuse_busy(cluster: Cluster) -> None:
+def _refuse_busy(cluster: DemoCluster) -> None:
     """Two placers on one cluster steal each other's held jobs: leave a cluster alone whose filter is on."""
     from pal_slurm.slurm.filter_state import heartbeat_age
 
@@ -321,24 +275,7 @@ def _refuse_busy(cluster: Cluster) -> None:
                    f"run uses it; stop that first, or `touch {cluster.kill_switch}` when nothing does")
 
 
-def wait_heartbeat(state_file: Path, placer: PlacerProcess, timeout: float = 30.0) -> None:
-    """Until the placer has published a fresh enforce-mode heartbeat (the filter holds nothing before)."""
-    from pal_slurm.slurm.filter_state import heartbeat_age
-
-    start = time.time()
-    while time.time() - start < timeout:
-        if placer.proc.poll() is not None:
-            tail = " | ".join(placer.output().strip().splitlines()[-3:])
-            raise PalError(f"pal placer exited with status {placer.proc.returncode}: {tail}")
-        age = heartbeat_age(str(state_file))
-        if age is not None and age < 3 and 'mode = "enforce"' in state_file.read_text(encoding="utf-8"):
-            return
-        time.sleep(0.2)
-    raise PalError(f"pal placer wrote no heartbeat to {state_file} within {timeout:g} s "
-                   f"(log {placer.log})")
-
-
-def _free_slowdowns(cluster: Cluster, db_url: str) -> dict[tuple[str, int], dict[str, float]]:
+def _free_slowdowns(cluster: DemoCluster, db_url: str) -> dict[tuple[str, int], dict[str, float]]:
     """Slowdown per class of every GPU that is free now (what the placer can choose from)."""
     from pal_slurm.db.engine import make_engine
     from pal_slurm.placer import plan
@@ -357,7 +294,7 @@ def _free_slowdowns(cluster: Cluster, db_url: str) -> dict[tuple[str, int], dict
             for i, s in enumerate(view.slots) if i in view.free}
 
 
-def _submit(cluster: Cluster, work: Path, job: DemoJob) -> str:
+def _submit(cluster: DemoCluster, work: Path, job: DemoJob) -> str:
     """Plain sbatch: a GPU count and, for a hint, --pal-class (the comment form without the SPANK plugin)."""
     from pal_slurm.slurm.command import run_command
 
@@ -379,7 +316,7 @@ _FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF
              "BOOT_FAIL", "DEADLINE")
 
 
-def _job_record(cluster: Cluster, job_id: str) -> dict[str, str]:
+def _job_record(cluster: DemoCluster, job_id: str) -> dict[str, str]:
     from pal_slurm.slurm.command import run_command
     from pal_slurm.slurm.nodeinfo import parse_kv_line
 
@@ -388,7 +325,7 @@ def _job_record(cluster: Cluster, job_id: str) -> dict[str, str]:
     return parse_kv_line(line) if line else {}
 
 
-def _collect(cluster: Cluster, work: Path, job: DemoJob, job_id: str,
+def _collect(cluster: DemoCluster, work: Path, job: DemoJob, job_id: str,
              free: Mapping[tuple[str, int], Mapping[str, float]], timeout: float) -> JobResult:
     """Wait for the job to end; what it ran on (its own output) and what that GPU is worth for its class."""
     deadline = time.monotonic() + timeout
@@ -473,5 +410,5 @@ def render_job(j: JobResult) -> list[str]:
     return lines
 
 
-__all__ = ["A_PERFVAR", "NODES", "Cluster", "PlacerProcess", "SlurmDemoResult", "find_cluster_script", "make_db",
-           "records", "render_job", "require_root", "run_slurm_demo", "write_config"]
+__all__ = ["A_PERFVAR", "NODES", "DemoCluster", "SlurmDemoResult", "find_cluster_script", "make_db", "records",
+           "render_job", "require_root", "run_slurm_demo"]

@@ -25,9 +25,9 @@ from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.jobs.fingerprint import fingerprint
 from pal_slurm.jobs.rules import (
     AdminRule,
-    ClassTable,
+    ClassRuleTable,
     filter_rules,
-    load_class_table,
+    load_class_rules,
     resolve_class,
 )
 from pal_slurm.jobs.store import record_identity
@@ -35,7 +35,7 @@ from pal_slurm.jobs.store import record_identity
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
 
-def table() -> ClassTable:
+def table() -> ClassRuleTable:
     admin = [
         AdminRule(1, None, None, "proj", None, "B"),
         AdminRule(2, "alice", "etl", None, None, "D", "I/O bound"),
@@ -49,7 +49,7 @@ def table() -> ClassTable:
         ("fp-dave-b", "dave", "mix", "D"),  # disagreeing scripts: no filter rule
         ("fp-erin", "erin", "graph", "D"),
     ]
-    return ClassTable.build(admin, learned)
+    return ClassRuleTable.build(admin, learned)
 
 
 def test_export_format_and_order() -> None:
@@ -80,7 +80,7 @@ def test_resolve_order() -> None:
 
 def test_exact_fingerprint_beats_the_name() -> None:
     fp_a, fp_d = fingerprint("dave", "mix", "gemm.py"), fingerprint("dave", "mix", "pagerank.py")
-    t = ClassTable.build([], [(fp_a, "dave", "mix", "A"), (fp_d, "dave", "mix", "D")])
+    t = ClassRuleTable.build([], [(fp_a, "dave", "mix", "A"), (fp_d, "dave", "mix", "D")])
     assert resolve_class(t, "dave", "mix", "gemm.py") == ("A", f"learned:{fp_a}")
     assert resolve_class(t, "dave", "mix", "pagerank.py\n") == ("D", f"learned:{fp_d}")
     assert filter_rules(t) == []  # the filter cannot tell them apart: no rule
@@ -136,7 +136,7 @@ def test_learn_classes_rules_through_the_cli(db_url: str) -> None:
             {"user": "bob", "name": "pr", "class": "D", "id": f"learned-{fingerprint('bob', 'pr', 'pagerank.py')}"},
         ]
         with session_scope(engine) as s:
-            t = load_class_table(s)
+            t = load_class_rules(s)
             assert resolve_class(s, "dave", "mix", "gemm.py")[0] == "A"
         assert resolve_class(t, "bob", "pr", "pagerank.py", partition="gpu") == ("D", "rule:rule-1")
         listed = json.loads(pal("jobs", "rule", "list", "--format", "json"))

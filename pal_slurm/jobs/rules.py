@@ -15,8 +15,8 @@ Two consumers, one source of truth:
   the agreed class of its user + name, else the default (unknown jobs are treated as the
   most sensitive class, as PAL does).
 
-`ClassTable` is the preloaded form (one query per table) so that the daemon can resolve
-a whole queue without a query per job. Everything but `load_class_table` is pure.
+`ClassRuleTable` is the preloaded form (one query per table) so that the daemon can resolve
+a whole queue without a query per job. Everything but `load_class_rules` is pure.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 from pal_slurm.db.models import ClassRule, JobSensitivity
 from pal_slurm.jobs.fingerprint import fingerprint
 
-__all__ = ["AdminRule", "ClassTable", "LearnedName", "filter_rules", "load_class_table", "resolve_class"]
+__all__ = ["AdminRule", "ClassRuleTable", "LearnedName", "filter_rules", "load_class_rules", "resolve_class"]
 
 MATCH_FIELDS = ("user", "name", "account", "partition")
 
@@ -78,13 +78,13 @@ class LearnedName:
 
 
 @dataclass(frozen=True)
-class ClassTable:
+class ClassRuleTable:
     admin: tuple[AdminRule, ...]  # in export order
     by_fingerprint: dict[str, str]
     by_name: dict[tuple[str, str], LearnedName]
 
     @classmethod
-    def build(cls, admin: Sequence[AdminRule], learned: Sequence[tuple[str, str, str, str]]) -> ClassTable:
+    def build(cls, admin: Sequence[AdminRule], learned: Sequence[tuple[str, str, str, str]]) -> ClassRuleTable:
         """`learned`: (fingerprint, user, name, class) rows of job_sensitivity."""
         ordered = tuple(sorted(admin, key=lambda r: (-r.specificity, r.id)))
         by_fp = {fp: job_class for fp, _u, _n, job_class in learned}
@@ -95,19 +95,19 @@ class ClassTable:
         return cls(ordered, by_fp, by_name)
 
 
-def load_class_table(session: Session) -> ClassTable:
+def load_class_rules(session: Session) -> ClassRuleTable:
     admin = [AdminRule(r.id, r.user, r.name, r.account, r.partition, r.job_class, r.note)
              for r in session.scalars(select(ClassRule))]
     learned = [tuple(row) for row in session.execute(
         select(JobSensitivity.fingerprint, JobSensitivity.user, JobSensitivity.name, JobSensitivity.job_class))]
-    return ClassTable.build(admin, learned)  # type: ignore[arg-type]
+    return ClassRuleTable.build(admin, learned)  # type: ignore[arg-type]
 
 
-def _table(source: Session | ClassTable) -> ClassTable:
-    return source if isinstance(source, ClassTable) else load_class_table(source)
+def _table(source: Session | ClassRuleTable) -> ClassRuleTable:
+    return source if isinstance(source, ClassRuleTable) else load_class_rules(source)
 
 
-def filter_rules(source: Session | ClassTable) -> list[dict[str, Any]]:
+def filter_rules(source: Session | ClassRuleTable) -> list[dict[str, Any]]:
     """The `rules` of the filter state file, in match order (see the module docstring)."""
     table = _table(source)
     out: list[dict[str, Any]] = []
@@ -123,7 +123,7 @@ def filter_rules(source: Session | ClassTable) -> list[dict[str, Any]]:
     return out
 
 
-def resolve_class(source: Session | ClassTable, user: str | None, name: str | None, command: str | None,
+def resolve_class(source: Session | ClassRuleTable, user: str | None, name: str | None, command: str | None,
                   account: str | None = None, partition: str | None = None, *,
                   default: str = "A") -> tuple[str, str]:
     """(class, source) for one job; source is `rule:rule-<id>`, `learned:<fingerprint>`,

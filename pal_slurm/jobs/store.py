@@ -19,7 +19,7 @@ from pal_slurm.config import PalConfig
 from pal_slurm.db.models import ClassRule, JobIdentity, JobProfile, JobSensitivity
 from pal_slurm.errors import InputError
 from pal_slurm.jobs.fingerprint import fingerprint
-from pal_slurm.jobs.rules import AdminRule, load_class_table
+from pal_slurm.jobs.rules import AdminRule, load_class_rules
 from pal_slurm.jobs.sensitivity import (
     ProfileMetrics,
     SensitivityRule,
@@ -127,7 +127,7 @@ def add_rule(session: Session, job_class: str, classes: Sequence[str], *, user: 
 def list_rules(session: Session) -> list[tuple[AdminRule, datetime]]:
     """Admin rules in the order the filter tries them, with their creation time."""
     created = {r.id: r.created_at for r in session.scalars(select(ClassRule))}
-    return [(rule, created[rule.id]) for rule in load_class_table(session).admin]
+    return [(rule, created[rule.id]) for rule in load_class_rules(session).admin]
 
 
 def delete_rule(session: Session, rule_id: int) -> None:
@@ -212,7 +212,7 @@ def _r(value: float | None) -> float | None:
 
 def learned_classes(session: Session) -> list[dict[str, object]]:
     """Every learned fingerprint with its evidence and whether the filter gets it as a rule."""
-    table = load_class_table(session)
+    table = load_class_rules(session)
     out: list[dict[str, object]] = []
     for row in session.scalars(select(JobSensitivity).order_by(JobSensitivity.user, JobSensitivity.name,
                                                                  JobSensitivity.fingerprint)):

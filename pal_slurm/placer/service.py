@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from pal_slurm.config import PalConfig
-    from pal_slurm.jobs.rules import ClassTable
+    from pal_slurm.jobs.rules import ClassRuleTable
     from pal_slurm.placer.daemon import Placer
 
 __all__ = ["ClassRules", "build_placer", "release_on_stop", "release_stale", "run_forever"]
@@ -43,17 +43,17 @@ class ClassRules:
         self._refresh_s = refresh_s
         self._default = default_class
         self._clock = clock
-        self._table: ClassTable | None = None
+        self._table: ClassRuleTable | None = None
         self._at = 0.0
 
-    def table(self) -> ClassTable | None:
+    def table(self) -> ClassRuleTable | None:
         from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.rules import load_class_table
+        from pal_slurm.jobs.rules import load_class_rules
 
         if self._table is None or self._clock() - self._at > self._refresh_s:
             try:
                 with session_scope(self._engine()) as session:
-                    self._table = load_class_table(session)
+                    self._table = load_class_rules(session)
             except Exception as exc:  # noqa: BLE001 - keep the last table when the database is down
                 log.warning("class rules not reloaded: %s", str(exc).splitlines()[0][:200])
             self._at = self._clock()

@@ -22,11 +22,11 @@ from pal_slurm.db.models import (
     Gpu,
 )
 
-__all__ = ["Assignment", "Recovery", "load_assignments", "recovery"]
+__all__ = ["BinAssignment", "Recovery", "load_assignments", "recovery"]
 
 
 @dataclass(frozen=True)
-class Assignment:
+class BinAssignment:
     bin: int
     outlier: bool
     tier: int  # 0 fastest regular bin, 1 slower regular bin, 2 outlier
@@ -50,7 +50,7 @@ class Recovery:
         return self.within_one / self.gpus if self.gpus else 0.0
 
 
-def load_assignments(engine: Engine, benchmark: str, version: int | None = None) -> dict[str, Assignment]:
+def load_assignments(engine: Engine, benchmark: str, version: int | None = None) -> dict[str, BinAssignment]:
     """UUID -> assignment in classification `version` (default: the latest) for `benchmark`."""
     with session_scope(engine) as s:
         run_q = select(ClassificationRun).order_by(ClassificationRun.version.desc())
@@ -68,10 +68,10 @@ def load_assignments(engine: Engine, benchmark: str, version: int | None = None)
                          .join(Gpu, Gpu.id == ClassificationResult.gpu_id)
                          .where(ClassificationResult.run_id == run.id, ClassificationResult.benchmark_id == bench_id,
                                 ClassificationResult.bin.is_not(None))).all()
-    return {uuid: Assignment(b, bool(o), 2 if o else min(rank.get(b, 1), 1)) for uuid, b, o in rows}
+    return {uuid: BinAssignment(b, bool(o), 2 if o else min(rank.get(b, 1), 1)) for uuid, b, o in rows}
 
 
-def recovery(benchmark: str, truth: Mapping[str, int], assigned: Mapping[str, Assignment]) -> Recovery:
+def recovery(benchmark: str, truth: Mapping[str, int], assigned: Mapping[str, BinAssignment]) -> Recovery:
     """Compare true tiers with assignments over the GPUs that have both."""
     common = [u for u in truth if u in assigned]
     labels = {}

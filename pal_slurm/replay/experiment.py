@@ -182,7 +182,7 @@ def arm_running(arm: str, handle: ClusterHandle, *, db_url: str, work_dir: Path,
                 horizon_s: float, notes: list[str], say: Callable[[str], None]) -> Iterator[None]:
     """The cluster set up for one arm: plain Slurm (the filter's kill switch on), or the
     placer enforcing with the filter on; afterwards the filter is off and the placer gone."""
-    from pal_slurm.demo_slurm import PlacerProcess, wait_heartbeat, write_config
+    from pal_slurm.placer.process import PlacerProcess, wait_heartbeat, write_config
 
     if arm == "slurm":
         handle.kill_switch.touch()
