@@ -85,7 +85,7 @@ def simulated(gpus: int, hours: float, busy: float, seed: int) -> None:
     from pal_slurm.config import AgentConfig
     from pal_slurm.db import migrate
     from pal_slurm.db.engine import make_engine
-    from pal_slurm.profiler.sim_backend import SimBackend
+    from pal_slurm.gpu.simulated import SimBackend
     from pal_slurm.simfleet import make_fleet
 
     rng = random.Random(seed)
@@ -152,7 +152,7 @@ def real_time(gpus: int, seconds: float, seed: int) -> None:
     from pal_slurm.config import AgentConfig
     from pal_slurm.db import migrate
     from pal_slurm.db.engine import make_engine
-    from pal_slurm.profiler.sim_backend import SimBackend
+    from pal_slurm.gpu.simulated import SimBackend
     from pal_slurm.simfleet import make_fleet
 
     tmp = Path(tempfile.mkdtemp(prefix="pal-agent-bench-rt-"))

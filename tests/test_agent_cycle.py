@@ -28,7 +28,7 @@ from pal_slurm.db import migrate
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.models import GpuFlag, JobProfile, JobSensitivity
 from pal_slurm.jobs.store import learn, record_identity, sensitivity_rule
-from pal_slurm.profiler.sim_backend import SimBackend
+from pal_slurm.gpu.simulated import SimBackend
 from pal_slurm.services import import_records_now, run_classification
 from pal_slurm.simfleet import make_fleet
 
@@ -283,7 +283,7 @@ def test_pal_agent_once_through_the_cli(tmp_path: Path) -> None:
 
 def test_gpus_the_prolog_missed_are_found_from_the_jobs_processes(tmp_path: Path) -> None:
     """Slurm 22.05's Prolog lists one GPU of a multi-type job; the job's processes show the others."""
-    from pal_slurm.profiler.gpu import GpuProcess
+    from pal_slurm.gpu.interface import GpuProcess
 
     clock = FakeClock()
     owners = {4242: "701", 4243: "999"}  # 999: a job this node's mapping directory does not know
@@ -334,7 +334,7 @@ def test_service_talks_to_systemd(tmp_path: Path) -> None:
 
 def test_one_failing_gpu_does_not_stop_the_others(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A GPU lost at start is retried, one whose samples fail is counted (one warning), the rest go on."""
-    from pal_slurm.profiler.gpu import GpuQueryError
+    from pal_slurm.gpu.interface import GpuQueryError
 
     class Flaky(SimBackend):
         broken = True

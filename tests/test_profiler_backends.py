@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pal_slurm.profiler.gpu import (
+from pal_slurm.gpu.interface import (
     BackendUnavailable,
     GpuBackend,
     GpuInventory,
@@ -26,8 +26,8 @@ from pal_slurm.profiler.gpu import (
     GpuSample,
     scan_inventory,
 )
-from pal_slurm.profiler.nvml_backend import NvmlBackend, cuda_version_text
-from pal_slurm.profiler.select import (
+from pal_slurm.gpu.nvml import NvmlBackend, cuda_version_text
+from pal_slurm.gpu.choose import (
     BackendRefused,
     NvidiaProbe,
     SimOptions,
@@ -36,7 +36,7 @@ from pal_slurm.profiler.select import (
     parse_indices,
     probe_nvidia,
 )
-from pal_slurm.profiler.sim_backend import SimBackend, busy_process
+from pal_slurm.gpu.simulated import SimBackend, busy_process
 from pal_slurm.simfleet import CLOCKS_EVENT_GPU_IDLE, make_fleet
 
 try:

@@ -11,9 +11,9 @@ from sqlalchemy import select
 from pal_slurm.db import migrate
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.models import Gpu, Node
-from pal_slurm.profiler.gpu import GpuFault, InventoryScan, scan_inventory
+from pal_slurm.gpu.interface import GpuFault, InventoryScan, scan_inventory
 from pal_slurm.profiler.inventory import store_inventory
-from pal_slurm.profiler.sim_backend import SimBackend
+from pal_slurm.gpu.simulated import SimBackend
 from pal_slurm.profiler.store import save_inventory
 from pal_slurm.simfleet import make_fleet
 

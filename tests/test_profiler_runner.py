@@ -36,9 +36,9 @@ from pal_slurm.profiler.executors import (
     SubprocessExecutor,
     parse_result,
 )
-from pal_slurm.profiler.gpu import GpuSample
+from pal_slurm.gpu.interface import GpuSample
 from pal_slurm.profiler.runner import FAILURE_PREFIX, run_profile, write_jsonl
-from pal_slurm.profiler.sim_backend import SimBackend
+from pal_slurm.gpu.simulated import SimBackend
 from pal_slurm.profiler.store import save_run
 from pal_slurm.profiler.telemetry import reason_names, summarize
 from pal_slurm.services import import_files

@@ -35,7 +35,7 @@ from pal_slurm.profiler.executors import (
     RunSettings,
     SubprocessExecutor,
 )
-from pal_slurm.profiler.gpu import (
+from pal_slurm.gpu.interface import (
     BackendUnavailable,
     GpuError,
     GpuInventory,
@@ -175,7 +175,7 @@ class SmiBackend:
 
 
 def open_backend(node: str) -> Any:
-    from pal_slurm.profiler.nvml_backend import NvmlBackend
+    from pal_slurm.gpu.nvml import NvmlBackend
 
     try:
         b = NvmlBackend(node=node)
@@ -228,7 +228,7 @@ def print_outcome(o: BenchmarkOutcome) -> None:
 
 
 def self_test_setup(args: argparse.Namespace) -> tuple[Any, list[BenchmarkDef]]:
-    from pal_slurm.profiler.sim_backend import SimBackend
+    from pal_slurm.gpu.simulated import SimBackend
     from pal_slurm.simfleet import make_fleet
 
     backend = SimBackend(make_fleet(nodes=1, gpus_per_node=2, seed=1), load=lambda i, t: 1.0)

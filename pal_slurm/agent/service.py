@@ -32,7 +32,7 @@ from pal_slurm.agent.procmap import read_job_id
 from pal_slurm.agent.store import GpuFlagRecord, WriteItem
 from pal_slurm.config import AgentConfig
 from pal_slurm.errors import PalError
-from pal_slurm.profiler.gpu import GpuBackend
+from pal_slurm.gpu.interface import GpuBackend
 from pal_slurm.systemd_notify import Notifier
 
 __all__ = ["AgentService", "RunSummary", "load_state", "save_state"]

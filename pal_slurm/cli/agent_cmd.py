@@ -46,7 +46,7 @@ def agent(app: AppContext, backend: str | None, force_sim: bool, node: str | Non
     """
     from pal_slurm.agent.service import AgentService
     from pal_slurm.agent.simload import SimLoad
-    from pal_slurm.profiler.select import choose_backend, probe_nvidia
+    from pal_slurm.gpu.choose import choose_backend, probe_nvidia
     from pal_slurm.systemd_notify import Notifier
 
     cfg = app.cfg
@@ -55,7 +55,7 @@ def agent(app: AppContext, backend: str | None, force_sim: bool, node: str | Non
     choice = choose_backend(settings.backend, probe_nvidia(), force_sim=force_sim)
     sim_load = None
     if choice == "sim":
-        from pal_slurm.profiler.sim_backend import SimBackend
+        from pal_slurm.gpu.simulated import SimBackend
         from pal_slurm.simfleet import make_fleet
 
         fleet = make_fleet(nodes=sim_nodes, gpus_per_node=sim_gpus, seed=sim_seed)
@@ -63,7 +63,7 @@ def agent(app: AppContext, backend: str | None, force_sim: bool, node: str | Non
         sim_load = SimLoad()
         gpu_backend = SimBackend(fleet, (node,), load=sim_load)
     else:
-        from pal_slurm.profiler.select import open_backend
+        from pal_slurm.gpu.choose import open_backend
 
         node = node or settings.node or socket.gethostname().split(".")[0]
         gpu_backend = open_backend("nvml", node=node)

@@ -88,7 +88,7 @@ def _backend_options(fn: Any) -> Any:
 
 
 def _backend_request(kw: dict[str, Any]) -> Any:
-    from pal_slurm.profiler.select import SimOptions, parse_indices, parse_names
+    from pal_slurm.gpu.choose import SimOptions, parse_indices, parse_names
     from pal_slurm.profiler.service import BackendRequest
 
     sim = SimOptions(nodes=kw.pop("sim_nodes"), gpus_per_node=kw.pop("sim_gpus_per_node"), seed=kw.pop("sim_seed"),
@@ -191,7 +191,7 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
     """
     from pal_slurm.profiler.benchmarks import select_benchmarks
     from pal_slurm.profiler.executors import RunSettings
-    from pal_slurm.profiler.select import parse_indices
+    from pal_slurm.gpu.choose import parse_indices
     from pal_slurm.profiler.service import (
         RunRequest,
         open_requested_backend,
@@ -288,7 +288,7 @@ def submit_(nodes: str | None, partition: str | None, reservation: str | None, a
     """
     import shlex
 
-    from pal_slurm.profiler.select import parse_names
+    from pal_slurm.gpu.choose import parse_names
     from pal_slurm.profiler.submit import SubmitOptions, submit_jobs
 
     try:

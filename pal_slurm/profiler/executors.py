@@ -34,7 +34,7 @@ from typing import IO, Any, Protocol
 from pal_slurm.ingest.jsonl import run_key_for
 from pal_slurm.ingest.records import ProfileRecord
 from pal_slurm.profiler.benchmarks import BenchmarkDef
-from pal_slurm.profiler.gpu import GpuBackend, GpuError, GpuInventory, GpuSample
+from pal_slurm.gpu.interface import GpuBackend, GpuError, GpuInventory, GpuSample
 from pal_slurm.profiler.telemetry import TelemetrySummary, summarize
 
 __all__ = [
@@ -343,7 +343,7 @@ class SimExecutor:
     parallel = False
 
     def __init__(self, backend: Any, start: datetime, *, gap_s: float = 3.0) -> None:
-        from pal_slurm.profiler.sim_backend import SimBackend
+        from pal_slurm.gpu.simulated import SimBackend
 
         if not isinstance(backend, SimBackend):
             raise TypeError("SimExecutor needs the simulated backend")

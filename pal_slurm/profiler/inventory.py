@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from pal_slurm.db.models import Gpu, Node, utcnow
-from pal_slurm.profiler.gpu import GpuFault, GpuInventory, InventoryScan
+from pal_slurm.gpu.interface import GpuFault, GpuInventory, InventoryScan
 
 __all__ = ["InventoryResult", "store_inventory"]
 

@@ -22,7 +22,7 @@ from typing import Any
 from pal_slurm.ingest.jsonl import FORMAT, dump_record
 from pal_slurm.profiler.benchmarks import BenchmarkDef
 from pal_slurm.profiler.executors import BenchmarkOutcome, Executor, new_run_id
-from pal_slurm.profiler.gpu import (
+from pal_slurm.gpu.interface import (
     GpuBackend,
     GpuError,
     GpuFault,
@@ -31,7 +31,7 @@ from pal_slurm.profiler.gpu import (
     InventoryScan,
     scan_inventory,
 )
-from pal_slurm.profiler.select import indices_in_range
+from pal_slurm.gpu.choose import indices_in_range
 
 __all__ = ["BusyGpu", "ProfileRunResult", "run_profile", "write_jsonl"]
 

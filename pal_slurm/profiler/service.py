@@ -27,10 +27,10 @@ from pal_slurm.profiler.executors import (
     SimExecutor,
     SubprocessExecutor,
 )
-from pal_slurm.profiler.gpu import GpuBackend, InventoryScan, scan_inventory
+from pal_slurm.gpu.interface import GpuBackend, InventoryScan, scan_inventory
 from pal_slurm.profiler.inventory import InventoryResult
 from pal_slurm.profiler.runner import ProfileRunResult, run_profile, write_jsonl
-from pal_slurm.profiler.select import (
+from pal_slurm.gpu.choose import (
     BackendChoice,
     NvidiaProbe,
     SimOptions,

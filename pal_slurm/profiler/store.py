@@ -18,7 +18,7 @@ from pal_slurm.db.migrate import require_current
 from pal_slurm.db.models import BenchmarkFailure, Gpu, utcnow
 from pal_slurm.db.store import ImportResult, import_records
 from pal_slurm.ingest.jsonl import run_key_for
-from pal_slurm.profiler.gpu import InventoryScan
+from pal_slurm.gpu.interface import InventoryScan
 from pal_slurm.profiler.inventory import InventoryResult, store_inventory
 from pal_slurm.profiler.runner import ProfileRunResult
 

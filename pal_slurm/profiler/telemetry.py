@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pal_slurm.profiler.gpu import GpuSample
+from pal_slurm.gpu.interface import GpuSample
 
 __all__ = ["LOADED_UTILISATION", "REASON_NAMES", "TelemetrySummary", "reason_names", "summarize"]
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pal_slurm.profiler.gpu import (
+from pal_slurm.gpu.interface import (
     BackendUnavailable,
     GpuInventory,
     GpuLostError,

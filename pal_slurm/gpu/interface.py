@@ -1,7 +1,7 @@
-"""The one GPU interface every part of the profiler talks to, and its typed errors.
+"""The one GPU interface the profiler and the agent talk to, and its typed errors.
 
-Two backends implement `GpuBackend`: NVML (real GPUs, `nvml_backend`) and a simulated
-fleet (`sim_backend`). Callers never ask which one they have. What a GPU cannot tell
+Two backends implement `GpuBackend`: NVML (real GPUs, `gpu.nvml`) and a simulated
+fleet (`gpu.simulated`). Callers never ask which one they have. What a GPU cannot tell
 (an unsupported query) is None, never a guess. An error that concerns one GPU (it fell
 off the bus, a query failed) is a `GpuError` carrying that GPU's index, so a scan can
 report it and go on with the others; an error that concerns the whole backend (no

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pal_slurm.errors import InputError, PalError
-from pal_slurm.profiler.gpu import BackendUnavailable, GpuBackend
+from pal_slurm.gpu.interface import BackendUnavailable, GpuBackend
 
 __all__ = ["BackendChoice", "NvidiaProbe", "SimOptions", "choose_backend", "open_backend", "probe_nvidia"]
 
@@ -54,7 +54,7 @@ class NvidiaProbe:
 
 def probe_nvidia(dev_dir: Path = Path("/dev"), nvml_loader: Callable[[], Any] | None = None) -> NvidiaProbe:
     """Look for NVIDIA device files and ask NVML how many GPUs it sees (then shut it down)."""
-    from pal_slurm.profiler.nvml_backend import NvmlBackend
+    from pal_slurm.gpu.nvml import NvmlBackend
 
     try:
         files = tuple(sorted((str(p) for p in dev_dir.iterdir() if _DEVICE_FILE.fullmatch(p.name)),
@@ -110,7 +110,7 @@ def open_backend(choice: Literal["nvml", "sim"], *, node: str, sim: SimOptions |
                  nvml_module: Any = None) -> GpuBackend:
     """Open the chosen backend. `node` names this node for NVML; the simulator names its own."""
     if choice == "nvml":
-        from pal_slurm.profiler.nvml_backend import NvmlBackend
+        from pal_slurm.gpu.nvml import NvmlBackend
 
         backend = NvmlBackend(node=node, nvml=nvml_module)
         if backend.device_count() == 0:
@@ -118,7 +118,7 @@ def open_backend(choice: Literal["nvml", "sim"], *, node: str, sim: SimOptions |
             raise BackendUnavailable("NVML works but sees no GPU on this node")
         return backend
     from pal_slurm import simfleet
-    from pal_slurm.profiler.sim_backend import SimBackend
+    from pal_slurm.gpu.simulated import SimBackend
 
     opts = sim or SimOptions()
     models = {"V100": simfleet.V100, "H100": simfleet.H100}

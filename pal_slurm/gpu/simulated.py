@@ -4,7 +4,7 @@ A backend covers some nodes of one seeded fleet (all of them by default), so tes
 the demo and CI exercise the same profiler code as a real node, with telemetry that
 obeys the same physics as the simulated scores. It can also play the failures a real
 node has: a GPU that another process uses (`busy`) and one that fell off the bus (`lost`).
-`pal_slurm.profiler.select` makes sure it is never used on a node that has real GPUs.
+`pal_slurm.gpu.choose` makes sure it is never used on a node that has real GPUs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from pal_slurm.errors import InputError
-from pal_slurm.profiler.gpu import (
+from pal_slurm.gpu.interface import (
     GpuInventory,
     GpuLostError,
     GpuProcess,
