@@ -21,13 +21,13 @@ from sqlalchemy import select
 from pal_slurm.agent.aggregate import JobProfileRecord
 from pal_slurm.agent.service import AgentService
 from pal_slurm.agent.simload import SimLoad
-from pal_slurm.agent.store import NodeFacts, write_items
+from pal_slurm.agent.job_profile_store import NodeFacts, write_items
 from pal_slurm.cli.main import cli
 from pal_slurm.config import AgentConfig, load_config
 from pal_slurm.db import migrate
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.models import GpuFlag, JobProfile, JobSensitivity
-from pal_slurm.jobs.store import learn, record_identity, sensitivity_rule
+from pal_slurm.jobs.sensitivity_store import learn, record_identity, sensitivity_rule
 from pal_slurm.gpu.simulated import SimBackend
 from pal_slurm.services import import_records_now, run_classification
 from pal_slurm.simfleet import make_fleet

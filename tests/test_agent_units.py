@@ -15,7 +15,7 @@ from pal_slurm.agent.drift import DriftMonitor, DriftSettings
 from pal_slurm.agent.metrics import AgentHealth, GpuGauges, render
 from pal_slurm.agent.pending import Backoff, PendingQueue
 from pal_slurm.agent.procmap import job_id_from_cgroup, read_job_id
-from pal_slurm.agent.store import ClassFact, NodeFacts
+from pal_slurm.agent.job_profile_store import ClassFact, NodeFacts
 from pal_slurm.systemd_notify import Notifier
 
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from conftest import REPO
 
 from pal_slurm.agent.aggregate import JobProfileRecord
-from pal_slurm.agent.store import write_items
+from pal_slurm.agent.job_profile_store import write_items
 from pal_slurm.cli.main import cli
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.jobs.fingerprint import fingerprint
@@ -30,7 +30,7 @@ from pal_slurm.jobs.rules import (
     load_class_rules,
     resolve_class,
 )
-from pal_slurm.jobs.store import record_identity
+from pal_slurm.jobs.sensitivity_store import record_identity
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
@@ -216,7 +216,7 @@ def test_the_placer_keeps_its_last_class_rules_while_the_database_is_down(tmp_pa
     from types import SimpleNamespace
 
     from pal_slurm.db.migrate import upgrade
-    from pal_slurm.jobs.store import add_rule
+    from pal_slurm.jobs.sensitivity_store import add_rule
     from pal_slurm.placer.service import ClassRules
 
     engine = make_engine(f"sqlite:///{tmp_path / 'pal.db'}")

@@ -7,7 +7,7 @@ from pathlib import Path
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.migrate import upgrade
 from pal_slurm.db.models import JobIdentity
-from pal_slurm.jobs.store import record_identities
+from pal_slurm.jobs.sensitivity_store import record_identities
 from pal_slurm.placer.audit import AuditSink, Record, placements_for
 
 
@@ -55,7 +55,7 @@ def test_learned_runtimes_per_fingerprint(db_url: str) -> None:
     from datetime import UTC, datetime, timedelta
 
     from pal_slurm.db.models import JobProfile
-    from pal_slurm.jobs.store import learned_runtimes
+    from pal_slurm.jobs.sensitivity_store import learned_runtimes
 
     engine = make_engine(db_url)
     upgrade(engine)

@@ -30,7 +30,7 @@ from pal_slurm.agent.jobmap import JobMapDir, JobMapEntry
 from pal_slurm.agent.metrics import AgentHealth, GpuGauges
 from pal_slurm.agent.pending import PendingQueue
 from pal_slurm.agent.procmap import read_job_id
-from pal_slurm.agent.store import GpuFlagRecord, NodeFacts, WriteItem
+from pal_slurm.agent.job_profile_store import GpuFlagRecord, NodeFacts, WriteItem
 from pal_slurm.gpu.interface import GpuBackend, GpuError
 
 __all__ = ["Agent", "Device"]

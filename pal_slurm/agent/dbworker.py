@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from pal_slurm.agent.metrics import AgentHealth
 from pal_slurm.agent.pending import Backoff, PendingQueue
-from pal_slurm.agent.store import NodeFacts, WriteItem, load_node_facts, write_items
+from pal_slurm.agent.job_profile_store import NodeFacts, WriteItem, load_node_facts, write_items
 from pal_slurm.config import mask_url
 from pal_slurm.db.engine import describe_error, make_engine, session_scope
 from pal_slurm.errors import PalError

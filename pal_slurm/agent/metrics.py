@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from pal_slurm.agent.store import NodeFacts
+from pal_slurm.agent.job_profile_store import NodeFacts
 from pal_slurm.profiler.telemetry import REASON_NAMES
 
 __all__ = ["THROTTLE_REASONS", "AgentHealth", "GpuGauges", "MetricsServer", "render"]

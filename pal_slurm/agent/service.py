@@ -29,7 +29,7 @@ from pal_slurm.agent.jobmap import JobMapDir, JobMapEntry, expand_dir
 from pal_slurm.agent.metrics import AgentHealth, MetricsServer, render
 from pal_slurm.agent.pending import Backoff, PendingQueue
 from pal_slurm.agent.procmap import read_job_id
-from pal_slurm.agent.store import GpuFlagRecord, WriteItem
+from pal_slurm.agent.job_profile_store import GpuFlagRecord, WriteItem
 from pal_slurm.config import AgentConfig
 from pal_slurm.errors import PalError
 from pal_slurm.gpu.interface import GpuBackend

@@ -30,8 +30,8 @@ def learn(app: AppContext, as_json: bool) -> None:
     docs/agent.md. Fingerprints with fewer than [jobs] min_samples GPU-samples get no class.
     """
     from pal_slurm.db.engine import session_scope
-    from pal_slurm.jobs.store import learn as do_learn
-    from pal_slurm.jobs.store import sensitivity_rule
+    from pal_slurm.jobs.sensitivity_store import learn as do_learn
+    from pal_slurm.jobs.sensitivity_store import sensitivity_rule
 
     rule = sensitivity_rule(app.cfg)
     with session_scope(app.engine) as session:
@@ -58,7 +58,7 @@ def classes(app: AppContext, fmt: str) -> None:
     `filter rule` says whether the submit filter gets it as a {user, name} rule (not when the
     same user + name has scripts learned into different classes)."""
     from pal_slurm.db.engine import session_scope
-    from pal_slurm.jobs.store import learned_classes
+    from pal_slurm.jobs.sensitivity_store import learned_classes
 
     with session_scope(app.engine) as session:
         rows = learned_classes(session)
@@ -95,7 +95,7 @@ def rule_add(app: AppContext, job_class: str, user: str | None, name: str | None
     most specific rule wins, then the oldest. The placement daemon publishes rules to the
     submit filter on its next cycle."""
     from pal_slurm.db.engine import session_scope
-    from pal_slurm.jobs.store import add_rule
+    from pal_slurm.jobs.sensitivity_store import add_rule
 
     with session_scope(app.engine) as session:
         added = add_rule(session, job_class, list(app.cfg.job_classes), user=user, name=name, account=account,
@@ -113,7 +113,7 @@ def rule_add(app: AppContext, job_class: str, user: str | None, name: str | None
 def rule_list(app: AppContext, fmt: str) -> None:
     """Admin rules in the order the submit filter tries them (first match wins)."""
     from pal_slurm.db.engine import session_scope
-    from pal_slurm.jobs.store import list_rules
+    from pal_slurm.jobs.sensitivity_store import list_rules
 
     with session_scope(app.engine) as session:
         rows = [{"id": r.id, "rule_id": r.rule_id, "class": r.job_class, "user": r.user, "name": r.name,
@@ -132,7 +132,7 @@ def rule_list(app: AppContext, fmt: str) -> None:
 def rule_delete(app: AppContext, rule_id: int) -> None:
     """Delete rule RULE_ID (the number `pal jobs rule list` shows)."""
     from pal_slurm.db.engine import session_scope
-    from pal_slurm.jobs.store import delete_rule
+    from pal_slurm.jobs.sensitivity_store import delete_rule
 
     with session_scope(app.engine) as session:
         delete_rule(session, rule_id)

@@ -48,7 +48,7 @@ from pal_slurm.slurm.tres import parse_gres_alloc
 log = logging.getLogger(__name__)
 
 ClassResolver = Callable[[SlurmJob], tuple[str, str]]
-#: fingerprint -> learned runtime estimate in seconds (pal_slurm.jobs.store.learned_runtimes)
+#: fingerprint -> learned runtime estimate in seconds (pal_slurm.jobs.sensitivity_store.learned_runtimes)
 RuntimeHistory = Callable[[], dict[str, float]]
 
 

@@ -95,14 +95,14 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
 
     def identities(jobs: Any) -> None:
         from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.store import record_identities
+        from pal_slurm.jobs.sensitivity_store import record_identities
 
         with session_scope(engine()) as session:
             record_identities(session, [(j.job_id, j.user, j.name, j.command) for j in jobs])
 
     def history() -> dict[str, float]:
         from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.store import learned_runtimes
+        from pal_slurm.jobs.sensitivity_store import learned_runtimes
 
         with session_scope(engine()) as session:
             return learned_runtimes(session, history=cfg.jobs.history)

@@ -81,7 +81,7 @@ class InventoryOutcome:
 
 def inventory_node(backend: GpuBackend, engine_factory: Callable[[], Engine] | None) -> InventoryOutcome:
     """Scan the backend; store the scan unless engine_factory is None."""
-    from pal_slurm.profiler.store import save_inventory
+    from pal_slurm.profiler.run_store import save_inventory
 
     scan = scan_inventory(backend)
     if engine_factory is None:
@@ -109,7 +109,7 @@ class RunOutcome:
     result: ProfileRunResult
     output: Path
     records: int
-    saved: Any  # pal_slurm.profiler.store.SavedRun | None
+    saved: Any  # pal_slurm.profiler.run_store.SavedRun | None
     db_error: str | None
 
 
@@ -129,7 +129,7 @@ def profile_node(backend: GpuBackend, req: RunRequest, *, data_dir: Path,
                  engine_factory: Callable[[], Engine] | None,
                  progress: Callable[[BenchmarkOutcome], None] | None = None) -> RunOutcome:
     """Run the benchmarks, write the file, then store everything (unless engine_factory is None)."""
-    from pal_slurm.profiler.store import save_run
+    from pal_slurm.profiler.run_store import save_run
 
     if req.passes < 1:
         raise PalError(f"--passes must be >= 1, got {req.passes}")
