@@ -33,8 +33,8 @@ slowdown = the level and PerfVar within 1 % of it (as classification makes them)
 
 Each cycle starts from the same state (cycle 0 warms up and is not counted). Per cycle:
 read/parse (parse_json of both squeue reads and the sinfo read), publish (filter state
-file), identities (job identities to the database), view (plan.build_view), plan
-(plan.plan_requests), place (policy.place), apply (the rest: class lookup, decisions to
+file), identities (job identities to the database), view (cluster_view.build_view), plan
+(shapes.plan_requests), place (policy.place), apply (the rest: class lookup, decisions to
 updates and admin comments, audit records, verification matching), audit (database flush).
 Wall and CPU time (this thread's) are both shown: on a shared machine wall time includes
 waiting for a core. Also printed: parse_json alone on the squeue document.
@@ -71,7 +71,7 @@ sys.path.insert(0, str(REPO))
 from pal_slurm.config import PlacerConfig
 from pal_slurm.errors import SlurmError
 from pal_slurm.placer import daemon as daemon_mod
-from pal_slurm.placer import plan
+from pal_slurm.placer import cluster_view, shapes
 from pal_slurm.placer.audit import AuditSink
 from pal_slurm.placer.daemon import Placer
 from pal_slurm.placer.factors import Factors
@@ -425,9 +425,9 @@ def main() -> int:
         # up to 500 a cycle); steady: every job was seen in an earlier cycle
         seen_before = {str(j["job_id"]) for j in backend.doc["jobs"] if not (j.get("admin_comment") or "").startswith("pal:held") or args.scenario == "steady"}
         # time the daemon's own steps where they are called (restored afterwards)
-        saved = (plan.build_view, plan.plan_requests)
-        daemon_mod.plan.build_view = phases.wrap("view", plan.build_view)  # type: ignore[attr-defined]
-        daemon_mod.plan.plan_requests = phases.wrap("plan", plan.plan_requests)  # type: ignore[attr-defined]
+        saved = (cluster_view.build_view, shapes.plan_requests)
+        daemon_mod.cluster_view.build_view = phases.wrap("view", cluster_view.build_view)  # type: ignore[attr-defined]
+        daemon_mod.shapes.plan_requests = phases.wrap("plan", shapes.plan_requests)  # type: ignore[attr-defined]
         placer.policy.place = phases.wrap("place", placer.policy.place)  # type: ignore[method-assign]
         placer.publish = phases.wrap("publish", placer.publish)  # type: ignore[method-assign]
         audit.flush = phases.wrap("audit", audit.flush)  # type: ignore[method-assign]
@@ -465,7 +465,7 @@ def main() -> int:
                 pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(35)
                 print(buf.getvalue())
         finally:
-            daemon_mod.plan.build_view, daemon_mod.plan.plan_requests = saved  # type: ignore[attr-defined]
+            daemon_mod.cluster_view.build_view, daemon_mod.shapes.plan_requests = saved  # type: ignore[attr-defined]
 
     print(f"{args.cycles} cycles, scenario {args.scenario}, policy {args.policy}, audit {'in memory' if args.no_audit_db else 'SQLite'}; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

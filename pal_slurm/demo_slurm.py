@@ -278,7 +278,7 @@ def _refuse_busy(cluster: DemoCluster) -> None:
 def _free_slowdowns(cluster: DemoCluster, db_url: str) -> dict[tuple[str, int], dict[str, float]]:
     """Slowdown per class of every GPU that is free now (what the placer can choose from)."""
     from pal_slurm.db.engine import make_engine
-    from pal_slurm.placer import plan
+    from pal_slurm.placer import cluster_view
     from pal_slurm.placer.factors import load_factors
     from pal_slurm.slurm.backend import CliBackend
 
@@ -289,7 +289,7 @@ def _free_slowdowns(cluster: DemoCluster, db_url: str) -> dict[tuple[str, int], 
         engine.dispose()
     backend = CliBackend(timeout=20, env=cluster.env)
     classes = sorted({c for v in factors.by_slot.values() for c in v.slowdown})
-    view = plan.build_view(backend.nodes(), backend.jobs(), factors.by_slot, classes)
+    view = cluster_view.build_view(backend.nodes(), backend.jobs(), factors.by_slot, classes)
     return {(s.node, s.minor): {c: view.cluster.sf(c)[i] for c in classes}
             for i, s in enumerate(view.slots) if i in view.free}
 

@@ -14,7 +14,7 @@ import pytest
 
 from pal_slurm.errors import SlurmError
 from pal_slurm.placement.policies import POLICIES
-from pal_slurm.placer import plan
+from pal_slurm.placer import cluster_view, shapes, slurm_updates
 from pal_slurm.slurm.model import SlurmJob
 from pal_slurm.slurm.tres import parse_tres
 from tests.test_placer_holds import NOW, Recorder, held, node, placer
@@ -66,28 +66,28 @@ def test_repeated_gres_entries_mean_what_slurm_means(tmp_path: Path) -> None:
 
 
 def test_an_update_of_another_shape_is_never_sent(tmp_path: Path) -> None:
-    """plan.check_update reads the update back: a two-node NodeList for a one-node job, a wrong
+    """slurm_updates.check_update reads the update back: a two-node NodeList for a one-node job, a wrong
     count, or per-node slots that differ are refused before anything reaches Slurm."""
     job = held("1", tres_per_node="gres:gpu:2")
-    view = plan.build_view([node("n1"), node("n2")], [job], {}, ("A",))
-    shape = plan.request_shape(job, 4)
+    view = cluster_view.build_view([node("n1"), node("n2")], [job], {}, ("A",))
+    shape = shapes.request_shape(job, 4)
     assert not isinstance(shape, str)
-    good = plan.update_for(job, shape, [0, 1], view)
-    assert plan.check_update(shape, good) is None
-    split = plan.update_for(job, shape, [0, 4], view)  # one GPU on each node
-    assert plan.check_update(shape, split) == "2 node(s) in NodeList, the request allows 1..1"
+    good = slurm_updates.update_for(job, shape, [0, 1], view)
+    assert slurm_updates.check_update(shape, good) is None
+    split = slurm_updates.update_for(job, shape, [0, 4], view)  # one GPU on each node
+    assert slurm_updates.check_update(shape, split) == "2 node(s) in NodeList, the request allows 1..1"
     three = replace(good, tres_per_node="gres:gpu:v100_g0:1,gres:gpu:v100_g1:1,gres:gpu:v100_g2:1")
-    assert "3 GPU(s) per node" in (plan.check_update(shape, three) or "")
-    gpus = plan.request_shape(replace(job, tres_per_node="", tres_per_job="gres:gpu:2", max_nodes=1), 4)
+    assert "3 GPU(s) per node" in (slurm_updates.check_update(shape, three) or "")
+    gpus = shapes.request_shape(replace(job, tres_per_node="", tres_per_job="gres:gpu:2", max_nodes=1), 4)
     assert not isinstance(gpus, str) and gpus.user_nodes == (1, 1)
-    assert "node(s) in NodeList" in (plan.check_update(gpus, split) or "")
+    assert "node(s) in NodeList" in (slurm_updates.check_update(gpus, split) or "")
 
 
 def test_the_placer_releases_unchanged_what_would_change_shape(tmp_path: Path, monkeypatch) -> None:
     """Defence in depth: even if the plan rendered a wrong update, nothing reshapes the job."""
     p, rec = placer(tmp_path, [held("1", tres_per_node="gres:gpu:2")], [node("n1"), node("n2")])
-    real = plan.update_for
-    monkeypatch.setattr(plan, "update_for", lambda job, shape, gpus, view: replace(
+    real = slurm_updates.update_for
+    monkeypatch.setattr(slurm_updates, "update_for", lambda job, shape, gpus, view: replace(
         real(job, shape, gpus, view), node_list="n1,n2"))
     report = p.cycle()
     assert report.released == ["1"] and not report.placed

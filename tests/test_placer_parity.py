@@ -4,7 +4,7 @@ The event simulator runs a small trace and records every decision it makes (its 
 queue and result). Each recorded moment is then rendered the way Slurm would show it to
 the daemon: nodes with per-slot GPU types and the slots in use, running jobs with their
 gres_detail and EndTime, held jobs with their request, time limit and the filter's tag.
-The daemon's own path (plan.build_view -> plan_requests -> decide, through
+The daemon's own path (cluster_view.build_view -> shapes.plan_requests -> decide, through
 `Placer._problem`) must reach exactly the simulator's decision: the same GPUs (node and
 slot) for the same jobs, the same jobs waiting on purpose.
 """

@@ -9,7 +9,7 @@ import pytest
 
 from pal_slurm.placement.model import PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
-from pal_slurm.placer import plan
+from pal_slurm.placer import cluster_view, holds, shapes, slurm_updates
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.slurm import parse_json
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
@@ -49,20 +49,21 @@ SF[("n4", 0)] = 1.20  # the worst
 
 
 def place(jobs: list[SlurmJob], nodes: list[SlurmNode] = FOUR, policy: str = "pal-match"):  # type: ignore[no-untyped-def]
-    view = plan.build_view(nodes, jobs, factors(SF), CLASSES)
-    held = [plan.HeldJob(j, *plan.held_class(j)) for j in jobs if plan.is_held_by_pal(j, NOW)]
-    planned = plan.plan_requests(held, view)
+    view = cluster_view.build_view(nodes, jobs, factors(SF), CLASSES)
+    held = [shapes.HeldJob(j, *holds.held_class(j)) for j in jobs if holds.is_held_by_pal(j, NOW)]
+    planned = shapes.plan_requests(held, view)
     snap = Snapshot(cluster=view.cluster, free=view.free, running={}, now=0.0)
     import math
 
     d = get_policy(policy).place(snap, planned.requests, PlacementContext(locality_penalty=math.inf))
-    return view, planned, {a.job_id: plan.update_for(planned.held[a.job_id].job, planned.shapes[a.job_id], a.gpus, view)
+    return view, planned, {a.job_id: slurm_updates.update_for(planned.held[a.job_id].job, planned.shapes[a.job_id],
+                                                              a.gpus, view)
                            for a in d.assignments}
 
 
 def test_view_from_captured_sinfo_marks_busy_slots() -> None:
     nodes = parse_json.nodes_from_doc(parse_json.load((DATA / "sinfo.json").read_text(), "sinfo"))
-    view = plan.build_view(nodes, [], {}, CLASSES)
+    view = cluster_view.build_view(nodes, [], {}, CLASSES)
     assert len(view.slots) == 16 and {s.gres_type for s in view.slots} == {f"v100_g{m}" for m in range(4)}
     busy = {(view.slots[g].node, view.slots[g].minor) for g in range(16)} - \
         {(view.slots[g].node, view.slots[g].minor) for g in view.free}
@@ -130,7 +131,7 @@ def test_promised_slots_of_released_jobs_are_not_free() -> None:
     for reason in ("BeginTime", "Dependency"):
         _view, _p, ups = place([replace(promised, state_reason=reason), job("1", cls="A")])
         assert [(s.node, s.minor) for s in ups["1"].slots] == [("n2", 3)]
-    assert plan.original_request(promised) == ("tres_per_node", "gres:gpu:1") and plan.placed_at(promised) == 5.0
+    assert holds.original_request(promised) == ("tres_per_node", "gres:gpu:1") and holds.placed_at(promised) == 5.0
 
 
 def test_unschedulable_nodes_partitions_cpus_and_exclusions_are_respected() -> None:
@@ -159,36 +160,37 @@ def test_nodes_down_or_busy_make_a_job_wait_not_leave() -> None:
 def test_summary_round_trip_and_match() -> None:
     _v, _planned, ups = place([job("1")])
     u = ups["1"]
-    text = plan.summary(u, "A", "pal-match", 3, [0.9], 1796000000)
+    text = slurm_updates.summary(u, "A", "pal-match", 3, [0.9], 1796000000)
     placed = job("1", admin_comment=text, tres_per_node=u.tres_per_node, required_nodes=u.node_list, priority=5)
-    assert plan.is_placed_by_pal(placed) and not plan.is_held_by_pal(placed, NOW)
-    assert plan.original_request(placed) == ("tres_per_node", "gres:gpu:1") and plan.placed_at(placed) == 1796000000
-    assert plan.matches(placed, u) and not plan.matches(replace(placed, tres_per_node="gres:gpu:1"), u)
+    assert holds.is_placed_by_pal(placed) and not holds.is_held_by_pal(placed, NOW)
+    assert holds.original_request(placed) == ("tres_per_node", "gres:gpu:1") and holds.placed_at(placed) == 1796000000
+    assert slurm_updates.matches(placed, u)
+    assert not slurm_updates.matches(replace(placed, tres_per_node="gres:gpu:1"), u)
 
 
 def test_unknown_gpus_get_the_worst_factor() -> None:
     known = {k: v for k, v in SF.items() if k != ("n1", 1)}
-    view = plan.build_view(FOUR, [], factors(known), CLASSES)
+    view = cluster_view.build_view(FOUR, [], factors(known), CLASSES)
     g = next(i for i, s in enumerate(view.slots) if (s.node, s.minor) == ("n1", 1))
     assert view.cluster.sf("A")[g] == max(known.values())
 
 
 def test_held_by_pal_begin_time_hold_and_the_old_priority_zero_hold() -> None:
     held = job("1")
-    assert plan.is_held_by_pal(held, NOW) and not plan.held_by_priority(held)
+    assert holds.is_held_by_pal(held, NOW) and not holds.held_by_priority(held)
     # just re-held with scontrol (reason not yet BeginTime), or reason BeginTime a moment past the time
-    assert plan.is_held_by_pal(replace(held, state_reason="None"), NOW)
-    assert plan.is_held_by_pal(replace(held, begin_time=NOW - 1), NOW)
+    assert holds.is_held_by_pal(replace(held, state_reason="None"), NOW)
+    assert holds.is_held_by_pal(replace(held, begin_time=NOW - 1), NOW)
     # the begin time passed and Slurm schedules it: not held any more, only the tag is left
     lapsed = replace(held, begin_time=NOW - 5, state_reason="Resources")
-    assert not plan.is_held_by_pal(lapsed, NOW) and plan.hold_lapsed(lapsed, NOW)
+    assert not holds.is_held_by_pal(lapsed, NOW) and holds.hold_lapsed(lapsed, NOW)
     # the hold of earlier releases (priority 0 + tag) still counts, released with scontrol release
     old = replace(held, priority=0, state_reason="JobHeldAdmin", begin_time=None)
-    assert plan.is_held_by_pal(old, NOW) and plan.held_by_priority(old) and not plan.hold_lapsed(old, NOW)
+    assert holds.is_held_by_pal(old, NOW) and holds.held_by_priority(old) and not holds.hold_lapsed(old, NOW)
     # neither the tag alone, nor a begin time without the tag (the user's own --begin), nor a running job
-    assert not plan.is_held_by_pal(replace(held, admin_comment="ticket 7"), NOW)
-    assert not plan.is_held_by_pal(replace(held, state="RUNNING"), NOW)
-    assert not plan.hold_lapsed(replace(held, state="RUNNING", begin_time=NOW - 5, state_reason="None"), NOW)
+    assert not holds.is_held_by_pal(replace(held, admin_comment="ticket 7"), NOW)
+    assert not holds.is_held_by_pal(replace(held, state="RUNNING"), NOW)
+    assert not holds.hold_lapsed(replace(held, state="RUNNING", begin_time=NOW - 5, state_reason="None"), NOW)
 
 
 def test_begin_time_parsed_from_eligible_time_in_both_versions() -> None:

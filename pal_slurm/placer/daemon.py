@@ -36,11 +36,12 @@ from pal_slurm.placement.decide import decide
 from pal_slurm.placement.model import Decision, PlacementContext, Snapshot
 from pal_slurm.placement.orders import get_order
 from pal_slurm.placement.policies import get_policy
-from pal_slurm.placer import plan
+from pal_slurm.placer import cluster_view, holds, shapes, slurm_updates
 from pal_slurm.placer.audit import AuditSink, Record
 from pal_slurm.placer.factors import FactorCache, Factors
 from pal_slurm.slurm import filter_state
 from pal_slurm.slurm.backend import SlurmBackend
+from pal_slurm.slurm.gresconf import slot_of_type
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 from pal_slurm.slurm.priority import PriorityConfig, job_rank
 from pal_slurm.slurm.tres import parse_gres_alloc
@@ -134,7 +135,7 @@ class Placer:
         start by themselves a few seconds later."""
         if not self._models and nodes:
             self._models = tuple(sorted({f.lower() for n in nodes for f in n.features
-                                         if any(plan.slot_of_type(u) is not None for u in _gres_types(n))}))
+                                         if any(slot_of_type(u) is not None for u in _gres_types(n))}))
         if not self._models:
             self._models = filter_state.read_models(self.cfg.state_file)
         rules: list[dict[str, object]] = []
@@ -165,7 +166,7 @@ class Placer:
         factors = self.factors.get(now)
         self._record_identities(jobs)
         self._track_runs(jobs, now)
-        held = [j for j in jobs if plan.is_held_by_pal(j, now)]
+        held = [j for j in jobs if holds.is_held_by_pal(j, now)]
         report.held = len(held)
         self._note_lapsed(jobs, now)
         self.rescue(jobs, nodes, "the placement could not start", report)
@@ -180,9 +181,9 @@ class Placer:
             return self._done(report, t0)
         done = set(report.restored)
         for job in jobs:
-            if (job.pending and plan.is_placed_by_pal(job) and job.priority != 0 and job.job_id not in done
-                    and job.state_reason not in plan.NOT_WAITING_FOR_RESOURCES):
-                at = plan.placed_at(job)
+            if (job.pending and holds.is_placed_by_pal(job) and job.priority != 0 and job.job_id not in done
+                    and job.state_reason not in cluster_view.NOT_WAITING_FOR_RESOURCES):
+                at = holds.placed_at(job)
                 if at is not None and now - at > self.cfg.replan_after_s:
                     self._replan(job, report)
         keep: list[SlurmJob] = []
@@ -207,7 +208,7 @@ class Placer:
         A job whose begin time cannot be moved is released unchanged (never started mid-change)."""
         keep: list[SlurmJob] = []
         for job in held:
-            if plan.held_by_priority(job) or (job.begin_time or 0) - now >= self.extend_margin_s:
+            if holds.held_by_priority(job) or (job.begin_time or 0) - now >= self.extend_margin_s:
                 keep.append(job)
                 continue
             until = now + self.cfg.hold_s
@@ -227,12 +228,12 @@ class Placer:
         """Re-tag jobs whose begin-time hold ended before we released them: Slurm already
         schedules them as submitted; the tag must not say they are held."""
         for job in jobs:
-            if plan.hold_lapsed(job, now):
-                self._comment(job.job_id, f"{plan.RELEASED_TAG} unchanged: the hold ended before a placement")
+            if holds.hold_lapsed(job, now):
+                self._comment(job.job_id, f"{holds.RELEASED_TAG} unchanged: the hold ended before a placement")
 
     def _unhold(self, job: SlurmJob) -> None:
         """End the hold `job` has: priority 0 (scontrol release) or its begin time (StartTime=now)."""
-        if plan.held_by_priority(job):
+        if holds.held_by_priority(job):
             self.backend.release(job.job_id)
         else:
             self.backend.start_now(job.job_id)
@@ -261,7 +262,7 @@ class Placer:
         start when a placed job is first seen running, an end when it is gone from the active
         jobs (so within a cycle of the truth; a job that ended while no placer ran is marked
         when one runs again)."""
-        running = {j.job_id: j for j in jobs if j.running and plan.is_placed_by_pal(j)}
+        running = {j.job_id: j for j in jobs if j.running and holds.is_placed_by_pal(j)}
         for job_id, job in running.items():
             if job_id not in self._running_placed:
                 self.audit.mark(job_id, "started_at", datetime.fromtimestamp(job.start_time or now, UTC))
@@ -282,7 +283,7 @@ class Placer:
         return report
 
     def _class_of(self, job: SlurmJob) -> tuple[str, str]:
-        cls, src = plan.held_class(job)
+        cls, src = holds.held_class(job)
         if cls.upper() in self.classes:
             return cls.upper(), src
         if self.resolve_class is not None:
@@ -337,23 +338,23 @@ class Placer:
         return job.end_time
 
     def _problem(self, held: Sequence[SlurmJob], jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode],
-                 factors: Factors, now: float) -> tuple[plan.View, plan.Planned, Snapshot]:
+                 factors: Factors, now: float) -> tuple[cluster_view.View, shapes.Planned, Snapshot]:
         """The cycle's placement problem, in the simulators' terms: the steerable GPUs and
         their factors, the free ones, the running jobs with their expected ends, and the
         held jobs with their class, rank and runtime estimate."""
-        view = plan.build_view(nodes, jobs, factors.by_slot, self.classes)
+        view = cluster_view.build_view(nodes, jobs, factors.by_slot, self.classes)
         tiers, prio = self._slurm_ranks(now)
         learned = self._learned_runtimes(now)
         held_jobs = []
         for j in held:
             tier, priority = job_rank(j, tiers, prio, now)
-            held_jobs.append(plan.HeldJob(j, *self._class_of(j), tier=tier, priority=priority,
+            held_jobs.append(shapes.HeldJob(j, *self._class_of(j), tier=tier, priority=priority,
                                           estimate_s=self.estimate_s(j, learned)))
         by_id = {j.job_id: j for j in jobs}
         ends = {jid: end for jid in view.running
                 if (end := self.expected_end(by_id[jid], learned, now)) is not None}
         snap = Snapshot(cluster=view.cluster, free=view.free, running=view.running, now=now, expected_end=ends)
-        return view, plan.plan_requests(held_jobs, view), snap
+        return view, shapes.plan_requests(held_jobs, view), snap
 
     def _place(self, held: Sequence[SlurmJob], jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode],
                factors: Factors, now: float, report: CycleReport) -> None:
@@ -372,20 +373,20 @@ class Placer:
             log.error("job %s: policy %s broke the job's shape (%s); not placed this cycle", job_id,
                       self.policy.name, why)
         self._note_waits(decision, view, planned, now, report)
-        applied: list[tuple[SlurmJob, plan.Update, Record]] = []
+        applied: list[tuple[SlurmJob, slurm_updates.Update, Record]] = []
         for a in decision.assignments:
             h = planned.held[a.job_id]
             shape = planned.shapes[a.job_id]
-            update = plan.update_for(h.job, shape, a.gpus, view)
+            update = slurm_updates.update_for(h.job, shape, a.gpus, view)
             job = as_read[a.job_id]
-            wrong = plan.check_update(shape, update)
+            wrong = slurm_updates.check_update(shape, update)
             if wrong is not None:
                 # never reach Slurm with another shape than the user's: release it as submitted
                 log.error("job %s: placement would change its shape (%s); released unchanged", job.job_id, wrong)
                 self._release_unchanged(job, f"placement would change the job's shape ({wrong})", report)
                 continue
             sfs = [view.cluster.sf(h.job_class)[g] for g in sorted(a.gpus)]
-            comment = plan.summary(update, h.job_class, self.policy.name, factors.version, sfs, now)
+            comment = slurm_updates.summary(update, h.job_class, self.policy.name, factors.version, sfs, now)
             waited = self._waits.pop(a.job_id, None)
             why = f"class {h.job_class} ({h.class_source}); {a.reason}"
             if waited is not None:
@@ -405,7 +406,7 @@ class Placer:
         report.waiting = [r.id for r in planned.requests if r.id not in placed_ids]
         self._verify(applied, report)
 
-    def _note_waits(self, decision: Decision, view: plan.View, planned: plan.Planned, now: float,
+    def _note_waits(self, decision: Decision, view: cluster_view.View, planned: shapes.Planned, now: float,
                     report: CycleReport) -> None:
         """Jobs that wait on purpose for better GPUs: audited when the wait starts or its
         target changes (not every cycle), and remembered so their placement says how long."""
@@ -430,7 +431,7 @@ class Placer:
                 reason=(f"class {h.job_class}; waits up to {max(w.free_at - now, 0):.0f} s for {','.join(target)}, "
                         f"expected to finish {w.sooner_s:.0f} s sooner than on the GPUs free now")))
 
-    def _apply(self, job: SlurmJob, update: plan.Update, comment: str) -> bool:
+    def _apply(self, job: SlurmJob, update: slurm_updates.Update, comment: str) -> bool:
         """Clear, set, release; on a Slurm error restore the request and release unchanged.
         `job` is the job as this cycle read it (a re-planned one still carries our last slots)."""
         try:
@@ -457,14 +458,14 @@ class Placer:
         except SlurmError as exc:
             log.warning("job %s: admin comment not set (%s)", job_id, exc)
 
-    def _restore(self, job: SlurmJob, update: plan.Update, why: str) -> None:
+    def _restore(self, job: SlurmJob, update: slurm_updates.Update, why: str) -> None:
         """Put back the GPU request `job` had when this cycle read it, and release it.
 
         What it had, not what the user first asked for: on 22.05 a job that once carried
         per-slot types refuses an untyped request afterwards ("with and without type
         identification") and would be left with no GPUs; a re-planned job keeps its last slots."""
         steps = [[("TresPerNode", "")]]
-        steps += [[(key, getattr(job, f))] for f, key in plan.FIELD_KEY.items() if getattr(job, f)]
+        steps += [[(key, getattr(job, f))] for f, key in slurm_updates.FIELD_KEY.items() if getattr(job, f)]
         steps += [[("NodeList", job.required_nodes)]]
         for fields in steps:
             try:
@@ -476,9 +477,9 @@ class Placer:
         except SlurmError as exc:
             log.error("job %s: release failed: %s (release-stale will retry)", job.job_id, exc)
             return
-        self._comment(job.job_id, f"{plan.RELEASED_TAG} unchanged: {why}")
+        self._comment(job.job_id, f"{holds.RELEASED_TAG} unchanged: {why}")
 
-    def _verify(self, applied: Sequence[tuple[SlurmJob, plan.Update, Record]], report: CycleReport) -> None:
+    def _verify(self, applied: Sequence[tuple[SlurmJob, slurm_updates.Update, Record]], report: CycleReport) -> None:
         if not applied:
             return
         try:
@@ -489,7 +490,7 @@ class Placer:
         stamp = self._stamp()
         for job, update, rec in applied:
             got = now_jobs.get(job.job_id)
-            if got is None or not got.pending or plan.matches(got, update):
+            if got is None or not got.pending or slurm_updates.matches(got, update):
                 report.placed.append(job.job_id)
                 self.audit.add(_with(rec, applied_at=stamp))
                 continue
@@ -509,10 +510,10 @@ class Placer:
             log.error("job %s: release failed: %s", job.job_id, exc)
             report.failed.append(job.job_id)
             return
-        self._comment(job.job_id, f"{plan.RELEASED_TAG} unchanged: {why}")
+        self._comment(job.job_id, f"{holds.RELEASED_TAG} unchanged: {why}")
         report.released.append(job.job_id)
         self._waits.pop(job.job_id, None)
-        cls, _src = plan.held_class(job)
+        cls, _src = holds.held_class(job)
         stamp = self._stamp()
         self.audit.add(Record(job_id=job.job_id, policy=self.policy.name, job_class=cls, version=None, gpus=[],
                               alternatives=None, reason=why, outcome="released-unchanged", decided_at=stamp,
@@ -525,7 +526,7 @@ class Placer:
         types ("with and without type identification"; it keeps typed entries with count
         0 after a clear); then the job's per-slot request is set back at once (a clear left
         alone would leave it with no GPUs) and False is returned."""
-        orig = plan.original_request(job)
+        orig = holds.original_request(job)
         if orig is None:
             return False
         fld, value = orig
@@ -535,7 +536,7 @@ class Placer:
             log.warning("job %s: request not cleared (%s)", job.job_id, exc)
             return False
         try:
-            self.backend.update_job(job.job_id, [(plan.FIELD_KEY[fld], value), ("NodeList", "")])
+            self.backend.update_job(job.job_id, [(slurm_updates.FIELD_KEY[fld], value), ("NodeList", "")])
             return True
         except SlurmError as exc:
             log.info("job %s: Slurm keeps its per-slot request (%s)", job.job_id, str(exc).splitlines()[0][:120])
@@ -548,19 +549,19 @@ class Placer:
     def rescue(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], why: str, report: CycleReport) -> None:
         """Placed jobs that cannot start (BadConstraints, priority 0, node gone or drained, a
         slot type missing): the user's request back (or, where Slurm refuses that, the same
-        shape on slots that exist, see plan.fallback_update), then released."""
+        shape on slots that exist, see slurm_updates.fallback_update), then released."""
         by_name = {n.name: n for n in nodes}
-        view: plan.View | None = None
+        view: cluster_view.View | None = None
         for job in jobs:
-            reason = plan.stranded(job, by_name)
+            reason = slurm_updates.stranded(job, by_name)
             if reason is None:
                 continue
             if self.put_back(job):
                 how = "its request restored"
             else:
                 if view is None:
-                    view = plan.build_view(nodes, jobs, {}, self.classes or ("A",))
-                update = plan.fallback_update(job, view)
+                    view = cluster_view.build_view(nodes, jobs, {}, self.classes or ("A",))
+                update = slurm_updates.fallback_update(job, view)
                 try:
                     if update is None:
                         raise SlurmError("no slots of its shape on the nodes it may use")
@@ -579,14 +580,14 @@ class Placer:
                     self.backend.start_now(job.job_id)
             except SlurmError as exc:
                 log.error("job %s: release after restore failed: %s", job.job_id, exc)
-            text = f"{plan.RELEASED_TAG} restored: {reason}; {why}; {how}"
-            orig = plan.original_request(job)
+            text = f"{holds.RELEASED_TAG} restored: {reason}; {why}; {how}"
+            orig = holds.original_request(job)
             if orig is not None:
                 text += f" was {orig[0]} {orig[1]}"
             self._comment(job.job_id, text)
             log.warning("job %s: %s (%s); %s", job.job_id, why, reason, how)
             report.restored.append(job.job_id)
-            cls, _src = plan.held_class(job)
+            cls, _src = holds.held_class(job)
             stamp = self._stamp()
             self.audit.add(Record(job_id=job.job_id, policy=self.policy.name, job_class=cls, version=None, gpus=[],
                                   alternatives=None, reason=f"{reason}: {how}", outcome="restored",
@@ -600,10 +601,10 @@ class Placer:
         _as_submitted) and retypes it. Where Slurm keeps the per-slot request (22.05) the
         job waits with it until then. The tag goes first: once held, the job is ours to
         release (next cycle, SIGTERM, release-stale)."""
-        if plan.original_request(job) is None:
+        if holds.original_request(job) is None:
             return
-        cls, _src = plan.held_class(job)
-        tag = f"{plan.HELD_TAG} class={cls} src=replan {job.admin_comment[len(plan.PLACED_TAG):].strip()}"[:900]
+        cls, _src = holds.held_class(job)
+        tag = f"{holds.HELD_TAG} class={cls} src=replan {job.admin_comment[len(holds.PLACED_TAG):].strip()}"[:900]
         try:
             self.backend.update_job(job.job_id, [("AdminComment", tag)])
             self.backend.set_begin(job.job_id, self.clock() + self.cfg.hold_s)
@@ -630,7 +631,7 @@ class Placer:
     def _observe(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], factors: Factors, now: float,
                  report: CycleReport) -> None:
         """Observe mode: what we would do for pending GPU jobs, audited once per job; no job changes."""
-        fresh = [j for j in jobs if j.pending and j.job_id not in self.observed and not plan.is_placed_by_pal(j)
+        fresh = [j for j in jobs if j.pending and j.job_id not in self.observed and not holds.is_placed_by_pal(j)
                  and (j.tres("tres_per_node").gpu_count or j.tres("tres_per_job").gpu_count)]
         if not fresh or not factors.by_slot:
             return
@@ -663,7 +664,7 @@ class Placer:
         jobs = self.backend.jobs()
         report = CycleReport()
         for job in jobs:
-            if plan.is_held_by_pal(job, now):
+            if holds.is_held_by_pal(job, now):
                 self._release_unchanged(job, why, report)
         try:
             nodes = self.backend.nodes()
@@ -680,9 +681,9 @@ class Placer:
 def _as_submitted(job: SlurmJob) -> SlurmJob:
     """The job as planning must see it: a re-planned job with the GPU request the user made
     (recorded in its tag) instead of our last per-slot one, and no node pinned."""
-    if plan.held_class(job)[1] != "replan":
+    if holds.held_class(job)[1] != "replan":
         return job
-    return plan.as_submitted(job)
+    return slurm_updates.as_submitted(job)
 
 
 def tune_gc() -> None:
@@ -704,7 +705,7 @@ def _gres_types(node: SlurmNode) -> list[str | None]:
     return [u.type for u in parse_gres_alloc(node.gres) if u.name == "gpu"]
 
 
-def _slot_name(slot: plan.Slot) -> str:
+def _slot_name(slot: cluster_view.Slot) -> str:
     return f"{slot.node}:{slot.minor}"
 
 

@@ -1,0 +1,234 @@
+"""The cluster as the placer sees it in one cycle: the steerable GPU slots, which are free, and which
+running jobs hold the others (pure).
+
+Why apart: the view is built once per cycle from what Slurm said about nodes and jobs, and
+everything after it reads it (request shapes, the policy, the updates). Its per-node arrays
+and parse caches are what keep a cycle over 1,000 held jobs and 1,250 nodes fast
+(bench/placer_cycle.py). Pure like the placer's other rules (see pal_slurm.placer.shapes).
+
+Rules (docs/admin-guide.md, "What the placer touches"):
+- Only GPUs whose GRES carries per-slot types are steerable; a node without them is not in the view.
+- GPUs promised to jobs we released that have not started yet count as taken, so two
+  jobs are never steered onto one slot. A job that waits for something other than GPUs
+  (a begin time, a dependency, a hold) keeps its placement, but not its slots.
+- A GPU we know nothing about gets the worst factor of its class: unknown GPUs must not
+  attract sensitive jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+
+import numpy as np
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+from pal_slurm.placement.model import Cluster, GpuRef
+from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.placer.holds import is_placed_by_pal
+from pal_slurm.slurm.gresconf import natural_key as _natural
+from pal_slurm.slurm.gresconf import slot_of_type
+from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from pal_slurm.slurm.tres import parse_gres_alloc, parse_tres
+
+# The same GRES and TRES strings come back for most nodes and jobs, cycle after cycle (one
+# node layout per node type, a handful of request forms); the parsers are pure and return
+# frozen values, so each distinct string is parsed once (bench/placer_cycle.py).
+_gres_alloc = lru_cache(maxsize=16384)(parse_gres_alloc)
+parsed_tres = lru_cache(maxsize=16384)(parse_tres)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One steerable GPU: node, device minor, and the GRES type that names exactly it."""
+
+    node: str
+    minor: int
+    gres_type: str
+
+
+@dataclass(frozen=True)
+class View:
+    """The placement problem of one cycle: the steerable GPUs, which are free, and which
+    running jobs hold the others (job id -> GPU ids, for the policy's expected releases)."""
+
+    cluster: Cluster
+    slots: tuple[Slot, ...]
+    free: frozenset[int]
+    node_index: Mapping[str, int]
+    nodes: Mapping[str, SlurmNode]
+    running: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @cached_property
+    def table(self) -> NodeTable:
+        """The per-node facts as arrays, built once per cycle (see NodeTable)."""
+        return NodeTable(self)
+
+
+class NodeTable:
+    """A view's nodes as arrays (index = the cluster's node index), so each held job's
+    allowed nodes are a few vector operations instead of a Python loop over every node:
+    1,000 held jobs x 1,250 nodes took seconds per cycle that way (bench/placer_cycle.py).
+
+    Equal allowed sets come back as one frozenset object, so the policy layer's per-set
+    caches (FreeState.node_mask) find them by identity instead of comparing big sets."""
+
+    def __init__(self, view: View) -> None:
+        cluster = view.cluster
+        nodes = [view.nodes[n] for n in cluster.node_names]
+        self._nodes = nodes
+        self.schedulable = np.array([n.schedulable for n in nodes], dtype=bool)
+        self.busy = np.array([n.alloc_cpus > 0 for n in nodes], dtype=bool)
+        self.free_cpus = np.array([n.free_cpus for n in nodes], dtype=np.int64)
+        self.free_memory_mb = np.array([n.free_memory_mb for n in nodes], dtype=np.int64)
+        self.cpus = np.array([n.cpus for n in nodes], dtype=np.int64)
+        self.memory_mb = np.array([n.real_memory_mb for n in nodes], dtype=np.int64)
+        self.gpus = np.array([len(ids) for ids in cluster.node_gpus], dtype=np.int64)
+        node_of = np.asarray(cluster.node_of, dtype=np.int64)
+        free = np.fromiter(view.free, dtype=np.int64, count=len(view.free))
+        self.free_gpus = np.bincount(node_of[free], minlength=len(nodes)).astype(np.int64)
+        self._partition: dict[str, np.ndarray] = {}
+        self._feature: dict[str, np.ndarray] = {}
+        self._sets: dict[bytes, frozenset[int]] = {}
+        self._masks: dict[tuple[object, ...], np.ndarray] = {}
+
+    def partition(self, name: str) -> np.ndarray:
+        m = self._partition.get(name)
+        if m is None:
+            m = self._partition[name] = np.array([name in n.partitions for n in self._nodes], dtype=bool)
+        return m
+
+    def feature(self, name: str) -> np.ndarray:
+        m = self._feature.get(name)
+        if m is None:
+            m = self._feature[name] = np.array([name in n.active_features for n in self._nodes], dtype=bool)
+        return m
+
+    def as_set(self, mask: np.ndarray) -> frozenset[int]:
+        key = np.packbits(mask).tobytes()
+        out = self._sets.get(key)
+        if out is None:
+            out = self._sets[key] = frozenset(np.flatnonzero(mask).tolist())
+        return out
+
+
+def expand_nodes(expr: str) -> list[str]:
+    """Node names of a Slurm hostlist (`n[1-3],gpu7`), in order."""
+    if not expr or expr in ("(null)", "None"):
+        return []
+    return list(_expand(expr))
+
+
+@lru_cache(maxsize=4096)
+def _expand(expr: str) -> tuple[str, ...]:
+    if not any(c in expr for c in "[@ "):
+        # a plain list (what a placed job's NodeList reads back as): no NodeSet parse,
+        # which costs more than the rest of verifying a placement
+        return tuple(sorted(dict.fromkeys(n for n in expr.split(",") if n), key=_natural))
+    try:
+        return tuple(NodeSet(expr))
+    except NodeSetParseError:
+        return tuple(n for n in expr.split(",") if n)
+
+
+def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
+               factors: Mapping[tuple[str, int], GpuVariability], classes: Sequence[str]) -> View:
+    """Steerable GPUs (nodes whose GPUs carry per-slot types), their factors, and which are free."""
+    slots: list[Slot] = []
+    node_names: list[str] = []
+    gpus: list[GpuRef] = []
+    free: list[int] = []
+    for node in sorted(nodes, key=lambda n: _natural(n.name)):
+        mine = node_slots(node.gres)
+        if not mine:
+            continue
+        idx = len(node_names)
+        node_names.append(node.name)
+        busy = _used_types(node.gres_used)
+        schedulable = node.schedulable
+        for k, (minor, gtype) in enumerate(mine):
+            if schedulable and gtype not in busy:
+                free.append(len(slots))
+            gpus.append(GpuRef(id=len(slots), node=idx, slot=k))
+            slots.append(Slot(node.name, minor, gtype))
+    promised = promised_slots(jobs)
+    if promised:
+        free = [i for i in free if (slots[i].node, slots[i].gres_type) not in promised]
+    # a GPU we know nothing about gets the worst factor of its class: unknown GPUs must not
+    # attract sensitive jobs (the rule of placement.variability.from_classification); worked
+    # out only when some GPU needs it (a scan of every factor)
+    worst: dict[tuple[str, str], float] = {}
+
+    def fallback(kind: str, c: str) -> float:
+        if (kind, c) not in worst:
+            worst[(kind, c)] = _worst(factors.values(), kind, c)
+        return worst[(kind, c)]
+
+    known = [factors.get((s.node, s.minor)) for s in slots]
+    sf = {c: tuple(float(x) if v is not None and (x := v.slowdown.get(c)) is not None else fallback("slowdown", c)
+                   for v in known) for c in classes}
+    pv = {c: tuple(float(x) if v is not None and (x := v.perfvar.get(c)) is not None else fallback("perfvar", c)
+                   for v in known) for c in classes}
+    cluster = Cluster(node_names=tuple(node_names), gpus=tuple(gpus), slowdown=sf, perfvar=pv)
+    by_slot = {(s.node, s.gres_type): i for i, s in enumerate(slots)}
+    return View(cluster=cluster, slots=tuple(slots), free=frozenset(free),
+                node_index={n: i for i, n in enumerate(node_names)}, nodes={n.name: n for n in nodes},
+                running=running_gpus(jobs, by_slot))
+
+
+def running_gpus(jobs: Iterable[SlurmJob], by_slot: Mapping[tuple[str, str], int]) -> dict[str, tuple[int, ...]]:
+    """Running jobs -> the steerable GPUs they hold, from each job's per-node gres_detail
+    (`gpu:v100_g2:1(IDX:2),gpu:v100_g3:0(IDX:)`, one entry per node of its node list)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for job in jobs:
+        if not job.running or not job.gres_detail:
+            continue
+        held: list[int] = []
+        for node, detail in zip(expand_nodes(job.nodes), job.gres_detail):
+            for use in _gres_alloc(detail):
+                if use.name == "gpu" and use.count > 0 and use.type is not None:
+                    g = by_slot.get((node, use.type))
+                    if g is not None:
+                        held.append(g)
+        if held:
+            out[job.job_id] = tuple(sorted(held))
+    return out
+
+
+@lru_cache(maxsize=1024)
+def node_slots(gres: str) -> tuple[tuple[int, str], ...]:
+    """(minor, GRES type) of a node's per-slot GPU types, by minor (one string per node layout)."""
+    return tuple(sorted({(m, str(u.type)) for u in _gres_alloc(gres)
+                         if u.name == "gpu" and (m := slot_of_type(u.type)) is not None}))
+
+
+@lru_cache(maxsize=16384)
+def _used_types(gres_used: str) -> frozenset[str]:
+    """GPU GRES types in use according to a node's gres_used."""
+    return frozenset(str(u.type) for u in _gres_alloc(gres_used) if u.name == "gpu" and u.count > 0)
+
+
+def _worst(values: Iterable[GpuVariability], kind: str, cls: str) -> float:
+    known = [x for v in values if (x := getattr(v, kind).get(cls)) is not None]
+    return float(max(known)) if known else 1.0
+
+
+#: pending reasons of a job that waits for something other than GPUs (a begin time, another
+#: job, a hold): it keeps its placement, but its slots are not kept from other jobs meanwhile
+NOT_WAITING_FOR_RESOURCES = frozenset({"BeginTime", "Dependency", "DependencyNeverSatisfied", "JobHeldUser",
+                                       "JobHeldAdmin"})
+
+
+def promised_slots(jobs: Iterable[SlurmJob]) -> set[tuple[str, str]]:
+    """(node, type) of every pending job we placed and released which waits for its GPUs
+    (not for a begin time or a dependency: 16 such jobs would otherwise block 16 GPUs)."""
+    out: set[tuple[str, str]] = set()
+    for job in jobs:
+        if not (job.pending and is_placed_by_pal(job)) or job.state_reason in NOT_WAITING_FOR_RESOURCES:
+            continue
+        types = [i.type for i in parsed_tres(job.tres_per_node).gpu_items if i.type]
+        for node in expand_nodes(job.required_nodes):
+            out |= {(node, t) for t in types}
+    return out
+

@@ -1,0 +1,74 @@
+"""Pal's marks on a job: the admin_comment tags of the submit filter and the placer, and what they say (pure).
+
+Why apart: whether a job is ours at all, the class the filter gave it, when we placed it and
+what it asked for before we retyped it all live in the job's admin_comment. The daemon, the
+cluster view and the Slurm updates read them here, in one place, so a tag is written and read
+one way. Pure like the placer's other rules (see pal_slurm.placer.shapes): tested without a cluster.
+
+Rules (docs/admin-guide.md, "What the placer touches"):
+- A job is ours only while it is pending, held, and its admin_comment starts `pal:held`
+  (what job_submit.lua writes in enforce mode). Held means a begin time still ahead (or
+  Slurm's reason BeginTime): job_submit.lua sets the begin time, because Slurm skips its
+  submit-time checks for a job held with priority 0. A job held with priority 0 and the tag
+  (what earlier releases of the filter did) still counts, so an upgrade leaves none behind.
+- A job held by someone on purpose (JobHeldUser, JobHeldAdmin) is never ours to release.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pal_slurm.slurm.model import SlurmJob
+
+HELD_TAG = "pal:held"
+PLACED_TAG = "pal: placed"
+RELEASED_TAG = "pal: released"
+_CLASS = re.compile(r"\bclass=(?P<cls>[A-Za-z0-9]+)")
+_SRC = re.compile(r"\bsrc=(?P<src>\S+)")
+_AT = re.compile(r"\bat=(?P<at>\d+)")
+_WAS = re.compile(r"\bwas (?P<field>tres_per_(?:node|job)) (?P<value>\S*)\s*$")
+
+#: pending reasons under which a job is held by someone on purpose: never ours to release
+HELD_BY_SOMEONE = frozenset({"JobHeldUser", "JobHeldAdmin"})
+
+
+def is_held_by_pal(job: SlurmJob, now: float) -> bool:
+    """A pending job tagged `pal:held` that is held: by its begin time (job_submit.lua, the
+    placer's re-plans) or with priority 0 (earlier releases)."""
+    if not (job.pending and job.admin_comment.startswith(HELD_TAG)):
+        return False
+    return job.priority == 0 or job.begins_after(now) or job.state_reason == "BeginTime"
+
+
+def hold_lapsed(job: SlurmJob, now: float) -> bool:
+    """A pending job still tagged `pal:held` whose begin-time hold ran out before we released it
+    (placer down or too slow): Slurm schedules it as submitted; only its tag is left to fix."""
+    return job.pending and job.admin_comment.startswith(HELD_TAG) and not is_held_by_pal(job, now)
+
+
+def held_by_priority(job: SlurmJob) -> bool:
+    """Which hold a held job has: priority 0 (`scontrol release` ends it) or else a begin
+    time (`StartTime=now` ends it)."""
+    return job.priority == 0
+
+
+def is_placed_by_pal(job: SlurmJob) -> bool:
+    return job.admin_comment.startswith(PLACED_TAG)
+
+
+def held_class(job: SlurmJob) -> tuple[str, str]:
+    """(class, source) from the filter's tag `pal:held class=X src=Y`."""
+    m, s = _CLASS.search(job.admin_comment), _SRC.search(job.admin_comment)
+    return (m.group("cls") if m else "auto"), (s.group("src") if s else "default")
+
+
+def placed_at(job: SlurmJob) -> float | None:
+    m = _AT.search(job.admin_comment)
+    return float(m.group("at")) if m else None
+
+
+def original_request(job: SlurmJob) -> tuple[str, str] | None:
+    """The request a placed job had before we retyped it (recorded in its admin_comment)."""
+    m = _WAS.search(job.admin_comment)
+    return (m.group("field"), m.group("value")) if m else None
+
