@@ -37,6 +37,10 @@ PURE = (
     "simulate/result.py",
     "replay/plan.py",
     "replay/fleet.py",
+    "placer/holds.py",
+    "placer/cluster_view.py",
+    "placer/shapes.py",
+    "placer/slurm_updates.py",
 )
 
 #: Imports a pure module may not reach, directly or through the pal_slurm modules it imports,
