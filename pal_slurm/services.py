@@ -161,13 +161,18 @@ def _stored(engine: Engine, version: int | None, with_clocks: bool) -> cstore.St
 def load_report(engine: Engine, cfg: PalConfig, version: int | None = None) -> dict[str, Any]:
     from pal_slurm.report import build_report
 
-    return build_report(_stored(engine, version, False), outlier_action=cfg.report.outlier_action)
+    return build_report(_stored(engine, version, True), policy=cfg.report.policy())
 
 
-def load_gpu_rows(engine: Engine, version: int | None = None) -> list[dict[str, Any]]:
-    from pal_slurm.report import gpu_rows
+def load_gpu_rows(engine: Engine, version: int | None = None, cfg: PalConfig | None = None) -> list[dict[str, Any]]:
+    """One row per GPU; with `cfg`, each outlier GPU's graded action and reason too."""
+    from datetime import UTC, datetime
 
-    return gpu_rows(_stored(engine, version, True))
+    from pal_slurm.report import gpu_rows, grade_outliers
+
+    stored = _stored(engine, version, True)
+    actions = None if cfg is None else grade_outliers(stored, cfg.report.policy(), datetime.now(UTC))
+    return gpu_rows(stored, actions)
 
 
 def load_for_html(engine: Engine, cfg: PalConfig,
@@ -176,4 +181,4 @@ def load_for_html(engine: Engine, cfg: PalConfig,
     from pal_slurm.report import build_report
 
     stored = _stored(engine, version, True)
-    return stored, build_report(stored, outlier_action=cfg.report.outlier_action)
+    return stored, build_report(stored, policy=cfg.report.policy())
