@@ -136,7 +136,9 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
             groups=[
                 {"model": c.model, "benchmark": c.benchmark, "gpus": sum(1 for g in c.result.gpus if g.profiled),
                  "unprofiled": sum(1 for g in c.result.gpus if not g.profiled), "k": c.result.k_regular,
-                 "bins": len(c.result.bins), "outliers": sum(1 for g in c.result.gpus if g.outlier),
+                 # regular bins, as every report counts them; each outlier's own bin is an outlier
+                 "bins": sum(1 for b in c.result.bins if not b.outlier),
+                 "outliers": sum(1 for g in c.result.gpus if g.outlier),
                  "criterion": c.result.criterion}
                 for c in classified
             ],

@@ -106,7 +106,8 @@ def _stored() -> StoredClassification:
                                 job_classes={"A": "resnet50"})
 
 
-def test_demo_summary_terminal_json_and_html_tell_the_same_story(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_demo_summary_terminal_json_and_html_tell_the_same_story(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     stored = _stored()
     data = build_report(stored, now=NOW)
     item = data["benchmarks"][0]

@@ -83,7 +83,8 @@ def action_columns(wide: bool, ids: dict[str, str], perfvars: dict[tuple[str, st
 
 
 def _perfvars(data: dict[str, Any]) -> dict[tuple[str, str], float | None]:
-    return {(o["uuid"], item["benchmark"]): o["perfvar"] for item in data["benchmarks"] for o in item["outlier_details"]}
+    return {(o["uuid"], item["benchmark"]): o["perfvar"]
+            for item in data["benchmarks"] for o in item["outlier_details"]}
 
 
 @click.group(invoke_without_command=True)
