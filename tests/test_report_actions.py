@@ -208,3 +208,15 @@ def test_gpus_actions_and_the_drain_dry_run(fleet_db) -> None:  # type: ignore[n
     out = _pal(fleet_db, "gpus", "drain")
     assert f'would run: scontrol update NodeName={NODES[1]} State=DRAIN Reason="pal: GPU 00000005: ' in out
     assert "dry run" in out and out.count("would run:") == len({a["node"] for a in acts if a["action"] == "drain"})
+
+
+def test_a_table_that_cannot_fit_gets_long_lines_never_cut_cells(capsys: pytest.CaptureFixture[str]) -> None:
+    from rich.console import Console
+
+    from pal_slurm.cli.render import Column, print_table
+
+    rows = [{"node": "a-very-long-node-name-that-is-kept-whole-0001", "n": 1.23456}]
+    print_table(rows, [Column("node", lambda r: r["node"]), Column("x", lambda r: r["n"], "right")],
+                out=Console(width=30, soft_wrap=False))
+    out = capsys.readouterr().out
+    assert "a-very-long-node-name-that-is-kept-whole-0001" in out and "1.235" in out and "…" not in out

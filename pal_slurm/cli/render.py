@@ -112,6 +112,9 @@ def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *,
         while _measure(out, table).minimum > out.width and any(c.optional for c in cols):
             cols.pop(max(i for i, c in enumerate(cols) if c.optional))
             table = _table(rows, cols, title)
+        need = _measure(out, table).minimum
+        if need > out.width:  # still too wide (many job classes): long lines rather than cut cells
+            out = Console(soft_wrap=False, highlight=False, width=need, file=out.file)
     out.print(table)
 
 
