@@ -148,9 +148,10 @@ def grade_gpu(uuid: str, node: str | None, model: str, findings: Sequence[Findin
         f = max(severe, key=lambda f: f.perfvar or 0.0)
         return make(DRAIN, f"PerfVar {_pv(f.perfvar)} on {f.benchmark} (>= {policy.drain_perfvar:g}); "
                            f"{policy.diagnostics}")
-    where = ", ".join(landing) if landing else "no class"
-    return make(PLACEMENT, f"PerfVar {_pv(worst_pv)} on {worst.benchmark if worst else benches[0]}; "
-                           f"only classes insensitive to it land there ({where})")
+    what = f"PerfVar {_pv(worst_pv)} on {worst.benchmark if worst else benches[0]}"
+    if not landing:  # every class is measured by a benchmark it is slow on: its factor puts it last
+        return make(PLACEMENT, f"{what}; every class sees it slow, so placement gives it out last")
+    return make(PLACEMENT, f"{what}; only classes insensitive to it land there ({', '.join(landing)})")
 
 
 def drain_plan(actions: Sequence[GpuAction]) -> list[tuple[str, str]]:

@@ -220,3 +220,10 @@ def test_a_table_that_cannot_fit_gets_long_lines_never_cut_cells(capsys: pytest.
                 out=Console(width=30, soft_wrap=False))
     out = capsys.readouterr().out
     assert "a-very-long-node-name-that-is-kept-whole-0001" in out and "1.235" in out and "…" not in out
+
+
+def test_a_gpu_every_class_sees_slow_is_given_out_last() -> None:
+    a = grade_gpu("GPU-0a1b2c3d-0000-1111-2222-333344445555", "gpu007", "V100",
+                  [Finding(b, 1.1, NOW) for b in ("resnet50", "bert", "pagerank")], job_classes=CLASSES,
+                  policy=POLICY, now=NOW)
+    assert a.action == PLACEMENT and a.classes_landing == () and "gives it out last" in a.reason
