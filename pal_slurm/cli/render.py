@@ -38,8 +38,12 @@ class Column:
     header: str
     value: Callable[[Mapping[str, Any]], Any]
     justify: str = "left"
-    wrap: bool = False
+    wrap: bool | None = None  # None: wrap only free text (a cell longer than KEEP_WHOLE characters)
     optional: bool = False
+
+
+#: Cells up to this long (node names, full GPU UUIDs, numbers, dates) are never wrapped or cut.
+KEEP_WHOLE = 40
 
 
 def fmt_float(value: float | None, digits: int = 3) -> str:
@@ -87,10 +91,10 @@ def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], title: 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     cells = [[_cell(c.value(row)) for c in columns] for row in rows]
     for i, c in enumerate(columns):
-        if c.wrap:
+        longest = max([len(c.header), *(r[i].cell_len for r in cells)])
+        if c.wrap or (c.wrap is None and longest > KEEP_WHOLE):
             table.add_column(c.header, justify=c.justify, overflow="fold")  # type: ignore[arg-type]
         else:
-            longest = max([len(c.header), *(r[i].cell_len for r in cells)])
             table.add_column(c.header, justify=c.justify, no_wrap=True, min_width=longest)  # type: ignore[arg-type]
     for r in cells:
         table.add_row(*r)

@@ -73,8 +73,8 @@ def _slow_on(a: dict[str, Any], perfvars: dict[tuple[str, str], float | None]) -
 def action_columns(wide: bool, ids: dict[str, str], perfvars: dict[tuple[str, str], float | None]) -> list[Column]:
     """One row per outlier GPU: where it is, what is slow (PerfVar per benchmark), what to do and why."""
     return [
-        Column("node", lambda r: r["node"] or "unknown"),
-        Column("GPU", (lambda r: r["uuid"]) if wide else (lambda r: ids.get(r["uuid"], r["uuid"]))),
+        Column("node", lambda r: r["node"] or "unknown", wrap=False),
+        Column("GPU", (lambda r: r["uuid"]) if wide else (lambda r: ids.get(r["uuid"], r["uuid"])), wrap=False),
         *([Column("model", lambda r: r["model"])] if wide else []),
         Column("PerfVar", lambda r: _slow_on(r, perfvars), wrap=True),
         Column("action", lambda r: r["action"]),
@@ -149,9 +149,9 @@ def show_report(data: dict[str, Any], *, wide: bool = False) -> None:
 def _gpu_columns(rows: list[dict[str, Any]], wide: bool) -> list[Column]:
     classes = sorted({c for r in rows for c in r["classes"]})
     ids = short_ids(r["uuid"] for r in rows)
-    columns = [Column("node", lambda r: r["node"] or "unknown")]
+    columns = [Column("node", lambda r: r["node"] or "unknown", wrap=False)]
     if wide:
-        columns += [Column("uuid", lambda r: r["uuid"]), Column("model", lambda r: r["model"])]
+        columns += [Column("uuid", lambda r: r["uuid"], wrap=False), Column("model", lambda r: r["model"])]
         for c in classes:
             columns.append(Column(f"{c} bin", lambda r, c=c: r["classes"][c]["bin"], "right"))
             columns.append(Column(f"{c} slowdown", lambda r, c=c: r["classes"][c]["slowdown"], "right"))
@@ -159,7 +159,7 @@ def _gpu_columns(rows: list[dict[str, Any]], wide: bool) -> list[Column]:
                     Column("action", lambda r: r.get("action") or ""),
                     Column("last profiled", lambda r: r["last_profiled"])]
         return columns
-    columns.append(Column("GPU", lambda r: ids[r["uuid"]]))
+    columns.append(Column("GPU", lambda r: ids[r["uuid"]], wrap=False))
     if len({r["model"] for r in rows}) > 1:
         columns.append(Column("model", lambda r: r["model"]))
 
