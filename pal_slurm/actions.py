@@ -15,7 +15,8 @@ The grades, first match wins (docs/admin-guide.md, "Outliers: what each action m
 3. ``drain`` -- the inventory reports uncorrected ECC errors or retired pages at or above
    the configured counts: hardware evidence, whatever the measurement says.
 4. ``re-profile`` -- the last run is older than ``stale_after_days``, or the GPU's runs
-   spread wider than ``noisy_spread``: the number may not describe the GPU today.
+   spread wider than ``noisy_spread`` (interquartile range / median): the number may not
+   describe the GPU today, or may be noise.
 5. ``drain`` -- PerfVar >= ``drain_perfvar`` on a compute benchmark: severely slow.
 6. ``placement`` -- otherwise: placement handles it, because only the classes that are
    insensitive to it (their benchmark does not see it slow) land there.
@@ -66,7 +67,7 @@ class Finding:
     benchmark: str
     perfvar: float | None
     last_profiled: datetime | None = None
-    run_spread: float | None = None  # (max - min) / median of the GPU's runs of this benchmark
+    run_spread: float | None = None  # interquartile range / median of the GPU's runs of this benchmark
 
 
 @dataclass(frozen=True)

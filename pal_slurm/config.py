@@ -84,7 +84,7 @@ class ReportConfig(_Section):
     stale_after_days: float = Field(default=30.0, gt=0,
                                     description="an outlier whose last run is older is re-profiled first")
     noisy_spread: float = Field(default=0.10, gt=0,
-                                description="an outlier whose runs spread wider ((max-min)/median) is re-profiled")
+                                description="an outlier whose runs spread wider (IQR / median) is re-profiled")
     drain_ecc_uncorrected: int = Field(default=1, ge=0,
                                        description="uncorrected ECC errors that drain an outlier's node (0: never)")
     drain_retired_pages: int = Field(default=1, ge=0,

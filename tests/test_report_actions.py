@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import create_engine, update
 
 from fleetgen import records
 from pal_slurm.actions import DRAIN, PLACEMENT, REPROFILE, ActionPolicy, Finding, drain_plan, grade_gpu, short_uuid
 from pal_slurm.cli.main import cli
 from pal_slurm.cli.report_cmd import show_report
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
+from pal_slurm.db.models import Gpu
 from pal_slurm.ingest.jsonl import dump_jsonl
 from pal_slurm.report import build_report, group_summary
 from pal_slurm.report_html import render_html
@@ -149,9 +152,13 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     node_of = {u: NODES[i % 4] for i, u in enumerate(uuids)}
     factors = {u: 1.0 + 0.04 * (i % 3) for i, u in enumerate(uuids)}
     factors[uuids[5]] = 1.55  # severe
+    factors[uuids[9]] = 1.35  # severe, but its runs are noisy (below)
+    factors[uuids[12]] = 1.29  # mild, but the inventory reports uncorrected ECC errors (below)
     recs = []
     for bench in ("resnet50", "bert", "pagerank", "sgemm"):
         recs += records(factors, benchmark=bench, model="Tesla V100-SXM2-16GB", node_of=node_of, tag=bench)
+    noise = iter([0.8, 1.0, 1.7, 1.2] * 4)
+    recs = [replace(r, score=r.score * next(noise)) if r.gpu.uuid == uuids[9] else r for r in recs]
     (tmp / "fleet.jsonl").write_text(dump_jsonl(recs))
     (tmp / "pal.toml").write_text("[report]\nstale_after_days = 100000\n")
     url = f"sqlite:///{tmp / 'pal.db'}"
@@ -159,6 +166,10 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     for args in (["db", "upgrade"], ["profile", "import", str(tmp / "fleet.jsonl")], ["classify"]):
         res = runner.invoke(cli, ["--db", url, *args], env={"PAL_CONFIG": ""})
         assert res.exit_code == 0, res.output
+    engine = create_engine(url)
+    with engine.begin() as conn:  # what `pal profile inventory` records
+        conn.execute(update(Gpu).where(Gpu.uuid == uuids[12]).values(ecc_uncorrected=2, retired_pages=0))
+    engine.dispose()
     return url, tmp / "pal.toml"
 
 
@@ -202,8 +213,10 @@ def test_wide_shows_everything(fleet_db) -> None:  # type: ignore[no-untyped-def
 
 def test_gpus_actions_and_the_drain_dry_run(fleet_db) -> None:  # type: ignore[no-untyped-def]
     acts = json.loads(_pal(fleet_db, "gpus", "--actions", "--format", "json"))
-    severe = next(a for a in acts if a["uuid"].startswith("GPU-00000005"))
-    assert severe["action"] == "drain" and severe["node"] == NODES[1]
+    by_id = {a["uuid"][4:12]: a for a in acts}
+    assert by_id["00000005"]["action"] == "drain" and by_id["00000005"]["node"] == NODES[1]
+    assert by_id["00000009"]["action"] == "re-profile" and "runs spread" in by_id["00000009"]["reason"]
+    assert by_id["0000000c"]["action"] == "drain" and "2 uncorrected ECC errors" in by_id["0000000c"]["reason"]
     assert all(a["action"] in ("drain", "re-profile", "placement") and a["reason"] for a in acts)
     out = _pal(fleet_db, "gpus", "drain")
     assert f'would run: scontrol update NodeName={NODES[1]} State=DRAIN Reason="pal: GPU 00000005: ' in out

@@ -134,7 +134,7 @@ class ResultRow:
     profiled: bool
     median_sm_clock_mhz: float | None = None
     last_profiled: datetime | None = None
-    run_spread: float | None = None  # (max - min) / median of the GPU's stored runs (with_clocks only)
+    run_spread: float | None = None  # interquartile range / median of the GPU's stored runs (with_clocks only)
     ecc_uncorrected: int | None = None  # from the node inventory, when it has run
     retired_pages: int | None = None
 
@@ -212,8 +212,10 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
 
 def _clock_and_last(session: Session) -> dict[tuple[int, int], tuple[float | None, datetime | None, float | None]]:
     """Per GPU and benchmark: the median of the runs' SM clocks, the time of the last run and
-    the runs' spread ((max - min) / median of the finite positive scores; None below 2 runs),
-    which the outlier actions use to tell a noisy measurement from a slow GPU.
+    the runs' spread (interquartile range / median of the finite positive scores; None below 2
+    runs), which the outlier actions use to tell a noisy measurement from a slow GPU. The IQR,
+    not max - min: one bad run must not make a GPU "noisy", and it does not grow with the
+    number of runs.
 
     The medians are computed here (portable across dialects) from one scan.
     """
@@ -237,6 +239,7 @@ def _clock_and_last(session: Session) -> dict[tuple[int, int], tuple[float | Non
     def spread(values: list[float] | None) -> float | None:
         if not values or len(values) < 2:
             return None
-        return (max(values) - min(values)) / statistics.median(values)
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+        return (q3 - q1) / statistics.median(values)
 
     return {k: (statistics.median(clocks[k]) if k in clocks else None, last[k], spread(scores.get(k))) for k in last}
