@@ -11,12 +11,15 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pal_slurm.errors import ConfigError
 from pal_slurm.placement.model import JOB_CLASSES, WAIT_FRACTION
+
+if TYPE_CHECKING:
+    from pal_slurm.actions import ActionPolicy
 
 DEFAULT_CONFIG_PATH = Path("/etc/pal/pal.toml")
 DEFAULT_JOB_CLASSES: dict[str, dict[str, str]] = {
@@ -70,7 +73,30 @@ class LoggingConfig(_Section):
 
 
 class ReportConfig(_Section):
-    outlier_action: str = "drain the node, then run `dcgmi diag -r 3` on it and re-profile"
+    """[report]: the graded action each outlier GPU gets (pal_slurm.actions; docs/admin-guide.md)."""
+
+    outlier_action: str = Field(default="run `dcgmi diag -r 3` on it, then re-profile",
+                                description="what the drain action says to do once the node is drained")
+    drain_perfvar: float = Field(default=1.3, gt=1.0,
+                                 description="an outlier this slow on a compute benchmark is drained")
+    compute_benchmarks: list[str] = Field(default_factory=lambda: ["resnet50", "bert", "sgemm"],
+                                          description="benchmarks on which drain_perfvar drains")
+    stale_after_days: float = Field(default=30.0, gt=0,
+                                    description="an outlier whose last run is older is re-profiled first")
+    noisy_spread: float = Field(default=0.10, gt=0,
+                                description="an outlier whose runs spread wider (IQR / median) is re-profiled")
+    drain_ecc_uncorrected: int = Field(default=1, ge=0,
+                                       description="uncorrected ECC errors that drain an outlier's node (0: never)")
+    drain_retired_pages: int = Field(default=1, ge=0,
+                                     description="retired memory pages that drain an outlier's node (0: never)")
+
+    def policy(self) -> "ActionPolicy":
+        from pal_slurm.actions import ActionPolicy
+
+        return ActionPolicy(drain_perfvar=self.drain_perfvar, compute_benchmarks=tuple(self.compute_benchmarks),
+                            stale_after_days=self.stale_after_days, noisy_spread=self.noisy_spread,
+                            drain_ecc_uncorrected=self.drain_ecc_uncorrected,
+                            drain_retired_pages=self.drain_retired_pages, diagnostics=self.outlier_action)
 
 
 class JobsConfig(_Section):

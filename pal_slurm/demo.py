@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ def _recovery(fleet: Any, engine: Any, version: int, job_classes: dict[str, str]
 def run_demo(opts: DemoOptions, *, app_config_path: str | None = None, say: Say = print) -> DemoResult:
     """Simulate, profile, import, classify, report; returns what it made (paths and figures)."""
     from pal_slurm.ingest.jsonl import dump_jsonl
+    from pal_slurm.report import group_summary
     from pal_slurm.report_html import write_html
     from pal_slurm.services import import_files, load_for_html, open_engine, run_classification
     from pal_slurm.simfleet import make_fleet
@@ -79,7 +81,9 @@ def run_demo(opts: DemoOptions, *, app_config_path: str | None = None, say: Say 
         say(f"1/5 database ready: {db_url}")
         fleet = make_fleet(nodes=opts.nodes, gpus_per_node=opts.gpus_per_node, seed=opts.seed)
         benches = sorted({jc.benchmark for jc in cfg.job_classes.values()} | {"sgemm"})
-        records = fleet.profile_records(benchmarks=benches, runs_per_gpu=opts.runs_per_gpu)
+        # Runs dated yesterday: the outlier actions treat old runs as stale (re-profile first).
+        start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
+        records = fleet.profile_records(benchmarks=benches, runs_per_gpu=opts.runs_per_gpu, start=start)
         profile_file = out / "fleet-profile.jsonl"
         profile_file.write_text(dump_jsonl(records), encoding="utf-8")
         say(f"2/5 profiled a simulated fleet of {len(fleet.gpus)} {fleet.model.name} GPUs on {opts.nodes} nodes "
@@ -87,9 +91,10 @@ def run_demo(opts: DemoOptions, *, app_config_path: str | None = None, say: Say 
         done = import_files(engine, [profile_file], "jsonl")
         say(f"3/5 imported {done[0].result.added} runs ({done[0].result.new_gpus} GPUs)")
         summary = run_classification(engine, cfg, note="pal demo")
-        say(f"4/5 classified: version {summary.version}, "
-            + "; ".join(f"{g['benchmark']}: {g['bins']} bins, {g['outliers']} outliers" for g in summary.groups))
         stored, report = load_for_html(engine, cfg)
+        # From the report, not the classifier's counts: the same bins and outliers as the tables and HTML.
+        say(f"4/5 classified: version {summary.version}; "
+            + "; ".join(group_summary(item) for item in report["benchmarks"]))
         html_file = out / "report.html"
         write_html(html_file, stored, report)
         say(f"5/5 HTML report with plots -> {html_file}")

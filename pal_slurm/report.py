@@ -6,17 +6,40 @@ HTML renderers only format what `build_report` returns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
+from pal_slurm.actions import ACTION_ORDER, ActionPolicy, Finding, GpuAction, grade_gpu
 from pal_slurm.classify import percentile_summary
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
+from pal_slurm.numfmt import DIGITS, fmt_num
+
+__all__ = ["DIGITS", "REPORT_FORMAT", "bins_text", "build_report", "fmt_num", "gpu_rows", "grade_outliers",
+           "group_summary", "regular_bins"]
 
 REPORT_FORMAT = "pal-report/1"
+def regular_bins(item: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The bins placement chooses between; each outlier GPU's own bin is counted as an outlier."""
+    return [b for b in item.get("bins", []) if not b.get("outlier")]
+
+
+def bins_text(item: Mapping[str, Any], sep: str = " ") -> str:
+    """Regular bins as `slowdown x GPUs`, fastest first: the same text in every renderer."""
+    return sep.join(f"{fmt_num(b['slowdown'])}x{b['gpus']}" for b in regular_bins(item)) or "-"
+
+
+def group_summary(item: Mapping[str, Any]) -> str:
+    """One line per model x benchmark, e.g. `bert: 1 bin (1.000x62), 2 outliers` (the demo's summary)."""
+    n = len(regular_bins(item))
+    k = len(item.get("outliers", []))
+    return (f"{item['benchmark']}: {n} bin{'' if n == 1 else 's'} ({bins_text(item)}), "
+            f"{k} outlier{'' if k == 1 else 's'}")
 
 
 def _group_item(model: str, benchmark: str, rows: Sequence[ResultRow], bins: Sequence[BinRow],
-                outlier_action: str) -> dict[str, Any]:
+                actions: Mapping[str, GpuAction]) -> dict[str, Any]:
     profiled = [r for r in rows if r.profiled and r.perfvar is not None]
     outliers = sorted((r for r in profiled if r.outlier), key=lambda r: (-(r.perfvar or 0), r.uuid))
     return {
@@ -30,17 +53,45 @@ def _group_item(model: str, benchmark: str, rows: Sequence[ResultRow], bins: Seq
              "centroid": b.centroid, "low": b.low, "high": b.high}
             for b in bins
         ],
+        "regular_bins": sum(1 for b in bins if not b.outlier),
         "outliers": [r.uuid for r in outliers],
         "outlier_details": [
             {"uuid": r.uuid, "node": r.node, "perfvar": r.perfvar, "slowdown": r.slowdown,
-             "recommendation": outlier_action}
+             "action": actions[r.uuid].action, "reason": actions[r.uuid].reason,
+             "recommendation": actions[r.uuid].text}
             for r in outliers
         ],
     }
 
 
-def build_report(stored: StoredClassification, *, outlier_action: str) -> dict[str, Any]:
-    """Per model x benchmark and per model x job class: counts, PerfVar spread, bins, outliers."""
+def grade_outliers(stored: StoredClassification, policy: ActionPolicy, now: datetime) -> dict[str, GpuAction]:
+    """uuid -> the one graded action of every GPU that is an outlier on at least one benchmark."""
+    findings: dict[str, list[Finding]] = {}
+    first: dict[str, ResultRow] = {}
+    for r in stored.results:
+        if r.profiled and r.outlier:
+            findings.setdefault(r.uuid, []).append(Finding(r.benchmark, r.perfvar, r.last_profiled, r.run_spread))
+            first.setdefault(r.uuid, r)
+    return {
+        uuid: grade_gpu(uuid, first[uuid].node, first[uuid].model, found, job_classes=stored.job_classes,
+                        policy=policy, now=now, ecc_uncorrected=first[uuid].ecc_uncorrected,
+                        retired_pages=first[uuid].retired_pages)
+        for uuid, found in sorted(findings.items())
+    }
+
+
+def build_report(stored: StoredClassification, *, policy: ActionPolicy | None = None, now: datetime | None = None,
+                 outlier_action: str | None = None) -> dict[str, Any]:
+    """Per model x benchmark and per model x job class: counts, PerfVar spread, bins, outliers,
+    and one graded action per outlier GPU (`actions`, strongest first).
+
+    `outlier_action` (config `[report] outlier_action`) replaces the policy's diagnostics text;
+    `now` defaults to the current time (staleness of the last run).
+    """
+    policy = policy or ActionPolicy()
+    if outlier_action is not None:
+        policy = replace(policy, diagnostics=outlier_action)
+    actions = grade_outliers(stored, policy, now or datetime.now(UTC))
     rows: dict[tuple[str, str], list[ResultRow]] = {}
     for r in stored.results:
         rows.setdefault((r.model, r.benchmark), []).append(r)
@@ -48,7 +99,7 @@ def build_report(stored: StoredClassification, *, outlier_action: str) -> dict[s
     for b in stored.bins:
         bins.setdefault((b.model, b.benchmark), []).append(b)
     benchmarks = [
-        _group_item(model, bench, grp, bins.get((model, bench), []), outlier_action)
+        _group_item(model, bench, grp, bins.get((model, bench), []), actions)
         for (model, bench), grp in sorted(rows.items())
     ]
     by_key = {(i["model"], i["benchmark"]): i for i in benchmarks}
@@ -59,6 +110,7 @@ def build_report(stored: StoredClassification, *, outlier_action: str) -> dict[s
             item = by_key.get((model, bench))
             if item is not None:
                 job_classes.append({"job_class": job_class, **item})
+    ordered = sorted(actions.values(), key=lambda a: (ACTION_ORDER.index(a.action), a.node or "", a.uuid))
     return {
         "format": REPORT_FORMAT,
         "classification": {
@@ -68,11 +120,13 @@ def build_report(stored: StoredClassification, *, outlier_action: str) -> dict[s
         },
         "benchmarks": benchmarks,
         "job_classes": job_classes,
+        "actions": [a.as_dict() for a in ordered],
     }
 
 
-def gpu_rows(stored: StoredClassification) -> list[dict[str, Any]]:
-    """One row per GPU: node, model and, per job class, bin and slowdown; the last profile time."""
+def gpu_rows(stored: StoredClassification, actions: Mapping[str, GpuAction] | None = None) -> list[dict[str, Any]]:
+    """One row per GPU: node, model and, per job class, bin and slowdown; the last profile time;
+    with `actions` (from `grade_outliers`), an outlier GPU's action and reason."""
     per_gpu: dict[str, dict[str, Any]] = {}
     by_bench: dict[tuple[str, str], ResultRow] = {(r.uuid, r.benchmark): r for r in stored.results}
     for r in stored.results:
@@ -92,4 +146,8 @@ def gpu_rows(stored: StoredClassification) -> list[dict[str, Any]]:
                 row["outlier"] = row["outlier"] or r.outlier
         if row["last_profiled"] is not None:
             row["last_profiled"] = row["last_profiled"].isoformat()
+        if actions is not None:
+            act = actions.get(uuid)
+            row["action"] = act.action if act else None
+            row["reason"] = act.reason if act else None
     return sorted(per_gpu.values(), key=lambda x: (x["model"], x["node"] or "", x["uuid"]))

@@ -32,6 +32,7 @@ from typing import Any
 
 from pal_slurm.db.classification_store import ResultRow, StoredClassification
 from pal_slurm.errors import PalError
+from pal_slurm.numfmt import fmt_num
 
 __all__ = ["render_html", "write_html", "MAX_HEATMAP_NODES", "MAX_PANELS"]
 
@@ -100,12 +101,8 @@ def _finite(v: Any) -> bool:
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
-    """A number as plain (unescaped) text; '–' for None."""
-    if v is None:
-        return "–"
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return f"{v:.{digits}f}"
-    return str(v)
+    """A number as plain (unescaped) text; '–' for None. Through fmt_num, as the terminal does."""
+    return fmt_num(v, digits, none="–")
 
 
 def _num(v: Any, digits: int = 3) -> str:
@@ -300,7 +297,7 @@ def _heatmap_plot(stored: StoredClassification) -> tuple[str, str]:
         for i in range(mat.shape[0]):
             for j in range(mat.shape[1]):
                 if not math.isnan(mat[i, j]):
-                    ax.text(j, i, f"{mat[i, j]:.3f}", ha="center", va="center", fontsize=6.5, color="#111")
+                    ax.text(j, i, fmt_num(float(mat[i, j])), ha="center", va="center", fontsize=6.5, color="#111")
     cb_h = min(plot_h, 4.0)
     cax = fig.add_axes(((left_in + plot_w + 0.2) / width, (bottom_in + plot_h - cb_h) / height, 0.15 / width,
                         cb_h / height))
@@ -359,6 +356,7 @@ def _clock_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[Resul
 
 
 def _bins_html(bins: Sequence[dict[str, Any]]) -> str:
+    bins = [b for b in bins if not b.get("outlier")]  # outliers are counted, as in the terminal table
     if not bins:
         return '<span class="note">–</span>'
     parts = []
@@ -383,7 +381,7 @@ def _summary_table(items: Sequence[dict[str, Any]], *, job_class: bool) -> str:
         return '<p class="note">None.</p>'
     head = ("<th>Job class</th>" if job_class else "") + (
         "<th>Model</th><th>Benchmark</th><th>GPUs</th><th>Unprofiled</th><th>PerfVar min</th><th>p5</th>"
-        "<th>median</th><th>p95</th><th>max</th><th>Bins (slowdown × GPUs, ! outlier)</th><th>Outliers</th>")
+        "<th>median</th><th>p95</th><th>max</th><th>Bins (slowdown × GPUs)</th><th>Outliers</th>")
     rows = []
     for it in items:
         n_out = len(it.get("outliers", []))

@@ -136,7 +136,9 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
             groups=[
                 {"model": c.model, "benchmark": c.benchmark, "gpus": sum(1 for g in c.result.gpus if g.profiled),
                  "unprofiled": sum(1 for g in c.result.gpus if not g.profiled), "k": c.result.k_regular,
-                 "bins": len(c.result.bins), "outliers": sum(1 for g in c.result.gpus if g.outlier),
+                 # regular bins, as every report counts them; each outlier's own bin is an outlier
+                 "bins": sum(1 for b in c.result.bins if not b.outlier),
+                 "outliers": sum(1 for g in c.result.gpus if g.outlier),
                  "criterion": c.result.criterion}
                 for c in classified
             ],
@@ -161,13 +163,18 @@ def _stored(engine: Engine, version: int | None, with_clocks: bool) -> cstore.St
 def load_report(engine: Engine, cfg: PalConfig, version: int | None = None) -> dict[str, Any]:
     from pal_slurm.report import build_report
 
-    return build_report(_stored(engine, version, False), outlier_action=cfg.report.outlier_action)
+    return build_report(_stored(engine, version, True), policy=cfg.report.policy())
 
 
-def load_gpu_rows(engine: Engine, version: int | None = None) -> list[dict[str, Any]]:
-    from pal_slurm.report import gpu_rows
+def load_gpu_rows(engine: Engine, version: int | None = None, cfg: PalConfig | None = None) -> list[dict[str, Any]]:
+    """One row per GPU; with `cfg`, each outlier GPU's graded action and reason too."""
+    from datetime import UTC, datetime
 
-    return gpu_rows(_stored(engine, version, True))
+    from pal_slurm.report import gpu_rows, grade_outliers
+
+    stored = _stored(engine, version, True)
+    actions = None if cfg is None else grade_outliers(stored, cfg.report.policy(), datetime.now(UTC))
+    return gpu_rows(stored, actions)
 
 
 def load_for_html(engine: Engine, cfg: PalConfig,
@@ -176,4 +183,4 @@ def load_for_html(engine: Engine, cfg: PalConfig,
     from pal_slurm.report import build_report
 
     stored = _stored(engine, version, True)
-    return stored, build_report(stored, outlier_action=cfg.report.outlier_action)
+    return stored, build_report(stored, policy=cfg.report.policy())

@@ -133,7 +133,8 @@ def test_report_json_shape(runner: CliRunner, loaded: str) -> None:
 
 def test_report_table_and_csv(runner: CliRunner, loaded: str) -> None:
     table = run(runner, loaded, "report").output
-    assert "resnet50" in table and "GPU-broken-00" in table and "dcgmi diag -r 3" in table
+    assert "resnet50" in table and "GPU-broken-00" in table
+    assert "re-profile" in table or "dcgmi diag -r 3" in table  # its graded action (staleness depends on today)
     csv_out = run(runner, loaded, "report", "--format", "csv").output.splitlines()
     assert csv_out[0].startswith("job_class,model,benchmark,GPUs")
     assert any(line.startswith("A,V100,resnet50,17,") for line in csv_out)

@@ -62,7 +62,8 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
     click.echo(f"  planted defective GPUs: {len(result.planted_bad)}")
     click.echo("")
     click.echo(f"Next: open {result.html_file}, or explore with "
-               f"`pal --db {result.db_url} gpus` and `pal --db {result.db_url} report --format json`.")
+               f"`pal --db {result.db_url} gpus`, `... gpus --actions` (what to do about each outlier, "
+               f"docs/admin-guide.md) and `... report --format json`.")
 
 
 def _slurm_demo(app: AppContext, out_dir: Path, as_json: bool) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import click
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -20,20 +23,46 @@ format_option = click.option(
     help="table for people; json or csv for scripts.",
 )
 
+wide_option = click.option(
+    "--wide", is_flag=True,
+    help="Every column, full UUIDs and model names, however wide (default: fit the terminal).",
+)
+
 
 @dataclass(frozen=True)
 class Column:
+    """One table column. Cells are never cut: a `wrap` column (free text: reasons, bin lists)
+    wraps onto more lines, every other one keeps its full width; when the table still does not
+    fit the terminal, `optional` columns are dropped, rightmost first (--wide keeps them all)."""
+
     header: str
     value: Callable[[Mapping[str, Any]], Any]
     justify: str = "left"
+    wrap: bool | None = None  # None: wrap only free text (a cell longer than KEEP_WHOLE characters)
+    optional: bool = False
+
+
+#: Cells up to this long (node names, full GPU UUIDs, numbers, dates) are never wrapped or cut.
+KEEP_WHOLE = 40
 
 
 def fmt_float(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+    from pal_slurm.report import fmt_num
+
+    return fmt_num(value, digits)
 
 
-def console() -> Console:
-    """A terminal gets its own width; a pipe or file gets wide lines rather than truncated cells."""
+def terminal_width(env: Mapping[str, str] | None = None) -> int | None:
+    """COLUMNS when set (as shells and `COLUMNS=80 pal ...` do), else None: the terminal's own."""
+    value = (os.environ if env is None else env).get("COLUMNS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def console(width: int | None = None) -> Console:
+    """A terminal (or COLUMNS) gives the width; a pipe or file without COLUMNS gets 200 columns."""
+    width = width or terminal_width()
+    if width is not None:
+        return Console(soft_wrap=False, highlight=False, width=width)
     out = Console(soft_wrap=False, highlight=False)
     if not out.is_terminal:
         out = Console(soft_wrap=False, highlight=False, width=200)
@@ -45,7 +74,7 @@ def emit_json(data: Any) -> None:
 
 
 def emit_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], fmt: str, *, title: str | None = None,
-              json_data: Any = None) -> None:
+              json_data: Any = None, wide: bool = False) -> None:
     """Render `rows`; JSON gets `json_data` when given (the full structure), else the rows."""
     if fmt == "json":
         emit_json(rows if json_data is None else json_data)
@@ -55,12 +84,51 @@ def emit_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], fmt:
         for row in rows:
             writer.writerow(["" if (v := c.value(row)) is None else v for c in columns])
     else:
-        table = Table(title=title, title_justify="left", show_lines=False)
-        for c in columns:
-            table.add_column(c.header, justify=c.justify)  # type: ignore[arg-type]
-        for row in rows:
-            table.add_row(*[_cell(c.value(row)) for c in columns])
-        console().print(table)
+        print_table(rows, columns, title=title, wide=wide)
+
+
+def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], title: str | None) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    cells = [[_cell(c.value(row)) for c in columns] for row in rows]
+    for i, c in enumerate(columns):
+        longest = max([len(c.header), *(r[i].cell_len for r in cells)])
+        if c.wrap or (c.wrap is None and longest > KEEP_WHOLE):
+            table.add_column(c.header, justify=c.justify, overflow="fold")  # type: ignore[arg-type]
+        else:
+            table.add_column(c.header, justify=c.justify, no_wrap=True, min_width=longest)  # type: ignore[arg-type]
+    for r in cells:
+        table.add_row(*r)
+    return table
+
+
+def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *, title: str | None = None,
+                wide: bool = False, out: Console | None = None) -> None:
+    """A table that fits the console: optional columns go, rightmost first, until the columns'
+    minimum widths fit; with `wide`, every column stays and the lines are as long as they need."""
+    out = out or console()
+    cols = list(columns)
+    table = _table(rows, cols, title)
+    if wide:
+        need = _measure(out, table).maximum
+        if need > out.width:
+            out = Console(soft_wrap=False, highlight=False, width=need, file=out.file)
+    else:
+        while _measure(out, table).minimum > out.width and any(c.optional for c in cols):
+            cols.pop(max(i for i, c in enumerate(cols) if c.optional))
+            table = _table(rows, cols, title)
+        need = _measure(out, table).minimum
+        if need > out.width:  # still too wide (many job classes): long lines rather than cut cells
+            out = Console(soft_wrap=False, highlight=False, width=need, file=out.file)
+    out.print(table)
+
+
+def _measure(out: Console, table: Table) -> Measurement:
+    """The table's own minimum and natural widths (not clamped to the console's width)."""
+    table.title, title = None, table.title  # a long title wraps; it must not widen the table
+    try:
+        return Measurement.get(out, out.options.update_width(100_000), table)
+    finally:
+        table.title = title
 
 
 def _cell(value: Any) -> Text:
@@ -68,5 +136,7 @@ def _cell(value: Any) -> Text:
     if value is None:
         return Text("-")
     if isinstance(value, float):
-        return Text(f"{value:.3f}")
+        from pal_slurm.report import fmt_num
+
+        return Text(fmt_num(value))
     return Text(str(value))

@@ -8,39 +8,83 @@ from typing import Any
 import click
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option
+from pal_slurm.actions import short_uuid
+from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option, wide_option
+from pal_slurm.report import bins_text, fmt_num
 
 
-def _bins_text(item: dict[str, Any]) -> str:
-    """Regular bins as slowdown x GPUs; outliers are listed below the table."""
-    return "  ".join(f"{b['slowdown']:.3f}x{b['gpus']}" for b in item["bins"] if not b["outlier"])
+def _num(value: Any) -> str:
+    return fmt_num(value)
 
 
 def _pv(key: str):  # type: ignore[no-untyped-def]
-    return lambda r: None if r["perfvar"] is None else round(r["perfvar"][key], 4)
+    return lambda r: None if r["perfvar"] is None else fmt_num(r["perfvar"][key])
 
 
-BENCHMARK_COLUMNS = [
-    Column("model", lambda r: r["model"]),
-    Column("benchmark", lambda r: r["benchmark"]),
-    Column("GPUs", lambda r: r["gpus"], "right"),
-    Column("unprofiled", lambda r: r["unprofiled"], "right"),
-    Column("PerfVar min", _pv("min"), "right"),
-    Column("p5", _pv("p5"), "right"),
-    Column("median", _pv("median"), "right"),
-    Column("p95", _pv("p95"), "right"),
-    Column("max", _pv("max"), "right"),
-    Column("bins (slowdown x GPUs)", _bins_text),
-    Column("outliers", lambda r: len(r["outliers"]), "right"),
-]
-OUTLIER_COLUMNS = [
-    Column("node", lambda r: r["node"]), Column("GPU", lambda r: r["uuid"]), Column("model", lambda r: r["model"]),
-    Column("benchmark", lambda r: r["benchmark"]), Column("PerfVar", lambda r: r["perfvar"], "right"),
-    Column("recommendation", lambda r: r["recommendation"]),
-]
-CLASS_COLUMNS = [Column("class", lambda r: r["job_class"]), *BENCHMARK_COLUMNS]
-CSV_COLUMNS = [Column("job_class", lambda r: r.get("job_class")), *BENCHMARK_COLUMNS[:-2],
-               Column("bins", _bins_text), Column("outliers", lambda r: " ".join(r["outliers"]))]
+def _perfvar_columns(wide: bool) -> list[Column]:
+    """The PerfVar spread: min and p5 go first when the terminal is narrow (max shows the outliers)."""
+    opt = not wide
+    return [Column("min", _pv("min"), "right", optional=opt), Column("p5", _pv("p5"), "right", optional=opt),
+            Column("median", _pv("median"), "right"), Column("p95", _pv("p95"), "right"),
+            Column("max", _pv("max"), "right")]
+
+
+def benchmark_columns(wide: bool) -> list[Column]:
+    """Per model x benchmark; the model is in the title (one table per model) unless --wide."""
+    return [
+        *([Column("model", lambda r: r["model"])] if wide else []),
+        Column("benchmark", lambda r: r["benchmark"]),
+        Column("GPUs", lambda r: r["gpus"], "right"),
+        Column("unprofiled", lambda r: r["unprofiled"], "right", optional=not wide),
+        *_perfvar_columns(wide),
+        Column("bins", bins_text, wrap=True),
+        Column("outliers", lambda r: len(r["outliers"]), "right"),
+    ]
+
+
+def class_columns(wide: bool) -> list[Column]:
+    return [Column("class", lambda r: r["job_class"]), *benchmark_columns(wide)]
+
+
+CSV_COLUMNS = [Column("job_class", lambda r: r.get("job_class")), Column("model", lambda r: r["model"]),
+               Column("benchmark", lambda r: r["benchmark"]), Column("GPUs", lambda r: r["gpus"]),
+               Column("unprofiled", lambda r: r["unprofiled"]),
+               *[Column(h, lambda r, k=k: None if r["perfvar"] is None else r["perfvar"][k])
+                 for h, k in (("PerfVar min", "min"), ("p5", "p5"), ("median", "median"), ("p95", "p95"),
+                              ("max", "max"))],
+               Column("bins", bins_text), Column("outliers", lambda r: " ".join(r["outliers"]))]
+
+
+def short_ids(uuids: Any) -> dict[str, str]:
+    """uuid -> the short form tables show (first 8 hex digits of an NVML UUID); a GPU whose
+    short form another GPU shares keeps its full UUID, so a short id always names one GPU."""
+    uuids = sorted(set(uuids))
+    short = {u: short_uuid(u) for u in uuids}
+    seen: dict[str, int] = {}
+    for s in short.values():
+        seen[s] = seen.get(s, 0) + 1
+    return {u: (s if seen[s] == 1 else u) for u, s in short.items()}
+
+
+def _slow_on(a: dict[str, Any], perfvars: dict[tuple[str, str], float | None]) -> str:
+    return ", ".join(f"{b} {fmt_num(perfvars.get((a['uuid'], b)))}" for b in a["benchmarks"])
+
+
+def action_columns(wide: bool, ids: dict[str, str], perfvars: dict[tuple[str, str], float | None]) -> list[Column]:
+    """One row per outlier GPU: where it is, what is slow (PerfVar per benchmark), what to do and why."""
+    return [
+        Column("node", lambda r: r["node"] or "unknown", wrap=False),
+        Column("GPU", (lambda r: r["uuid"]) if wide else (lambda r: ids.get(r["uuid"], r["uuid"])), wrap=False),
+        *([Column("model", lambda r: r["model"])] if wide else []),
+        Column("PerfVar", lambda r: _slow_on(r, perfvars), wrap=True),
+        Column("action", lambda r: r["action"]),
+        Column("reason", lambda r: r["reason"], wrap=True),
+    ]
+
+
+def _perfvars(data: dict[str, Any]) -> dict[tuple[str, str], float | None]:
+    return {(o["uuid"], item["benchmark"]): o["perfvar"]
+            for item in data["benchmarks"] for o in item["outlier_details"]}
 
 
 @click.group(invoke_without_command=True)
@@ -48,10 +92,12 @@ CSV_COLUMNS = [Column("job_class", lambda r: r.get("job_class")), *BENCHMARK_COL
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Also write a self-contained HTML page with plots to FILE.")
 @click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
+@wide_option
 @click.pass_context
-def report(ctx: click.Context, fmt: str, html_path: Path | None, version: int | None) -> None:
+def report(ctx: click.Context, fmt: str, html_path: Path | None, version: int | None, wide: bool) -> None:
     """Variability per GPU model x benchmark and per job class: PerfVar spread, bins with
-    slowdown factors, and outliers with what to do about them. JSON shape: docs/report-json.md.
+    slowdown factors, and outliers with what to do about them (docs/admin-guide.md explains
+    each action). JSON shape: docs/report-json.md.
 
     `pal report fairness` shows who got which GPUs and how long pal-slurm held their jobs."""
     if ctx.invoked_subcommand is not None:
@@ -74,45 +120,159 @@ def report(ctx: click.Context, fmt: str, html_path: Path | None, version: int | 
     if fmt == "csv":  # one row per benchmark (job_class empty), then one per job class
         emit_rows([*data["benchmarks"], *data["job_classes"]], CSV_COLUMNS, "csv")
         return
-    show_report(data)
+    show_report(data, wide=wide)
 
 
-def show_report(data: dict[str, Any]) -> None:
-    """The report as tables for people (also used by `pal demo`)."""
+def show_report(data: dict[str, Any], *, wide: bool = False) -> None:
+    """The report as tables for people (also used by `pal demo`): one story with the JSON and
+    the HTML -- the same regular bins, the same outlier counts, numbers rounded once (fmt_num)."""
     version = data["classification"]["version"]
-    emit_rows(data["benchmarks"], BENCHMARK_COLUMNS, "table",
-              title=f"GPU variability per model and benchmark (classification version {version}; "
-                    "PerfVar > 1 = slower than the model's median GPU)")
-    emit_rows(data["job_classes"], CLASS_COLUMNS, "table", title="Per job class (the bins placement uses)")
-    outliers = [{**o, "model": item["model"], "benchmark": item["benchmark"]}
-                for item in data["benchmarks"] for o in item["outlier_details"]]
-    if outliers:
-        emit_rows(outliers, OUTLIER_COLUMNS, "table", title="Outliers: what to do")
+    models = sorted({i["model"] for i in data["benchmarks"]}) if not wide else [None]
+    for model in models:
+        items = [i for i in data["benchmarks"] if model is None or i["model"] == model]
+        classes = [i for i in data["job_classes"] if model is None or i["model"] == model]
+        where = "" if model is None else f"{model}, "
+        emit_rows(items, benchmark_columns(wide), "table", wide=wide,
+                  title=f"GPU variability per benchmark ({where}classification version {version}; "
+                        "PerfVar > 1 = slower than the typical GPU; bins: slowdown x GPUs)")
+        emit_rows(classes, class_columns(wide), "table", wide=wide,
+                  title=f"Per job class ({where}the bins placement uses)")
+    actions = data.get("actions", [])
+    if actions:
+        ids = short_ids(a["uuid"] for a in actions)
+        emit_rows(actions, action_columns(wide, ids, _perfvars(data)), "table", wide=wide,
+                  title="Outlier GPUs: what to do (docs/admin-guide.md, \"Outliers\")")
     else:
         console().print("no outliers", markup=False)
 
 
-@click.command()
+def _gpu_columns(rows: list[dict[str, Any]], wide: bool) -> list[Column]:
+    classes = sorted({c for r in rows for c in r["classes"]})
+    ids = short_ids(r["uuid"] for r in rows)
+    columns = [Column("node", lambda r: r["node"] or "unknown", wrap=False)]
+    if wide:
+        columns += [Column("uuid", lambda r: r["uuid"], wrap=False), Column("model", lambda r: r["model"])]
+        for c in classes:
+            columns.append(Column(f"{c} bin", lambda r, c=c: r["classes"][c]["bin"], "right"))
+            columns.append(Column(f"{c} slowdown", lambda r, c=c: r["classes"][c]["slowdown"], "right"))
+        columns += [Column("outlier", lambda r: "yes" if r["outlier"] else ""),
+                    Column("action", lambda r: r.get("action") or ""),
+                    Column("last profiled", lambda r: r["last_profiled"])]
+        return columns
+    columns.append(Column("GPU", lambda r: ids[r["uuid"]], wrap=False))
+    if len({r["model"] for r in rows}) > 1:
+        columns.append(Column("model", lambda r: r["model"]))
+
+    def slowdown(r: dict[str, Any], c: str) -> str | None:
+        entry = r["classes"][c]
+        if entry["slowdown"] is None:
+            return None
+        return fmt_num(entry["slowdown"]) + ("!" if entry["outlier"] else "")
+
+    columns += [Column(c, lambda r, c=c: slowdown(r, c), "right") for c in classes]
+    columns += [Column("action", lambda r: r.get("action") or ""),
+                Column("profiled", lambda r: (r["last_profiled"] or "")[:10] or None, optional=True)]
+    return columns
+
+
+@click.group(invoke_without_command=True)
 @format_option
 @click.option("--model", metavar="NAME", help="Only GPUs of this model.")
 @click.option("--node", metavar="NAME", help="Only GPUs of this node.")
 @click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
-@click.pass_obj
-def gpus(app: AppContext, fmt: str, model: str | None, node: str | None, version: int | None) -> None:
-    """One row per GPU: node, model, bin and slowdown factor per job class, last profiled."""
+@click.option("--actions", "only_actions", is_flag=True,
+              help="Only the outlier GPUs, each with its action (placement, re-profile, drain) and reason.")
+@wide_option
+@click.pass_context
+def gpus(ctx: click.Context, fmt: str, model: str | None, node: str | None, version: int | None,
+         only_actions: bool, wide: bool) -> None:
+    """One row per GPU: node, GPU, slowdown factor per job class (! = outlier), the outlier's
+    action, last profiled (--wide: full UUID, model, bins). `pal gpus drain` drains the nodes
+    of severely slow or failing GPUs (a dry run unless --apply)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    app = ctx.find_object(AppContext)
+    assert app is not None
     from pal_slurm.services import load_gpu_rows
 
-    rows = load_gpu_rows(app.engine, version)
+    rows = load_gpu_rows(app.engine, version, app.cfg)
     rows = [r for r in rows if (model is None or r["model"] == model) and (node is None or r["node"] == node)]
-    classes = sorted({c for r in rows for c in r["classes"]})
-    columns = [Column("node", lambda r: r["node"]), Column("uuid", lambda r: r["uuid"]),
-               Column("model", lambda r: r["model"])]
-    for c in classes:
-        columns.append(Column(f"{c} bin", lambda r, c=c: r["classes"][c]["bin"], "right"))
-        columns.append(Column(f"{c} slowdown", lambda r, c=c: r["classes"][c]["slowdown"], "right"))
-    columns += [Column("outlier", lambda r: "yes" if r["outlier"] else ""),
-                Column("last profiled", lambda r: r["last_profiled"])]
-    emit_rows(rows, columns, fmt)
+    if only_actions:
+        _show_actions(app, rows, fmt, version, wide)
+        return
+    if fmt == "table":
+        emit_rows(rows, _gpu_columns(rows, wide), fmt, wide=wide,
+                  title="Slowdown factor per job class (1.000 = typical GPU; ! = outlier)")
+        return
+    emit_rows(rows, _gpu_columns(rows, True), fmt)
+
+
+def _show_actions(app: AppContext, rows: list[dict[str, Any]], fmt: str, version: int | None, wide: bool) -> None:
+    from pal_slurm.services import load_report
+
+    data = load_report(app.engine, app.cfg, version)
+    keep = {r["uuid"] for r in rows}
+    actions = [a for a in data["actions"] if a["uuid"] in keep]
+    if fmt == "json":
+        emit_json(actions)
+        return
+    ids = short_ids(a["uuid"] for a in actions)
+    cols = action_columns(wide or fmt == "csv", ids, _perfvars(data))
+    if fmt == "table" and not actions:
+        console().print("no outlier GPUs", markup=False)
+        return
+    emit_rows(actions, cols, fmt, wide=wide, title="Outlier GPUs: what to do (docs/admin-guide.md, \"Outliers\")")
+
+
+@gpus.command("drain")
+@click.option("--apply", "apply", is_flag=True,
+              help="Run scontrol (default: only print what would be done).")
+@click.option("--node", "nodes", multiple=True, metavar="NAME", help="Only this node (repeatable).")
+@click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
+@click.pass_obj
+def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int | None) -> None:
+    """Drain the nodes of the outlier GPUs graded `drain` (severely slow on a compute benchmark,
+    or failing ECC/retired pages), with `scontrol update NodeName=N State=DRAIN Reason="pal: ..."`.
+
+    A dry run unless --apply; one line per node. Nodes of GPUs graded `placement` or
+    `re-profile`, and unknown nodes, are never drained. Resume a node with
+    `scontrol update NodeName=N State=RESUME` after its diagnostics pass."""
+    from pal_slurm.actions import drain_plan
+    from pal_slurm.errors import PalError
+    from pal_slurm.services import load_report
+    from pal_slurm.slurm.command import run_command
+
+    data = load_report(app.engine, app.cfg, version)
+    acts = [_action_of(a) for a in data["actions"]]
+    plan = [(n, reason) for n, reason in drain_plan(acts) if not nodes or n in nodes]
+    if not plan:
+        click.echo("nothing to drain: no outlier GPU is graded `drain`" + (" on those nodes" if nodes else ""))
+        return
+    failed = 0
+    for node_name, reason in plan:
+        argv = ["scontrol", "update", f"NodeName={node_name}", "State=DRAIN", f"Reason={reason}"]
+        shown = f'scontrol update NodeName={node_name} State=DRAIN Reason="{reason}"'
+        if not apply:
+            click.echo(f"would run: {shown}")
+            continue
+        try:
+            run_command(argv, timeout=app.cfg.placer.command_timeout_s)
+        except PalError as exc:
+            failed += 1
+            click.echo(f"pal: error: {node_name}: not drained: {exc}", err=True)
+            continue
+        click.echo(f"drained {node_name}: {reason}")
+    if not apply:
+        click.echo("dry run: nothing changed; add --apply to drain these nodes", err=True)
+    if failed:
+        raise PalError(f"{failed} of {len(plan)} node(s) not drained (see above)")
+
+
+def _action_of(a: dict[str, Any]) -> Any:
+    from pal_slurm.actions import GpuAction
+
+    return GpuAction(a["uuid"], a["node"], a["model"], a["action"], a["reason"], tuple(a["benchmarks"]),
+                     a["worst_perfvar"], tuple(a["classes_avoiding"]), tuple(a["classes_landing"]))
 
 
 def _share(tier_name: str):  # type: ignore[no-untyped-def]

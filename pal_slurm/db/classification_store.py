@@ -134,6 +134,9 @@ class ResultRow:
     profiled: bool
     median_sm_clock_mhz: float | None = None
     last_profiled: datetime | None = None
+    run_spread: float | None = None  # interquartile range / median of the GPU's stored runs (with_clocks only)
+    ecc_uncorrected: int | None = None  # from the node inventory, when it has run
+    retired_pages: int | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
             Gpu.uuid, node.name, Gpu.model, Benchmark.name, ClassificationResult.runs,
             ClassificationResult.median_score, ClassificationResult.perfvar, ClassificationResult.bin,
             ClassificationResult.slowdown, ClassificationResult.outlier, ClassificationResult.profiled,
-            Gpu.id, Benchmark.id,
+            Gpu.id, Benchmark.id, Gpu.ecc_uncorrected, Gpu.retired_pages,
         )
         .join(Gpu, Gpu.id == ClassificationResult.gpu_id)
         .outerjoin(node, node.id == Gpu.node_id)
@@ -174,13 +177,14 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
         .where(ClassificationResult.run_id == run.id)
         .order_by(Gpu.model, Benchmark.name, Gpu.uuid)
     )
-    extra: dict[tuple[int, int], tuple[float | None, datetime | None]] = {}
+    extra: dict[tuple[int, int], tuple[float | None, datetime | None, float | None]] = {}
     if with_clocks:
         extra = _clock_and_last(session)
     results = []
-    for uuid, nname, model, bench, runs, med, pv, b, sf, outl, prof, gid, bid in session.execute(stmt):
-        clock, last = extra.get((gid, bid), (None, None))
-        results.append(ResultRow(uuid, nname, model, bench, runs, med, pv, b, sf, bool(outl), bool(prof), clock, last))
+    for uuid, nname, model, bench, runs, med, pv, b, sf, outl, prof, gid, bid, ecc, retired in session.execute(stmt):
+        clock, last, spread = extra.get((gid, bid), (None, None, None))
+        results.append(ResultRow(uuid, nname, model, bench, runs, med, pv, b, sf, bool(outl), bool(prof), clock, last,
+                                 spread, ecc, retired))
     bins = [
         BinRow(m, bn, r.bin, r.centroid, r.slowdown, r.gpus, bool(r.outlier), r.low, r.high)
         for r, m, bn in session.execute(
@@ -206,20 +210,36 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
                                 dict(sorted(classes.items())))
 
 
-def _clock_and_last(session: Session) -> dict[tuple[int, int], tuple[float | None, datetime | None]]:
-    """Per GPU and benchmark: the median of the runs' SM clocks and the time of the last run.
+def _clock_and_last(session: Session) -> dict[tuple[int, int], tuple[float | None, datetime | None, float | None]]:
+    """Per GPU and benchmark: the median of the runs' SM clocks, the time of the last run and
+    the runs' spread (interquartile range / median of the finite positive scores; None below 2
+    runs), which the outlier actions use to tell a noisy measurement from a slow GPU. The IQR,
+    not max - min: one bad run must not make a GPU "noisy", and it does not grow with the
+    number of runs.
 
-    The median is computed here (portable across dialects) from one ordered scan.
+    The medians are computed here (portable across dialects) from one scan.
     """
+    import math
     import statistics
 
     clocks: dict[tuple[int, int], list[float]] = {}
+    scores: dict[tuple[int, int], list[float]] = {}
     last: dict[tuple[int, int], datetime] = {}
-    stmt = select(ProfileRun.gpu_id, ProfileRun.benchmark_id, ProfileRun.sm_clock_mhz, ProfileRun.started_at)
-    for gid, bid, clk, ts in session.execute(stmt):
+    stmt = select(ProfileRun.gpu_id, ProfileRun.benchmark_id, ProfileRun.sm_clock_mhz, ProfileRun.started_at,
+                  ProfileRun.score)
+    for gid, bid, clk, ts, score in session.execute(stmt):
         key = (gid, bid)
         if clk is not None:
             clocks.setdefault(key, []).append(clk)
+        if score is not None and math.isfinite(score) and score > 0:
+            scores.setdefault(key, []).append(score)
         if key not in last or ts > last[key]:
             last[key] = ts
-    return {k: (statistics.median(clocks[k]) if k in clocks else None, last[k]) for k in last}
+
+    def spread(values: list[float] | None) -> float | None:
+        if not values or len(values) < 2:
+            return None
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+        return (q3 - q1) / statistics.median(values)
+
+    return {k: (statistics.median(clocks[k]) if k in clocks else None, last[k], spread(scores.get(k))) for k in last}

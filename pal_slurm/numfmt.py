@@ -1,0 +1,30 @@
+"""THE way a report number becomes text, shared by every renderer (terminal, HTML, demo, actions)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: Digits every report shows for PerfVar and slowdown factors.
+DIGITS = 3
+
+
+def fmt_num(value: Any, digits: int = DIGITS, none: str = "-") -> str:
+    """A number as text, rounded once, from the stored value.
+
+    Every renderer calls this, so 1.12047 reads 1.120 everywhere; rounding an already
+    rounded value (1.12047 -> 1.1205 -> 1.121) is what made the terminal and the HTML
+    disagree. JSON carries the stored value itself. A value no measurement can have
+    (non-finite, or a million and more) is shown in a few characters, never 300 digits.
+    """
+    if value is None:
+        return none
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if abs(value) >= 1e6:
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits}f}"
