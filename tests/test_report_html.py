@@ -290,3 +290,19 @@ def test_every_table_colour_is_explained(page: str) -> None:
     assert 'class="bin out">1.400×1!</span> an outlier bin' in page
     assert "an outlier on that benchmark" in page  # under the outlier table
     assert "grey means no data" in page and "green is faster" in page  # heatmap caption
+
+
+def test_outlier_table_escapes_benchmark_node_and_uuid() -> None:
+    """The per-GPU outlier table puts benchmark names in its header and node/UUID in cells."""
+    base = _stored()
+    evil = HOSTILE + "&"
+    results = tuple(replace(r, benchmark=evil if r.benchmark == "resnet" else r.benchmark,
+                            node=evil if r.uuid == OUTLIER_UUID else r.node,
+                            uuid=r.uuid + "<b>" if r.uuid == OUTLIER_UUID else r.uuid) for r in base.results)
+    bins = tuple(replace(b, benchmark=evil if b.benchmark == "resnet" else b.benchmark) for b in base.bins)
+    stored = replace(base, results=results, bins=bins, job_classes={"compute": "sgemm"})
+    out = render_html(stored, build_report(stored, outlier_action=evil))
+    section = out[out.index('<h2 id="outliers">'):out.index('<h2 id="dist">')]
+    assert "<script" not in out.lower() and f"{OUTLIER_UUID}<b>" not in out
+    assert "<th>&lt;script&gt;alert(1)&lt;/script&gt;&amp;</th>" in section
+    assert f"<td>&lt;script&gt;alert(1)&lt;/script&gt;&amp;</td><td class=\"mono\">{OUTLIER_UUID}&lt;b&gt;</td>" in section

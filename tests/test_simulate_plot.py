@@ -84,3 +84,19 @@ def test_write_plot_formats(tmp_path: Path, suffix: str) -> None:
     write_plot(path, [_result("t", p, k) for k, p in enumerate(POLICIES[:2])])
     head = path.read_bytes()[:200]
     assert head.startswith(b"\x89PNG") if suffix == "png" else b"<svg" in path.read_bytes()[:2000]
+
+
+def test_busy_curve_ends_when_the_run_ends() -> None:
+    """A round-mode timeline stops at its last change: the panel holds that level until the
+    run's last job ends and then drops to 0, and never runs on to another policy's end."""
+    short, long_ = _result("t", "pal", 0), _result("t", "packed-sticky", 3)
+    timeline = short.busy_timeline[:-1]  # as round mode records it: no final 0
+    from dataclasses import replace
+
+    fig = build_figure([replace(short, busy_timeline=timeline), long_])
+    _, pal_panel, _ = _blocks(fig)[0]
+    x, y = pal_panel.get_lines()[0].get_data()
+    end_h = max(o.finish_time for o in short.outcomes) / 3600
+    assert x[-1] == pytest.approx(end_h) and y[-1] == 0
+    assert y[-2] == timeline[-1][1]  # the last recorded level, held until the end
+    assert max(o.finish_time for o in long_.outcomes) / 3600 > end_h

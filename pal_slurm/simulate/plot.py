@@ -77,7 +77,6 @@ def _draw_trace(fig, top_in: float, trace: str, runs: Sequence[SimResult],  # ty
     cols = min(PANEL_COLUMNS, len(runs))
     panel_w = (plot_w - (cols - 1) * _GAP_W_IN) / cols
     cluster = max((r.cluster_gpus for r in runs), default=0)
-    t_end = max((r.busy_timeline[-1][0] for r in runs if r.busy_timeline), default=0.0) / 3600.0
     panels: list[Any] = []
     for k, r in enumerate(runs):
         row, col = divmod(k, cols)
@@ -88,8 +87,10 @@ def _draw_trace(fig, top_in: float, trace: str, runs: Sequence[SimResult],  # ty
         times = np.array([t for t, _ in r.busy_timeline], dtype=float) / 3600.0
         busy = np.array([b for _, b in r.busy_timeline], dtype=float)
         if times.size:
-            # the last level runs on to the end of the longest run: every panel spans the same time
-            times, busy = np.append(times, max(t_end, times[-1])), np.append(busy, busy[-1])
+            # the last level holds until the run's last job ends, then nothing is busy (a round-mode
+            # timeline stops at its last change, before the end)
+            end = max((o.finish_time for o in r.outcomes), default=0.0) / 3600.0
+            times, busy = np.append(times, max(end, times[-1])), np.append(busy, 0.0)
             ax.step(times, busy, where="post", color=colours[r.policy], lw=1.0)
             ax.fill_between(times, busy, step="post", color=colours[r.policy], alpha=0.35, lw=0)
         if cluster:
