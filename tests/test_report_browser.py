@@ -64,15 +64,30 @@ def chromium() -> str:
     pytest.skip("chromium not installed (tests/services/browser.sh install; PAL_REQUIRE_BROWSER=1 to require it)")
 
 
-def _run_chromium(exe: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _chromium_cmd(exe: str, profile: Path, *args: str) -> list[str]:
     cmd = [exe, "--headless=new", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage",
            "--hide-crash-restore-bubble", f"--user-data-dir={profile}",
            f"--window-size={WINDOW[0]},{WINDOW[1]}"]
     if os.geteuid() == 0:
         cmd.append("--no-sandbox")  # chromium refuses to run as root with its sandbox
-    proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=90, check=False)
-    assert proc.returncode == 0, f"chromium failed ({proc.returncode}): {proc.stderr[-2000:]}"
-    return proc
+    return [*cmd, *args]
+
+
+def _run_chromium(*cmds: list[str]) -> list[str]:
+    """Run the chromium command lines side by side (each its own profile); their stdouts."""
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+    outs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=90)
+            assert proc.returncode == 0, f"chromium failed ({proc.returncode}): {err[-2000:]}"
+            outs.append(out)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return outs
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +105,17 @@ def test_report_renders_in_chromium(chromium: str, demo_report: Path, tmp_path: 
     from PIL import Image  # matplotlib's own dependency
 
     exe = chromium
-    # 1. the page as it is: a screenshot at 1400 x 900 that is not one flat colour
+    # 1. the page as it is, a screenshot; 2. a copy with a probe script that measures the layout
+    # after load and writes it into the DOM, read back with --dump-dom. Both at once.
+    page = demo_report.read_text(encoding="utf-8")
+    assert "<script" not in page  # the report itself runs nothing
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", _PROBE + "</body>"), encoding="utf-8")
     shot = tmp_path / "report.png"
-    _run_chromium(exe, tmp_path / "profile", f"--screenshot={shot}", demo_report.as_uri())
+    _, dom = _run_chromium(_chromium_cmd(exe, tmp_path / "profile1", f"--screenshot={shot}", demo_report.as_uri()),
+                           _chromium_cmd(exe, tmp_path / "profile2", "--dump-dom", probe.as_uri()))
+
+    # the screenshot at 1400 x 900 is not one flat colour
     with Image.open(shot) as img:
         assert img.size == WINDOW
         rgb = img.convert("RGB")
@@ -102,12 +125,7 @@ def test_report_renders_in_chromium(chromium: str, demo_report: Path, tmp_path: 
         dark = sum(n for n, (r, g, b) in (colours or []) if r + g + b < 200)
         assert colours is None or dark > 2000, "no text in the screenshot"
 
-    # 2. a copy with a probe script: layout facts after load, read back with --dump-dom
-    page = demo_report.read_text(encoding="utf-8")
-    assert "<script" not in page  # the report itself runs nothing
-    probe = tmp_path / "probe.html"
-    probe.write_text(page.replace("</body>", _PROBE + "</body>"), encoding="utf-8")
-    dom = _run_chromium(exe, tmp_path / "profile", "--dump-dom", probe.as_uri()).stdout  # after "load"
+    # the probe's facts (--dump-dom prints the DOM after the load event)
     m = re.search(rf'<pre id="{CHECK_ID}">(.*?)</pre>', dom, re.S)
     assert m, f"the probe did not run; DOM tail: {dom[-500:]}"
     facts = json.loads(html.unescape(m[1]))
@@ -122,3 +140,32 @@ def test_report_renders_in_chromium(chromium: str, demo_report: Path, tmp_path: 
     assert facts["scrollWidth"] <= facts["clientWidth"], facts
     # the smallest text on the page is readable at 100 % zoom
     assert facts["smallestFontPx"] >= 11, facts
+
+
+def test_simulate_plot_renders_in_chromium(chromium: str, tmp_path: Path) -> None:
+    """`pal simulate --plot x.svg` of a real (small) simulation opens in chromium and draws:
+    each policy's colour is on screen (its CDF line, panel and title)."""
+    from PIL import Image
+
+    from pal_slurm.placement.model import Cluster
+    from pal_slurm.simulate.plot import policy_colours, write_plot
+    from pal_slurm.simulate.runner import FixedVariability, SimulationSpec, run_simulations
+    from pal_slurm.simulate.synthetic import generate
+
+    pv = [1.0, 1.0, 1.1, 1.3] * 2
+    cluster = Cluster.uniform(2, 4, slowdown={c: pv for c in "ABCD"}, perfvar={c: pv for c in "ABCD"})
+    spec = SimulationSpec(traces=(generate(40, seed=1, max_gpus=8),), policies=("pal", "packed-sticky"),
+                          variability=FixedVariability(cluster), mode="event", baseline="slurm-backfill")
+    results = run_simulations(spec).results
+    svg = tmp_path / "sim.svg"
+    write_plot(svg, results)
+    shot = tmp_path / "sim.png"
+    _run_chromium(_chromium_cmd(chromium, tmp_path / "profile", f"--screenshot={shot}", svg.as_uri()))
+    with Image.open(shot) as img:
+        rgb = img.convert("RGB")
+    colours = dict((c, n) for n, c in rgb.getcolors(maxcolors=1 << 20))
+    assert len(colours) > 20, "blank screenshot"
+    for policy, rgba in policy_colours([r.policy for r in results]).items():
+        want = tuple(round(255 * v) for v in rgba[:3])
+        near = sum(n for c, n in colours.items() if max(abs(a - b) for a, b in zip(c, want)) <= 8)
+        assert near > 200, f"{policy}'s colour {want} is not on screen"
