@@ -273,9 +273,7 @@ def _histogram_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[R
                Line2D([], [], color=_MEDIAN_LINE, lw=0.8, alpha=0.6, label="PerfVar 1 (median GPU)")]
     labels = [h.get_label() if not isinstance(h, tuple) else "bin ranges (neighbours alternate shades)"
               for h in handles]
-    height = fig.get_figheight()
-    fig.legend(handles=handles, labels=labels, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.06 / height),
-               ncols=4, fontsize=_LABEL_PT, frameon=False, handler_map={tuple: HandlerTuple(ndivide=None)})
+    _top_legend(fig, handles, labels=labels, handler_map={tuple: HandlerTuple(ndivide=None)})
     data, w, h = _png(fig)
     img = _img(data, w, h, "Histogram of per-GPU PerfVar per model and benchmark")
     return img, " ".join(notes)
@@ -486,10 +484,10 @@ def _outlier_table(stored: StoredClassification, report: dict[str, Any]) -> str:
             r = cells.get(uuid, {}).get(b)
             if r is None:
                 tds.append('<td class="num">–</td>')
-            elif b in out_in:
-                tds.append(f'<td class="num out" title="outlier on {_e(b)}">{_num(r.perfvar)}</td>')
-            else:
-                tds.append(f'<td class="num">{_num(r.perfvar)}</td>')
+            else:  # the bin's slowdown factor (what placement uses) on hover
+                tip = f"{'outlier' if b in out_in else 'bin'} on {b}: slowdown {_fmt(r.slowdown)}"
+                cls = "num out" if b in out_in else "num"
+                tds.append(f'<td class="{cls}" title="{_e(tip)}">{_num(r.perfvar)}</td>')
         # one line per distinct recommendation, with the benchmarks it is for when they differ
         recs: dict[str, list[str]] = {}
         for b, o in details[uuid]:
