@@ -67,10 +67,23 @@ def _stored(model_b: str = "H100", node_name: str = "node-a",
                                 job_classes={"compute": "sgemm", "train": "resnet"})
 
 
+_FIGURES: list = []  # type: ignore[type-arg]  # the matplotlib Figures `page` drew (see `figures`)
+
+
 @pytest.fixture(scope="module")
 def page() -> str:
+    real = report_html._png
+
+    def keep(fig):  # type: ignore[no-untyped-def]
+        out = real(fig)  # drawn: extents and fonts can be inspected
+        _FIGURES.append(fig)
+        return out
+
+    _FIGURES.clear()
     stored = _stored()
-    return render_html(stored, build_report(stored, outlier_action=ACTION))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report_html, "_png", keep)
+        return render_html(stored, build_report(stored, outlier_action=ACTION))
 
 
 def test_one_html_document_with_tables(page: str) -> None:
@@ -226,22 +239,10 @@ def test_write_failure_is_pal_error_and_cleans_up(tmp_path: Path, monkeypatch: p
 
 
 @pytest.fixture(scope="module")
-def figures() -> list:  # type: ignore[type-arg]
-    """Render the page once and keep every matplotlib Figure it draws (drawn, so extents are known)."""
-    figs: list = []  # type: ignore[type-arg]
-    real = report_html._png
-
-    def keep(fig):  # type: ignore[no-untyped-def]
-        out = real(fig)
-        figs.append(fig)
-        return out
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(report_html, "_png", keep)
-        stored = _stored()
-        render_html(stored, build_report(stored, outlier_action=ACTION))
-    assert len(figs) == 3
-    return figs
+def figures(page: str) -> list:  # type: ignore[type-arg]
+    """The three figures of the `page` fixture's report."""
+    assert len(_FIGURES) == 3
+    return list(_FIGURES)
 
 
 def test_legends_never_cover_data(figures: list) -> None:  # type: ignore[type-arg]
@@ -301,8 +302,7 @@ def test_outlier_table_escapes_benchmark_node_and_uuid() -> None:
                             uuid=r.uuid + "<b>" if r.uuid == OUTLIER_UUID else r.uuid) for r in base.results)
     bins = tuple(replace(b, benchmark=evil if b.benchmark == "resnet" else b.benchmark) for b in base.bins)
     stored = replace(base, results=results, bins=bins, job_classes={"compute": "sgemm"})
-    out = render_html(stored, build_report(stored, outlier_action=evil))
-    section = out[out.index('<h2 id="outliers">'):out.index('<h2 id="dist">')]
-    assert "<script" not in out.lower() and f"{OUTLIER_UUID}<b>" not in out
+    section = report_html._outlier_table(stored, build_report(stored, outlier_action=evil))
+    assert "<script" not in section.lower() and f"{OUTLIER_UUID}<b>" not in section
     assert "<th>&lt;script&gt;alert(1)&lt;/script&gt;&amp;</th>" in section
     assert f"<td>&lt;script&gt;alert(1)&lt;/script&gt;&amp;</td><td class=\"mono\">{OUTLIER_UUID}&lt;b&gt;</td>" in section
