@@ -26,6 +26,7 @@ help:
 	@echo "make test-slurm - the real-Slurm tests only (installs and starts the test cluster, pytest -m slurm)"
 	@echo "make test-other-slurm - the real-Slurm tests on the other Slurm version, in a Debian 12/13 chroot (root)"
 	@echo "make slurm-cluster - install and start the Slurm test cluster (root; stop: make slurm-cluster-stop)"
+	@echo "make browser - install chromium for the HTML report's browser test (root)"
 	@echo "make sql    - regenerate sql/*.sql from the migrations"
 	@echo "make bench  - run the benchmarks in bench/"
 	@echo "make replay - replay Sia-Philly workloads 1 and 4 on a real 16x4-GPU Slurm cluster, plain Slurm vs pal-slurm,"
