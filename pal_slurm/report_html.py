@@ -550,7 +550,8 @@ def _node_table(stored: StoredClassification) -> str:
         )
     return (f"<details><summary>All nodes as a table ({len(order)} rows; worst PerfVar per benchmark)</summary>"
             f'{note}<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
-            "</table></div></details>")
+            '</table></div><p class="key">A <span class="bad">red</span> count: the node has outlier GPUs.</p>'
+            "</details>")
 
 
 def _params_table(params: Any) -> str:

@@ -291,6 +291,7 @@ def test_every_table_colour_is_explained(page: str) -> None:
     assert 'class="bin out">1.400×1!</span> an outlier bin' in page
     assert "an outlier on that benchmark" in page  # under the outlier table
     assert "grey means no data" in page and "green is faster" in page  # heatmap caption
+    assert 'A <span class="bad">red</span> count: the node has outlier GPUs.' in page  # the node table
 
 
 def test_outlier_table_escapes_benchmark_node_and_uuid() -> None:
