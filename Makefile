@@ -7,22 +7,26 @@ PYTEST_ARGS ?=
 DB_SERVERS := tests/services/db-servers.sh
 SLURM_CLUSTER := tests/services/slurm-cluster.sh
 OTHER_SLURM := tests/services/other-slurm.sh
+# Debian's chromium, for the HTML report's browser test (tests/test_report_browser.py)
+BROWSER := tests/services/browser.sh
 # the test cluster also runs slurmrestd (JWT) so the REST backend is tested for real; 0 turns it off
 export PAL_TEST_SLURM_REST ?= 1
 # 1: `make test` also runs the Slurm tests on the other supported Slurm version (22.05 on Debian 12,
 # 24.11 on Debian 13) in a Debian chroot of the other release; 0 skips that (and says so)
 PAL_TEST_OTHER_SLURM ?= 1
 
-.PHONY: demo test test-fast venv db-servers db-servers-stop sql bench replay clean help slurm-cluster slurm-cluster-stop test-slurm test-other-slurm
+.PHONY: demo test test-fast venv db-servers db-servers-stop sql bench replay clean help slurm-cluster slurm-cluster-stop test-slurm test-other-slurm browser
 
 help:
 	@echo "make demo   - venv + install + run the demo (SQLite, simulated GPU fleet, report, HTML)"
-	@echo "make test   - everything CI runs: installs and starts PostgreSQL, MariaDB and the Slurm test cluster, then pytest,"
+	@echo "make test   - everything CI runs: installs and starts PostgreSQL, MariaDB, the Slurm test cluster and chromium"
+	@echo "              (for the HTML report's browser test), then pytest,"
 	@echo "              then the Slurm tests on the other Slurm version in a chroot (PAL_TEST_OTHER_SLURM=0: not)"
 	@echo "make test-fast - pytest on SQLite only (no servers, no Slurm cluster)"
 	@echo "make test-slurm - the real-Slurm tests only (installs and starts the test cluster, pytest -m slurm)"
 	@echo "make test-other-slurm - the real-Slurm tests on the other Slurm version, in a Debian 12/13 chroot (root)"
 	@echo "make slurm-cluster - install and start the Slurm test cluster (root; stop: make slurm-cluster-stop)"
+	@echo "make browser - install chromium for the HTML report's browser test (root)"
 	@echo "make sql    - regenerate sql/*.sql from the migrations"
 	@echo "make bench  - run the benchmarks in bench/"
 	@echo "make replay - replay Sia-Philly workloads 1 and 4 on a real 16x4-GPU Slurm cluster, plain Slurm vs pal-slurm,"
@@ -57,9 +61,14 @@ slurm-cluster: venv
 slurm-cluster-stop:
 	$(SLURM_CLUSTER) stop
 
-test: venv db-servers slurm-cluster
+# chromium for tests/test_report_browser.py (root; quick when it is installed already)
+browser:
+	$(BROWSER) install
+
+test: venv db-servers slurm-cluster browser
 	eval "$$($(DB_SERVERS) env)" && eval "$$($(SLURM_CLUSTER) env)" && \
-	  PAL_REQUIRE_DB_SERVERS=1 PAL_REQUIRE_SLURM=1 PAL_REQUIRE_SLURM_REST=$(PAL_TEST_SLURM_REST) $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	  PAL_REQUIRE_DB_SERVERS=1 PAL_REQUIRE_SLURM=1 PAL_REQUIRE_SLURM_REST=$(PAL_TEST_SLURM_REST) PAL_REQUIRE_BROWSER=1 \
+	  $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 	@if [ "$(PAL_TEST_OTHER_SLURM)" = 1 ]; then $(MAKE) --no-print-directory test-other-slurm; \
 	  else echo "NOT TESTED: the other Slurm version (PAL_TEST_OTHER_SLURM=$(PAL_TEST_OTHER_SLURM))"; fi
 

@@ -11,6 +11,14 @@ Plots are drawn with matplotlib's Agg renderer on private :class:`Figure` object
 (never pyplot and its global figure registry), so this works on a headless
 login node and is safe to call from a long-running process.
 
+Layout rules the browser test (tests/test_report_browser.py) checks in a real Chromium:
+every figure is drawn :data:`FIG_WIDTH_IN` wide at :data:`CSS_DPI` and shown at the
+page's width (``width: 100%``), so a point in matplotlib is at least a CSS point on a
+1400 px screen and the smallest text (:data:`MIN_FONT_PT`) is about 12 px; the PNG is
+saved at :data:`PNG_SCALE` times that density so it stays sharp when scaled. Legends sit
+above the panels, outside every axes, so they never cover data; every colour on the
+page is named in a legend, a caption or the key under the tables.
+
 :func:`render_html` is pure (the same input gives the same page; no clock, no I/O);
 :func:`write_html` writes it atomically (temporary file in the same directory, then
 ``os.replace``) and turns every failure into one :class:`PalError` line.
@@ -44,19 +52,29 @@ MAX_PANELS = 24
 MAX_NODE_TABLE_ROWS = 2000
 #: Rows of the unprofiled-GPU table.
 MAX_UNPROFILED_ROWS = 200
-DPI = 90
-FIG_WIDTH_IN = 10.0
+#: Logical pixels per inch of a figure (the CSS inch): the <img> width and height attributes.
+CSS_DPI = 96
+#: The PNG holds PNG_SCALE x the logical pixels (1,440 px across), more than the page shows at 1400 px: sharp text.
+PNG_SCALE = 1.25
+#: Every figure is this wide: 12 in x 96 = 1152 px, about the page's content width (shown at width 100 %).
+FIG_WIDTH_IN = 12.0
+#: The smallest text in a plot (tick labels, cell values): 9 pt = 12 px at the page's width.
+MIN_FONT_PT = 9.0
+_LABEL_PT = 10.0
+_TITLE_PT = 11.0
 UNKNOWN_NODE = "unknown"
 
 _REGULAR = "#4c78a8"
 _OUTLIER = "#d62728"
 _BIN_SHADES = ("#dfe9f5", "#eef3e6")
 _OUTLIER_SHADE = "#fbe0dd"
+_CENTROID = "#555555"
+_MEDIAN_LINE = "#222222"
 
 _CSS = """
 :root { color-scheme: light; }
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
-       margin: 0 auto; padding: 1rem 1.25rem 3rem; max-width: 1200px; color: #1d1d1f;
+       margin: 0 auto; padding: 1rem 1.25rem 3rem; max-width: 1320px; color: #1d1d1f;
        line-height: 1.4; font-size: 15px; }
 h1 { font-size: 1.6rem; margin: .4rem 0 .2rem; }
 h2 { font-size: 1.25rem; margin: 2rem 0 .5rem; border-bottom: 1px solid #ddd; padding-bottom: .2rem; }
@@ -80,8 +98,13 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monosp
 .card { border: 1px solid #ddd; border-radius: 6px; padding: .4rem .8rem; min-width: 7rem; }
 .card b { display: block; font-size: 1.3rem; }
 figure { margin: .5rem 0 1.5rem; }
-figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figure img { display: block; width: 100%; max-width: 100%; height: auto; border: 1px solid #eee;
+             box-sizing: border-box; }
 figcaption { color: #555; font-size: .9rem; }
+.key { color: #333; font-size: .9rem; margin: -.4rem 0 1rem; }
+.key span { margin-right: .2rem; }
+.swatch { display: inline-block; width: .9em; height: .9em; vertical-align: -.1em; border: 1px solid #bbb; }
+td.out { color: #b3261e; font-weight: 600; background: #fbe0dd !important; }
 """
 
 
@@ -143,7 +166,7 @@ def _new_figure(width: float, height: float):  # type: ignore[no-untyped-def]
 
     # No layout engine: constrained/tight layout measure every label and roughly double the
     # rendering time; margins are set by hand in inches instead (see _panel_grid).
-    fig = Figure(figsize=(width, height), dpi=DPI)
+    fig = Figure(figsize=(width, height), dpi=CSS_DPI)
     FigureCanvasAgg(fig)
     return fig
 
@@ -152,10 +175,10 @@ def _panel_grid(n: int, *, top_in: float, integer_y: bool):  # type: ignore[no-u
     """A figure with n panels on a grid, fixed margins in inches; returns (fig, axes list)."""
     cols = 1 if n == 1 else 2 if n <= 4 else 3
     rows = math.ceil(n / cols)
-    panel_h, gap_h, bottom_in = 2.1, 0.85, 0.55
+    panel_h, gap_h, bottom_in = 2.5, 1.0, 0.65
     height = top_in + rows * panel_h + (rows - 1) * gap_h + bottom_in
     fig = _new_figure(FIG_WIDTH_IN, height)
-    left_in, right_in, gap_w = 0.65, 0.2, 0.6
+    left_in, right_in, gap_w = 0.8, 0.25, 0.75
     panel_w = (FIG_WIDTH_IN - left_in - right_in - (cols - 1) * gap_w) / cols
     fig.subplots_adjust(left=left_in / FIG_WIDTH_IN, right=1 - right_in / FIG_WIDTH_IN,
                         bottom=bottom_in / height, top=1 - top_in / height,
@@ -166,14 +189,24 @@ def _panel_grid(n: int, *, top_in: float, integer_y: bool):  # type: ignore[no-u
     from matplotlib.ticker import MaxNLocator
 
     for ax in axes[:n]:  # few ticks: tick labels are most of the drawing time
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5 if cols == 3 else 6))
         ax.yaxis.set_major_locator(MaxNLocator(nbins=4 if integer_y else 5, integer=integer_y))
+        ax.tick_params(labelsize=MIN_FONT_PT)
     return fig, list(axes[:n])
 
 
+def _top_legend(fig, handles: list[Any], **kw: Any) -> None:  # type: ignore[no-untyped-def]
+    """The figure's legend in the band the caller left above the panels (its top_in): outside
+    every axes, so it never covers data, however the data falls."""
+    height = fig.get_figheight()
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.06 / height),
+               ncols=min(len(handles), 4), fontsize=_LABEL_PT, frameon=False, **kw)
+
+
 def _png(fig) -> tuple[str, int, int]:  # type: ignore[no-untyped-def]
+    """(base64 PNG, logical width, logical height): the PNG has PNG_SCALE x the logical pixels."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=CSS_DPI * PNG_SCALE, metadata={"Software": None})
     w, h = fig.canvas.get_width_height()
     return base64.b64encode(buf.getvalue()).decode("ascii"), w, h
 
@@ -188,6 +221,7 @@ def _img(data: str, w: int, h: int, alt: str) -> str:
 def _histogram_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[ResultRow]]) -> tuple[str, str]:
     """(img HTML or '', plain-text note): histogram of per-GPU PerfVar per model x benchmark."""
     import numpy as np
+    from matplotlib.legend_handler import HandlerTuple
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -198,7 +232,7 @@ def _histogram_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[R
     if len(items) > MAX_PANELS:
         notes.append(f"Showing the first {MAX_PANELS} of {len(items)} model × benchmark groups.")
         items = items[:MAX_PANELS]
-    fig, axes = _panel_grid(len(items), top_in=0.75, integer_y=True)
+    fig, axes = _panel_grid(len(items), top_in=1.05, integer_y=True)
     for ax, item in zip(axes, items):
         prof = _profiled(groups[(item["model"], item["benchmark"])])
         values = np.array([r.perfvar for r in prof], dtype=float)
@@ -216,23 +250,27 @@ def _histogram_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[R
             shade = _OUTLIER_SHADE if b.get("outlier") else _BIN_SHADES[k % 2]
             ax.axvspan(b["low"], b["high"], color=shade, zorder=0, lw=0)
             if _finite(b.get("centroid")):
-                ax.axvline(b["centroid"], color="#555", ls="--", lw=0.9, zorder=3)
+                ax.axvline(b["centroid"], color=_CENTROID, ls="--", lw=0.9, zorder=3)
         ax.stairs(reg_counts, edges, fill=True, color=_REGULAR, alpha=0.9, zorder=2)
         if is_out.any():
             ax.stairs(reg_counts + out_counts, edges, baseline=reg_counts, fill=True, color=_OUTLIER, zorder=2)
             ax.plot(values[is_out], np.zeros(int(is_out.sum())), ls="none", marker="|", ms=14, mew=2,
                     color=_OUTLIER, zorder=4, clip_on=False)
-        ax.axvline(1.0, color="#222", lw=0.6, alpha=0.5, zorder=3)
-        ax.set_title(f"{_mpl_text(item['model'])} · {_mpl_text(item['benchmark'])} "
-                     f"({_count(values.size, 'GPU')}, {_count(int(is_out.sum()), 'outlier')})", fontsize=9)
-        ax.set_xlabel("PerfVar (>1 = slower than median GPU)", fontsize=8)
-        ax.set_ylabel("GPUs", fontsize=8)
-        ax.tick_params(labelsize=7)
-    handles = [Patch(color=_REGULAR, label="GPUs"), Patch(color=_OUTLIER, label="outlier GPUs"),
-               Patch(color=_BIN_SHADES[0], label="bin range (low–high)"),
-               Patch(color=_OUTLIER_SHADE, label="outlier bin range"),
-               Line2D([], [], color="#555", ls="--", label="bin centroid")]
-    fig.legend(handles=handles, loc="upper center", ncols=5, fontsize=8, frameon=False)
+        ax.axvline(1.0, color=_MEDIAN_LINE, lw=0.8, alpha=0.6, zorder=3)
+        ax.set_title(f"{_mpl_text(item['model'], 28)} · {_mpl_text(item['benchmark'], 20)}\n"
+                     f"{_count(values.size, 'GPU')}, {_count(int(is_out.sum()), 'outlier')}", fontsize=_TITLE_PT)
+        ax.set_xlabel("PerfVar (>1 = slower than median GPU)", fontsize=_LABEL_PT)
+        ax.set_ylabel("GPUs", fontsize=_LABEL_PT)
+    handles = [Patch(color=_REGULAR, label="GPUs (count per PerfVar interval)"),
+               Patch(color=_OUTLIER, label="outlier GPUs"),
+               Line2D([], [], ls="none", marker="|", ms=12, mew=2, color=_OUTLIER, label="one outlier GPU's PerfVar"),
+               (Patch(color=_BIN_SHADES[0]), Patch(color=_BIN_SHADES[1])),
+               Patch(color=_OUTLIER_SHADE, label="outlier bin's range"),
+               Line2D([], [], color=_CENTROID, ls="--", label="bin centroid"),
+               Line2D([], [], color=_MEDIAN_LINE, lw=0.8, alpha=0.6, label="PerfVar 1 (median GPU)")]
+    labels = [h.get_label() if not isinstance(h, tuple) else "bin ranges (neighbours alternate shades)"
+              for h in handles]
+    _top_legend(fig, handles, labels=labels, handler_map={tuple: HandlerTuple(ndivide=None)})
     data, w, h = _png(fig)
     img = _img(data, w, h, "Histogram of per-GPU PerfVar per model and benchmark")
     return img, " ".join(notes)
@@ -276,34 +314,39 @@ def _heatmap_plot(stored: StoredClassification) -> tuple[str, str]:
     norm = Normalize(vmin=1.0 - half, vmax=1.0 + half)
     ylabels = [_mpl_text(n, 32) for n in order]
     xlabels = [_mpl_text(b, 24) for b in benches]
-    rotate = len(benches) > 4 or max(len(x) for x in xlabels) > 14
-    left_in = min(2.3, 0.3 + 0.062 * max(len(x) for x in ylabels))
-    top_in = 0.45 + (0.033 * max(len(x) for x in xlabels) if rotate else 0.0)
-    bottom_in, cbar_in = 0.2, 1.1
-    plot_w = min(FIG_WIDTH_IN - left_in - cbar_in, 1.1 * len(benches))
-    plot_h = 0.22 * len(order)
-    width, height = left_in + plot_w + cbar_in, top_in + plot_h + bottom_in
+    # the page's full width (the image is shown at width 100 %): columns share what the labels leave
+    rotate = len(benches) > 8 or max(len(x) for x in xlabels) > 18
+    left_in = min(3.0, 0.35 + 0.085 * max(len(x) for x in ylabels))
+    top_in = 0.5 + (0.06 * max(len(x) for x in xlabels) if rotate else 0.0)
+    bottom_in, cbar_in = 0.2, 1.5
+    width = FIG_WIDTH_IN
+    plot_w = width - left_in - cbar_in
+    plot_h = 0.3 * len(order)
+    height = top_in + plot_h + bottom_in
     fig = _new_figure(width, height)
     ax = fig.add_axes((left_in / width, bottom_in / height, plot_w / width, plot_h / height))
     from matplotlib import colormaps
 
     cmap = colormaps["RdYlGn_r"].with_extremes(bad="#e0e0e0")
     im = ax.imshow(np.ma.masked_invalid(mat), aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
-    ax.set_yticks(range(len(order)), labels=ylabels, fontsize=7)
+    ax.set_yticks(range(len(order)), labels=ylabels, fontsize=MIN_FONT_PT)
     ax.xaxis.tick_top()
-    ax.set_xticks(range(len(benches)), labels=xlabels, fontsize=8,
+    ax.set_xticks(range(len(benches)), labels=xlabels, fontsize=_LABEL_PT,
                   rotation=30 if rotate else 0, ha="left" if rotate else "center", rotation_mode="anchor")
-    if mat.size <= 600 and plot_w / len(benches) >= 0.45:
+    if mat.size <= 600 and plot_w / len(benches) >= 0.6:
         for i in range(mat.shape[0]):
             for j in range(mat.shape[1]):
                 if not math.isnan(mat[i, j]):
-                    ax.text(j, i, fmt_num(float(mat[i, j])), ha="center", va="center", fontsize=6.5, color="#111")
+                    # dark text on the light middle of the scale, white on its saturated ends
+                    dark = abs(mat[i, j] - 1.0) < 0.6 * half
+                    ax.text(j, i, fmt_num(float(mat[i, j])), ha="center", va="center", fontsize=MIN_FONT_PT,
+                            color="#111" if dark else "#fff")
     cb_h = min(plot_h, 4.0)
-    cax = fig.add_axes(((left_in + plot_w + 0.2) / width, (bottom_in + plot_h - cb_h) / height, 0.15 / width,
+    cax = fig.add_axes(((left_in + plot_w + 0.25) / width, (bottom_in + plot_h - cb_h) / height, 0.18 / width,
                         cb_h / height))
     cb = fig.colorbar(im, cax=cax)
-    cb.set_label("worst PerfVar on node", fontsize=8)
-    cb.ax.tick_params(labelsize=7)
+    cb.set_label("worst PerfVar on node\n(green faster, red slower)", fontsize=_LABEL_PT)
+    cb.ax.tick_params(labelsize=MIN_FONT_PT)
     data, w, h = _png(fig)
     img = _img(data, w, h, "Heatmap of the worst PerfVar per node and benchmark")
     return img, " ".join(notes)
@@ -312,6 +355,7 @@ def _heatmap_plot(stored: StoredClassification) -> tuple[str, str]:
 def _clock_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[ResultRow]]) -> tuple[str, str]:
     """Scatter of median SM clock vs PerfVar per model x benchmark, where clocks are known."""
     import numpy as np
+    from matplotlib.lines import Line2D
 
     items, no_clock = [], 0
     for item in report.get("benchmarks", []):
@@ -328,23 +372,27 @@ def _clock_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[Resul
     if len(items) > MAX_PANELS:
         notes.append(f"Showing the first {MAX_PANELS} of {len(items)} model × benchmark groups with clocks.")
         items = items[:MAX_PANELS]
-    fig, axes = _panel_grid(len(items), top_in=0.35, integer_y=False)
+    fig, axes = _panel_grid(len(items), top_in=0.85, integer_y=False)
+    any_out = False
     for ax, (item, pts, total) in zip(axes, items):
         x = np.array([r.median_sm_clock_mhz for r in pts], dtype=float)
         y = np.array([r.perfvar for r in pts], dtype=float)
         out = np.array([r.outlier for r in pts], dtype=bool)
-        ax.scatter(x[~out], y[~out], s=12, color=_REGULAR, alpha=0.75, lw=0, label="GPU")
+        ax.scatter(x[~out], y[~out], s=14, color=_REGULAR, alpha=0.75, lw=0)
         if out.any():
-            ax.scatter(x[out], y[out], s=28, color=_OUTLIER, marker="x", label="outlier")
-        ax.axhline(1.0, color="#222", lw=0.6, alpha=0.5)
-        ax.set_title(f"{_mpl_text(item['model'])} · {_mpl_text(item['benchmark'])} "
-                     f"({len(pts)} of {total} GPUs with clocks)", fontsize=9)
-        ax.set_xlabel("median SM clock (MHz)", fontsize=8)
-        ax.set_ylabel("PerfVar", fontsize=8)
-        ax.tick_params(labelsize=7)
+            any_out = True
+            ax.scatter(x[out], y[out], s=32, color=_OUTLIER, marker="x")
+        ax.axhline(1.0, color=_MEDIAN_LINE, lw=0.8, alpha=0.6)
+        ax.set_title(f"{_mpl_text(item['model'], 28)} · {_mpl_text(item['benchmark'], 20)}\n"
+                     f"{len(pts)} of {total} GPUs with clocks", fontsize=_TITLE_PT)
+        ax.set_xlabel("median SM clock (MHz)", fontsize=_LABEL_PT)
+        ax.set_ylabel("PerfVar", fontsize=_LABEL_PT)
         ax.grid(True, lw=0.4, alpha=0.5)
-        if out.any():
-            ax.legend(fontsize=7, loc="upper right")
+    handles = [Line2D([], [], ls="none", marker="o", ms=5, color=_REGULAR, alpha=0.75, label="GPU"),
+               Line2D([], [], color=_MEDIAN_LINE, lw=0.8, alpha=0.6, label="PerfVar 1 (median GPU)")]
+    if any_out:
+        handles.insert(1, Line2D([], [], ls="none", marker="x", ms=7, color=_OUTLIER, label="outlier GPU"))
+    _top_legend(fig, handles)
     if no_clock:
         notes.append(f"{no_clock} model × benchmark group(s) have no clock readings and are not shown.")
     data, w, h = _png(fig)
@@ -367,6 +415,12 @@ def _bins_html(bins: Sequence[dict[str, Any]]) -> str:
         parts.append(f'<span class="{cls}" title="{_e(title)}">{_num(b.get("slowdown"))}×{_e(b.get("gpus"))}'
                      f'{"!" if b.get("outlier") else ""}</span>')
     return "".join(parts)
+
+
+#: Under the summary tables: what each colour in them means (every colour on the page is named somewhere).
+_BINS_KEY = ('<p class="key">Colours: <span class="bin">1.000×60</span> a bin, its slowdown factor × its GPUs; '
+             '<span class="bin out">1.400×1!</span> an outlier bin (red, marked !); a <span class="bad">red</span> '
+             'count has outliers. Grey headers and striped rows only guide the eye.</p>')
 
 
 def _pv_cells(pv: dict[str, float] | None) -> str:
@@ -397,21 +451,57 @@ def _summary_table(items: Sequence[dict[str, Any]], *, job_class: bool) -> str:
     return f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
-def _outlier_table(report: dict[str, Any]) -> str:
-    rows = []
+def _outlier_table(stored: StoredClassification, report: dict[str, Any]) -> str:
+    """One row per outlier GPU, a column per benchmark: the GPU's PerfVar on every benchmark it
+    has, red where it is an outlier, so a GPU slow on three benchmarks is one line, not three."""
+    details: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for it in report.get("benchmarks", []):
         for o in it.get("outlier_details", []):
-            rows.append(
-                f"<tr><td>{_e(o.get('node') or UNKNOWN_NODE)}</td><td class=\"mono\">{_e(o.get('uuid'))}</td>"
-                f"<td>{_e(it.get('model'))}</td><td>{_e(it.get('benchmark'))}</td>"
-                f'<td class="num bad">{_num(o.get("perfvar"))}</td><td class="num">{_num(o.get("slowdown"))}</td>'
-                f"<td>{_e(o.get('recommendation'))}</td></tr>"
-            )
-    if not rows:
+            details.setdefault(str(o.get("uuid")), []).append((str(it.get("benchmark")), o))
+    if not details:
         return '<p class="note">No outliers in this classification.</p>'
-    head = ("<th>Node</th><th>UUID</th><th>Model</th><th>Benchmark</th><th>PerfVar</th><th>Slowdown</th>"
-            "<th>Recommendation</th>")
-    return f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    cells: dict[str, dict[str, ResultRow]] = {}
+    for r in stored.results:
+        if r.uuid in details and r.profiled and _finite(r.perfvar):
+            cells.setdefault(r.uuid, {})[r.benchmark] = r
+    benches = sorted({b for per in cells.values() for b in per} | {b for d in details.values() for b, _ in d})
+    any_row = {r.uuid: r for r in stored.results if r.uuid in details}
+
+    def worst(uuid: str) -> float:
+        return max((float(o.get("perfvar")) for _, o in details[uuid] if _finite(o.get("perfvar"))), default=0.0)
+
+    rows = []
+    for uuid in sorted(details, key=lambda u: (-worst(u), u)):
+        first = details[uuid][0][1]
+        row = any_row.get(uuid)
+        node = first.get("node") or (row.node if row else None) or UNKNOWN_NODE
+        model = row.model if row else ""
+        out_in = {b for b, _ in details[uuid]}
+        tds = []
+        for b in benches:
+            r = cells.get(uuid, {}).get(b)
+            if r is None:
+                tds.append('<td class="num">–</td>')
+            else:  # the bin's slowdown factor (what placement uses) on hover
+                tip = f"{'outlier' if b in out_in else 'bin'} on {b}: slowdown {_fmt(r.slowdown)}"
+                cls = "num out" if b in out_in else "num"
+                tds.append(f'<td class="{cls}" title="{_e(tip)}">{_num(r.perfvar)}</td>')
+        # one line per distinct recommendation, with the benchmarks it is for when they differ
+        recs: dict[str, list[str]] = {}
+        for b, o in details[uuid]:
+            recs.setdefault(str(o.get("recommendation") or ""), []).append(b)
+        rec_html = "<br>".join(
+            (f"{_e(rec)}" if len(recs) == 1 else f"{_e(', '.join(bs))}: {_e(rec)}") for rec, bs in recs.items() if rec
+        ) or "–"
+        rows.append(f"<tr><td>{_e(node)}</td><td class=\"mono\">{_e(uuid)}</td><td>{_e(model)}</td>"
+                    + "".join(tds) + f"<td>{rec_html}</td></tr>")
+    head = ("<th>Node</th><th>UUID</th><th>Model</th>" + "".join(f"<th>{_e(b)}</th>" for b in benches)
+            + "<th>Recommendation</th>")
+    key = ('<p class="key">One row per outlier GPU; each benchmark column is the GPU\'s PerfVar '
+           '(<span class="swatch" style="background:#fbe0dd"></span> <span class="bad">red</span>: an outlier on '
+           'that benchmark; plain: within a normal bin there; –: not profiled on it).</p>')
+    return (f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+            + key)
 
 
 def _unprofiled_table(stored: StoredClassification) -> str:
@@ -458,7 +548,8 @@ def _node_table(stored: StoredClassification) -> str:
         )
     return (f"<details><summary>All nodes as a table ({len(order)} rows; worst PerfVar per benchmark)</summary>"
             f'{note}<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
-            "</table></div></details>")
+            '</table></div><p class="key">A <span class="bad">red</span> count: the node has outlier GPUs.</p>'
+            "</details>")
 
 
 def _params_table(params: Any) -> str:
@@ -535,20 +626,25 @@ def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
         f'<div class="cards">{cards}</div>',
         '<h2 id="summary">Per model × benchmark</h2>',
         _summary_table(report.get("benchmarks", []), job_class=False),
+        _BINS_KEY,
         '<h2 id="classes">Per job class</h2>',
         _summary_table(report.get("job_classes", []), job_class=True),
+        _BINS_KEY,
         '<h2 id="outliers">Outliers</h2>',
-        _outlier_table(report),
+        _outlier_table(stored, report),
         _figure("PerfVar distribution per benchmark", "dist",
-                "Histogram of per-GPU PerfVar for each model × benchmark. Shaded bands are the bins' PerfVar "
-                "ranges, dashed lines their centroids; outlier GPUs are red.", hist_img, hist_note),
+                "Histogram of per-GPU PerfVar for each model × benchmark (legend above the panels). Shaded "
+                "bands are the bins' PerfVar ranges, dashed lines their centroids; outlier GPUs are red, each "
+                "also marked by a red tick at its PerfVar under the axis.", hist_img, hist_note),
         _figure("Worst PerfVar per node", "nodes",
-                "Each cell is the highest PerfVar among the node's GPUs for that benchmark (grey: no data). "
+                "Each cell is the highest PerfVar among the node's GPUs for that benchmark: green is faster "
+                "and red slower than the model's median GPU (colour bar on the right), grey means no data. "
                 "Nodes are sorted worst first.", heat_img, heat_note),
         _node_table(stored),
         _figure("SM clock vs performance", "clocks",
-                "Median SM clock of each GPU's profile runs against its PerfVar; a GPU that is slow at a low "
-                "clock is likely throttled (power or thermal).", clock_img, clock_note),
+                "Median SM clock of each GPU's profile runs against its PerfVar (blue dots GPUs, red crosses "
+                "outliers, grey line PerfVar 1); a GPU that is slow at a low clock is likely throttled "
+                "(power or thermal).", clock_img, clock_note),
         '<h2 id="unprofiled">Unprofiled GPUs</h2>',
         _unprofiled_table(stored),
         "</body></html>",

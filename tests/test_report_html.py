@@ -67,10 +67,23 @@ def _stored(model_b: str = "H100", node_name: str = "node-a",
                                 job_classes={"compute": "sgemm", "train": "resnet"})
 
 
+_FIGURES: list = []  # type: ignore[type-arg]  # the matplotlib Figures `page` drew (see `figures`)
+
+
 @pytest.fixture(scope="module")
 def page() -> str:
+    real = report_html._png
+
+    def keep(fig):  # type: ignore[no-untyped-def]
+        out = real(fig)  # drawn: extents and fonts can be inspected
+        _FIGURES.append(fig)
+        return out
+
+    _FIGURES.clear()
     stored = _stored()
-    return render_html(stored, build_report(stored, outlier_action=ACTION))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report_html, "_png", keep)
+        return render_html(stored, build_report(stored, outlier_action=ACTION))
 
 
 def test_one_html_document_with_tables(page: str) -> None:
@@ -221,3 +234,77 @@ def test_write_failure_is_pal_error_and_cleans_up(tmp_path: Path, monkeypatch: p
         write_html(target, stored, report)
     assert str(target) in str(exc.value) and "Permission denied" in str(exc.value)
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- layout (issue 12, item 9)
+
+
+@pytest.fixture(scope="module")
+def figures(page: str) -> list:  # type: ignore[type-arg]
+    """The three figures of the `page` fixture's report."""
+    assert len(_FIGURES) == 3
+    return list(_FIGURES)
+
+
+def test_legends_never_cover_data(figures: list) -> None:  # type: ignore[type-arg]
+    """Every legend sits outside every axes (above the panels), whatever the data."""
+    for fig in figures:
+        renderer = fig.canvas.get_renderer()
+        legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        for leg in legends:
+            box = leg.get_window_extent(renderer)
+            for ax in fig.axes:
+                if ax.get_visible():
+                    assert not box.overlaps(ax.get_window_extent(renderer)), "a legend covers an axes"
+    # the histogram and the clock scatter have a legend (the heatmap has its colour bar)
+    assert sum(1 for f in figures if f.legends) == 2
+
+
+def test_plot_text_is_readable_and_figures_use_the_page_width(figures: list) -> None:  # type: ignore[type-arg]
+    """No text under MIN_FONT_PT (9 pt = 12 px when shown at the page width); every figure is
+    FIG_WIDTH_IN wide and the page shows it at width 100 %."""
+    from matplotlib.text import Text
+
+    for fig in figures:
+        assert fig.get_figwidth() == pytest.approx(report_html.FIG_WIDTH_IN)
+        texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+        assert texts
+        small = [(t.get_text(), t.get_fontsize()) for t in texts if t.get_fontsize() < report_html.MIN_FONT_PT]
+        assert not small, small
+    assert report_html.MIN_FONT_PT * report_html.CSS_DPI / 72 >= 11  # CSS pixels at 1:1
+    assert re.search(r"figure img \{[^}]*\bwidth: 100%", report_html._CSS)
+
+
+def test_outliers_listed_once_per_gpu_with_every_benchmark(page: str) -> None:
+    """GPU-bad-0003 is an outlier on sgemm and resnet: one row, a PerfVar cell per benchmark."""
+    section = page[page.index('<h2 id="outliers">'):page.index('<h2 id="dist">')]
+    assert section.count(OUTLIER_UUID) == 1
+    head = re.search(r"<thead><tr>(.*?)</tr></thead>", section)[1]  # type: ignore[index]
+    assert re.findall(r"<th>(.*?)</th>", head) == ["Node", "UUID", "Model", "resnet", "sgemm", "Recommendation"]
+    row = re.search(rf"<tr><td>node-b</td><td class=\"mono\">{OUTLIER_UUID}</td>(.*?)</tr>", section)[1]  # type: ignore[index]
+    assert re.findall(r'<td class="num out"[^>]*>([\d.]+)</td>', row) == ["1.386", "1.400"]
+    assert row.count("drain &lt;node&gt; &amp; run") == 1  # the same advice once, not once per benchmark
+
+
+def test_every_table_colour_is_explained(page: str) -> None:
+    """The bin chips, outlier bins and red counts/cells have a key on the page."""
+    assert page.count('<p class="key">Colours:') == 2  # under both summary tables
+    assert 'class="bin out">1.400×1!</span> an outlier bin' in page
+    assert "an outlier on that benchmark" in page  # under the outlier table
+    assert "grey means no data" in page and "green is faster" in page  # heatmap caption
+    assert 'A <span class="bad">red</span> count: the node has outlier GPUs.' in page  # the node table
+
+
+def test_outlier_table_escapes_benchmark_node_and_uuid() -> None:
+    """The per-GPU outlier table puts benchmark names in its header and node/UUID in cells."""
+    base = _stored()
+    evil = HOSTILE + "&"
+    results = tuple(replace(r, benchmark=evil if r.benchmark == "resnet" else r.benchmark,
+                            node=evil if r.uuid == OUTLIER_UUID else r.node,
+                            uuid=r.uuid + "<b>" if r.uuid == OUTLIER_UUID else r.uuid) for r in base.results)
+    bins = tuple(replace(b, benchmark=evil if b.benchmark == "resnet" else b.benchmark) for b in base.bins)
+    stored = replace(base, results=results, bins=bins, job_classes={"compute": "sgemm"})
+    section = report_html._outlier_table(stored, build_report(stored, outlier_action=evil))
+    assert "<script" not in section.lower() and f"{OUTLIER_UUID}<b>" not in section
+    assert "<th>&lt;script&gt;alert(1)&lt;/script&gt;&amp;</th>" in section
+    assert f"<td>&lt;script&gt;alert(1)&lt;/script&gt;&amp;</td><td class=\"mono\">{OUTLIER_UUID}&lt;b&gt;</td>" in section

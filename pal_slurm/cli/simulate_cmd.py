@@ -191,12 +191,27 @@ def _load_traces(paths: tuple[Path, ...], fmt: str, max_gpus: int, skip_invalid:
 
 
 def _run_with_progress(spec: Any, run: Any) -> Any:
-    runs = len(spec.traces) * len(dict.fromkeys((*spec.policies, spec.baseline)))
+    """Run with a progress bar on a terminal: jobs finished over all runs, so a single long run
+    moves too (it sat at 0/1 before); the bar is redrawn at most ~200 times a run."""
     if not sys.stderr.isatty():
         return run(spec)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), transient=True, console=console().__class__(stderr=True)) as bar:
-        task = bar.add_task("", total=runs)
-        return run(spec, lambda r: bar.update(task, advance=1, description=f"{r.trace} / {r.policy}"))
+    policies = len(dict.fromkeys((*spec.policies, spec.baseline)))
+    total = sum(len(t.jobs) for t in spec.traces) * policies
+    done_before = 0  # jobs of the runs already finished
+    with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs"),
+                  TextColumn("{task.description}"), TimeElapsedColumn(), transient=True,
+                  console=console().__class__(stderr=True)) as bar:
+        task = bar.add_task("", total=total)
+
+        def on_jobs(trace: str, policy: str, finished: int, jobs: int) -> None:
+            if finished == jobs or finished % max(1, jobs // 200) == 0:
+                bar.update(task, completed=done_before + finished, description=f"{trace} / {policy}")
+
+        def on_run(result: Any) -> None:
+            nonlocal done_before
+            done_before += len(result.outcomes)
+            bar.update(task, completed=done_before)
+
+        return run(spec, on_run, on_jobs)

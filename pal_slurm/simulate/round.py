@@ -89,8 +89,11 @@ def _extra_arrivals(trace: Trace, seed: int) -> "Callable[[], TraceJob]":
 
 
 def simulate_rounds(trace: Trace, cluster: Cluster, policy: Policy, options: RoundOptions = RoundOptions(), *,
-                    rng: random.Random | None = None) -> SimResult:
-    """One run of `policy` on `trace`; `rng` continues the stream the variability was drawn from."""
+                    rng: random.Random | None = None, progress: Callable[[int], None] | None = None) -> SimResult:
+    """One run of `policy` on `trace`; `rng` continues the stream the variability was drawn from.
+
+    `progress`, when given, is called with the number of traced jobs finished so far each time
+    it grows (the CLI's progress bar; the simulator itself prints nothing)."""
     order = get_order(options.order)
     ctx = PlacementContext(locality_penalty=options.locality_penalty, rng=rng or random.Random(42))
     R = options.round_seconds
@@ -124,6 +127,8 @@ def simulate_rounds(trace: Trace, cluster: Cluster, policy: Policy, options: Rou
                             traced_left -= 1
             if finished:
                 active = [j for j in active if j.finish is None]
+                if progress is not None:
+                    progress(len(trace.jobs) - traced_left)
         if traced_left == 0:
             break
         # (3) arrivals

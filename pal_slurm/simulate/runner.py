@@ -21,6 +21,8 @@ from pal_slurm.simulate.artifact_draw import draw_artifact
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate
 
 Mode = Literal["round", "event"]
+#: called as jobs finish inside a run: (trace name, policy, jobs finished so far, jobs in the trace)
+JobProgress = Callable[[str, str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,9 @@ class SimulationReport:
         }
 
 
-def run_one(trace: Trace, policy_name: str, spec: SimulationSpec) -> SimResult:
+def run_one(trace: Trace, policy_name: str, spec: SimulationSpec,
+            progress: Callable[[int], None] | None = None) -> SimResult:
+    """One run; `progress` is called with the number of traced jobs finished as it grows."""
     policy = get_policy(policy_name)
     rng = random.Random(spec.seed)
     cluster = spec.variability.cluster(rng)
@@ -87,12 +91,12 @@ def run_one(trace: Trace, policy_name: str, spec: SimulationSpec) -> SimResult:
 
         opts = RoundOptions(order=spec.order, locality_penalty=spec.locality_penalty,
                             round_seconds=spec.round_seconds)
-        return simulate_rounds(trace, cluster, policy, opts, rng=rng)
+        return simulate_rounds(trace, cluster, policy, opts, rng=rng, progress=progress)
     from pal_slurm.simulate.event import EventOptions, simulate_events
 
     return simulate_events(trace, cluster, policy,
                            EventOptions(order=spec.order, locality_penalty=spec.locality_penalty, seed=spec.seed,
-                                        runtime_estimate=spec.runtime_estimate))
+                                        runtime_estimate=spec.runtime_estimate), progress=progress)
 
 
 def summarise(results: Sequence[SimResult], baseline: str) -> dict[str, dict[str, float]]:
@@ -107,7 +111,11 @@ def summarise(results: Sequence[SimResult], baseline: str) -> dict[str, dict[str
     return out
 
 
-def run_simulations(spec: SimulationSpec, progress: Callable[[SimResult], None] | None = None) -> SimulationReport:
+def run_simulations(spec: SimulationSpec, progress: Callable[[SimResult], None] | None = None,
+                    job_progress: JobProgress | None = None) -> SimulationReport:
+    """Every trace under every policy (and the baseline). `progress` is called after each run,
+    `job_progress` as jobs finish inside a run, so a caller can show progress in a long run;
+    both are optional and the simulation does no output of its own."""
     for name in (*spec.policies, spec.baseline):
         get_policy(name)  # fail before any work on an unknown name
     for trace in spec.traces:
@@ -116,7 +124,10 @@ def run_simulations(spec: SimulationSpec, progress: Callable[[SimResult], None] 
     results = []
     for trace in spec.traces:
         for name in policies:
-            result = run_one(trace, name, spec)
+            on_jobs = None
+            if job_progress is not None:
+                on_jobs = (lambda n, t=trace.name, p=name, total=len(trace.jobs): job_progress(t, p, n, total))
+            result = run_one(trace, name, spec, on_jobs)
             results.append(result)
             if progress is not None:
                 progress(result)
