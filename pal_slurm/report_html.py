@@ -91,7 +91,6 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monosp
               word-break: break-all; }
 .bin { display: inline-block; margin: 0 .3rem .15rem 0; padding: 0 .3rem; border-radius: 3px;
        background: #e8eef7; white-space: nowrap; font-variant-numeric: tabular-nums; }
-.bin.out { background: #fbe0dd; color: #8b1a10; }
 .bad { color: #b3261e; font-weight: 600; }
 .note { color: #555; font-size: .9rem; }
 .cards { display: flex; flex-wrap: wrap; gap: .6rem; margin: .6rem 0; }
@@ -409,18 +408,16 @@ def _bins_html(bins: Sequence[dict[str, Any]]) -> str:
         return '<span class="note">–</span>'
     parts = []
     for b in bins:
-        cls = "bin out" if b.get("outlier") else "bin"
         title = (f"bin {b.get('bin')}: PerfVar {_fmt(b.get('low'))}–{_fmt(b.get('high'))}, "
-                 f"centroid {_fmt(b.get('centroid'))}{' (outlier bin)' if b.get('outlier') else ''}")
-        parts.append(f'<span class="{cls}" title="{_e(title)}">{_num(b.get("slowdown"))}×{_e(b.get("gpus"))}'
-                     f'{"!" if b.get("outlier") else ""}</span>')
+                 f"centroid {_fmt(b.get('centroid'))}")
+        parts.append(f'<span class="bin" title="{_e(title)}">{_num(b.get("slowdown"))}×{_e(b.get("gpus"))}</span>')
     return "".join(parts)
 
 
 #: Under the summary tables: what each colour in them means (every colour on the page is named somewhere).
-_BINS_KEY = ('<p class="key">Colours: <span class="bin">1.000×60</span> a bin, its slowdown factor × its GPUs; '
-             '<span class="bin out">1.400×1!</span> an outlier bin (red, marked !); a <span class="bad">red</span> '
-             'count has outliers. Grey headers and striped rows only guide the eye.</p>')
+_BINS_KEY = ('<p class="key">Colours: <span class="bin">1.000×60</span> a bin of regular GPUs, its slowdown '
+             'factor × its GPUs (outliers are not bins: they are counted in the outliers column, and a '
+             '<span class="bad">red</span> count has some). Grey headers and striped rows only guide the eye.</p>')
 
 
 def _pv_cells(pv: dict[str, float] | None) -> str:
