@@ -137,6 +137,10 @@ class ProfileRun(Base):
     cuda_version: Mapped[str | None] = mapped_column(String(32))
     source: Mapped[str] = mapped_column(String(32))
     imported_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # Migration 0005: why the score failed the import's plausibility check (NULL: it passed).
+    # Such a run is kept for the record (`pal profile import --keep-suspect`); classification,
+    # placement and reports never read it.
+    quarantine: Mapped[str | None] = mapped_column(String(255))
 
     __table_args__ = (Index("ix_profile_runs_gpu_bench", "gpu_id", "benchmark_id"),)
 
