@@ -215,7 +215,8 @@ def _clock_and_last(session: Session) -> dict[tuple[int, int], tuple[float | Non
 
     clocks: dict[tuple[int, int], list[float]] = {}
     last: dict[tuple[int, int], datetime] = {}
-    stmt = select(ProfileRun.gpu_id, ProfileRun.benchmark_id, ProfileRun.sm_clock_mhz, ProfileRun.started_at)
+    stmt = select(ProfileRun.gpu_id, ProfileRun.benchmark_id, ProfileRun.sm_clock_mhz,
+                  ProfileRun.started_at).where(ProfileRun.quarantine.is_(None))  # suspect runs count for nothing
     for gid, bid, clk, ts in session.execute(stmt):
         key = (gid, bid)
         if clk is not None:

@@ -194,7 +194,8 @@ class _Identity:
             here = (latest.gpu.node, latest.gpu.nvml_index)
             if stored[0] is not None and here[0] is not None and (
                     stored[0] != here[0] or (stored[1] is not None and here[1] is not None and stored[1] != here[1])):
-                self.warn(latest, f"GPU {uuid} is at {_slot_text(*here)} here but stored at {_slot_text(*stored)}: "
+                first_here = min((r for r in recs if (r.gpu.node, r.gpu.nvml_index) == here), key=lambda r: r.line)
+                self.warn(first_here, f"GPU {uuid} is at {_slot_text(*here)} here but stored at {_slot_text(*stored)}: "
                                   "one UUID at two slots (not merged; the latest measurement's slot is kept)")
             if latest.started_at >= gpu.last_seen or stored[0] is None:
                 self._apply(gpu, latest.gpu)
@@ -206,7 +207,7 @@ class _Identity:
         others = [g for g in self.real_at(node, index) if g is not gpu]
         for other in others:
             if _overlap((other.first_seen, other.last_seen), span):
-                self.warn(latest, f"GPU {uuid} and GPU {other.uuid} are both at {_slot_text(node, index)} at "
+                self.warn(min(recs, key=lambda r: r.line), f"GPU {uuid} and GPU {other.uuid} are both at {_slot_text(node, index)} at "
                                   f"overlapping times ({_day(span[0])}..{_day(span[1])} and {_day(other.first_seen)}.."
                                   f"{_day(other.last_seen)}): two UUIDs at one slot (not merged)")
         slot_gpu = self.by_uuid.get(slot_key(node, index))

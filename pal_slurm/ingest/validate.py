@@ -71,21 +71,20 @@ def find_suspects(
     if max_factor <= 1:
         raise ValueError(f"max_factor must be greater than 1, got {max_factor}")
     model_of = model_of or {}
-    reference: dict[Group, list[float]] = {}
-    lookahead: dict[Group, list[float]] = {}
-    first_in_file: dict[Group, list[float]] = {}
+    reference: dict[Group, list[float]] = {}  # stored + accepted so far, sorted
+    start: dict[Group, list[float]] = {}  # stored + the file's first MIN_REFERENCE plausible scores
+    taken: dict[Group, int] = {}  # how many of the file's scores `start` holds
     groups: list[Group] = []
     for i, rec in enumerate(records):
         g = (model_of.get(i) or rec.gpu.model or "", rec.benchmark)
         groups.append(g)
         if g not in reference:
             reference[g] = sorted(v for v in (stored or {}).get(g, ()) if math.isfinite(v) and v > 0)
-            first_in_file[g] = []
-        if _absolute(rec.score) is None and len(first_in_file[g]) < MIN_REFERENCE:
-            first_in_file[g].append(rec.score)
-    for g, ref in reference.items():
-        if len(ref) < MIN_REFERENCE:
-            lookahead[g] = sorted(first_in_file[g])
+            start[g], taken[g] = list(reference[g]), 0
+        if _absolute(rec.score) is None and taken[g] < MIN_REFERENCE:
+            start[g].append(rec.score)
+            taken[g] += 1
+    starts = {g: sorted(w) for g, w in start.items()}
     suspects: list[Suspect] = []
     for i, rec in enumerate(records):
         bad = _absolute(rec.score)
@@ -94,9 +93,7 @@ def find_suspects(
             continue
         g = groups[i]
         ref = reference[g]
-        judge = ref
-        if len(ref) < MIN_REFERENCE and g in lookahead:
-            judge = sorted(ref + lookahead[g])
+        judge = ref if len(ref) >= MIN_REFERENCE else starts[g]
         if len(judge) >= _MIN_JUDGE:
             median = _median(judge)
             ratio = rec.score / median
