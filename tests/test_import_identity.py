@@ -275,7 +275,7 @@ def test_keep_suspect_stores_quarantined_runs_that_classification_ignores(runner
     assert f"{path}:28: score nan is not a finite number: rejected" in result.stderr
     assert f"{path}:26: score 1e-300 ms is 1/" in result.stderr and "stored quarantined" in result.stderr
     assert out["database"] == {"gpus": 9, "nodes": 3, "at_slot": 9, "slot_named": 9, "node_only": 0,
-                               "unlocated": 0}
+                               "unlocated": 0, "physical_min": 9}
     text = pal("profile", "import", "--format", "pal-artifact", "--model", "V100", "--benchmark", "resnet50",
                "--max-factor", "1.01", str(resnet_csv(tmp_path / "again.csv", ts=T0 + 999))).stdout
     assert "rejected" in text  # --max-factor is used: 1 % off the median is already suspect
@@ -289,10 +289,13 @@ def test_another_model_for_a_stored_gpu_is_warned_about(runner: CliRunner, fresh
     path = resnet_csv(tmp_path / "r.csv")
     args = ["profile", "import", "--format", "pal-artifact", "--benchmark", "resnet50", str(path)]
     assert runner.invoke(cli, ["--db", sqlite_url, *args, "--model", "V100"], env={"PAL_CONFIG": ""}).exit_code == 0
+    resnet_csv(path, extra=[f"resnet,{T0 + 5},c001,1,c001-1,c001-1-0,0,1e-300"])  # one new, planted row
     again = runner.invoke(cli, ["--db", sqlite_url, *args, "--model", "A100"], env={"PAL_CONFIG": ""})
     assert again.exit_code == 0
     assert (f"pal: warning: {path}:2: GPU slot:c001-001:0 and 7 more GPUs stored as model V100, this import "
             "says A100: kept V100") in again.stderr
+    # the new row is judged in the group its GPU is stored in (V100), not in an empty A100 one
+    assert f"{path}:26: score 1e-300 ms is 1/" in again.stderr and "of V100 resnet50" in again.stderr
 
 
 def test_db_upgrade_says_which_directory_it_created(runner: CliRunner, tmp_path: Path) -> None:

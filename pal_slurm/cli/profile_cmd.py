@@ -92,7 +92,12 @@ def _identity_line(ids: dict[str, int]) -> str:
         parts.append(f"{ids['node_only']} on a known node, slot unknown")
     if ids["unlocated"]:
         parts.append(f"{ids['unlocated']} with no node")
-    return f"database: {ids['gpus']} GPUs on {ids['nodes']} nodes: {', '.join(parts)}"
+    line = (f"database: {ids['gpus']} GPU{'s' * (ids['gpus'] != 1)} on {ids['nodes']} "
+            f"node{'s' * (ids['nodes'] != 1)}: {', '.join(parts)}")
+    if ids["physical_min"] < ids["gpus"]:
+        line += (f"; at least {ids['physical_min']} physical GPUs (a GPU whose slot is unknown may be one "
+                 "known only by its slot)")
+    return line
 
 
 _MAX_WARNINGS = 20  # per file on stderr; --json carries every one

@@ -317,9 +317,32 @@ def _check_models(session: Session, records: Sequence[ProfileRecord], present: s
                                f"kept {model} (a GPU's model does not change; check --model)")
 
 
-def _stored_scores(session: Session, records: Sequence[ProfileRecord]) -> dict[tuple[str, str], list[float]]:
+def _stored_models(session: Session, records: Sequence[ProfileRecord]) -> dict[int, str]:
+    """Record index -> the model its GPU is stored as, where that differs from the record's
+    (a GPU's model does not change: its scores are judged within the stored model's group)."""
+    by_uuid: dict[str, str] = {}
+    for chunk in _chunks(sorted({r.gpu.uuid for r in records})):
+        by_uuid.update((u, m) for u, m in session.execute(select(Gpu.uuid, Gpu.model).where(Gpu.uuid.in_(chunk))))
+    by_slot: dict[tuple[str, int], str] = {}
+    names = sorted({r.gpu.node for r in records if r.gpu.provisional and r.gpu.node})
+    for chunk in _chunks(names):
+        by_slot.update(((n, i), m) for n, i, m in session.execute(
+            select(Node.name, Gpu.nvml_index, Gpu.model).join(Node, Node.id == Gpu.node_id)
+            .where(Node.name.in_(chunk), Gpu.nvml_index.is_not(None))))
+    out: dict[int, str] = {}
+    for i, r in enumerate(records):
+        model = by_uuid.get(r.gpu.uuid)
+        if model is None and r.gpu.provisional and r.gpu.node is not None and r.gpu.nvml_index is not None:
+            model = by_slot.get((r.gpu.node, r.gpu.nvml_index))
+        if model is not None and model != r.gpu.model:
+            out[i] = model
+    return out
+
+
+def _stored_scores(session: Session, records: Sequence[ProfileRecord],
+                   model_of: dict[int, str]) -> dict[tuple[str, str], list[float]]:
     """The scores already stored per (model, benchmark) of the records' groups (not quarantined)."""
-    models = sorted({r.gpu.model for r in records if r.gpu.model})
+    models = sorted({model_of.get(i) or r.gpu.model for i, r in enumerate(records) if model_of.get(i) or r.gpu.model})
     benches = sorted({r.benchmark for r in records})
     out: dict[tuple[str, str], list[float]] = {}
     if not models:
@@ -363,7 +386,9 @@ def import_records(session: Session, records: Sequence[ProfileRecord], *,
     result.benchmarks = {r.benchmark for r in records}
     quarantine: dict[int, str] = {}
     if new:
-        suspects = find_suspects(new, _stored_scores(session, new), max_factor=max_factor)
+        model_of = _stored_models(session, new)
+        suspects = find_suspects(new, _stored_scores(session, new, model_of), max_factor=max_factor,
+                                 model_of=model_of)
         drop: set[int] = set()
         for s in suspects:
             rec = new[s.index]
@@ -432,6 +457,10 @@ class IdentityCounts:
     slot_named: int  # of at_slot: known only by their slot (no real UUID imported yet)
     node_only: int
     unlocated: int
+    # The fewest physical GPUs the rows can be: on each node, a UUID whose slot is unknown may
+    # be one of that node's slot-named GPUs (nothing says which, so they stay apart); and a GPU
+    # with no node may be any slot-named one left. `gpus` is the most.
+    physical_min: int
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -440,11 +469,23 @@ class IdentityCounts:
 def identity_counts(session: Session) -> IdentityCounts:
     rows = session.execute(select(Gpu.uuid, Gpu.node_id, Gpu.nvml_index)).all()
     nodes = session.scalar(select(func.count()).select_from(Node)) or 0
-    at_slot = [u for u, n, i in rows if n is not None and i is not None]
+    per_node: dict[int, list[int]] = {}  # node -> [GPUs at a slot, of them slot-named, UUIDs without slot]
+    for uuid, node, index in rows:
+        if node is not None:
+            c = per_node.setdefault(node, [0, 0, 0])
+            if index is None:
+                c[2] += 1
+            else:
+                c[0] += 1
+                c[1] += _is_slot(uuid)
+    spare = sum(max(0, named - only) for _, named, only in per_node.values())  # slot-named GPUs left unclaimed
+    unlocated = sum(1 for _, n, _i in rows if n is None)
     return IdentityCounts(
-        gpus=len(rows), nodes=nodes, at_slot=len(at_slot), slot_named=sum(1 for u in at_slot if _is_slot(u)),
-        node_only=sum(1 for _, n, i in rows if n is not None and i is None),
-        unlocated=sum(1 for _, n, _i in rows if n is None),
+        gpus=len(rows), nodes=nodes, at_slot=sum(c[0] for c in per_node.values()),
+        slot_named=sum(c[1] for c in per_node.values()), node_only=sum(c[2] for c in per_node.values()),
+        unlocated=unlocated,
+        physical_min=sum(at + max(0, only - named) for at, named, only in per_node.values())
+        + max(0, unlocated - spare),
     )
 
 
