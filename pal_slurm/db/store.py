@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import UniqueConstraint, delete, func, select, update
+from sqlalchemy import UniqueConstraint, case, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from pal_slurm.db.models import Base, Benchmark, Gpu, Node, ProfileRun, utcnow
@@ -109,10 +109,14 @@ def _overlap(a: tuple[datetime, datetime], b: tuple[datetime, datetime]) -> bool
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def _reassign(session: Session, old: Gpu, new: Gpu) -> None:
-    """Every row that points at `old` points at `new` (a merge); where a unique key would
-    then hold twice (both were classified in one run), `old`'s row goes: `new` is the GPU."""
+def _reassign(session: Session, merges: Sequence[tuple[Gpu, Gpu]]) -> None:
+    """Every row that points at an `old` GPU points at its `new` one (the merges, in bulk: one
+    statement per table); where a unique key would then hold twice (both were classified in
+    one run), `old`'s row goes: `new` is the GPU."""
+    if not merges:
+        return
     session.flush()
+    target = {old.id: new.id for old, new in merges}
     for table in Base.metadata.sorted_tables:
         for fk in table.foreign_keys:
             if fk.column.table.name != "gpus" or fk.column.name != "id":
@@ -121,13 +125,17 @@ def _reassign(session: Session, old: Gpu, new: Gpu) -> None:
             keys = [[c for c in uc.columns if c.name != col.name] for uc in table.constraints
                     if isinstance(uc, UniqueConstraint) and col.name in [c.name for c in uc.columns]]
             for other in keys:
-                mine = {tuple(r[1:]): r[0] for r in session.execute(
-                    select(table.c.id, *other).where(col == new.id))}
-                clash = [rid for rid, *k in session.execute(select(table.c.id, *other).where(col == old.id))
-                         if tuple(k) in mine]
+                ids = sorted(set(target) | set(target.values()))
+                rows = [r for chunk in _chunks(ids) for r in session.execute(
+                    select(table.c.id, col, *other).where(col.in_(chunk)))]
+                kept = {(gid, *k) for _rid, gid, *k in rows if gid not in target}
+                clash = [rid for rid, gid, *k in rows if gid in target and (target[gid], *k) in kept]
                 for chunk in _chunks(clash):
                     session.execute(delete(table).where(table.c.id.in_(chunk)))
-            session.execute(update(table).where(col == old.id).values({col.name: new.id}))
+            olds = sorted(target)
+            for chunk in _chunks(olds):
+                session.execute(update(table).where(col.in_(chunk))
+                                .values({col.name: case({o: target[o] for o in chunk}, value=col)}))
 
 
 class _Identity:
@@ -147,11 +155,21 @@ class _Identity:
         for chunk in _chunks(node_ids):
             self.by_uuid.update({g.uuid: g for g in session.scalars(select(Gpu).where(Gpu.node_id.in_(chunk)))})
         self.node_name = {n.id: name for name, n in nodes.items()}
+        self.merges: list[tuple[Gpu, Gpu]] = []  # (slot identity, the real GPU it is)
+        self.slots: dict[tuple[int | None, int | None], dict[str, Gpu]] = {}  # real GPUs by (node_id, index)
+        for g in self.by_uuid.values():
+            if not _is_slot(g.uuid):
+                self.slots.setdefault((g.node_id, g.nvml_index), {})[g.uuid] = g
+
+    def finish(self) -> None:
+        """Carry out the merges: move the slot identities' rows, then delete them."""
+        _reassign(self.session, self.merges)
+        for old, _new in self.merges:
+            self.session.delete(old)
+        self.merges.clear()
 
     def real_at(self, node: str, index: int) -> list[Gpu]:
-        nid = self.nodes[node].id
-        return sorted((g for g in self.by_uuid.values()
-                       if not _is_slot(g.uuid) and g.node_id == nid and g.nvml_index == index), key=lambda g: g.uuid)
+        return sorted(self.slots.get((self.nodes[node].id, index), {}).values(), key=lambda g: g.uuid)
 
     def warn(self, rec: ProfileRecord, text: str) -> None:
         self.result.conflicts += 1
@@ -168,13 +186,17 @@ class _Identity:
         return gpu
 
     def _apply(self, gpu: Gpu, info: GpuInfo) -> None:
+        real = not _is_slot(gpu.uuid)
+        if real:
+            self.slots.get((gpu.node_id, gpu.nvml_index), {}).pop(gpu.uuid, None)
         if info.node is not None:
-            gpu.node = self.nodes[info.node]
-            gpu.node_id = gpu.node.id
+            gpu.node_id = self.nodes[info.node].id  # the id, not the relationship: no load of node.gpus
         for attr in ("nvml_index", "minor_number", "pci_bus_id", "serial", "memory_mib"):
             value = getattr(info, attr)
             if value is not None:
                 setattr(gpu, attr, value)
+        if real:
+            self.slots.setdefault((gpu.node_id, gpu.nvml_index), {})[gpu.uuid] = gpu
 
     def resolve_real(self, uuid: str, recs: list[ProfileRecord]) -> Gpu:
         """A GPU named by its UUID: the UUID is the identity; its slot is checked, not trusted."""
@@ -212,11 +234,10 @@ class _Identity:
                                   f"{_day(other.last_seen)}): two UUIDs at one slot (not merged)")
         slot_gpu = self.by_uuid.get(slot_key(node, index))
         if slot_gpu is not None and not others:
-            _reassign(self.session, slot_gpu, gpu)
+            self.merges.append((slot_gpu, gpu))  # moved in bulk by finish()
             gpu.first_seen = min(gpu.first_seen, slot_gpu.first_seen)
             gpu.last_seen = max(gpu.last_seen, slot_gpu.last_seen)
             del self.by_uuid[slot_gpu.uuid]
-            self.session.delete(slot_gpu)
             self.result.merged_gpus += 1
             self.result.new_gpus -= 1  # one physical GPU: the table did not grow
         return gpu
@@ -266,6 +287,7 @@ def _resolve_gpus(session: Session, records: Sequence[ProfileRecord], nodes: dic
     for uuid in sorted(real):
         gpu = ident.resolve_real(uuid, real[uuid])
         out.update((id(r), gpu) for r in real[uuid])
+    ident.finish()
     session.flush()
     for key in sorted(slots):
         out.update(ident.resolve_slot(key, slots[key]))

@@ -294,6 +294,7 @@ def parse_artifact_csv(
     width = len(header)
     records: list[ProfileRecord] = []
     seen: dict[tuple[str, ...], int] = {}
+    gpus: dict[tuple[str, str | None, int | None], GpuInfo] = {}
     last_line = reader.line_num
     uuid_i, perf_i, ts_i = c.uuid, c.perf, c.ts
     while True:
@@ -346,11 +347,14 @@ def parse_artifact_csv(
             return _non_negative(column, value, raw, src, line) if non_negative else value
 
         node = _node_name(c, row, src, line)
-        if _slot_named(uuid, node, nvml_index):
-            gpu = GpuInfo(uuid=slot_key(node, nvml_index), node=node, model=model,  # type: ignore[arg-type]
-                          nvml_index=nvml_index, provisional=True)
-        else:
-            gpu = GpuInfo(uuid=uuid, node=node, model=model, nvml_index=nvml_index)
+        gpu = gpus.get((uuid, node, nvml_index))
+        if gpu is None:  # one GpuInfo per GPU and slot, shared by its rows
+            if _slot_named(uuid, node, nvml_index):
+                gpu = GpuInfo(uuid=slot_key(node, nvml_index), node=node, model=model,  # type: ignore[arg-type]
+                              nvml_index=nvml_index, provisional=True)
+            else:
+                gpu = GpuInfo(uuid=uuid, node=node, model=model, nvml_index=nvml_index)
+            gpus[(uuid, node, nvml_index)] = gpu
         records.append(
             ProfileRecord(
                 run_key=run_key,
@@ -379,5 +383,8 @@ def parse_artifact_csv(
             notes.append(f"{src}: column {c.device_name!r} is {records[0].gpu.nvml_index} on every row while node "
                          f"{local[0]} has {local[1]} GPUs: it is the job's CUDA device ordinal, not the GPU's "
                          f"slot; ignored (GPUs are known by UUID and node)")
-        records = [dataclasses.replace(r, gpu=dataclasses.replace(r.gpu, nvml_index=None)) for r in records]
+        unslotted = {id(g): dataclasses.replace(g, nvml_index=None) for g in gpus.values()}
+        names = [f.name for f in dataclasses.fields(ProfileRecord)]
+        records = [ProfileRecord(*[unslotted[id(r.gpu)] if n == "gpu" else getattr(r, n) for n in names])
+                   for r in records]
     return records
