@@ -1,7 +1,9 @@
 """Writing and reading measurements: the only code that maps profile records to rows.
 
 Imports are idempotent (a run's `run_key` is unique) and atomic (the caller's
-session is one transaction: a file is imported whole or not at all).
+session is one transaction: a file is imported whole or not at all). They check every new
+score (pal_slurm.ingest.validate) and resolve every GPU name to one row per physical GPU
+(`_Identity`; the rules are in docs/import-formats.md, "GPU identity").
 """
 
 from __future__ import annotations
@@ -229,9 +231,10 @@ class _Identity:
         others = [g for g in self.real_at(node, index) if g is not gpu]
         for other in others:
             if _overlap((other.first_seen, other.last_seen), span):
-                self.warn(min(recs, key=lambda r: r.line), f"GPU {uuid} and GPU {other.uuid} are both at {_slot_text(node, index)} at "
-                                  f"overlapping times ({_day(span[0])}..{_day(span[1])} and {_day(other.first_seen)}.."
-                                  f"{_day(other.last_seen)}): two UUIDs at one slot (not merged)")
+                self.warn(min(recs, key=lambda r: r.line),
+                          f"GPU {uuid} and GPU {other.uuid} are both at {_slot_text(node, index)} at overlapping "
+                          f"times ({_day(span[0])}..{_day(span[1])} and {_day(other.first_seen)}.."
+                          f"{_day(other.last_seen)}): two UUIDs at one slot (not merged)")
         slot_gpu = self.by_uuid.get(slot_key(node, index))
         if slot_gpu is not None and not others:
             self.merges.append((slot_gpu, gpu))  # moved in bulk by finish()
