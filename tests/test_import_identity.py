@@ -305,3 +305,19 @@ def test_db_upgrade_says_which_directory_it_created(runner: CliRunner, tmp_path:
     assert result.stderr == f"pal: created the directory {tmp_path / 'new'} for the database (it did not exist)\n"
     again = runner.invoke(cli, ["--db", url, "db", "upgrade"], env={"PAL_CONFIG": ""})
     assert again.exit_code == 0 and again.stderr == ""
+
+
+def test_an_implausible_jsonl_score_is_left_out_and_the_import_goes_on(runner: CliRunner, fresh,
+                                                                       tmp_path: Path) -> None:
+    def line(i: int, score: object) -> str:
+        return json.dumps({"format": "pal-profile/1", "run_id": f"r{i}", "gpu": {"uuid": f"GPU-{i % 3}", "model": "A100"},
+                           "benchmark": "gemm", "started_at": "2026-01-02T03:04:05Z", "score": score,
+                           "unit": "TFLOP/s", "lower_is_better": False})
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join([line(i, 250 + i) for i in range(6)] + [line(6, -3), line(7, 10**400)]) + "\n")
+    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--json", str(path)], env={"PAL_CONFIG": ""})
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)[0]
+    assert (out["added"], out["rejected"]) == (6, 2)
+    assert f"{path}:7: score -3 is not positive: rejected" in result.stderr
+    assert f"{path}:8: score inf is not a finite number: rejected" in result.stderr

@@ -275,7 +275,12 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
         _render_run(res)
         click.echo(f"{out.records} results -> {out.output}")
         if out.saved is not None:
-            click.echo(f"stored: {out.saved.imported.added} runs, {out.saved.failures_added} failures")
+            rejected = out.saved.imported.rejected
+            click.echo(f"stored: {out.saved.imported.added} runs, {out.saved.failures_added} failures"
+                       + (f", {rejected} implausible scores left out" if rejected else ""))
+    if out.saved is not None:
+        for line in out.saved.imported.warnings:  # an implausible score: FILE:LINE of the results file
+            click.echo(f"pal: warning: {line}", err=True)
     for b in res.busy:
         click.echo(f"not benchmarked: {b.describe()} (use --force to benchmark anyway)", err=True)
     for f in res.faults:
