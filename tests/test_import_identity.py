@@ -310,8 +310,8 @@ def test_db_upgrade_says_which_directory_it_created(runner: CliRunner, tmp_path:
 def test_an_implausible_jsonl_score_is_left_out_and_the_import_goes_on(runner: CliRunner, fresh,
                                                                        tmp_path: Path) -> None:
     def line(i: int, score: object) -> str:
-        return json.dumps({"format": "pal-profile/1", "run_id": f"r{i}", "gpu": {"uuid": f"GPU-{i % 3}", "model": "A100"},
-                           "benchmark": "gemm", "started_at": "2026-01-02T03:04:05Z", "score": score,
+        return json.dumps({"format": "pal-profile/1", "run_id": f"r{i}",
+                           "gpu": {"uuid": f"GPU-{i % 3}", "model": "A100"}, "benchmark": "gemm", "started_at": "2026-01-02T03:04:05Z", "score": score,
                            "unit": "TFLOP/s", "lower_is_better": False})
     path = tmp_path / "p.jsonl"
     path.write_text("\n".join([line(i, 250 + i) for i in range(6)] + [line(6, -3), line(7, 10**400)]) + "\n")
