@@ -60,6 +60,15 @@ class ClassificationConfig(_Section):
     min_bin_gap: float = Field(default=0.01, ge=0)
 
 
+class IngestConfig(_Section):
+    """[ingest]: plausibility checks of `pal profile import` (pal_slurm.ingest.validate has the rule)."""
+
+    max_factor: float = Field(default=10.0, gt=1, description="a score more than this many times off its "
+                              "(model x benchmark) group's running median, either way, is suspect")
+    keep_suspect: bool = Field(default=False, description="store suspect scores quarantined instead of leaving "
+                               "them out (never classified either way)")
+
+
 class JobClassConfig(_Section):
     benchmark: str = Field(min_length=1)
     description: str = ""
@@ -169,6 +178,7 @@ class PalConfig(_Section):
     data_dir: Path = Field(default_factory=default_data_dir)
     database: DatabaseConfig = DatabaseConfig()
     classification: ClassificationConfig = ClassificationConfig()
+    ingest: IngestConfig = IngestConfig()
     job_classes: dict[str, JobClassConfig] = Field(
         default_factory=lambda: {k: JobClassConfig(**v) for k, v in DEFAULT_JOB_CLASSES.items()}
     )

@@ -36,14 +36,16 @@ def open_engine(cfg: PalConfig, *, create: bool = True) -> Engine:
 
 
 def read_profile_file(path: Path, fmt: ImportFormat, *, benchmark: str | None, model: str | None,
-                      unit: str | None) -> list[ProfileRecord]:
-    """Parse one file (no database): the artifact CSV needs --benchmark and --model."""
+                      unit: str | None, notes: list[str] | None = None) -> list[ProfileRecord]:
+    """Parse one file (no database): the artifact CSV needs --benchmark and --model.
+
+    `notes` receives what the parser wants the user told (e.g. a device column it ignores)."""
     if fmt == "pal-artifact":
         from pal_slurm.ingest.artifact_csv import parse_artifact_file
 
         if not benchmark or not model:
             raise InputError("--format pal-artifact needs --benchmark NAME and --model NAME (the CSV has neither)")
-        return parse_artifact_file(path, benchmark=benchmark, model=model, unit=unit or "ms")
+        return parse_artifact_file(path, benchmark=benchmark, model=model, unit=unit or "ms", notes=notes)
     if fmt == "jsonl":
         from pal_slurm.ingest.jsonl import parse_jsonl_file
 
@@ -60,18 +62,36 @@ class FileImport:
 
 
 def import_files(engine: Engine, paths: Sequence[Path], fmt: ImportFormat, *, benchmark: str | None = None,
-                 model: str | None = None, unit: str | None = None) -> list[FileImport]:
-    """Each file is parsed whole first, then written in its own transaction (all or nothing)."""
+                 model: str | None = None, unit: str | None = None, max_factor: float | None = None,
+                 keep_suspect: bool = False) -> list[FileImport]:
+    """Each file is parsed whole first, then written in its own transaction (all or nothing).
+
+    A suspect score is left out (or quarantined with `keep_suspect`) and the import goes on;
+    `max_factor` defaults to pal_slurm.ingest.validate.DEFAULT_MAX_FACTOR. What the user should
+    hear about each file is in its result's `warnings` ("FILE:LINE: reason")."""
+    from pal_slurm.ingest.validate import DEFAULT_MAX_FACTOR
+
     require_current(engine)
     done = []
     for path in paths:
-        records = read_profile_file(path, fmt, benchmark=benchmark, model=model, unit=unit)
+        notes: list[str] = []
+        records = read_profile_file(path, fmt, benchmark=benchmark, model=model, unit=unit, notes=notes)
         with session_scope(engine) as session:
-            result = import_records(session, records)
+            result = import_records(session, records, keep_suspect=keep_suspect,
+                                    max_factor=DEFAULT_MAX_FACTOR if max_factor is None else max_factor)
+        result.warnings[:0] = notes
         log.info("%s: %d runs read, %d added, %d already present", path, result.records, result.added,
                  result.already_present)
         done.append(FileImport(str(path), result))
     return done
+
+
+def identity_summary(engine: Engine) -> dict[str, int]:
+    """How the stored GPUs are identified (pal_slurm.db.store.IdentityCounts), for the import summary."""
+    from pal_slurm.db.store import identity_counts
+
+    with session_scope(engine) as session:
+        return identity_counts(session).as_dict()
 
 
 def import_records_now(engine: Engine, records: Sequence[ProfileRecord]) -> ImportResult:

@@ -313,5 +313,11 @@ ALTER TABLE placements ADD COLUMN ended_at TIMESTAMP WITHOUT TIME ZONE;
 
 UPDATE alembic_version SET version_num='0004' WHERE alembic_version.version_num = '0003';
 
+-- Running upgrade 0004 -> 0005
+
+ALTER TABLE profile_runs ADD COLUMN quarantine VARCHAR(255);
+
+UPDATE alembic_version SET version_num='0005' WHERE alembic_version.version_num = '0004';
+
 COMMIT;
 

@@ -25,7 +25,10 @@ def records(
     """`runs` runs per GPU whose median is exactly base*factor (time) or base/factor (throughput)."""
     out = []
     line = 0
+    slots: dict[str, int] = {}  # one GPU, one slot: the next free device index of its node
     for uuid, factor in factors.items():
+        node = (node_of or {}).get(uuid, f"node-{uuid[-1]}")
+        index = slots[node] = slots.get(node, -1) + 1
         for i in range(runs):
             line += 1
             jitter = (i - (runs - 1) / 2) * 0.001  # symmetric around 0: the median is exact
@@ -34,8 +37,7 @@ def records(
             out.append(
                 ProfileRecord(
                     run_key=key,
-                    gpu=GpuInfo(uuid=uuid, node=(node_of or {}).get(uuid, f"node-{uuid[-1]}"), model=model,
-                                nvml_index=i % 4, minor_number=i % 4),
+                    gpu=GpuInfo(uuid=uuid, node=node, model=model, nvml_index=index, minor_number=index),
                     benchmark=benchmark,
                     started_at=T0 + timedelta(minutes=line),
                     score=value,

@@ -94,7 +94,7 @@ def test_bad_row_names_file_and_line_and_imports_nothing(runner: CliRunner, sqli
                                                          tmp_path: Path) -> None:
     run(runner, sqlite_url, "db", "upgrade")
     lines = fleet_file.read_text().splitlines()
-    lines[5] = lines[5].replace('"score": ', '"score": -')
+    lines[5] = lines[5].replace('"score": ', '"score": "fast", "was": ')
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(lines) + "\n")
     result = run(runner, sqlite_url, "profile", "import", str(fleet_file), str(bad), code=1)

@@ -146,7 +146,7 @@ def load_node_facts(session: Session, uuids: Sequence[str]) -> NodeFacts:
         stmt = (select(ProfileRun.gpu_id, Benchmark.name, ProfileRun.score, ProfileRun.unit, ProfileRun.started_at,
                        ProfileRun.sm_clock_mhz)
                 .join(Benchmark, Benchmark.id == ProfileRun.benchmark_id)
-                .where(ProfileRun.gpu_id.in_(list(gpu_ids)))
+                .where(ProfileRun.gpu_id.in_(list(gpu_ids)), ProfileRun.quarantine.is_(None))
                 .order_by(ProfileRun.gpu_id, Benchmark.name, ProfileRun.started_at.desc()))
         for gid, bench, score, unit, at, clock in session.execute(stmt):
             uuid = gpu_ids[gid]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import emit_json
@@ -18,8 +22,14 @@ def db() -> None:
 @db.command("upgrade")
 @click.pass_obj
 def upgrade(app: AppContext) -> None:
-    """Create the schema or migrate it to the newest revision (safe to run again)."""
+    """Create the schema or migrate it to the newest revision (safe to run again).
+
+    A SQLite file's missing directories are created, and said so on stderr (a mistyped
+    path shows at once)."""
+    missing = _missing_sqlite_dir(app.cfg.db_url)
     engine = app.creating_engine()  # the one command that may create a SQLite database
+    if missing is not None and missing.is_dir():
+        click.echo(f"pal: created the directory {missing} for the database (it did not exist)", err=True)
     before = migrate.schema_state(engine)
     after = migrate.upgrade(engine)
     where = mask_url(app.cfg.db_url)
@@ -27,6 +37,23 @@ def upgrade(app: AppContext) -> None:
         click.echo(f"{where}: already at revision {after.current}")
     else:
         click.echo(f"{where}: upgraded from {before.current or 'empty'} to {after.current}")
+
+
+def _missing_sqlite_dir(url: str) -> Path | None:
+    """The outermost directory a SQLite URL's file needs that does not exist yet (None: none)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None  # creating_engine says what is wrong with it
+    db = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    missing = None
+    for parent in Path(db).expanduser().absolute().parents:
+        if parent.exists():
+            break
+        missing = parent
+    return missing
 
 
 @db.command("current")

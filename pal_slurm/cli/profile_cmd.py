@@ -25,33 +25,82 @@ def profile() -> None:
 @click.option("--benchmark", metavar="NAME", help="Benchmark name for pal-artifact files (e.g. resnet50).")
 @click.option("--model", metavar="NAME", help="GPU model for pal-artifact files (e.g. V100).")
 @click.option("--unit", metavar="UNIT", help="Unit of the artifact's perf column [default: ms].")
+@click.option("--max-factor", type=click.FloatRange(min=1, min_open=True), metavar="F",
+              help="A score more than F times off its group's running median (either way) is suspect "
+                   "[default: [ingest] max_factor, 10].")
+@click.option("--keep-suspect", is_flag=True, default=None,
+              help="Store suspect scores quarantined (never classified) instead of leaving them out "
+                   "[default: [ingest] keep_suspect].")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
 @click.pass_obj
 def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str | None, model: str | None,
-            unit: str | None, as_json: bool) -> None:
+            unit: str | None, max_factor: float | None, keep_suspect: bool | None, as_json: bool) -> None:
     """Import profile FILES. Each file is one transaction (all or nothing); importing a file
-    again adds nothing. A bad row stops with FILE:LINE and the reason.
+    again adds nothing. A malformed row stops with FILE:LINE and the reason; an implausible
+    score (not finite, not positive, or more than --max-factor times off its group's running
+    median) is left out with FILE:LINE and the import goes on. A row that names a GPU by its
+    slot joins the GPU known there; identity conflicts are reported, never merged.
 
-    See docs/import-formats.md for both formats.
+    See docs/import-formats.md for both formats, the identity rules and the checks.
     """
-    from pal_slurm.services import import_files
+    from pal_slurm.services import identity_summary, import_files
 
-    done = import_files(app.engine, list(files), fmt, benchmark=benchmark, model=model, unit=unit)  # type: ignore[arg-type]
+    ing = app.cfg.ingest
+    done = import_files(app.engine, list(files), fmt, benchmark=benchmark, model=model, unit=unit,  # type: ignore[arg-type]
+                        max_factor=ing.max_factor if max_factor is None else max_factor,
+                        keep_suspect=ing.keep_suspect if keep_suspect is None else keep_suspect)
+    for d in done:
+        shown = d.result.warnings[:_MAX_WARNINGS]
+        for line in shown:
+            click.echo(f"pal: warning: {line}", err=True)
+        if len(d.result.warnings) > len(shown):
+            click.echo(f"pal: warning: {d.path}: {len(d.result.warnings) - len(shown)} more warnings like these "
+                       "(--json lists them all)", err=True)
     used = {jc.benchmark for jc in app.cfg.job_classes.values()}
     for name in sorted({b for d in done for b in d.result.benchmarks} - used):
         # a misspelt --benchmark stores runs that no class reads: say so (they are kept; a
         # [job_classes] entry naming the benchmark makes them count)
         click.echo(f"pal: warning: benchmark {name!r} is used by no job class ([job_classes] use "
                    f"{', '.join(sorted(used))}); its runs are stored but place nothing", err=True)
+    ids = identity_summary(app.engine)
     if as_json:
         emit_json([{"file": d.path, "runs": d.result.records, "added": d.result.added,
-                    "already_present": d.result.already_present, "new_gpus": d.result.new_gpus,
-                    "new_nodes": d.result.new_nodes, "benchmarks": sorted(d.result.benchmarks)} for d in done])
+                    "already_present": d.result.already_present, "rejected": d.result.rejected,
+                    "quarantined": d.result.quarantined, "new_gpus": d.result.new_gpus,
+                    "new_nodes": d.result.new_nodes, "merged_gpus": d.result.merged_gpus,
+                    "resolved_runs": d.result.resolved_runs, "conflicts": d.result.conflicts,
+                    "model_conflicts": d.result.model_conflicts, "benchmarks": sorted(d.result.benchmarks),
+                    "warnings": d.result.warnings, "database": ids} for d in done])
         return
     for d in done:
         r = d.result
-        click.echo(f"{d.path}: {r.records} runs, {r.added} added, {r.already_present} already present, "
+        extra = "".join(f", {n} {what}" for n, what in (
+            (r.rejected, "rejected"), (r.quarantined, "quarantined"),
+            (r.merged_gpus, "slot identities merged into their UUID"),
+            (r.resolved_runs, "runs placed on the GPU known at their slot"),
+            (r.conflicts, "identity conflicts"), (r.model_conflicts, "model conflicts")) if n)
+        click.echo(f"{d.path}: {r.records} runs, {r.added} added, {r.already_present} already present{extra}, "
                    f"{r.new_gpus} new GPUs, {r.new_nodes} new nodes")
+    click.echo(_identity_line(ids))
+
+
+def _identity_line(ids: dict[str, int]) -> str:
+    """The database's GPUs by how well they are identified (docs/import-formats.md, "GPU identity")."""
+    parts = [f"{ids['at_slot']} at a known slot" + (f" ({ids['slot_named']} known only by it)" if ids["slot_named"]
+                                                     else "")]
+    if ids["node_only"]:
+        parts.append(f"{ids['node_only']} on a known node, slot unknown")
+    if ids["unlocated"]:
+        parts.append(f"{ids['unlocated']} with no node")
+    line = (f"database: {ids['gpus']} GPU{'s' * (ids['gpus'] != 1)} on {ids['nodes']} "
+            f"node{'s' * (ids['nodes'] != 1)}: {', '.join(parts)}")
+    if ids["physical_min"] < ids["gpus"]:
+        line += (f"; at least {ids['physical_min']} physical GPUs (a GPU whose slot is unknown may be one "
+                 "known only by its slot)")
+    return line
+
+
+_MAX_WARNINGS = 20  # per file on stderr; --json carries every one
 
 
 # -- measuring on the node: inventory, run, submit -----------------------------------------------
@@ -226,7 +275,12 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
         _render_run(res)
         click.echo(f"{out.records} results -> {out.output}")
         if out.saved is not None:
-            click.echo(f"stored: {out.saved.imported.added} runs, {out.saved.failures_added} failures")
+            rejected = out.saved.imported.rejected
+            click.echo(f"stored: {out.saved.imported.added} runs, {out.saved.failures_added} failures"
+                       + (f", {rejected} implausible scores left out" if rejected else ""))
+    if out.saved is not None:
+        for line in out.saved.imported.warnings:  # an implausible score: FILE:LINE of the results file
+            click.echo(f"pal: warning: {line}", err=True)
     for b in res.busy:
         click.echo(f"not benchmarked: {b.describe()} (use --force to benchmark anyway)", err=True)
     for f in res.faults:

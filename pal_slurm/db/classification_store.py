@@ -226,7 +226,7 @@ def _clock_and_last(session: Session) -> dict[tuple[int, int], tuple[float | Non
     scores: dict[tuple[int, int], list[float]] = {}
     last: dict[tuple[int, int], datetime] = {}
     stmt = select(ProfileRun.gpu_id, ProfileRun.benchmark_id, ProfileRun.sm_clock_mhz, ProfileRun.started_at,
-                  ProfileRun.score)
+                  ProfileRun.score).where(ProfileRun.quarantine.is_(None))  # suspect runs count for nothing
     for gid, bid, clk, ts, score in session.execute(stmt):
         key = (gid, bid)
         if clk is not None:

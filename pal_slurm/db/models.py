@@ -2,7 +2,9 @@
 
 Changes to these models ship only through an Alembic migration
 (pal_slurm/db/migrations/versions); a test compares the two and fails on drift.
-Identity of a GPU is its UUID: nodes and slots change, the UUID does not.
+Identity of a GPU is its UUID: nodes and slots change, the UUID does not. A GPU that
+a file names only by its slot has the uuid ``slot:<node>:<device>`` until its real UUID is
+imported; `pal_slurm.db.store` then merges the two (docs/import-formats.md, "GPU identity").
 """
 
 from __future__ import annotations
@@ -137,6 +139,10 @@ class ProfileRun(Base):
     cuda_version: Mapped[str | None] = mapped_column(String(32))
     source: Mapped[str] = mapped_column(String(32))
     imported_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # Migration 0005: why the score failed the import's plausibility check (NULL: it passed).
+    # Such a run is kept for the record (`pal profile import --keep-suspect`); classification,
+    # placement and reports never read it.
+    quarantine: Mapped[str | None] = mapped_column(String(255))
 
     __table_args__ = (Index("ix_profile_runs_gpu_bench", "gpu_id", "benchmark_id"),)
 

@@ -11,6 +11,7 @@ Pure: text lines in, ProfileRecords out. `parse_file` is the convenience that op
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import math
@@ -20,13 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pal_slurm.errors import InputError
-from pal_slurm.ingest.records import GpuInfo, ProfileRecord
+from pal_slurm.ingest.records import GpuInfo, ProfileRecord, slot_key
 
 __all__ = [
     "SOURCE",
     "REQUIRED_COLUMNS",
     "artifact_run_key",
     "benchmark_from_filename",
+    "canonical_node",
     "parse_artifact_csv",
     "parse_artifact_file",
     "parse_file",
@@ -65,6 +67,7 @@ def parse_file(
     benchmark: str | None = None,
     model: str,
     unit: str = "ms",
+    notes: list[str] | None = None,
 ) -> list[ProfileRecord]:
     """Open `path` (utf-8, newline='') and parse it; `benchmark` defaults to the file-name prefix."""
     path = Path(path)
@@ -77,6 +80,7 @@ def parse_file(
                 benchmark=benchmark if benchmark is not None else benchmark_from_filename(path),
                 model=model,
                 unit=unit,
+                notes=notes,
             )
     except FileNotFoundError:
         raise InputError("file not found", source=name) from None
@@ -181,24 +185,64 @@ class _Columns:
         self.memfreq_name = names[self.memfreq] if self.memfreq is not None else "memfreq"
 
 
+_CAB_NODE = re.compile(r"^(.*\S)-0*([0-9]+)$")
+_SLOT_NAME = re.compile(r"^(.*\S)-0*([0-9]+)-0*([0-9]+)$")
+
+
+def canonical_node(cabinet: str, node: int) -> str:
+    """'c002' + 4 -> 'c002-004': TACC's host name for cabinet c002, node 4.
+
+    The files write the node number as 4 or 004; the canonical name zero-pads it to three
+    digits (wider numbers are kept whole), so both name one node.
+    """
+    return f"{cabinet.strip()}-{node:03d}"
+
+
 def _node_name(c: _Columns, row: list[str], src: str, line: int) -> str | None:
+    if c.cabinet is not None and c.node is not None:
+        cabinet = row[c.cabinet].strip()
+        node_raw = row[c.node].strip()
+        if cabinet and node_raw and not cabinet.startswith("-"):
+            try:
+                node = int(node_raw)
+            except ValueError:
+                raise InputError(f"column 'node': {node_raw!r} is not an integer", source=src, line=line) from None
+            if node >= 0:
+                return canonical_node(cabinet, node)
     if c.cab_node is not None:
         value = row[c.cab_node].strip()
         if value and value != "-1":
-            return value
-    if c.cabinet is None or c.node is None:
+            m = _CAB_NODE.match(value)
+            return canonical_node(m.group(1), int(m.group(2))) if m else value
+    return None
+
+
+def _slot_named(uuid: str, node: str | None, device: int | None) -> bool:
+    """True when the uuid column holds the slot's name (``c002-4-1``), not a GPU UUID."""
+    if node is None or device is None:
+        return False
+    m = _SLOT_NAME.match(uuid)
+    return m is not None and canonical_node(m.group(1), int(m.group(2))) == node and int(m.group(3)) == device
+
+
+def _process_local_device(records: list[ProfileRecord]) -> tuple[str, int] | None:
+    """(node, GPUs there) when the device column cannot be the GPU's slot, else None.
+
+    sgemm's ``dev_id`` is 0 on every row while each node has four GPUs: it is the CUDA
+    device ordinal inside a job that saw one GPU. A column with one value on every row,
+    while some node shows several GPUs, says nothing about the slot.
+    """
+    indices = {r.gpu.nvml_index for r in records}
+    if len(indices) != 1 or None in indices:
         return None
-    cabinet = row[c.cabinet].strip()
-    node_raw = row[c.node].strip()
-    if not cabinet or not node_raw or cabinet.startswith("-"):
+    per_node: dict[str, set[str]] = {}
+    for r in records:
+        if r.gpu.node is not None:
+            per_node.setdefault(r.gpu.node, set()).add(r.gpu.uuid)
+    busiest = max(per_node.items(), key=lambda kv: (len(kv[1]), kv[0]), default=None)
+    if busiest is None or len(busiest[1]) < 2:
         return None
-    try:
-        node = int(node_raw)
-    except ValueError:
-        raise InputError(f"column 'node': {node_raw!r} is not an integer", source=src, line=line) from None
-    if node < 0:
-        return None
-    return f"{cabinet}-{node}"
+    return busiest[0], len(busiest[1])
 
 
 def _started_at(raw: str, src: str, line: int) -> datetime:
@@ -226,6 +270,7 @@ def parse_artifact_csv(
     benchmark: str,
     model: str,
     unit: str = "ms",
+    notes: list[str] | None = None,
 ) -> list[ProfileRecord]:
     """Parse one PAL artifact aggregated CSV into records (one per data row, duplicates kept).
 
@@ -233,6 +278,9 @@ def parse_artifact_csv(
     newline=''); `source_file`: the name used in records and error messages; `benchmark`,
     `model` (GPU model) and `unit` (of `perf`) are not in the file and come from the caller.
     Raises InputError(source_file:line) on the first bad row; nothing is returned then.
+    A perf value that is a number but not a plausible one (NaN, inf, <= 0) is returned as
+    is: `pal_slurm.ingest.validate` rejects it with FILE:LINE and the import goes on.
+    `notes`, when given, receives one line per thing the caller should tell the user.
     """
     src = source_file
     reader = csv.reader(lines)
@@ -246,6 +294,7 @@ def parse_artifact_csv(
     width = len(header)
     records: list[ProfileRecord] = []
     seen: dict[tuple[str, ...], int] = {}
+    gpus: dict[tuple[str, str | None, int | None], GpuInfo] = {}
     last_line = reader.line_num
     uuid_i, perf_i, ts_i = c.uuid, c.perf, c.ts
     while True:
@@ -268,9 +317,10 @@ def parse_artifact_csv(
         perf_raw = row[perf_i]
         if not perf_raw.strip():
             raise InputError("column 'perf': empty", source=src, line=line)
-        perf = _number("perf", perf_raw, src, line)
-        if perf <= 0:
-            raise InputError(f"column 'perf': must be positive, got {perf_raw.strip()}", source=src, line=line)
+        try:  # NaN, inf and values <= 0 are kept: import validation rejects them with FILE:LINE
+            perf = float(perf_raw)
+        except ValueError:
+            raise InputError(f"column 'perf': {perf_raw!r} is not a number", source=src, line=line) from None
         started_at = _started_at(row[ts_i], src, line)
 
         key_fields = tuple(row)
@@ -296,10 +346,19 @@ def parse_artifact_csv(
             value = _optional_number(column, raw, src, line)
             return _non_negative(column, value, raw, src, line) if non_negative else value
 
+        node = _node_name(c, row, src, line)
+        gpu = gpus.get((uuid, node, nvml_index))
+        if gpu is None:  # one GpuInfo per GPU and slot, shared by its rows
+            if _slot_named(uuid, node, nvml_index):
+                gpu = GpuInfo(uuid=slot_key(node, nvml_index), node=node, model=model,  # type: ignore[arg-type]
+                              nvml_index=nvml_index, provisional=True)
+            else:
+                gpu = GpuInfo(uuid=uuid, node=node, model=model, nvml_index=nvml_index)
+            gpus[(uuid, node, nvml_index)] = gpu
         records.append(
             ProfileRecord(
                 run_key=run_key,
-                gpu=GpuInfo(uuid=uuid, node=_node_name(c, row, src, line), model=model, nvml_index=nvml_index),
+                gpu=gpu,
                 benchmark=benchmark,
                 started_at=started_at,
                 score=perf,
@@ -318,4 +377,14 @@ def parse_artifact_csv(
         )
     if not records:
         raise InputError("no data rows (only a header)", source=src, line=1)
+    local = _process_local_device(records)
+    if local is not None:
+        if notes is not None:
+            notes.append(f"{src}: column {c.device_name!r} is {records[0].gpu.nvml_index} on every row while node "
+                         f"{local[0]} has {local[1]} GPUs: it is the job's CUDA device ordinal, not the GPU's "
+                         f"slot; ignored (GPUs are known by UUID and node)")
+        unslotted = {id(g): dataclasses.replace(g, nvml_index=None) for g in gpus.values()}
+        names = [f.name for f in dataclasses.fields(ProfileRecord)]
+        records = [ProfileRecord(*[unslotted[id(r.gpu)] if n == "gpu" else getattr(r, n) for n in names])
+                   for r in records]
     return records

@@ -119,6 +119,18 @@ def _float(
     return number
 
 
+def _score(obj: dict[str, Any]) -> float:
+    """Any JSON number: one that is not a plausible score (<= 0, or too large for a double, so
+    inf) is for pal_slurm.ingest.validate to reject with FILE:LINE while the import goes on."""
+    value = _get(obj, "score", "score", True)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Bad("score", f"must be a number, got {_show(value)}")
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond a double
+        return math.inf if value > 0 else -math.inf
+
+
 def _non_negative(v: float) -> bool:
     return v >= 0
 
@@ -159,7 +171,7 @@ def _record_from_object(obj: Any, source_file: str, line: int) -> tuple[str, Pro
     )
     benchmark = _str(obj, "benchmark", "benchmark", required=True)
     started_at = _started_at(obj)
-    score = _float(obj, "score", "score", required=True, check=lambda v: v > 0, expect="a positive number")
+    score = _score(obj)
     unit = _str(obj, "unit", "unit", required=True)
     lower_is_better = _get(obj, "lower_is_better", "lower_is_better", True)
     if not isinstance(lower_is_better, bool):
@@ -331,6 +343,9 @@ def dump_record(record: ProfileRecord, run_id: str | None = None) -> str:
     (e.g. a non-positive score, a naive started_at): writers never emit a bad line.
     """
     rid = record.run_key if run_id is None else run_id
+    if not (math.isfinite(record.score) and record.score > 0):
+        raise ValueError(f"cannot dump record {record.run_key[:12]}: score: must be a positive number, "
+                         f"got {record.score!r}")
     obj = _to_object(record, rid)
     try:
         _record_from_object(obj, record.source_file, record.line)

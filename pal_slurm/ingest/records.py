@@ -11,7 +11,13 @@ from datetime import datetime
 
 @dataclass(frozen=True, slots=True)
 class GpuInfo:
-    """What a profile file tells about the GPU a run was measured on (all but uuid optional)."""
+    """What a profile file tells about the GPU a run was measured on (all but uuid optional).
+
+    `provisional`: the file names the GPU only by its slot (node + device index, e.g. the
+    artifact's ``c002-4-1``), not by a real UUID. `uuid` is then the slot key that
+    `slot_key` builds, and the store resolves it to the GPU known at that slot (or keeps it
+    until the real UUID is learned): one physical GPU is one row, whatever names it.
+    """
 
     uuid: str
     node: str | None = None
@@ -21,6 +27,19 @@ class GpuInfo:
     pci_bus_id: str | None = None
     serial: str | None = None
     memory_mib: int | None = None
+    provisional: bool = False
+
+
+SLOT_PREFIX = "slot:"
+
+
+def slot_key(node: str, device: int) -> str:
+    """The identity of a GPU known only by its slot: ``slot:<node>:<device>``.
+
+    The prefix keeps it apart from every NVML UUID (``GPU-...``, ``MIG-...``); it is what
+    `pal gpus` shows until the GPU's real UUID is imported.
+    """
+    return f"{SLOT_PREFIX}{node}:{device}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,323 @@
+"""Issue 12, items 1 and 2: one physical GPU is one row, and a planted bad score moves nothing.
+
+Small synthetic files in the PAL artifact's two styles: "resnet style" names a GPU by its slot
+(uuid column ``c001-1-2``, node ``1``), "pagerank style" by its NVML UUID (node ``001``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select
+
+from pal_slurm.cli.main import cli
+from pal_slurm.config import load_config
+from pal_slurm.db import migrate
+from pal_slurm.db.engine import make_engine, session_scope
+from pal_slurm.db.models import Benchmark, ClassificationResult, ClassificationRun, Gpu, Node, ProfileRun
+from pal_slurm.ingest.artifact_csv import canonical_node, parse_artifact_csv
+from pal_slurm.ingest.records import GpuInfo, ProfileRecord
+from pal_slurm.ingest.validate import MIN_REFERENCE, find_suspects
+from pal_slurm.services import import_files, run_classification
+
+T0 = 1_700_000_000
+NODES = (1, 2)
+DEVICES = (0, 1, 2, 3)
+# A GPU's slowdown: distinct per slot so that a merge that mixes two GPUs shows.
+SLOW = {(n, d): 1.0 + 0.02 * ((n * 4 + d) % 5) for n in NODES for d in DEVICES}
+
+
+def uuid_of(node: int, dev: int) -> str:
+    return f"GPU-{node:08x}-0000-0000-0000-{dev:012x}"
+
+
+def resnet_csv(path: Path, *, extra: list[str] = (), runs: int = 3, ts: int = T0) -> Path:
+    lines = ["exp,ts,cabinet,node,cab-node,uuid,device,perf"]
+    for n in NODES:
+        for d in DEVICES:
+            for i in range(runs):
+                perf = 400 * SLOW[(n, d)] * (1 + 0.001 * i)
+                lines.append(f"resnet,{ts + 60 * i},c001,{n},c001-{n},c001-{n}-{d},{d},{perf}")
+    path.write_text("\n".join([*lines, *extra]) + "\n")
+    return path
+
+
+def pagerank_csv(path: Path, *, slots: list[tuple[int, int]] | None = None, ts: int = T0 + 86400,
+                 uuid=uuid_of) -> Path:
+    lines = [",exp,reps,uuid,cabinet,node,ts,device,perf"]
+    k = 0
+    for n, d in slots if slots is not None else [(n, d) for n in NODES for d in (0, 1, 2)]:
+        for i in range(3):
+            k += 1
+            lines.append(f"{k},pagerank,1,{uuid(n, d)},c001,{n:03d},{ts + 60 * i},{d},{66000 * SLOW[(n, d)]}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def engine(db_url: str):
+    eng = make_engine(db_url)
+    migrate.upgrade(eng)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated SQLite file, copied by each test that needs a fresh one (migrating is the slow part)."""
+    path = tmp_path_factory.mktemp("template") / "pal.db"
+    eng = make_engine(f"sqlite:///{path}")
+    migrate.upgrade(eng)
+    eng.dispose()
+    return path
+
+
+@pytest.fixture
+def fresh(template: Path, tmp_path: Path):
+    """fresh(name) -> the URL of a new, migrated SQLite database."""
+    def make(name: str = "pal.db") -> str:
+        shutil.copyfile(template, tmp_path / name)
+        return f"sqlite:///{tmp_path / name}"
+    return make
+
+
+def _import(engine, path: Path, bench: str, **kw):
+    return import_files(engine, [path], "pal-artifact", benchmark=bench, model="V100", **kw)[0].result
+
+
+def _runs_by_gpu(engine) -> dict[str, list[tuple[str, float]]]:
+    out: dict[str, list[tuple[str, float]]] = {}
+    with session_scope(engine) as s:
+        for uuid, bench, score in s.execute(
+                select(Gpu.uuid, Benchmark.name, ProfileRun.score).join(ProfileRun, ProfileRun.gpu_id == Gpu.id)
+                .join(Benchmark, Benchmark.id == ProfileRun.benchmark_id)):
+            out.setdefault(uuid, []).append((bench, round(score, 6)))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _factors(engine) -> dict[tuple[str, str], float | None]:
+    with session_scope(engine) as s:
+        run_id = s.scalar(select(ClassificationRun.id).order_by(ClassificationRun.version.desc()).limit(1))
+        return {(u, b): sd for u, b, sd in s.execute(
+            select(Gpu.uuid, Benchmark.name, ClassificationResult.slowdown)
+            .join(Gpu, Gpu.id == ClassificationResult.gpu_id)
+            .join(Benchmark, Benchmark.id == ClassificationResult.benchmark_id)
+            .where(ClassificationResult.run_id == run_id))}
+
+
+# -- parsing: names --------------------------------------------------------------------------------
+
+
+def test_node_names_are_canonical_and_slot_names_are_provisional(tmp_path: Path) -> None:
+    res = parse_artifact_csv(resnet_csv(tmp_path / "r.csv").read_text().splitlines(), source_file="r.csv",
+                             benchmark="resnet50", model="V100")
+    pr = parse_artifact_csv(pagerank_csv(tmp_path / "p.csv").read_text().splitlines(), source_file="p.csv",
+                            benchmark="pagerank", model="V100")
+    assert canonical_node("c001", 4) == "c001-004" and canonical_node(" c9 ", 1234) == "c9-1234"
+    assert {r.gpu.node for r in res} == {r.gpu.node for r in pr} == {"c001-001", "c001-002"}  # 1 and 001
+    assert res[0].gpu == GpuInfo(uuid="slot:c001-001:0", node="c001-001", model="V100", nvml_index=0,
+                                 provisional=True)
+    assert not any(r.gpu.provisional for r in pr) and pr[0].gpu.uuid == uuid_of(1, 0)
+
+
+def test_a_device_column_that_is_the_same_everywhere_is_not_a_slot(tmp_path: Path) -> None:
+    """sgemm's dev_id is 0 on every row (the CUDA ordinal inside a one-GPU job)."""
+    text = ["exp,uuid,cabinet,node,ts,perf,dev_id"] + [
+        f"sgemm,{uuid_of(1, d)},c001,1,{T0 + d},2400,0" for d in DEVICES]
+    notes: list[str] = []
+    recs = parse_artifact_csv(text, source_file="s.csv", benchmark="sgemm", model="V100", notes=notes)
+    assert all(r.gpu.nvml_index is None and r.gpu.node == "c001-001" for r in recs)
+    assert len(notes) == 1 and "'dev_id' is 0 on every row while node c001-001 has 4 GPUs" in notes[0]
+    one_gpu = parse_artifact_csv(text[:2], source_file="s.csv", benchmark="sgemm", model="V100", notes=notes)
+    assert one_gpu[0].gpu.nvml_index == 0  # nothing contradicts it
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-3.5", "0", "1e-300"])
+def test_implausible_perf_is_parsed_for_validation_to_reject(raw: str) -> None:
+    recs = parse_artifact_csv(["uuid,perf,ts", f"GPU-1,{raw},{T0}"], source_file="x.csv", benchmark="b",
+                              model="V100")
+    assert str(recs[0].score) == str(float(raw))
+
+
+# -- validation rule (pure) ------------------------------------------------------------------------
+
+
+def _rec(score: float, line: int, model: str = "V100", bench: str = "b") -> ProfileRecord:
+    from datetime import UTC, datetime
+
+    return ProfileRecord(run_key=str(line), gpu=GpuInfo(uuid=f"GPU-{line}", model=model), benchmark=bench,
+                         started_at=datetime(2024, 1, 1, tzinfo=UTC), score=score, unit="ms", lower_is_better=True,
+                         source="t", source_file="f", line=line)
+
+
+def test_running_median_judges_the_first_rows_by_their_neighbours() -> None:
+    # the planted value comes first: the look-ahead of MIN_REFERENCE values still outvotes it
+    scores = [1e300, 100, 101, 99, 102, 98, 1e-300, 100.5, 1500, 10.5]
+    bad = find_suspects([_rec(s, i) for i, s in enumerate(scores)], max_factor=10)
+    assert [b.index for b in bad] == [0, 6, 8]
+    assert "is 1e+298x the median" in bad[0].reason or "the median" in bad[0].reason
+    assert find_suspects([_rec(s, i) for i, s in enumerate(scores)], max_factor=20)[-1].index == 6
+
+
+def test_small_groups_get_only_the_absolute_checks_and_stored_scores_count() -> None:
+    assert find_suspects([_rec(100, 1), _rec(1e6, 2)]) == []  # two values: nobody can tell which is off
+    bad = find_suspects([_rec(v, i) for i, v in enumerate([100, -1, math.nan, math.inf])])
+    assert [(b.index, b.storable) for b in bad] == [(1, True), (2, False), (3, False)]
+    stored = {("V100", "b"): [100.0] * MIN_REFERENCE}
+    assert [b.index for b in find_suspects([_rec(1e6, 1), _rec(2e6, 2)], stored)] == [0, 1]
+    assert find_suspects([_rec(1e6, 1)], {("H100", "b"): [100.0] * 9}) == []  # another group
+
+
+# -- identity at import ----------------------------------------------------------------------------
+
+
+def _both_files(engine, tmp_path: Path, order: str) -> None:
+    res, pr = resnet_csv(tmp_path / "r.csv"), pagerank_csv(tmp_path / "p.csv")
+    cfg = load_config(env={}, db_url=str(engine.url))
+    if order == "slot-names-first":
+        first = _import(engine, res, "resnet50")
+        run_classification(engine, cfg)  # classified while still a slot identity: merged all the same
+        second = _import(engine, pr, "pagerank")
+        assert second.merged_gpus == 6 and second.new_gpus == 0
+    else:
+        first = _import(engine, pr, "pagerank")
+        second = _import(engine, res, "resnet50")
+        assert second.resolved_runs == 18 and second.new_gpus == 2  # the 2 slots pagerank did not measure
+    assert first.conflicts == second.conflicts == 0
+    runs = _runs_by_gpu(engine)
+    expected = {uuid_of(n, d) if d < 3 else f"slot:c001-00{n}:{d}" for n in NODES for d in DEVICES}
+    assert set(runs) == expected  # 8 physical GPUs, 8 rows
+    for n in NODES:
+        for d in DEVICES:
+            benches = {b for b, _ in runs[uuid_of(n, d) if d < 3 else f"slot:c001-00{n}:{d}"]}
+            assert benches == ({"resnet50", "pagerank"} if d < 3 else {"resnet50"})
+    with session_scope(engine) as s:
+        assert sorted(s.scalars(select(Node.name))) == ["c001-001", "c001-002"]
+    run_classification(engine, cfg)
+    assert {u for u, _ in _factors(engine)} == expected
+
+
+def test_a_slot_identity_merges_into_the_uuid_learned_later(engine, tmp_path: Path) -> None:
+    """On every backend: the merge moves runs and classification rows to the real UUID."""
+    _both_files(engine, tmp_path, "slot-names-first")
+
+
+def test_a_slot_named_row_joins_the_gpu_known_at_its_slot(fresh, tmp_path: Path) -> None:
+    """The other order gives the same GPUs with the same runs."""
+    _both_files(make_engine(fresh()), tmp_path, "uuids-first")
+
+
+def test_identity_conflicts_are_reported_never_merged(fresh, tmp_path: Path) -> None:
+    engine = make_engine(fresh())
+    _import(engine, pagerank_csv(tmp_path / "p.csv", slots=[(1, 0), (1, 1)]), "pagerank")
+    # another UUID at slot c001-001 device 0 at the same time; and GPU (1,1) now claims device 2
+    other = pagerank_csv(tmp_path / "q.csv", slots=[(1, 0), (1, 1)],
+                         uuid=lambda n, d: "GPU-ffffffff-0000-0000-0000-000000000000" if d == 0 else uuid_of(1, 1))
+    text = other.read_text().replace(",c001,001,", ",c001,1,")
+    lines = text.splitlines()
+    lines[4:7] = [ln.replace(f",{T0 + 86400 + 60 * i},1,", f",{T0 + 86400 + 60 * i},2,")
+                  for i, ln in enumerate(lines[4:7])]
+    other.write_text("\n".join(lines) + "\n")
+    out = _import(engine, other, "pagerank")
+    assert out.conflicts == 2
+    text = "\n".join(out.warnings)
+    assert f"{other}:5: GPU {uuid_of(1, 1)} is at c001-001 device 2 here but stored at c001-001 device 1" in text
+    assert ("GPU GPU-ffffffff-0000-0000-0000-000000000000 and GPU " + uuid_of(1, 0)
+            + " are both at c001-001 device 0 at overlapping times") in text
+    assert set(_runs_by_gpu(engine)) == {uuid_of(1, 0), uuid_of(1, 1), "GPU-ffffffff-0000-0000-0000-000000000000"}
+
+
+# -- validation at import: a planted value moves no other GPU's factor -----------------------------
+
+
+PLANTED = {"1e300": "1e300", "1e-300": "1e-300", "NaN": "nan", "negative": "-419.4"}
+
+
+@pytest.mark.parametrize("name", PLANTED)
+def test_a_planted_value_changes_no_other_gpus_factor(fresh, tmp_path: Path, name: str) -> None:
+    clean = make_engine(fresh("clean.db"))
+    cfg = load_config(env={}, db_url=str(clean.url))
+    _import(clean, resnet_csv(tmp_path / "clean.csv"), "resnet50")
+    run_classification(clean, cfg)
+    want = _factors(clean)
+
+    bad_gpu = ["resnet,%d,c001,3,c001-3,c001-3-0,0,%s" % (T0 + i, PLANTED[name]) for i in range(3)]
+    path = resnet_csv(tmp_path / "planted.csv", extra=bad_gpu)
+    dirty = make_engine(fresh())
+    out = _import(dirty, path, "resnet50")
+    assert out.rejected == 3 and out.added == 24
+    assert out.warnings[0].startswith(f"{path}:26: score ")
+    run_classification(dirty, load_config(env={}, db_url=str(dirty.url)))
+    got = _factors(dirty)
+    assert {k: v for k, v in got.items() if k[0] != "slot:c001-003:0"} == want
+
+
+def test_keep_suspect_stores_quarantined_runs_that_classification_ignores(runner: CliRunner, fresh,
+                                                                          tmp_path: Path) -> None:
+    sqlite_url = fresh()
+    extra = [f"resnet,{T0 + i},c001,3,c001-3,c001-3-0,0,{v}" for i, v in enumerate(["1e-300", "-5", "nan"])]
+    path = resnet_csv(tmp_path / "planted.csv", extra=extra)
+
+    def pal(*args: str, code: int = 0):
+        result = runner.invoke(cli, ["--db", sqlite_url, *args], env={"PAL_CONFIG": ""})
+        assert result.exit_code == code, result.output
+        return result
+
+    result = pal("profile", "import", "--format", "pal-artifact", "--model", "V100", "--benchmark", "resnet50",
+                 "--keep-suspect", "--json", str(path))
+    out = json.loads(result.stdout)[0]
+    assert (out["added"], out["quarantined"], out["rejected"]) == (26, 2, 1)  # NaN: no database holds it
+    assert f"{path}:28: score nan is not a finite number: rejected" in result.stderr
+    assert f"{path}:26: score 1e-300 ms is 1/" in result.stderr and "stored quarantined" in result.stderr
+    assert out["database"] == {"gpus": 9, "nodes": 3, "at_slot": 9, "slot_named": 9, "node_only": 0,
+                               "unlocated": 0, "physical_min": 9}
+    text = pal("profile", "import", "--format", "pal-artifact", "--model", "V100", "--benchmark", "resnet50",
+               "--max-factor", "1.01", str(resnet_csv(tmp_path / "again.csv", ts=T0 + 999))).stdout
+    assert "rejected" in text  # --max-factor is used: 1 % off the median is already suspect
+    pal("classify")
+    report = json.loads(pal("report", "--format", "json").stdout)
+    assert report["benchmarks"][0]["gpus"] == 8  # the quarantined GPU's runs count for nothing
+
+
+def test_another_model_for_a_stored_gpu_is_warned_about(runner: CliRunner, fresh, tmp_path: Path) -> None:
+    sqlite_url = fresh()
+    path = resnet_csv(tmp_path / "r.csv")
+    args = ["profile", "import", "--format", "pal-artifact", "--benchmark", "resnet50", str(path)]
+    assert runner.invoke(cli, ["--db", sqlite_url, *args, "--model", "V100"], env={"PAL_CONFIG": ""}).exit_code == 0
+    resnet_csv(path, extra=[f"resnet,{T0 + 5},c001,1,c001-1,c001-1-0,0,1e-300"])  # one new, planted row
+    again = runner.invoke(cli, ["--db", sqlite_url, *args, "--model", "A100"], env={"PAL_CONFIG": ""})
+    assert again.exit_code == 0
+    assert (f"pal: warning: {path}:2: GPU slot:c001-001:0 and 7 more GPUs stored as model V100, this import "
+            "says A100: kept V100") in again.stderr
+    # the new row is judged in the group its GPU is stored in (V100), not in an empty A100 one
+    assert f"{path}:26: score 1e-300 ms is 1/" in again.stderr and "of V100 resnet50" in again.stderr
+
+
+def test_db_upgrade_says_which_directory_it_created(runner: CliRunner, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'new' / 'dir' / 'pal.db'}"
+    result = runner.invoke(cli, ["--db", url, "db", "upgrade"], env={"PAL_CONFIG": ""})
+    assert result.exit_code == 0
+    assert result.stderr == f"pal: created the directory {tmp_path / 'new'} for the database (it did not exist)\n"
+    again = runner.invoke(cli, ["--db", url, "db", "upgrade"], env={"PAL_CONFIG": ""})
+    assert again.exit_code == 0 and again.stderr == ""
+
+
+def test_an_implausible_jsonl_score_is_left_out_and_the_import_goes_on(runner: CliRunner, fresh,
+                                                                       tmp_path: Path) -> None:
+    def line(i: int, score: object) -> str:
+        return json.dumps({"format": "pal-profile/1", "run_id": f"r{i}",
+                           "gpu": {"uuid": f"GPU-{i % 3}", "model": "A100"}, "benchmark": "gemm", "started_at": "2026-01-02T03:04:05Z", "score": score,
+                           "unit": "TFLOP/s", "lower_is_better": False})
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join([line(i, 250 + i) for i in range(6)] + [line(6, -3), line(7, 10**400)]) + "\n")
+    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--json", str(path)], env={"PAL_CONFIG": ""})
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)[0]
+    assert (out["added"], out["rejected"]) == (6, 2)
+    assert f"{path}:7: score -3 is not positive: rejected" in result.stderr
+    assert f"{path}:8: score inf is not a finite number: rejected" in result.stderr
