@@ -134,6 +134,8 @@ class ResultRow:
     profiled: bool
     median_sm_clock_mhz: float | None = None
     last_profiled: datetime | None = None
+    #: a suspiciously fast outlier ("fast: check the measurement"); see `is_fast_outlier`
+    fast: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,18 @@ class BinRow:
     outlier: bool
     low: float
     high: float
+    fast: bool = False
+
+
+def is_fast_outlier(outlier: bool, slowdown: float | None) -> bool:
+    """Whether a stored outlier is a *fast* one (a measurement to check), from its factor.
+
+    No column is needed: classification gives a fast outlier the typical GPU's factor,
+    exactly 1.0, while a slow outlier is slower than every regular GPU, so its factor
+    (centroid over a mean of regular PerfVars) is above 1. Runs stored before fast
+    outliers existed have only slow ones, which this reads correctly too.
+    """
+    return bool(outlier) and slowdown is not None and slowdown <= 1.0
 
 
 @dataclass(frozen=True)
@@ -180,9 +194,11 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
     results = []
     for uuid, nname, model, bench, runs, med, pv, b, sf, outl, prof, gid, bid in session.execute(stmt):
         clock, last = extra.get((gid, bid), (None, None))
-        results.append(ResultRow(uuid, nname, model, bench, runs, med, pv, b, sf, bool(outl), bool(prof), clock, last))
+        results.append(ResultRow(uuid, nname, model, bench, runs, med, pv, b, sf, bool(outl), bool(prof), clock, last,
+                                 fast=is_fast_outlier(outl, sf)))
     bins = [
-        BinRow(m, bn, r.bin, r.centroid, r.slowdown, r.gpus, bool(r.outlier), r.low, r.high)
+        BinRow(m, bn, r.bin, r.centroid, r.slowdown, r.gpus, bool(r.outlier), r.low, r.high,
+               fast=is_fast_outlier(r.outlier, r.slowdown))
         for r, m, bn in session.execute(
             select(ClassificationBin, ClassificationBin.model, Benchmark.name)
             .join(Benchmark, Benchmark.id == ClassificationBin.benchmark_id)
