@@ -119,6 +119,8 @@ MAD_TO_SIGMA = 1.4826
 VARIANCE_FLOOR_REL = 1e-4
 #: Standard error of a median of n normal samples is about sqrt(pi / 2) * sigma / sqrt(n).
 MEDIAN_SE = math.sqrt(math.pi / 2.0)
+#: A GPU's squared noise counts at most this many times the median one in the pooled noise.
+NOISE_CLIP = 10.0
 #: The ways of turning PerfVars into factors (ClassifyParams.method); the first is the default.
 METHODS = ("shrink", "bic", "pal-k2")
 
@@ -525,13 +527,21 @@ def classify_group(
         if len(kept) < 2:
             noise[u] = None
         else:
-            dev = sorted(abs(p - med) for p in kept)
-            noise[u] = MEDIAN_SE * MAD_TO_SIGMA * _median_sorted(dev) / math.sqrt(len(kept))
+            rel = [p / med for p in kept]  # relative, so that 1e300-sized values do not overflow
+            mean = _mean(rel)
+            var = math.fsum((p - mean) ** 2 for p in rel) / (len(rel) - 1)
+            noise[u] = med * MEDIAN_SE * math.sqrt(var / len(rel))
     order = sorted(profiled, key=lambda u: (perfvar[u], u))
     regular = [u for u in order if u not in slow and u not in fast]
+    # pooled noise: the MEAN squared standard error (the median of these chi-square-like values
+    # is well below their mean, which would split fleets of identical GPUs), each clipped at
+    # NOISE_CLIP x their median so that one erratic GPU does not blur every bin
     known = sorted(noise[u] ** 2 for u in regular if noise[u] is not None)  # type: ignore[operator]
     floor_var = (VARIANCE_FLOOR_REL * _median_sorted([perfvar[u] for u in regular])) ** 2
-    noise_var = max(_median_sorted(known), floor_var) if known else None
+    noise_var = None
+    if known:
+        cap = NOISE_CLIP * _median_sorted(known)
+        noise_var = max(_mean([min(v, cap) for v in known]), floor_var)
 
     # Cluster the regular GPUs (sorted by (PerfVar, uuid)).
     reg_values = [perfvar[u] for u in regular]
@@ -586,8 +596,7 @@ def classify_group(
                 continue
             xs = [perfvar[u] for u in ms]
             within = math.fsum((x - centroids[i]) ** 2 for x in xs) / (len(xs) - 1)
-            own = sorted(noise[u] ** 2 if noise[u] is not None else (noise_var or 0.0) for u in ms)  # type: ignore[operator]
-            tau2 = max(0.0, within - _median_sorted(own))
+            tau2 = max(0.0, within - (noise_var or 0.0))
             for u in order:
                 if bin_of[u] != i:
                     continue
