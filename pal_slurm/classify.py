@@ -6,86 +6,84 @@ profile records by model and benchmark and calls :func:`classify_group` once
 per group, so that every model is normalised against its own fleet (an A100
 is never "slow" merely because it is compared with H100s).
 
-Pipeline (each step is documented on the function that does it):
+Pipeline (docs/classification.md says the same for operators):
 
 1. **Per-GPU score.** The median of the GPU's *valid* runs. A run is invalid
    when its score is NaN, infinite, non-positive or not a number at all;
    invalid runs are dropped, never fatal, because one broken benchmark run
-   must not stop a whole classification. A GPU with fewer than
-   ``params.min_runs`` valid runs is *unprofiled*: it gets no PerfVar, bin or
-   slowdown. We never guess a value for it, because a wrong guess would steer
-   jobs onto a GPU we know nothing about (the scheduler treats unprofiled
-   GPUs explicitly instead).
+   must not stop a whole classification. A run more than ``params.run_ratio``
+   times off the GPU's own median is a broken run too (a timer in the wrong
+   unit); it is dropped and the median taken again (:func:`_robust_median`).
+   A GPU with fewer than ``params.min_runs`` runs left is *unprofiled*: it
+   gets no PerfVar, bin or slowdown. We never guess a value for it, because a
+   wrong guess would steer jobs onto a GPU we know nothing about.
 
-2. **PerfVar.** ``fleet = median(per-GPU medians of the profiled GPUs)``;
-   ``PerfVar(g) = median(g) / fleet`` when lower scores are better (times) and
-   ``fleet / median(g)`` when higher is better (throughputs). Either way
-   PerfVar > 1 means "slower than the median GPU", and a GPU with half the
-   throughput of the median has PerfVar 2.0, exactly as one taking twice the
-   time.
+2. **Outliers, both sides** (on a first-pass PerfVar against all profiled
+   GPUs). With ``m = median(PerfVar)``, ``MAD = median(|PerfVar - m|)`` and
+   ``t = max(params.outlier_min_excess, params.outlier_z * 1.4826 * MAD)``
+   (the modified z-score test ``0.6745 * (x - m) / MAD > outlier_z`` of
+   Iglewicz & Hoaglin solved for x; median/MAD rather than mean/std, which a
+   few very slow GPUs inflate to hide themselves; ``outlier_min_excess``
+   guards MAD = 0), a GPU is a *slow* outlier iff ``PerfVar - m > t`` and a
+   *fast* outlier iff ``m - PerfVar > t``. A fast outlier is a measurement
+   to check, not a speed-up: its factor is 1.0 (the typical GPU's), so no
+   placement policy chases it. Every outlier gets a bin of its own and is left
+   out of steps 3-6, so no single GPU can move another GPU's factor.
 
-3. **Outliers (slow side only).** With ``m = median(PerfVar)`` and
-   ``MAD = median(|PerfVar - m|)`` over the profiled GPUs, a GPU is an outlier
-   iff::
+3. **PerfVar.** ``fleet = median(per-GPU medians of the regular GPUs)``;
+   ``PerfVar(g) = median(g) / fleet`` when lower scores are better (times)
+   and ``fleet / median(g)`` when higher is better (throughputs). Either way
+   PerfVar > 1 means "slower than the typical GPU", and a GPU with half the
+   throughput has PerfVar 2.0, exactly as one taking twice the time. Each
+   GPU's *noise* is the standard error of its PerfVar from its runs,
+   ``sqrt(pi/2) * sd / sqrt(runs)`` (a median's); the pooled noise is the mean
+   squared noise of the regular GPUs, each clipped at ``NOISE_CLIP`` x their
+   median (the median of such chi-square-like values is well below their mean
+   and would split fleets of identical GPUs).
 
-       PerfVar(g) - m > max(params.outlier_min_excess,
-                            params.outlier_z * 1.4826 * MAD)
+4. **Number of bins.** The regular PerfVars are clustered with *optimal* 1-D
+   k-means (``kmeans1d``, an exact dynamic program: no random start). K is
+   first chosen by the Bayesian information criterion over ``K = 1 ..
+   min(max_bins, distinct values)``, as Ckmeans.1d.dp does: each K's hard
+   partition defines a Gaussian mixture (weights ``n_k / n``, the cluster
+   means, the unbiased within-cluster variances; a one-member cluster uses
+   ``d^2`` and a zero-variance one ``d^2 / 36``, ``d`` the gap to the nearest
+   outside value; every variance floored at ``(1e-4 * median)^2``),
+   ``BIC = -2 L + (3K - 1) ln n``, the smallest wins, ties to the smaller K.
+   Only partitions whose adjacent centroids differ by at least
+   ``min_bin_gap`` compete (tiers tighter than benchmark noise are useless to
+   a scheduler). ``method = "pal-k2"`` fixes K = 2 instead (the PAL artifact).
+   ``method = "shrink"`` (the default) then raises K until every bin is
+   within measurement noise (:func:`_resolve_partition`): BIC only asks
+   whether there is more than one hump, and a continuous spread -- what real
+   fleets have -- has one.
 
-   ``outlier_z * 1.4826 * MAD`` is the modified z-score test
-   ``0.6745 * (x - m) / MAD > outlier_z`` (Iglewicz & Hoaglin) solved for x;
-   median/MAD are used instead of mean/std (which the PAL artifact uses)
-   because a few very slow GPUs inflate the std and hide themselves. The
-   ``outlier_min_excess`` term guards the MAD = 0 case (a fleet of identical
-   GPUs would otherwise flag a GPU 0.1 % slower). Only the slow side is
-   tested: a GPU that is much *faster* than the fleet costs nobody anything,
-   a much slower one ("outliers run 1.5x slower") is what must be fenced off.
-   Each outlier gets a bin of its own, so it never drags a regular bin's
-   centroid.
-
-4. **Number of bins.** The regular (non-outlier) PerfVars are clustered with
-   *optimal* 1-D k-means (``kmeans1d``, an exact dynamic program, so there is
-   no random start and no run-to-run variation). K is chosen from the data by
-   the Bayesian information criterion over ``K = 1 .. min(max_bins, number of
-   distinct values)``, as Ckmeans.1d.dp (R package, default ``estimate.k =
-   "BIC"``) does: each K's hard partition defines a Gaussian mixture with
-   weights ``n_k / n``, means = the cluster means and variances = the unbiased
-   within-cluster variances; ``L`` is the log-likelihood of the data under
-   that mixture (density summed over the components), ``p = 3K - 1`` free
-   parameters and ``BIC = -2 L + p ln n``. The smallest BIC wins; ties go to
-   the smaller K. Only partitions whose adjacent centroids differ by at least
-   ``min_bin_gap`` (default 0.01, i.e. 1 % speed) compete: BIC on its own splits
-   tiers that are tighter than benchmark noise (two GPU groups at 1.000 and
-   1.001), which no scheduler can use. Variances that would be zero are replaced as in
-   Ckmeans.1d.dp: a one-member cluster uses ``d^2`` and a zero-variance
-   multi-member cluster ``d^2 / 36``, with ``d`` the gap to the nearest value
-   outside the cluster; finally every variance is floored at
-   ``(1e-4 * median(PerfVar))^2`` (a 0.01 % speed difference, far below
-   benchmark noise) so that the likelihood is always finite. The PAL
-   artifact always used K = 2 (its silhouette loop returns on the first
-   iteration); fixing K is wrong both for a uniform fleet (it invents a slow
-   half) and for a fleet with three or more real tiers.
-
-5. **Bins and slowdown factors.** Bins are ordered by centroid (mean PerfVar
-   of their members) ascending: index 0 is the fastest; outlier bins are the
-   slowest and come last. ``slowdown(bin) = centroid / median(centroids of
-   the REGULAR bins)``. Outlier bins are left out of that median on purpose:
-   otherwise two or three broken GPUs would add bins and shift the reference,
-   changing every healthy GPU's slowdown factor although nothing about those
-   GPUs changed. With a single regular bin its slowdown is exactly 1.0.
+5. **Slowdown factors, anchored.** Bins are ordered by centroid (mean PerfVar
+   of their clustering members): fast outliers first, then the regular bins,
+   then the slow outliers. ``slowdown(bin) = centroid / centroid of the bin
+   holding the median regular GPU`` (the lower middle one for an even count),
+   so the typical GPU's bin reads exactly 1.0, GPU-weighted; fast outlier
+   bins read 1.0 too. With methods ``bic`` and ``pal-k2`` a GPU's factor is
+   its bin's. With ``shrink`` it is its own PerfVar shrunk toward its bin's
+   centroid by its own noise (empirical Bayes): ``c + w (PerfVar - c)``,
+   ``w = tau^2 / (tau^2 + noise^2)``, ``tau^2 = max(0, within-bin variance -
+   pooled noise^2)``, divided by the same anchor. A slow outlier's factor is
+   its PerfVar over the anchor.
 
 6. **Hysteresis** (``params.hysteresis = h > 0`` and ``previous`` given).
    Re-profiling moves PerfVars a little, and a GPU sitting near a bin
    boundary would otherwise flip bins at every classification run, which
    churns the scheduler's placement decisions for no real reason. So a
-   profiled, non-outlier GPU with a previous slowdown factor is kept in the
+   profiled, regular GPU with a previous slowdown factor is kept in the
    regular bin whose (new) slowdown is closest to its previous slowdown, as
    long as its new PerfVar lies within that bin's ``[low - h, high + h]``
    (``low``/``high`` = the bin's member range from the clustering, ``h`` in
    PerfVar units); otherwise it takes its new bin. After the moves each bin's
    ``gpus``/``low``/``high`` are recomputed from its final members while
-   centroids and slowdown factors stay those of the clustering, so the scale
-   is stable. A regular bin left with no member is dropped and the bins are
-   re-indexed (``k_regular`` still reports the K that BIC chose).
+   centroids, bin factors and the anchor stay those of the clustering, so the
+   scale is stable; a kept GPU's own factor (``shrink``) is shrunk toward the
+   bin it kept. A regular bin left with no member is dropped and the bins are
+   re-indexed (``k_regular`` still reports the K that was chosen).
 
 7. **Determinism.** The same input, in any mapping order and any run order,
    gives an identical result: GPUs are processed sorted by ``(PerfVar,
@@ -390,8 +388,8 @@ def _choose_partition(values: list[float], max_bins: int, min_bin_gap: float = 0
 # --------------------------------------------------------------------------- API
 
 
-def _robust_median(scores: list[float], run_ratio: float) -> tuple[float, int]:
-    """(median of the GPU's sorted runs after dropping broken ones, runs dropped).
+def _robust_median(scores: list[float], run_ratio: float) -> tuple[float, list[float]]:
+    """(median of the GPU's sorted runs after dropping broken ones, the runs kept).
 
     A run more than ``run_ratio`` times off the GPU's own median (a timer in the wrong
     unit, a benchmark that crashed at once) says nothing about the GPU's speed; the
@@ -399,11 +397,11 @@ def _robust_median(scores: list[float], run_ratio: float) -> tuple[float, int]:
     """
     med = _median_sorted(scores)
     if run_ratio <= 0 or len(scores) < 3:
-        return med, 0
+        return med, scores
     kept = [s for s in scores if med / run_ratio <= s <= med * run_ratio]
     if len(kept) == len(scores) or not kept:
-        return med, 0
-    return _median_sorted(kept), len(scores) - len(kept)
+        return med, scores
+    return _median_sorted(kept), kept
 
 
 def _chi2_quantile_99(df: int) -> float:
@@ -482,12 +480,13 @@ def classify_group(
     uuids = sorted(runs)
     valid = {u: sorted(_valid_scores(runs[u])) for u in uuids}
     medians: dict[str, float | None] = {}
-    dropped: dict[str, int] = {}
+    kept_runs: dict[str, list[float]] = {}
     for u, v in valid.items():
         if v:
-            medians[u], dropped[u] = _robust_median(v, params.run_ratio)
+            medians[u], kept_runs[u] = _robust_median(v, params.run_ratio)
         else:
-            medians[u], dropped[u] = None, 0
+            medians[u], kept_runs[u] = None, []
+    dropped = {u: len(valid[u]) - len(kept_runs[u]) for u in uuids}
     profiled = [u for u in uuids if len(valid[u]) - dropped[u] >= params.min_runs]
 
     def unprofiled(u: str) -> GpuResult:
@@ -520,10 +519,8 @@ def classify_group(
     perfvar = {u: normalise(fleet, medians[u]) for u in profiled}  # type: ignore[arg-type]
     noise: dict[str, float | None] = {}
     for u in profiled:
-        kept = [normalise(fleet, s) for s in valid[u]]
+        kept = [normalise(fleet, s) for s in kept_runs[u]]
         med = perfvar[u]
-        if params.run_ratio > 0:
-            kept = [p for p in kept if med / params.run_ratio <= p <= med * params.run_ratio]
         if len(kept) < 2:
             noise[u] = None
         else:

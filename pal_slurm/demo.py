@@ -43,23 +43,30 @@ class DemoResult:
 
 
 def _recovery(fleet: Any, report_rows: list[dict[str, Any]], job_classes: dict[str, str]) -> dict[str, dict[str, int]]:
-    """How well the bins found match the fleet's true tiers, per job-class benchmark.
+    """How well the factors found match the fleet's true tiers, per job-class benchmark.
 
-    Bins and true tiers are both ordered fastest first, so we compare ranks: a GPU
-    is recovered when its bin rank is its true tier's rank.
+    A true tier is 0 regular, 1 slow, 2 outlier by the true PerfVar (`simfleet.DEFAULT_TIER_EDGES`).
+    A GPU's found tier applies the same edges to its slowdown factor (an outlier is tier 2): bins
+    are as fine as the measurements allow (docs/classification.md), so a bin's rank is not a tier.
     """
+    import bisect
+
+    from pal_slurm.simfleet import DEFAULT_TIER_EDGES
+
     out: dict[str, dict[str, int]] = {}
     for cls, bench in sorted(job_classes.items()):
         if bench in out:
             continue
         truth = fleet.true_bins(bench)
-        found = {r["uuid"]: r["classes"][cls]["bin"] for r in report_rows if r["classes"].get(cls)}
-        pairs = [(truth[u], b) for u, b in found.items() if b is not None and u in truth]
-        # Map found bin index -> rank among the distinct found bins, same for truth tiers.
-        t_rank = {t: i for i, t in enumerate(sorted({t for t, _ in pairs}))}
-        f_rank = {b: i for i, b in enumerate(sorted({b for _, b in pairs}))}
-        exact = sum(1 for t, b in pairs if t_rank[t] == min(f_rank[b], len(t_rank) - 1))
-        near = sum(1 for t, b in pairs if abs(t_rank[t] - min(f_rank[b], len(t_rank) - 1)) <= 1)
+        pairs = []
+        for r in report_rows:
+            c = r["classes"].get(cls)
+            if not c or c.get("slowdown") is None or r["uuid"] not in truth:
+                continue
+            found = 2 if c.get("outlier") else min(bisect.bisect_left(DEFAULT_TIER_EDGES, c["slowdown"]), 1)
+            pairs.append((truth[r["uuid"]], found))
+        exact = sum(1 for t, f in pairs if t == f)
+        near = sum(1 for t, f in pairs if abs(t - f) <= 1)
         out[bench] = {"gpus": len(pairs), "exact": exact, "within_one": near}
     return out
 
