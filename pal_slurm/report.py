@@ -13,6 +13,8 @@ from pal_slurm.classify import percentile_summary
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 
 REPORT_FORMAT = "pal-report/1"
+#: what to do about a suspiciously fast outlier (its factor is already the typical GPU's)
+FAST_OUTLIER_ACTION = "fast: check the measurement (re-profile it; placement treats it as a typical GPU)"
 
 
 def _group_item(model: str, benchmark: str, rows: Sequence[ResultRow], bins: Sequence[BinRow],
@@ -26,14 +28,14 @@ def _group_item(model: str, benchmark: str, rows: Sequence[ResultRow], bins: Seq
         "unprofiled": len(rows) - len(profiled),
         "perfvar": percentile_summary([r.perfvar for r in profiled]) if profiled else None,
         "bins": [
-            {"bin": b.bin, "slowdown": b.slowdown, "gpus": b.gpus, "outlier": b.outlier,
+            {"bin": b.bin, "slowdown": b.slowdown, "gpus": b.gpus, "outlier": b.outlier, "fast": b.fast,
              "centroid": b.centroid, "low": b.low, "high": b.high}
             for b in bins
         ],
         "outliers": [r.uuid for r in outliers],
         "outlier_details": [
-            {"uuid": r.uuid, "node": r.node, "perfvar": r.perfvar, "slowdown": r.slowdown,
-             "recommendation": outlier_action}
+            {"uuid": r.uuid, "node": r.node, "perfvar": r.perfvar, "slowdown": r.slowdown, "fast": r.fast,
+             "recommendation": FAST_OUTLIER_ACTION if r.fast else outlier_action}
             for r in outliers
         ],
     }

@@ -17,7 +17,7 @@ from pal_slurm.db import classification_store as cstore
 from pal_slurm.db import migrate
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.variability_store import load_variability
-from pal_slurm.services import import_records_now, run_classification
+from pal_slurm.services import import_records_now, load_report, run_classification
 
 
 @pytest.fixture
@@ -51,6 +51,13 @@ def test_fast_outlier_is_stored_told_apart_and_not_chased(engine, tmp_path: Path
     # the placer and the simulator take the suspect GPU as a typical one, not as 20x fast
     assert var["GPU-liar-00"].slowdown["A"] == 1.0 and var["GPU-liar-00"].perfvar["A"] == 1.0
     assert var["GPU-slow-00"].perfvar["A"] == pytest.approx(rows["GPU-slow-00"].perfvar)
+    # the report's JSON labels it, and does not tell anyone to drain a node for it
+    item = next(i for i in load_report(engine, cfg)["benchmarks"] if i["benchmark"] == "resnet50")
+    details = {d["uuid"]: d for d in item["outlier_details"]}
+    assert details["GPU-liar-00"]["fast"] and details["GPU-liar-00"]["recommendation"].startswith(
+        "fast: check the measurement")
+    assert not details["GPU-slow-00"]["fast"] and details["GPU-slow-00"]["recommendation"] == cfg.report.outlier_action
+    assert [b["fast"] for b in item["bins"]][:2] == [True, False]
 
 
 def test_is_fast_outlier() -> None:
