@@ -6,86 +6,84 @@ profile records by model and benchmark and calls :func:`classify_group` once
 per group, so that every model is normalised against its own fleet (an A100
 is never "slow" merely because it is compared with H100s).
 
-Pipeline (each step is documented on the function that does it):
+Pipeline (docs/classification.md says the same for operators):
 
 1. **Per-GPU score.** The median of the GPU's *valid* runs. A run is invalid
    when its score is NaN, infinite, non-positive or not a number at all;
    invalid runs are dropped, never fatal, because one broken benchmark run
-   must not stop a whole classification. A GPU with fewer than
-   ``params.min_runs`` valid runs is *unprofiled*: it gets no PerfVar, bin or
-   slowdown. We never guess a value for it, because a wrong guess would steer
-   jobs onto a GPU we know nothing about (the scheduler treats unprofiled
-   GPUs explicitly instead).
+   must not stop a whole classification. A run more than ``params.run_ratio``
+   times off the GPU's own median is a broken run too (a timer in the wrong
+   unit); it is dropped and the median taken again (:func:`_robust_median`).
+   A GPU with fewer than ``params.min_runs`` runs left is *unprofiled*: it
+   gets no PerfVar, bin or slowdown. We never guess a value for it, because a
+   wrong guess would steer jobs onto a GPU we know nothing about.
 
-2. **PerfVar.** ``fleet = median(per-GPU medians of the profiled GPUs)``;
-   ``PerfVar(g) = median(g) / fleet`` when lower scores are better (times) and
-   ``fleet / median(g)`` when higher is better (throughputs). Either way
-   PerfVar > 1 means "slower than the median GPU", and a GPU with half the
-   throughput of the median has PerfVar 2.0, exactly as one taking twice the
-   time.
+2. **Outliers, both sides** (on a first-pass PerfVar against all profiled
+   GPUs). With ``m = median(PerfVar)``, ``MAD = median(|PerfVar - m|)`` and
+   ``t = max(params.outlier_min_excess, params.outlier_z * 1.4826 * MAD)``
+   (the modified z-score test ``0.6745 * (x - m) / MAD > outlier_z`` of
+   Iglewicz & Hoaglin solved for x; median/MAD rather than mean/std, which a
+   few very slow GPUs inflate to hide themselves; ``outlier_min_excess``
+   guards MAD = 0), a GPU is a *slow* outlier iff ``PerfVar - m > t`` and a
+   *fast* outlier iff ``m - PerfVar > t``. A fast outlier is a measurement
+   to check, not a speed-up: its factor is 1.0 (the typical GPU's), so no
+   placement policy chases it. Every outlier gets a bin of its own and is left
+   out of steps 3-6, so no single GPU can move another GPU's factor.
 
-3. **Outliers (slow side only).** With ``m = median(PerfVar)`` and
-   ``MAD = median(|PerfVar - m|)`` over the profiled GPUs, a GPU is an outlier
-   iff::
+3. **PerfVar.** ``fleet = median(per-GPU medians of the regular GPUs)``;
+   ``PerfVar(g) = median(g) / fleet`` when lower scores are better (times)
+   and ``fleet / median(g)`` when higher is better (throughputs). Either way
+   PerfVar > 1 means "slower than the typical GPU", and a GPU with half the
+   throughput has PerfVar 2.0, exactly as one taking twice the time. Each
+   GPU's *noise* is the standard error of its PerfVar from its runs,
+   ``sqrt(pi/2) * sd / sqrt(runs)`` (a median's); the pooled noise is the mean
+   squared noise of the regular GPUs, each clipped at ``NOISE_CLIP`` x their
+   median (the median of such chi-square-like values is well below their mean
+   and would split fleets of identical GPUs).
 
-       PerfVar(g) - m > max(params.outlier_min_excess,
-                            params.outlier_z * 1.4826 * MAD)
+4. **Number of bins.** The regular PerfVars are clustered with *optimal* 1-D
+   k-means (``kmeans1d``, an exact dynamic program: no random start). K is
+   first chosen by the Bayesian information criterion over ``K = 1 ..
+   min(max_bins, distinct values)``, as Ckmeans.1d.dp does: each K's hard
+   partition defines a Gaussian mixture (weights ``n_k / n``, the cluster
+   means, the unbiased within-cluster variances; a one-member cluster uses
+   ``d^2`` and a zero-variance one ``d^2 / 36``, ``d`` the gap to the nearest
+   outside value; every variance floored at ``(1e-4 * median)^2``),
+   ``BIC = -2 L + (3K - 1) ln n``, the smallest wins, ties to the smaller K.
+   Only partitions whose adjacent centroids differ by at least
+   ``min_bin_gap`` compete (tiers tighter than benchmark noise are useless to
+   a scheduler). ``method = "pal-k2"`` fixes K = 2 instead (the PAL artifact).
+   ``method = "shrink"`` (the default) then raises K until every bin is
+   within measurement noise (:func:`_resolve_partition`): BIC only asks
+   whether there is more than one hump, and a continuous spread -- what real
+   fleets have -- has one.
 
-   ``outlier_z * 1.4826 * MAD`` is the modified z-score test
-   ``0.6745 * (x - m) / MAD > outlier_z`` (Iglewicz & Hoaglin) solved for x;
-   median/MAD are used instead of mean/std (which the PAL artifact uses)
-   because a few very slow GPUs inflate the std and hide themselves. The
-   ``outlier_min_excess`` term guards the MAD = 0 case (a fleet of identical
-   GPUs would otherwise flag a GPU 0.1 % slower). Only the slow side is
-   tested: a GPU that is much *faster* than the fleet costs nobody anything,
-   a much slower one ("outliers run 1.5x slower") is what must be fenced off.
-   Each outlier gets a bin of its own, so it never drags a regular bin's
-   centroid.
-
-4. **Number of bins.** The regular (non-outlier) PerfVars are clustered with
-   *optimal* 1-D k-means (``kmeans1d``, an exact dynamic program, so there is
-   no random start and no run-to-run variation). K is chosen from the data by
-   the Bayesian information criterion over ``K = 1 .. min(max_bins, number of
-   distinct values)``, as Ckmeans.1d.dp (R package, default ``estimate.k =
-   "BIC"``) does: each K's hard partition defines a Gaussian mixture with
-   weights ``n_k / n``, means = the cluster means and variances = the unbiased
-   within-cluster variances; ``L`` is the log-likelihood of the data under
-   that mixture (density summed over the components), ``p = 3K - 1`` free
-   parameters and ``BIC = -2 L + p ln n``. The smallest BIC wins; ties go to
-   the smaller K. Only partitions whose adjacent centroids differ by at least
-   ``min_bin_gap`` (default 0.01, i.e. 1 % speed) compete: BIC on its own splits
-   tiers that are tighter than benchmark noise (two GPU groups at 1.000 and
-   1.001), which no scheduler can use. Variances that would be zero are replaced as in
-   Ckmeans.1d.dp: a one-member cluster uses ``d^2`` and a zero-variance
-   multi-member cluster ``d^2 / 36``, with ``d`` the gap to the nearest value
-   outside the cluster; finally every variance is floored at
-   ``(1e-4 * median(PerfVar))^2`` (a 0.01 % speed difference, far below
-   benchmark noise) so that the likelihood is always finite. The PAL
-   artifact always used K = 2 (its silhouette loop returns on the first
-   iteration); fixing K is wrong both for a uniform fleet (it invents a slow
-   half) and for a fleet with three or more real tiers.
-
-5. **Bins and slowdown factors.** Bins are ordered by centroid (mean PerfVar
-   of their members) ascending: index 0 is the fastest; outlier bins are the
-   slowest and come last. ``slowdown(bin) = centroid / median(centroids of
-   the REGULAR bins)``. Outlier bins are left out of that median on purpose:
-   otherwise two or three broken GPUs would add bins and shift the reference,
-   changing every healthy GPU's slowdown factor although nothing about those
-   GPUs changed. With a single regular bin its slowdown is exactly 1.0.
+5. **Slowdown factors, anchored.** Bins are ordered by centroid (mean PerfVar
+   of their clustering members): fast outliers first, then the regular bins,
+   then the slow outliers. ``slowdown(bin) = centroid / centroid of the bin
+   holding the median regular GPU`` (the lower middle one for an even count),
+   so the typical GPU's bin reads exactly 1.0, GPU-weighted; fast outlier
+   bins read 1.0 too. With methods ``bic`` and ``pal-k2`` a GPU's factor is
+   its bin's. With ``shrink`` it is its own PerfVar shrunk toward its bin's
+   centroid by its own noise (empirical Bayes): ``c + w (PerfVar - c)``,
+   ``w = tau^2 / (tau^2 + noise^2)``, ``tau^2 = max(0, within-bin variance -
+   pooled noise^2)``, divided by the same anchor. A slow outlier's factor is
+   its PerfVar over the anchor.
 
 6. **Hysteresis** (``params.hysteresis = h > 0`` and ``previous`` given).
    Re-profiling moves PerfVars a little, and a GPU sitting near a bin
    boundary would otherwise flip bins at every classification run, which
    churns the scheduler's placement decisions for no real reason. So a
-   profiled, non-outlier GPU with a previous slowdown factor is kept in the
+   profiled, regular GPU with a previous slowdown factor is kept in the
    regular bin whose (new) slowdown is closest to its previous slowdown, as
    long as its new PerfVar lies within that bin's ``[low - h, high + h]``
    (``low``/``high`` = the bin's member range from the clustering, ``h`` in
    PerfVar units); otherwise it takes its new bin. After the moves each bin's
    ``gpus``/``low``/``high`` are recomputed from its final members while
-   centroids and slowdown factors stay those of the clustering, so the scale
-   is stable. A regular bin left with no member is dropped and the bins are
-   re-indexed (``k_regular`` still reports the K that BIC chose).
+   centroids, bin factors and the anchor stay those of the clustering, so the
+   scale is stable; a kept GPU's own factor (``shrink``) is shrunk toward the
+   bin it kept. A regular bin left with no member is dropped and the bins are
+   re-indexed (``k_regular`` still reports the K that was chosen).
 
 7. **Determinism.** The same input, in any mapping order and any run order,
    gives an identical result: GPUs are processed sorted by ``(PerfVar,
@@ -108,6 +106,7 @@ __all__ = [
     "ClassifyParams",
     "GpuResult",
     "GroupResult",
+    "METHODS",
     "classify_group",
     "percentile_summary",
 ]
@@ -116,6 +115,12 @@ __all__ = [
 MAD_TO_SIGMA = 1.4826
 #: Relative floor of the per-cluster standard deviation in the BIC likelihood.
 VARIANCE_FLOOR_REL = 1e-4
+#: Standard error of a median of n normal samples is about sqrt(pi / 2) * sigma / sqrt(n).
+MEDIAN_SE = math.sqrt(math.pi / 2.0)
+#: A GPU's squared noise counts at most this many times the median one in the pooled noise.
+NOISE_CLIP = 10.0
+#: The ways of turning PerfVars into factors (ClassifyParams.method); the first is the default.
+METHODS = ("shrink", "bic", "pal-k2")
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,14 @@ class ClassifyParams:
         min_bin_gap: adjacent regular bins must have centroids at least this
             far apart (PerfVar units; 0.01 = 1 %): BIC alone splits tiers that
             are tighter than benchmark noise, which a scheduler cannot use.
+        method: how PerfVars become factors. ``shrink`` (default): BIC's K, split
+            further until every bin is within measurement noise, and each GPU's
+            factor its own PerfVar shrunk toward its bin by its own noise;
+            ``bic``: BIC's K, one factor per bin; ``pal-k2``: K = 2 plus
+            outliers, one factor per bin (the PAL artifact). See the module
+            docstring and docs/classification.md for the comparison.
+        run_ratio: a run more than this many times off its GPU's own median is a
+            broken run and is dropped (0 = keep every valid run).
     """
 
     min_runs: int = 3
@@ -145,8 +158,15 @@ class ClassifyParams:
     outlier_min_excess: float = 0.10
     hysteresis: float = 0.0
     min_bin_gap: float = 0.01
+    method: str = "shrink"
+    run_ratio: float = 10.0
 
     def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"ClassifyParams.method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if not isinstance(self.run_ratio, (int, float)) or isinstance(self.run_ratio, bool) or not (
+                self.run_ratio == 0 or 1 < self.run_ratio < math.inf):
+            raise ValueError(f"ClassifyParams.run_ratio must be 0 (off) or a number > 1, got {self.run_ratio!r}")
         for name in ("min_runs", "max_bins"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -174,7 +194,13 @@ class GpuResult:
     ``median_score`` is the median of the GPU's valid runs (also reported for
     an unprofiled GPU that has some valid runs, for information; None when it
     has none). ``perfvar``, ``bin`` and ``slowdown`` are None when the GPU is
-    unprofiled. ``bin`` indexes :attr:`GroupResult.bins`.
+    unprofiled. ``bin`` indexes :attr:`GroupResult.bins`. ``slowdown`` is the
+    GPU's own factor: its bin's for methods ``bic`` and ``pal-k2``, its shrunk
+    PerfVar for ``shrink``. ``fast`` marks an outlier that is suspiciously
+    *fast* ("fast: check the measurement"; its factor is 1.0, the typical
+    GPU's). ``noise`` is the standard error of its PerfVar from the spread of
+    its runs (None with fewer than two); ``dropped`` counts runs dropped as
+    broken (more than ``run_ratio`` off its own median).
     """
 
     uuid: str
@@ -185,15 +211,21 @@ class GpuResult:
     slowdown: float | None
     outlier: bool
     profiled: bool
+    fast: bool = False
+    noise: float | None = None
+    dropped: int = 0
 
 
 @dataclass(frozen=True)
 class Bin:
-    """One performance bin; index 0 is the fastest, outlier bins come last.
+    """One performance bin, in ascending centroid: fast outliers (``fast``, one
+    bin each) first, then the regular bins, then the slow outliers.
 
     ``centroid`` is the mean PerfVar of the members found by the clustering;
     ``low``/``high`` are the min/max PerfVar of the final members (after
-    hysteresis, which may make the range overlap a neighbour's).
+    hysteresis, which may make the range overlap a neighbour's). ``slowdown``
+    is ``centroid / centroid of the bin holding the median regular GPU``
+    (1.0 for that bin and for every fast outlier).
     """
 
     index: int
@@ -203,6 +235,7 @@ class Bin:
     outlier: bool
     low: float
     high: float
+    fast: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,6 +245,10 @@ class GroupResult:
     ``k_regular`` is the K the criterion chose for the regular GPUs (0 when no
     GPU is profiled); ``criterion`` says in words how it was chosen, for the
     report. ``gpus`` is sorted by uuid and includes the unprofiled GPUs.
+    ``fleet_median_score`` is the median score of the regular GPUs (the one
+    PerfVar is relative to); ``noise`` the pooled measurement noise (median
+    over regular GPUs of their PerfVar's squared standard error, square-rooted;
+    None when no GPU has two runs).
     """
 
     fleet_median_score: float | None
@@ -219,6 +256,8 @@ class GroupResult:
     criterion: str
     bins: tuple[Bin, ...]
     gpus: tuple[GpuResult, ...]
+    method: str = "shrink"
+    noise: float | None = None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -349,6 +388,74 @@ def _choose_partition(values: list[float], max_bins: int, min_bin_gap: float = 0
 # --------------------------------------------------------------------------- API
 
 
+def _robust_median(scores: list[float], run_ratio: float) -> tuple[float, list[float]]:
+    """(median of the GPU's sorted runs after dropping broken ones, the runs kept).
+
+    A run more than ``run_ratio`` times off the GPU's own median (a timer in the wrong
+    unit, a benchmark that crashed at once) says nothing about the GPU's speed; the
+    median is recomputed without it. 0 turns this off.
+    """
+    med = _median_sorted(scores)
+    if run_ratio <= 0 or len(scores) < 3:
+        return med, scores
+    kept = [s for s in scores if med / run_ratio <= s <= med * run_ratio]
+    if len(kept) == len(scores) or not kept:
+        return med, scores
+    return _median_sorted(kept), kept
+
+
+def _chi2_quantile_99(df: int) -> float:
+    """The 99 % quantile of chi-square with df degrees of freedom (Wilson-Hilferty; within 1 % for df >= 1)."""
+    z = 2.3263478740408408  # the standard normal's 99 % quantile
+    a = 2.0 / (9.0 * df)
+    return df * (1.0 - a + z * math.sqrt(a)) ** 3
+
+
+def _homogeneous(x: np.ndarray, seg: tuple[int, int], noise_var: float) -> bool:
+    """Whether a bin's spread is explained by measurement noise alone (chi-square test at 99 %).
+
+    ``sum((x - mean)^2) / noise_var <= chi2_0.99(n - 1)``: the members could all be the
+    same GPU measured with noise ``noise_var``; a bin wider than that holds GPUs a
+    scheduler could tell apart.
+    """
+    s, e = seg
+    n = e - s
+    if n < 2:
+        return True
+    members = x[s:e]
+    ss = float(np.sum((members - members.mean()) ** 2))
+    if noise_var <= 0.0:
+        return ss == 0.0
+    return ss / noise_var <= _chi2_quantile_99(n - 1)
+
+
+def _resolve_partition(values: list[float], segments: list[tuple[int, int]], max_bins: int, min_bin_gap: float,
+                       noise_var: float) -> tuple[list[tuple[int, int]], str]:
+    """Split further than BIC until every bin is as narrow as the measurement noise allows.
+
+    From the K that BIC chose up to ``max_bins``, the first K (optimal k-means, adjacent
+    centroids at least ``min_bin_gap`` apart) whose every bin passes :func:`_homogeneous`;
+    when none does, the largest such K. BIC asks "is there more than one hump?", which a
+    continuous spread never has; this asks "can one bin's GPUs be told apart?".
+    """
+    n = len(values)
+    distinct = 1 + sum(1 for i in range(1, n) if values[i] != values[i - 1])
+    x = np.asarray(values, dtype=float)
+    k_bic = len(segments)
+    if all(_homogeneous(x, s, noise_var) for s in segments):
+        return segments, f"K={k_bic}: every bin is within measurement noise"
+    best = segments
+    for k in range(k_bic + 1, min(max_bins, distinct) + 1):
+        cand = _segments_from_labels(kmeans1d.cluster(values, k).clusters)
+        if cand is None or len(cand) != k or not _centroids_apart(x, cand, min_bin_gap):
+            continue
+        best = cand
+        if all(_homogeneous(x, s, noise_var) for s in cand):
+            return cand, f"K={k}: the smallest K >= {k_bic} whose every bin is within measurement noise"
+    why = f"max_bins={max_bins}" if len(best) == max_bins else f"min_bin_gap={min_bin_gap:g}"
+    return best, f"K={len(best)}: bins still wider than measurement noise, limited by {why}"
+
+
 def classify_group(
     runs: Mapping[str, Sequence[float]],
     *,
@@ -372,54 +479,96 @@ def classify_group(
     """
     uuids = sorted(runs)
     valid = {u: sorted(_valid_scores(runs[u])) for u in uuids}
-    medians = {u: (_median_sorted(v) if v else None) for u, v in valid.items()}
-    profiled = [u for u in uuids if len(valid[u]) >= params.min_runs]
+    medians: dict[str, float | None] = {}
+    kept_runs: dict[str, list[float]] = {}
+    for u, v in valid.items():
+        if v:
+            medians[u], kept_runs[u] = _robust_median(v, params.run_ratio)
+        else:
+            medians[u], kept_runs[u] = None, []
+    dropped = {u: len(valid[u]) - len(kept_runs[u]) for u in uuids}
+    profiled = [u for u in uuids if len(valid[u]) - dropped[u] >= params.min_runs]
+
+    def unprofiled(u: str) -> GpuResult:
+        return GpuResult(u, len(valid[u]) - dropped[u], medians[u], None, None, None, False, False,
+                         dropped=dropped[u])
 
     if not profiled:
-        gpus = tuple(
-            GpuResult(u, len(valid[u]), medians[u], None, None, None, False, False) for u in uuids
-        )
-        return GroupResult(None, 0, "no profiled GPU (none has min_runs valid runs)", (), gpus)
+        return GroupResult(None, 0, "no profiled GPU (none has min_runs valid runs)", (),
+                           tuple(unprofiled(u) for u in uuids), method=params.method)
 
+    def normalise(fleet: float, score: float) -> float:
+        return score / fleet if lower_is_better else fleet / score
+
+    # Pass 1: PerfVar against all profiled GPUs, to find the outliers (both sides).
     fleet = _median_sorted(sorted(medians[u] for u in profiled))  # type: ignore[type-var]
-    perfvar: dict[str, float] = {}
-    for u in profiled:
-        m = medians[u]
-        assert m is not None
-        perfvar[u] = m / fleet if lower_is_better else fleet / m
-
-    # Outliers (slow side only): excess over the median PerfVar beyond max(min_excess, z*1.4826*MAD).
-    pv_sorted = sorted(perfvar.values())
+    pv1 = {u: normalise(fleet, medians[u]) for u in profiled}  # type: ignore[arg-type]
+    pv_sorted = sorted(pv1.values())
     pv_med = _median_sorted(pv_sorted)
     mad = _median_sorted(sorted(abs(v - pv_med) for v in pv_sorted))
     threshold = max(params.outlier_min_excess, params.outlier_z * MAD_TO_SIGMA * mad)
+    slow = {u for u in profiled if pv1[u] - pv_med > threshold}
+    fast = {u for u in profiled if pv_med - pv1[u] > threshold}
+    regular_set = [u for u in profiled if u not in slow and u not in fast]
+    if not regular_set:  # only with outlier_z = outlier_min_excess = 0 and no GPU exactly at the median
+        slow, fast, regular_set = set(), set(), list(profiled)
+
+    # Pass 2: PerfVar against the regular GPUs only, so an outlier (or a broken measurement)
+    # never rescales the healthy GPUs.
+    fleet = _median_sorted(sorted(medians[u] for u in regular_set))  # type: ignore[type-var]
+    perfvar = {u: normalise(fleet, medians[u]) for u in profiled}  # type: ignore[arg-type]
+    noise: dict[str, float | None] = {}
+    for u in profiled:
+        kept = [normalise(fleet, s) for s in kept_runs[u]]
+        med = perfvar[u]
+        if len(kept) < 2:
+            noise[u] = None
+        else:
+            rel = [p / med for p in kept]  # relative, so that 1e300-sized values do not overflow
+            mean = _mean(rel)
+            var = math.fsum((p - mean) ** 2 for p in rel) / (len(rel) - 1)
+            noise[u] = med * MEDIAN_SE * math.sqrt(var / len(rel))
     order = sorted(profiled, key=lambda u: (perfvar[u], u))
-    outliers = [u for u in order if perfvar[u] - pv_med > threshold]
-    regular = [u for u in order if perfvar[u] - pv_med <= threshold]
+    regular = [u for u in order if u not in slow and u not in fast]
+    # pooled noise: the MEAN squared standard error (the median of these chi-square-like values
+    # is well below their mean, which would split fleets of identical GPUs), each clipped at
+    # NOISE_CLIP x their median so that one erratic GPU does not blur every bin
+    known = sorted(noise[u] ** 2 for u in regular if noise[u] is not None)  # type: ignore[operator]
+    floor_var = (VARIANCE_FLOOR_REL * _median_sorted([perfvar[u] for u in regular])) ** 2
+    noise_var = None
+    if known:
+        cap = NOISE_CLIP * _median_sorted(known)
+        noise_var = max(_mean([min(v, cap) for v in known]), floor_var)
 
     # Cluster the regular GPUs (sorted by (PerfVar, uuid)).
-    members: list[tuple[list[str], bool]] = []  # (uuids, outlier) per bin, ascending centroid
-    if regular:
-        reg_values = [perfvar[u] for u in regular]
+    reg_values = [perfvar[u] for u in regular]
+    if params.method == "pal-k2":
+        distinct = len(set(reg_values))
+        k = min(2, distinct)
+        segments = [(0, len(regular))] if k == 1 else _segments_from_labels(kmeans1d.cluster(reg_values, 2).clusters)
+        assert segments is not None
+        criterion = f"K={len(segments)} fixed, as the PAL artifact (method pal-k2)"
+    else:
         segments, criterion = _choose_partition(reg_values, params.max_bins, params.min_bin_gap)
-        members.extend((regular[s:e], False) for s, e in segments)
-        k_regular = len(segments)
-    else:  # impossible by the rule (the median GPU is never an outlier); kept for robustness
-        criterion, k_regular = "no regular GPU (all profiled GPUs are outliers)", 0
-    members.extend(([u], True) for u in outliers)
+        if params.method == "shrink" and noise_var is not None:
+            segments, why = _resolve_partition(reg_values, segments, params.max_bins, params.min_bin_gap, noise_var)
+            criterion = f"{criterion}; {why} (method shrink)"
+    k_regular = len(segments)
+    members: list[tuple[list[str], str]] = [([u], "fast") for u in order if u in fast]
+    members.extend((regular[s:e], "") for s, e in segments)
+    members.extend(([u], "slow") for u in order if u in slow)
 
     centroids = [_mean([perfvar[u] for u in ms]) for ms, _ in members]
-    reg_centroids = sorted(c for c, (_, out) in zip(centroids, members) if not out)
-    reference = _median_sorted(reg_centroids) if reg_centroids else _median_sorted(sorted(centroids))
-    slowdowns = [c / reference for c in centroids]
-
     bin_of = {u: i for i, (ms, _) in enumerate(members) for u in ms}
+    # The anchor: the bin holding the median regular GPU (the lower middle one for an even count).
+    anchor = centroids[bin_of[regular[(len(regular) - 1) // 2]]]
+    slowdowns = [1.0 if kind == "fast" else c / anchor for c, (_, kind) in zip(centroids, members)]
 
     # Hysteresis: keep a GPU in the regular bin closest to its previous slowdown if still near it.
+    reg_idx = [i for i, (_, kind) in enumerate(members) if not kind]
     if params.hysteresis > 0 and previous:
         h = params.hysteresis
         ranges = [(perfvar[ms[0]], perfvar[ms[-1]]) for ms, _ in members]  # members sorted by PerfVar
-        reg_idx = [i for i, (_, out) in enumerate(members) if not out]
         for u in regular:
             prev = previous.get(u)
             try:
@@ -435,30 +584,50 @@ def classify_group(
             if lo - h <= perfvar[u] <= hi + h:
                 bin_of[u] = target
 
+    # Per-GPU factors: a bin's factor, or (method shrink) the GPU's PerfVar shrunk toward its bin.
+    factor = {u: slowdowns[bin_of[u]] for u in order}
+    if params.method == "shrink":
+        for i in reg_idx:
+            ms = members[i][0]
+            if len(ms) < 2:
+                continue
+            xs = [perfvar[u] for u in ms]
+            within = math.fsum((x - centroids[i]) ** 2 for x in xs) / (len(xs) - 1)
+            tau2 = max(0.0, within - (noise_var or 0.0))
+            for u in order:
+                if bin_of[u] != i:
+                    continue
+                s2 = noise[u] ** 2 if noise[u] is not None else (noise_var or 0.0)  # type: ignore[operator]
+                weight = 1.0 if s2 == 0.0 else tau2 / (tau2 + s2)
+                factor[u] = (centroids[i] + weight * (perfvar[u] - centroids[i])) / anchor
+    for u in slow:
+        factor[u] = perfvar[u] / anchor
+
     # Build bins from final membership; drop bins hysteresis emptied and re-index.
     final: list[list[str]] = [[] for _ in members]
     for u in order:
         final[bin_of[u]].append(u)
     bins: list[Bin] = []
     new_index: dict[int, int] = {}
-    for i, ((_, out), ms) in enumerate(zip(members, final)):
+    for i, ((_, kind), ms) in enumerate(zip(members, final)):
         if not ms:
             continue
         new_index[i] = len(bins)
         vals = [perfvar[u] for u in ms]
-        bins.append(Bin(len(bins), centroids[i], slowdowns[i], len(ms), out, min(vals), max(vals)))
+        bins.append(Bin(len(bins), centroids[i], slowdowns[i], len(ms), bool(kind), min(vals), max(vals),
+                        fast=kind == "fast"))
 
-    outlier_set = set(outliers)
     gpus_out: list[GpuResult] = []
     for u in uuids:
         if u in perfvar:
-            b = new_index[bin_of[u]]
             gpus_out.append(
-                GpuResult(u, len(valid[u]), medians[u], perfvar[u], b, bins[b].slowdown, u in outlier_set, True)
+                GpuResult(u, len(valid[u]) - dropped[u], medians[u], perfvar[u], new_index[bin_of[u]], factor[u],
+                          u in slow or u in fast, True, fast=u in fast, noise=noise[u], dropped=dropped[u])
             )
         else:
-            gpus_out.append(GpuResult(u, len(valid[u]), medians[u], None, None, None, False, False))
-    return GroupResult(fleet, k_regular, criterion, tuple(bins), tuple(gpus_out))
+            gpus_out.append(unprofiled(u))
+    return GroupResult(fleet, k_regular, criterion, tuple(bins), tuple(gpus_out), method=params.method,
+                       noise=None if noise_var is None else math.sqrt(noise_var))
 
 
 def percentile_summary(values: Sequence[float]) -> dict[str, float]:

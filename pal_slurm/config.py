@@ -58,6 +58,10 @@ class ClassificationConfig(_Section):
     outlier_min_excess: float = Field(default=0.10, ge=0)
     hysteresis: float = Field(default=0.0, ge=0)
     min_bin_gap: float = Field(default=0.01, ge=0)
+    #: shrink (per-GPU factors, bins split down to measurement noise), bic or pal-k2: docs/classification.md
+    method: Literal["shrink", "bic", "pal-k2"] = "shrink"
+    #: a run more than this many times off its GPU's own median is dropped as broken (0 = off)
+    run_ratio: float = Field(default=10.0, ge=0)
 
 
 class IngestConfig(_Section):

@@ -49,14 +49,14 @@ def _group_item(model: str, benchmark: str, rows: Sequence[ResultRow], bins: Seq
         "unprofiled": len(rows) - len(profiled),
         "perfvar": percentile_summary([r.perfvar for r in profiled]) if profiled else None,
         "bins": [
-            {"bin": b.bin, "slowdown": b.slowdown, "gpus": b.gpus, "outlier": b.outlier,
+            {"bin": b.bin, "slowdown": b.slowdown, "gpus": b.gpus, "outlier": b.outlier, "fast": b.fast,
              "centroid": b.centroid, "low": b.low, "high": b.high}
             for b in bins
         ],
         "regular_bins": sum(1 for b in bins if not b.outlier),
         "outliers": [r.uuid for r in outliers],
         "outlier_details": [
-            {"uuid": r.uuid, "node": r.node, "perfvar": r.perfvar, "slowdown": r.slowdown,
+            {"uuid": r.uuid, "node": r.node, "perfvar": r.perfvar, "slowdown": r.slowdown, "fast": r.fast,
              "action": actions[r.uuid].action, "reason": actions[r.uuid].reason,
              "recommendation": actions[r.uuid].text}
             for r in outliers

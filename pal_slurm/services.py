@@ -100,7 +100,8 @@ def import_records_now(engine: Engine, records: Sequence[ProfileRecord]) -> Impo
         return import_records(session, records)
 
 
-def classify_params(cfg: PalConfig, *, hysteresis: float | None = None, min_runs: int | None = None) -> ClassifyParams:
+def classify_params(cfg: PalConfig, *, hysteresis: float | None = None, min_runs: int | None = None,
+                    method: str | None = None) -> ClassifyParams:
     from pal_slurm.classify import ClassifyParams
 
     c = cfg.classification
@@ -112,6 +113,8 @@ def classify_params(cfg: PalConfig, *, hysteresis: float | None = None, min_runs
             outlier_min_excess=c.outlier_min_excess,
             hysteresis=c.hysteresis if hysteresis is None else hysteresis,
             min_bin_gap=c.min_bin_gap,
+            method=c.method if method is None else method,
+            run_ratio=c.run_ratio,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from exc
@@ -126,12 +129,12 @@ class ClassifySummary:
 
 def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | None = None,
                        min_runs: int | None = None, models: Sequence[str] | None = None,
-                       note: str = "") -> ClassifySummary:
+                       note: str = "", method: str | None = None) -> ClassifySummary:
     """Classify every (model, benchmark) from all stored runs and store a new versioned run."""
     from pal_slurm.fleet import assign_job_classes, classify_fleet
 
     require_current(engine)
-    params = classify_params(cfg, hysteresis=hysteresis, min_runs=min_runs)
+    params = classify_params(cfg, hysteresis=hysteresis, min_runs=min_runs, method=method)
     class_benchmarks = {name: jc.benchmark for name, jc in cfg.job_classes.items()}
     with session_scope(engine) as session:
         groups = load_group_runs(session, models=models)
@@ -159,6 +162,7 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
                  # regular bins, as every report counts them; each outlier's own bin is an outlier
                  "bins": sum(1 for b in c.result.bins if not b.outlier),
                  "outliers": sum(1 for g in c.result.gpus if g.outlier),
+                 "fast_outliers": sum(1 for g in c.result.gpus if g.fast),
                  "criterion": c.result.criterion}
                 for c in classified
             ],

@@ -17,7 +17,9 @@ from pal_slurm.cli.main import cli
 
 FILES = {"resnet50": "resnet", "bert": "bert", "pagerank": "pagerank", "sgemm": "sgemm"}
 EXPECTED = {  # benchmark: (GPUs with >= 3 runs, PerfVar min, PerfVar max) from the raw CSVs
-    "resnet50": (336, 0.9449, 1.1205),
+    # PerfVar is relative to the median of the regular GPUs: resnet50's 6 slow outliers are left
+    # out of it (with them the median GPU is 0.11 % slower and the range 0.9449-1.1205)
+    "resnet50": (336, 0.9459, 1.1217),
     "bert": (136, 0.9858, 1.0391),
     "pagerank": (172, 0.9707, 1.0036),
     "sgemm": (384, 0.9524, 1.2027),
@@ -56,7 +58,7 @@ def test_longhorn_end_to_end(db_url: str, artifact_dir: Path, runner: CliRunner)
         assert item["gpus"] == gpus, bench
         assert item["perfvar"]["min"] == pytest.approx(lo, abs=5e-4), bench
         assert item["perfvar"]["max"] == pytest.approx(hi, abs=5e-4), bench
-        assert item["perfvar"]["median"] == pytest.approx(1.0, abs=1e-3), bench
+        assert item["perfvar"]["median"] == pytest.approx(1.0, abs=2e-3), bench  # over all GPUs, outliers too
         assert sum(b["gpus"] for b in item["bins"]) == gpus
     # The slowest SGEMM GPU (1.2x the median) is an outlier, and sensitive resnet50 has more
     # than one regular tier while memory-bound pagerank's spread stays under 4 %.

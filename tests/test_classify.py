@@ -7,6 +7,7 @@ slowdown factors can be computed by hand in the test.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -18,9 +19,17 @@ from pal_slurm.classify import (
     ClassifyParams,
     GpuResult,
     GroupResult,
-    classify_group,
     percentile_summary,
 )
+from pal_slurm.classify import classify_group as _classify_group
+
+#: Most tests here pin down the binning itself (one factor per bin); tests/test_classify_resolution.py
+#: covers the default method, which also shrinks each GPU's own factor.
+BIC = {"method": "bic"}
+
+
+def classify_group(runs, *, params=None, **kw) -> GroupResult:
+    return _classify_group(runs, params=params or ClassifyParams(**BIC), **kw)
 
 
 def fleet(values: dict[str, float], runs: int = 3) -> dict[str, list[float]]:
@@ -70,12 +79,13 @@ def test_two_clear_groups():
     assert members(r, 0) == set(a) and members(r, 1) == set(b)
     fleet_median = (1.009 + 1.100) / 2
     assert r.fleet_median_score == pytest.approx(fleet_median)
-    # centroids: mean raw value / fleet median; slowdown: centroid / mean of the two centroids
+    # centroids: mean raw value / fleet median; slowdown: centroid / centroid of the bin holding
+    # the median GPU (the lower middle of 20, a09)
     mean_a, mean_b = 1.0045, 1.1045
     assert r.bins[0].centroid == pytest.approx(mean_a / fleet_median)
     assert r.bins[1].centroid == pytest.approx(mean_b / fleet_median)
-    assert r.bins[0].slowdown == pytest.approx(2 * mean_a / (mean_a + mean_b))  # 0.95258...
-    assert r.bins[1].slowdown == pytest.approx(2 * mean_b / (mean_a + mean_b))  # 1.04742...
+    assert r.bins[0].slowdown == 1.0
+    assert r.bins[1].slowdown == pytest.approx(mean_b / mean_a)  # 1.0996
     assert r.bins[0].low == pytest.approx(1.000 / fleet_median)
     assert r.bins[1].high == pytest.approx(1.109 / fleet_median)
     assert not any(g.outlier for g in r.gpus)
@@ -105,9 +115,9 @@ def test_four_clear_groups_bic_picks_four_not_two():
     assert r.k_regular == 4
     for j in range(4):
         assert members(r, j) == {u for u in values if u.startswith(f"g{j}")}
-    # the two middle centroids are averaged for the reference
+    # the median GPU (24th of 48) is in the second tier: it is the reference
     means = [start + 0.0015 * 5.5 for start in [1.00, 1.08, 1.16, 1.24]]
-    ref = (means[1] + means[2]) / 2
+    ref = means[1]
     assert [b.slowdown for b in r.bins] == pytest.approx([m / ref for m in means])
 
 
@@ -117,12 +127,12 @@ def test_max_bins_caps_k():
     for j, start in enumerate([1.00, 1.02, 1.20, 1.22]):
         values.update(group(f"g{j}", start, 12, 0.0005))
     assert classify_group(fleet(values), lower_is_better=True).k_regular == 4
-    r = classify_group(fleet(values), lower_is_better=True, params=ClassifyParams(max_bins=2))
+    r = classify_group(fleet(values), lower_is_better=True, params=ClassifyParams(**BIC, max_bins=2))
     check_invariants(r)
     assert r.k_regular == 2 and len(r.bins) == 2
     assert members(r, 0) == {u for u in values if u[:2] in ("g0", "g1")}
     assert "K=1..2" in r.criterion
-    r = classify_group(fleet(values), lower_is_better=True, params=ClassifyParams(max_bins=1))
+    r = classify_group(fleet(values), lower_is_better=True, params=ClassifyParams(**BIC, max_bins=1))
     assert r.k_regular == 1 and len(r.bins) == 1 and r.bins[0].slowdown == 1.0
 
 
@@ -153,7 +163,7 @@ def test_one_slow_outlier_gets_own_bin_and_is_excluded_from_reference():
     g = by_uuid(r)["slow"]
     assert g.outlier and g.bin == 1 and r.bins[1].outlier and r.bins[1].gpus == 1
     assert not r.bins[0].outlier and members(r, 0) == set(regular)
-    fleet_median = 1.0095  # median of 20 medians: (1.009 + 1.010) / 2
+    fleet_median = 1.009  # median of the 19 regular GPUs' medians (the outlier is left out)
     assert r.fleet_median_score == pytest.approx(fleet_median)
     assert g.perfvar == pytest.approx(1.5 / fleet_median)
     # reference = the regular centroid only (a median over both centroids would make it != 1)
@@ -162,11 +172,16 @@ def test_one_slow_outlier_gets_own_bin_and_is_excluded_from_reference():
     assert g.slowdown > 1.4
 
 
-def test_fast_outlier_is_not_flagged():
-    r = classify_group(fleet({**group("r", 1.00, 19), "fast": 0.5}), lower_is_better=True)
+def test_fast_outlier_is_flagged_in_its_own_bin_with_the_typical_factor():
+    regular = group("r", 1.00, 19)
+    alone = classify_group(fleet(regular), lower_is_better=True)
+    r = classify_group(fleet({**regular, "fast": 0.5}), lower_is_better=True)
     check_invariants(r)
-    assert not any(g.outlier for g in r.gpus)
-    assert not any(b.outlier for b in r.bins)
+    g = by_uuid(r)["fast"]
+    assert g.outlier and g.fast and g.bin == 0 and g.slowdown == 1.0
+    assert r.bins[0] == Bin(0, 0.5 / 1.009, 1.0, 1, True, 0.5 / 1.009, 0.5 / 1.009, fast=True)
+    # the healthy GPUs are classified exactly as without it
+    assert [x for x in r.gpus if x.uuid != "fast"] == [dataclasses.replace(x, bin=x.bin + 1) for x in alone.gpus]
 
 
 def test_outlier_min_excess_guards_zero_mad():
@@ -185,7 +200,7 @@ def test_outlier_rule_uses_modified_z():
     # with the probe added the median is 1.0095 and MAD = 0.005 (raw units, before normalising)
     # threshold (raw) = 3.5 * 1.4826 * 0.005 = 0.0259455 ; probes at +0.0255 and +0.0265 from 1.0095
     # min_excess 0 so that only the z-rule decides
-    params = ClassifyParams(outlier_min_excess=0.0)
+    params = ClassifyParams(**BIC, outlier_min_excess=0.0)
     below = classify_group(fleet({**regular, "p": 1.0095 + 0.0255}), lower_is_better=True, params=params)
     above = classify_group(fleet({**regular, "p": 1.0095 + 0.0265}), lower_is_better=True, params=params)
     assert not by_uuid(below)["p"].outlier
@@ -218,7 +233,8 @@ def test_one_gpu():
     r = classify_group({"only": [3.0, 1.0, 2.0]}, lower_is_better=True)
     check_invariants(r)
     assert r.fleet_median_score == 2.0 and r.k_regular == 1
-    assert r.gpus == (GpuResult("only", 3, 2.0, 1.0, 0, 1.0, False, True),)
+    noise = 1.2533141373155 * 0.5 / math.sqrt(3)  # runs at PerfVar 0.5, 1.0, 1.5: standard deviation 0.5
+    assert r.gpus == (GpuResult("only", 3, 2.0, 1.0, 0, 1.0, False, True, noise=pytest.approx(noise)),)
 
 
 def test_two_gpus_never_outliers():
@@ -229,7 +245,7 @@ def test_two_gpus_never_outliers():
 
 def test_empty_input():
     r = classify_group({}, lower_is_better=True)
-    assert r == GroupResult(None, 0, r.criterion, (), ())
+    assert r == GroupResult(None, 0, r.criterion, (), (), method="bic")
 
 
 def test_no_profiled_gpu():
@@ -266,7 +282,7 @@ def test_missing_and_invalid_runs():
 def test_min_runs_param():
     runs = {"a": [1.0], "b": [1.0, 1.0], "c": [2.0, 2.0]}
     assert [g.profiled for g in classify_group(runs, lower_is_better=True).gpus] == [False, False, False]
-    r = classify_group(runs, lower_is_better=True, params=ClassifyParams(min_runs=2))
+    r = classify_group(runs, lower_is_better=True, params=ClassifyParams(**BIC, min_runs=2))
     assert [g.profiled for g in r.gpus] == [False, True, True]
     assert r.fleet_median_score == 1.5
 
@@ -281,7 +297,8 @@ def test_direction_throughput_is_mirror_of_time():
     assert r_thr.fleet_median_score == 100.0
     g = by_uuid(r_thr)
     assert g["half"].perfvar == 2.0 and g["double"].perfvar == 0.5 and g["g0"].perfvar == 1.0
-    assert g["half"].outlier and not g["double"].outlier
+    assert g["half"].outlier and not g["half"].fast
+    assert g["double"].outlier and g["double"].fast and g["double"].slowdown == 1.0  # twice as fast: suspect
     # the same GPUs measured as times (1 / throughput) give the same PerfVars and bins
     times = {u: 1.0 / v for u, v in throughput.items()}
     r_time = classify_group(fleet(times), lower_is_better=True)
@@ -333,7 +350,7 @@ def test_hysteresis_keeps_borderline_and_moves_clear_change():
     previous = {u: (slow_slow if u.startswith("b") else slow_fast) for u in values}
     previous["border"] = slow_slow  # was in the slow bin last time
     previous["moved"] = slow_slow  # was in the slow bin last time too, but is now clearly fast
-    params = ClassifyParams(hysteresis=0.06)
+    params = ClassifyParams(**BIC, hysteresis=0.06)
     plain = classify_group(fleet(values), lower_is_better=True)
     r = classify_group(fleet(values), lower_is_better=True, params=params, previous=previous)
     check_invariants(r)
@@ -361,10 +378,10 @@ def test_hysteresis_off_or_without_previous_changes_nothing():
     previous = {"border": slow_slow}
     plain = classify_group(fleet(values), lower_is_better=True)
     assert classify_group(fleet(values), lower_is_better=True, previous=previous) == plain
-    assert classify_group(fleet(values), lower_is_better=True, params=ClassifyParams(hysteresis=0.06)) == plain
+    assert classify_group(fleet(values), lower_is_better=True, params=ClassifyParams(**BIC, hysteresis=0.06)) == plain
     # a margin too small to reach the slow bin (gap 0.05 raw) changes nothing either
     small = classify_group(
-        fleet(values), lower_is_better=True, params=ClassifyParams(hysteresis=0.04), previous=previous
+        fleet(values), lower_is_better=True, params=ClassifyParams(**BIC, hysteresis=0.04), previous=previous
     )
     assert small.gpus == plain.gpus
 
@@ -372,7 +389,7 @@ def test_hysteresis_off_or_without_previous_changes_nothing():
 def test_hysteresis_never_touches_outliers():
     values = {**group("r", 1.00, 19), "slow": 1.5}
     r = classify_group(
-        fleet(values), lower_is_better=True, params=ClassifyParams(hysteresis=1.0), previous={"slow": 1.0}
+        fleet(values), lower_is_better=True, params=ClassifyParams(**BIC, hysteresis=1.0), previous={"slow": 1.0}
     )
     assert by_uuid(r)["slow"].outlier and by_uuid(r)["slow"].bin == 1
 
@@ -381,7 +398,7 @@ def test_hysteresis_emptied_bin_is_dropped():
     values = {**group("a", 1.00, 10), **group("b", 1.10, 10)}
     plain = classify_group(fleet(values), lower_is_better=True)
     previous = {u: plain.bins[0].slowdown for u in values}  # everybody was fast last time
-    r = classify_group(fleet(values), lower_is_better=True, params=ClassifyParams(hysteresis=0.2), previous=previous)
+    r = classify_group(fleet(values), lower_is_better=True, params=ClassifyParams(**BIC, hysteresis=0.2), previous=previous)
     check_invariants(r)
     assert r.k_regular == 2  # what BIC chose
     assert len(r.bins) == 1 and r.bins[0].gpus == 20
@@ -409,10 +426,10 @@ def test_params_validation(kwargs, field):
 
 
 def test_params_as_dict_roundtrip():
-    p = ClassifyParams(min_runs=5, max_bins=4, outlier_z=3.0, outlier_min_excess=0.05, hysteresis=0.01)
+    p = ClassifyParams(**BIC, min_runs=5, max_bins=4, outlier_z=3.0, outlier_min_excess=0.05, hysteresis=0.01)
     d = p.as_dict()
     assert d == {"min_runs": 5, "max_bins": 4, "outlier_z": 3.0, "outlier_min_excess": 0.05, "hysteresis": 0.01,
-                 "min_bin_gap": 0.01}
+                 "min_bin_gap": 0.01, "method": "bic", "run_ratio": 10.0}
     assert ClassifyParams(**d) == p
     with pytest.raises(Exception):
         p.min_runs = 1  # type: ignore[misc]  # frozen
@@ -442,7 +459,7 @@ def test_min_bin_gap_merges_tiers_tighter_than_noise():
     tiers = {**group("a", 1.000, 6, step=0.0), **group("b", 1.001, 6, step=0.0), **group("c", 1.002, 6, step=0.0)}
     merged = classify_group(fleet(tiers), lower_is_better=True)
     assert merged.k_regular == 1
-    split = classify_group(fleet(tiers), lower_is_better=True, params=ClassifyParams(min_bin_gap=0.0))
+    split = classify_group(fleet(tiers), lower_is_better=True, params=ClassifyParams(**BIC, min_bin_gap=0.0))
     assert split.k_regular == 3
     apart = {**group("a", 1.00, 6, step=0.0), **group("b", 1.05, 6, step=0.0)}
     assert classify_group(fleet(apart), lower_is_better=True).k_regular == 2

@@ -14,17 +14,19 @@ from pal_slurm.cli.render import Column, emit_rows, format_option
                    "(e.g. 0.01); default from the config (0 = off).")
 @click.option("--min-runs", type=click.IntRange(min=1), help="Runs a GPU needs to be classified for a benchmark.")
 @click.option("--model", "models", multiple=True, metavar="NAME", help="Only this GPU model (repeatable).")
+@click.option("--method", type=click.Choice(["shrink", "bic", "pal-k2"]),
+              help="How PerfVars become factors (default from the config: shrink); see docs/classification.md.")
 @click.option("--note", default="", help="Free text stored with the run.")
 @format_option
 @click.pass_obj
-def classify(app: AppContext, hysteresis: float | None, min_runs: int | None, models: tuple[str, ...], note: str,
-             fmt: str) -> None:
-    """Bin every GPU per model and benchmark (PerfVar, outliers, optimal 1-D k-means with K by BIC)
-    and store the result as a new classification version."""
+def classify(app: AppContext, hysteresis: float | None, min_runs: int | None, models: tuple[str, ...],
+             method: str | None, note: str, fmt: str) -> None:
+    """Bin every GPU per model and benchmark (PerfVar, slow and fast outliers, optimal 1-D k-means;
+    K by BIC, split down to measurement noise) and store the result as a new classification version."""
     from pal_slurm.services import run_classification
 
     summary = run_classification(app.engine, app.cfg, hysteresis=hysteresis, min_runs=min_runs,
-                                 models=list(models) or None, note=note)
+                                 models=list(models) or None, note=note, method=method)
     columns = [
         Column("model", lambda r: r["model"]), Column("benchmark", lambda r: r["benchmark"]),
         Column("GPUs", lambda r: r["gpus"], "right"), Column("unprofiled", lambda r: r["unprofiled"], "right"),

@@ -137,6 +137,8 @@ class ResultRow:
     run_spread: float | None = None  # interquartile range / median of the GPU's stored runs (with_clocks only)
     ecc_uncorrected: int | None = None  # from the node inventory, when it has run
     retired_pages: int | None = None
+    #: a suspiciously fast outlier ("fast: check the measurement"); see `is_fast_outlier`
+    fast: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,18 @@ class BinRow:
     outlier: bool
     low: float
     high: float
+    fast: bool = False
+
+
+def is_fast_outlier(outlier: bool, slowdown: float | None) -> bool:
+    """Whether a stored outlier is a *fast* one (a measurement to check), from its factor.
+
+    No column is needed: classification gives a fast outlier the typical GPU's factor,
+    exactly 1.0, while a slow outlier is slower than every regular GPU, so its factor
+    (centroid over a mean of regular PerfVars) is above 1. Runs stored before fast
+    outliers existed have only slow ones, which this reads correctly too.
+    """
+    return bool(outlier) and slowdown is not None and slowdown <= 1.0
 
 
 @dataclass(frozen=True)
@@ -184,9 +198,10 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
     for uuid, nname, model, bench, runs, med, pv, b, sf, outl, prof, gid, bid, ecc, retired in session.execute(stmt):
         clock, last, spread = extra.get((gid, bid), (None, None, None))
         results.append(ResultRow(uuid, nname, model, bench, runs, med, pv, b, sf, bool(outl), bool(prof), clock, last,
-                                 spread, ecc, retired))
+                                 spread, ecc, retired, fast=is_fast_outlier(outl, sf)))
     bins = [
-        BinRow(m, bn, r.bin, r.centroid, r.slowdown, r.gpus, bool(r.outlier), r.low, r.high)
+        BinRow(m, bn, r.bin, r.centroid, r.slowdown, r.gpus, bool(r.outlier), r.low, r.high,
+               fast=is_fast_outlier(r.outlier, r.slowdown))
         for r, m, bn in session.execute(
             select(ClassificationBin, ClassificationBin.model, Benchmark.name)
             .join(Benchmark, Benchmark.id == ClassificationBin.benchmark_id)

@@ -50,7 +50,10 @@ def load_variability(session: Session, classes: Sequence[str], version: int | No
         for job_class, bench in stored.job_classes.items():
             res = by_bench.get((uuid, bench))
             if res is not None and res.profiled:
-                row["classes"][job_class] = {"slowdown": res.slowdown, "perfvar": res.perfvar}
+                # a fast outlier's PerfVar is a measurement to check, not a speed to chase: the
+                # placer's estimates and the simulator take it as the typical GPU's (its factor)
+                pv = res.slowdown if res.fast else res.perfvar
+                row["classes"][job_class] = {"slowdown": res.slowdown, "perfvar": pv}
     ordered = sorted(rows.values(), key=lambda x: (x["model"], x["node"] or "", x["uuid"]))
     return StoredVariability(version=stored.version, gpus=tuple(from_classification(ordered, classes)))
 
