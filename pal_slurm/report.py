@@ -16,7 +16,7 @@ from pal_slurm.classify import percentile_summary
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 from pal_slurm.numfmt import DIGITS, fmt_num
 
-__all__ = ["DIGITS", "REPORT_FORMAT", "bins_text", "build_report", "fmt_num", "gpu_rows", "grade_outliers",
+__all__ = ["DIGITS", "REPORT_FORMAT", "bins_text", "build_report", "fmt_num", "gpu_rows", "grade_outliers", "identity_text",
            "group_summary", "regular_bins"]
 
 REPORT_FORMAT = "pal-report/1"
@@ -81,9 +81,10 @@ def grade_outliers(stored: StoredClassification, policy: ActionPolicy, now: date
 
 
 def build_report(stored: StoredClassification, *, policy: ActionPolicy | None = None, now: datetime | None = None,
-                 outlier_action: str | None = None) -> dict[str, Any]:
+                 outlier_action: str | None = None, identity: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Per model x benchmark and per model x job class: counts, PerfVar spread, bins, outliers,
-    and one graded action per outlier GPU (`actions`, strongest first).
+    and one graded action per outlier GPU (`actions`, strongest first); with `identity`
+    (db/store.IdentityCounts), how many physical GPUs the rows stand for.
 
     `outlier_action` (config `[report] outlier_action`) replaces the policy's diagnostics text;
     `now` defaults to the current time (staleness of the last run).
@@ -121,7 +122,25 @@ def build_report(stored: StoredClassification, *, policy: ActionPolicy | None = 
         "benchmarks": benchmarks,
         "job_classes": job_classes,
         "actions": [a.as_dict() for a in ordered],
+        **({"identity": dict(identity)} if identity is not None else {}),
     }
+
+
+def identity_text(ids: Mapping[str, int]) -> str:
+    """The database's GPUs by how well they are identified (db/store.IdentityCounts; docs/import-formats.md,
+    "GPU identity"): what the import prints last and `pal report` prints first."""
+    parts = [f"{ids['at_slot']} at a known slot" + (f" ({ids['slot_named']} known only by it)" if ids["slot_named"]
+                                                     else "")]
+    if ids["node_only"]:
+        parts.append(f"{ids['node_only']} on a known node, slot unknown")
+    if ids["unlocated"]:
+        parts.append(f"{ids['unlocated']} with no node")
+    line = (f"{ids['gpus']} GPU{'s' * (ids['gpus'] != 1)} on {ids['nodes']} "
+            f"node{'s' * (ids['nodes'] != 1)}: {', '.join(parts)}")
+    if ids["physical_min"] < ids["gpus"]:
+        line += (f"; at least {ids['physical_min']} physical GPUs (a GPU whose slot is unknown may be one "
+                 "known only by its slot)")
+    return line
 
 
 def gpu_rows(stored: StoredClassification, actions: Mapping[str, GpuAction] | None = None) -> list[dict[str, Any]]:

@@ -597,9 +597,17 @@ def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
     heat_img, heat_note = _safe_plot(_heatmap_plot, stored)
     clock_img, clock_note = _safe_plot(_clock_plot, report, groups)
 
+    ids = report.get("identity")
+    if ids and ids["physical_min"] < ids["gpus"]:  # GPUs the data cannot place: say how many are physical
+        gpu_cards: tuple[tuple[str, Any], ...] = (("physical GPUs (at least)", ids["physical_min"]),
+                                                  ("GPU identities", ids["gpus"]), ("nodes", ids["nodes"]))
+    elif ids:
+        gpu_cards = (("GPUs", ids["gpus"]), ("nodes", ids["nodes"]))
+    else:
+        gpu_cards = (("GPUs", len(gpus)), ("nodes", len(nodes)))
     cards = "".join(
         f'<div class="card"><b>{_e(v)}</b>{_e(k)}</div>'
-        for k, v in (("GPUs", len(gpus)), ("nodes", len(nodes)), ("models", len(models)),
+        for k, v in (*gpu_cards, ("models", len(models)),
                      ("benchmarks", len({r.benchmark for r in stored.results})),
                      ("outlier GPUs", n_outlier_gpus), ("unprofiled GPU × benchmark", n_unprof))
     )

@@ -187,7 +187,7 @@ def _stored(engine: Engine, version: int | None, with_clocks: bool) -> cstore.St
 def load_report(engine: Engine, cfg: PalConfig, version: int | None = None) -> dict[str, Any]:
     from pal_slurm.report import build_report
 
-    return build_report(_stored(engine, version, True), policy=cfg.report.policy())
+    return build_report(_stored(engine, version, True), policy=cfg.report.policy(), identity=identity_summary(engine))
 
 
 def load_gpu_rows(engine: Engine, version: int | None = None, cfg: PalConfig | None = None) -> list[dict[str, Any]]:
@@ -207,4 +207,4 @@ def load_for_html(engine: Engine, cfg: PalConfig,
     from pal_slurm.report import build_report
 
     stored = _stored(engine, version, True)
-    return stored, build_report(stored, policy=cfg.report.policy())
+    return stored, build_report(stored, policy=cfg.report.policy(), identity=identity_summary(engine))

@@ -321,3 +321,34 @@ def test_an_implausible_jsonl_score_is_left_out_and_the_import_goes_on(runner: C
     assert (out["added"], out["rejected"]) == (6, 2)
     assert f"{path}:7: score -3 is not positive: rejected" in result.stderr
     assert f"{path}:8: score inf is not a finite number: rejected" in result.stderr
+
+
+def test_the_report_says_how_many_physical_gpus_the_rows_stand_for(runner: CliRunner, fresh, tmp_path: Path) -> None:
+    """Rows the data cannot place (a UUID on a known node, slot unknown, as Longhorn's sgemm) are
+    not physical GPUs of their own: `pal report` (terminal, JSON, HTML) gives the fewest physical
+    GPUs the rows can be, next to the row count."""
+    sqlite_url = fresh()
+    sgemm = tmp_path / "s.csv"
+    sgemm.write_text("\n".join(["exp,uuid,cabinet,node,ts,perf,dev_id"] + [
+        f"sgemm,{uuid_of(1, d)},c001,1,{T0 + 60 * i},{2400 * SLOW[(1, d)]},0" for d in DEVICES for i in range(3)])
+        + "\n")
+
+    def pal(*args: str) -> str:
+        result = runner.invoke(cli, ["--db", sqlite_url, *args], env={"PAL_CONFIG": "", "COLUMNS": "80"})
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    for bench, path in (("resnet50", resnet_csv(tmp_path / "r.csv")), ("sgemm", sgemm)):
+        pal("profile", "import", "--format", "pal-artifact", "--model", "V100", "--benchmark", bench, str(path))
+    pal("classify")
+    report = json.loads(pal("report", "--format", "json"))
+    # 8 slot-named GPUs on 2 nodes + 4 UUIDs on node 1 whose slots the file does not give
+    assert report["identity"] == {"gpus": 12, "nodes": 2, "at_slot": 8, "slot_named": 8, "node_only": 4,
+                                  "unlocated": 0, "physical_min": 8}
+    text = pal("report")
+    assert "GPUs in the database: 12 GPUs on 2 nodes" in text and "at least 8 physical GPUs" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    html = tmp_path / "r.html"
+    pal("report", "--html", str(html))
+    page = html.read_text(encoding="utf-8")
+    assert '<b>8</b>physical GPUs (at least)' in page and '<b>12</b>GPU identities' in page

@@ -85,19 +85,9 @@ def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str |
 
 
 def _identity_line(ids: dict[str, int]) -> str:
-    """The database's GPUs by how well they are identified (docs/import-formats.md, "GPU identity")."""
-    parts = [f"{ids['at_slot']} at a known slot" + (f" ({ids['slot_named']} known only by it)" if ids["slot_named"]
-                                                     else "")]
-    if ids["node_only"]:
-        parts.append(f"{ids['node_only']} on a known node, slot unknown")
-    if ids["unlocated"]:
-        parts.append(f"{ids['unlocated']} with no node")
-    line = (f"database: {ids['gpus']} GPU{'s' * (ids['gpus'] != 1)} on {ids['nodes']} "
-            f"node{'s' * (ids['nodes'] != 1)}: {', '.join(parts)}")
-    if ids["physical_min"] < ids["gpus"]:
-        line += (f"; at least {ids['physical_min']} physical GPUs (a GPU whose slot is unknown may be one "
-                 "known only by its slot)")
-    return line
+    from pal_slurm.report import identity_text
+
+    return "database: " + identity_text(ids)
 
 
 _MAX_WARNINGS = 20  # per file on stderr; --json carries every one

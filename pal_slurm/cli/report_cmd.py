@@ -126,7 +126,11 @@ def report(ctx: click.Context, fmt: str, html_path: Path | None, version: int | 
 def show_report(data: dict[str, Any], *, wide: bool = False) -> None:
     """The report as tables for people (also used by `pal demo`): one story with the JSON and
     the HTML -- the same regular bins, the same outlier counts, numbers rounded once (fmt_num)."""
+    from pal_slurm.report import identity_text
+
     version = data["classification"]["version"]
+    if data.get("identity"):
+        console().print("GPUs in the database: " + identity_text(data["identity"]), markup=False)
     models = sorted({i["model"] for i in data["benchmarks"]}) if not wide else [None]
     for model in models:
         items = [i for i in data["benchmarks"] if model is None or i["model"] == model]
