@@ -36,7 +36,7 @@ def main() -> int:
 
     from pal_slurm.db import migrate
     from pal_slurm.db.engine import make_engine, session_scope
-    from pal_slurm.db.store import import_records
+    from pal_slurm.db.measurement_store import import_records
     from pal_slurm.ingest.artifact_csv import parse_artifact_file
 
     with tempfile.TemporaryDirectory() as tmp:

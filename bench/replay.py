@@ -79,7 +79,7 @@ def main() -> int:
     ap.add_argument("--node-port", type=int, default=NODE_PORT, help="its first slurmd port (one per node)")
     args = ap.parse_args()
 
-    from pal_slurm.demo_slurm import find_cluster_script
+    from pal_slurm.demo.on_slurm import find_cluster_script
     from pal_slurm.errors import PalError
     from pal_slurm.replay.experiment import ArmSettings, ClusterHandle, configure_database, run_arms
     from pal_slurm.replay.fleet import inventory, name_fleet, node_name

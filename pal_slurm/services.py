@@ -17,7 +17,7 @@ from pal_slurm.config import PalConfig
 from pal_slurm.db import classification_store as cstore
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.migrate import require_current
-from pal_slurm.db.store import ImportResult, import_records, load_group_runs
+from pal_slurm.db.measurement_store import ImportResult, import_records, load_group_runs
 from pal_slurm.errors import InputError, PalError
 from pal_slurm.ingest.records import ProfileRecord
 
@@ -87,8 +87,8 @@ def import_files(engine: Engine, paths: Sequence[Path], fmt: ImportFormat, *, be
 
 
 def identity_summary(engine: Engine) -> dict[str, int]:
-    """How the stored GPUs are identified (pal_slurm.db.store.IdentityCounts), for the import summary."""
-    from pal_slurm.db.store import identity_counts
+    """How the stored GPUs are identified (pal_slurm.db.measurement_store.IdentityCounts), for the import summary."""
+    from pal_slurm.db.measurement_store import identity_counts
 
     with session_scope(engine) as session:
         return identity_counts(session).as_dict()
@@ -131,7 +131,7 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
                        min_runs: int | None = None, models: Sequence[str] | None = None,
                        note: str = "", method: str | None = None) -> ClassifySummary:
     """Classify every (model, benchmark) from all stored runs and store a new versioned run."""
-    from pal_slurm.fleet import assign_job_classes, classify_fleet
+    from pal_slurm.classify_fleet import assign_job_classes, classify_fleet
 
     require_current(engine)
     params = classify_params(cfg, hysteresis=hysteresis, min_runs=min_runs, method=method)

@@ -93,7 +93,7 @@ def _run_chromium(*cmds: list[str]) -> list[str]:
 @pytest.fixture(scope="module")
 def demo_report(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The HTML report of a populated demo database (the demo's own import -> classify -> report)."""
-    from pal_slurm.demo import DemoOptions, run_demo
+    from pal_slurm.demo.walkthrough import DemoOptions, run_demo
 
     out = tmp_path_factory.mktemp("browser-demo")
     result = run_demo(DemoOptions(out_dir=out, nodes=8, gpus_per_node=4, runs_per_gpu=3), say=lambda s: None)

@@ -26,7 +26,7 @@ PACKAGE = REPO / "pal_slurm"
 PURE = (
     "placement/",
     "classify.py",
-    "fleet.py",
+    "classify_fleet.py",
     "ingest/records.py",
     "ingest/artifact_csv.py",
     "ingest/jsonl.py",

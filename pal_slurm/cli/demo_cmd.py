@@ -40,7 +40,7 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
         _slurm_demo(app, out_dir, as_json)
         return
     from pal_slurm.cli.report_cmd import show_report
-    from pal_slurm.demo import DemoOptions, run_demo
+    from pal_slurm.demo.walkthrough import DemoOptions, run_demo
 
     # A PAL_DB_URL left in the environment usually points at the site's real database:
     # the demo must not fill it with a simulated fleet. Only an explicit --db counts.
@@ -69,7 +69,7 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
 
 def _slurm_demo(app: AppContext, out_dir: Path, as_json: bool) -> None:
     from pal_slurm.cli.render import emit_json
-    from pal_slurm.demo_slurm import render_job, require_root, run_slurm_demo
+    from pal_slurm.demo.on_slurm import render_job, require_root, run_slurm_demo
 
     require_root()
     if app.db_url:

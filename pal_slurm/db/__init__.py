@@ -1,7 +1,7 @@
 """Database adapter: SQLAlchemy 2 models, engine creation, Alembic migrations, and the stores.
 
 The schema is defined and migrated only here (`models`, `migrations`), and the stores here
-(`store`, `classification_store`, `variability_store`, `inventory_store`) hand plain dataclasses to the rest.
+(`measurement_store`, `classification_store`, `variability_store`, `inventory_store`) hand plain dataclasses to the rest.
 This package is not the only one that speaks SQL, though: a feature with tables of its own keeps
 its queries beside its logic, written against these models (never as SQL text):
 
@@ -11,7 +11,7 @@ its queries beside its logic, written against these models (never as SQL text):
 - `agent/job_profile_store`: the node agent's finished job profiles and GPU flags;
 - `profiler/run_store`, `profiler/inventory`: a profiling run's failures and the node and GPU
   inventory it upserts;
-- `profiler/recovery`: reads a stored classification back to check it against a simulated fleet;
+- `demo/recovery`: reads a stored classification back to check it against a simulated fleet;
 
 Elsewhere SQLAlchemy appears only as an `Engine` passed around or a `SQLAlchemyError` caught
 (services, cli, placer/factors, agent/dbworker, profiler/service), and `config.mask_url` parses

@@ -25,7 +25,7 @@ from pal_slurm.db.models import (
     Node,
     ProfileRun,
 )
-from pal_slurm.fleet import ClassAssignment, GroupClassification, PreviousSlowdowns
+from pal_slurm.classify_fleet import ClassAssignment, GroupClassification, PreviousSlowdowns
 
 
 def sync_job_classes(session: Session, class_benchmarks: Mapping[str, tuple[str, str]]) -> None:

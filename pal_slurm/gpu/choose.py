@@ -117,14 +117,14 @@ def open_backend(choice: Literal["nvml", "sim"], *, node: str, sim: SimOptions |
             backend.close()
             raise BackendUnavailable("NVML works but sees no GPU on this node")
         return backend
-    from pal_slurm import simfleet
+    from pal_slurm import simulated_fleet
     from pal_slurm.gpu.simulated import SimBackend
 
     opts = sim or SimOptions()
-    models = {"V100": simfleet.V100, "H100": simfleet.H100}
+    models = {"V100": simulated_fleet.V100, "H100": simulated_fleet.H100}
     if opts.model not in models:
         raise InputError(f"unknown simulated GPU model {opts.model!r} (V100 or H100)")
-    fleet = simfleet.make_fleet(nodes=opts.nodes, gpus_per_node=opts.gpus_per_node, model=models[opts.model],
+    fleet = simulated_fleet.make_fleet(nodes=opts.nodes, gpus_per_node=opts.gpus_per_node, model=models[opts.model],
                                 seed=opts.seed, bad_fraction=opts.bad_fraction, node_prefix=opts.node_prefix)
     log.info("simulated fleet: %d nodes x %d %s GPUs, seed %d", opts.nodes, opts.gpus_per_node, opts.model, opts.seed)
     return SimBackend(fleet, opts.only_nodes, busy=opts.busy, lost=opts.lost)

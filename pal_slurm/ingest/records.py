@@ -1,6 +1,6 @@
 """The one record every import format is parsed into before it touches the database.
 
-Parsers are pure (text in, records out); only `pal_slurm.db.store` writes them.
+Parsers are pure (text in, records out); only `pal_slurm.db.measurement_store` writes them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Writing a profiling run to the database: inventory, scores, and the failures.
 
-Scores go through the same import as `pal profile import` (pal_slurm.db.store), so a
+Scores go through the same import as `pal profile import` (pal_slurm.db.measurement_store), so a
 run imported from its JSON-lines file later adds nothing twice. Failures (crash,
 timeout, skipped, busy) go to `benchmark_failures`, keyed by run so they too are
 stored once.
@@ -16,7 +16,7 @@ from sqlalchemy import Engine, select
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.migrate import require_current
 from pal_slurm.db.models import BenchmarkFailure, Gpu, utcnow
-from pal_slurm.db.store import ImportResult, import_records
+from pal_slurm.db.measurement_store import ImportResult, import_records
 from pal_slurm.ingest.jsonl import run_key_for
 from pal_slurm.gpu.interface import InventoryScan
 from pal_slurm.profiler.inventory import InventoryResult, store_inventory

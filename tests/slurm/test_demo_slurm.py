@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from pal_slurm.cli.main import cli
-from pal_slurm.demo_slurm import find_cluster_script, pace_range
+from pal_slurm.demo.on_slurm import find_cluster_script, pace_range
 from pal_slurm.errors import PalError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,10 +15,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from pal_slurm import simfleet
+from pal_slurm import simulated_fleet
 from pal_slurm.errors import InputError
 from pal_slurm.ingest.records import ProfileRecord
-from pal_slurm.simfleet import (
+from pal_slurm.simulated_fleet import (
     CLOCKS_EVENT_GPU_IDLE,
     CLOCKS_EVENT_HW_SLOWDOWN,
     CLOCKS_EVENT_SW_POWER_CAP,
@@ -154,7 +154,7 @@ def test_runs_of_one_gpu_do_not_overlap(records: list[ProfileRecord]) -> None:
         runs.sort(key=lambda r: r.started_at)
         for a, b in zip(runs, runs[1:]):
             assert b.started_at >= a.started_at + timedelta(seconds=a.duration_s)
-    assert min(r.started_at for r in records) >= simfleet.DEFAULT_START
+    assert min(r.started_at for r in records) >= simulated_fleet.DEFAULT_START
 
 
 def test_gpu_identities_look_like_nvml(fleet: SimFleet) -> None:
@@ -302,11 +302,11 @@ def test_run_benchmark_gives_one_record(fleet: SimFleet) -> None:
 
 
 def test_nvml_constants_have_nvml_values() -> None:
-    assert (simfleet.CLOCKS_EVENT_GPU_IDLE, simfleet.CLOCKS_EVENT_APPLICATIONS_CLOCKS_SETTING,
-            simfleet.CLOCKS_EVENT_SW_POWER_CAP, simfleet.CLOCKS_EVENT_HW_SLOWDOWN, simfleet.CLOCKS_EVENT_SYNC_BOOST,
-            simfleet.CLOCKS_EVENT_SW_THERMAL_SLOWDOWN, simfleet.CLOCKS_EVENT_HW_THERMAL_SLOWDOWN,
-            simfleet.CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN,
-            simfleet.CLOCKS_EVENT_DISPLAY_CLOCK_SETTING) == (0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x80, 0x100)
+    assert (simulated_fleet.CLOCKS_EVENT_GPU_IDLE, simulated_fleet.CLOCKS_EVENT_APPLICATIONS_CLOCKS_SETTING,
+            simulated_fleet.CLOCKS_EVENT_SW_POWER_CAP, simulated_fleet.CLOCKS_EVENT_HW_SLOWDOWN, simulated_fleet.CLOCKS_EVENT_SYNC_BOOST,
+            simulated_fleet.CLOCKS_EVENT_SW_THERMAL_SLOWDOWN, simulated_fleet.CLOCKS_EVENT_HW_THERMAL_SLOWDOWN,
+            simulated_fleet.CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN,
+            simulated_fleet.CLOCKS_EVENT_DISPLAY_CLOCK_SETTING) == (0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x80, 0x100)
 
 
 @pytest.mark.parametrize("kwargs", [{"nodes": 0}, {"gpus_per_node": 0}, {"gpus_per_node": 33}, {"bad_fraction": 1.5}])

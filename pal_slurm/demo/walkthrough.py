@@ -45,8 +45,8 @@ class DemoResult:
 
 def _recovery(fleet: Any, engine: Any, version: int, job_classes: dict[str, str]) -> dict[str, dict[str, int]]:
     """How well the bins found match the fleet's true tiers, per job-class benchmark: the
-    measure `profiler/recovery.py` defines (and the profiler test and bench use)."""
-    from pal_slurm.profiler.recovery import load_assignments, recovery
+    measure `demo/recovery.py` defines (and the profiler test and bench use)."""
+    from pal_slurm.demo.recovery import load_assignments, recovery
 
     out: dict[str, dict[str, int]] = {}
     for bench in sorted(set(job_classes.values())):
@@ -62,7 +62,7 @@ def run_demo(opts: DemoOptions, *, app_config_path: str | None = None, say: Say 
     from pal_slurm.report import group_summary
     from pal_slurm.report_html import write_html
     from pal_slurm.services import import_files, load_for_html, open_engine, run_classification
-    from pal_slurm.simfleet import make_fleet
+    from pal_slurm.simulated_fleet import make_fleet
 
     out = opts.out_dir
     try:

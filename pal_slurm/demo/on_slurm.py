@@ -91,7 +91,7 @@ def make_db(tmp: Path) -> str:
     try:
         migrate.upgrade(engine)
         import_files(engine, [jsonl], "jsonl")
-        run_classification(engine, cfg, note="test cluster GPUs (pal_slurm.demo_slurm)")
+        run_classification(engine, cfg, note="test cluster GPUs (pal_slurm.demo.on_slurm)")
     finally:
         engine.dispose()
     return url
