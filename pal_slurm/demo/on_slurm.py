@@ -105,7 +105,7 @@ DEFAULT_CLUSTER_DIR = "/var/tmp/pal-test-slurm"
 
 def find_cluster_script(package_dir: Path | None = None) -> Path:
     """tests/services/slurm-cluster.sh of the source checkout this package runs from."""
-    pkg = package_dir or Path(__file__).resolve().parent
+    pkg = package_dir or Path(__file__).resolve().parents[1]  # the pal_slurm package (this is pal_slurm/demo/)
     script = pkg.parent / CLUSTER_SCRIPT
     if not script.is_file():
         raise PalError(f"pal demo --slurm needs a source checkout of pal-slurm ({CLUSTER_SCRIPT} not found "
