@@ -49,7 +49,7 @@ OVERRUN = 3.0
 #: pending reasons no wait cures (the job asks for more than the partition has); a short
 #: grace, as the placer may hold a NodeList for a moment before it restores a request
 _NEVER_STARTS = frozenset({"PartitionNodeLimit", "PartitionConfig", "BadConstraints"})
-_NEVER_STARTS_GRACE_S = 20.0
+NEVER_STARTS_GRACE_S = 20.0
 
 
 class ReplayInterrupted(PalError):
@@ -152,7 +152,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def run_arm(plan: ReplayPlan, *, arm: str, work_dir: Path, factors: Mapping[str, Mapping[str, Mapping[str, float]]],
             locality_penalty: float, env: Mapping[str, str] | None = None, python: str = sys.executable,
             partition: str | None = None, poll_s: float = 0.25, squeue_every_s: float = 2.0,
-            overrun: float = OVERRUN, overrun_slack_s: float = 30.0, say: Say | None = None) -> ArmRun:
+            overrun: float = OVERRUN, overrun_slack_s: float = 30.0, say: Say | None = None,
+            never_starts_grace_s: float = NEVER_STARTS_GRACE_S) -> ArmRun:
     """Submit the plan's jobs at their times and wait for all of them (see the module doc)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     records, logs = work_dir / "records", work_dir / "logs"
@@ -189,7 +190,7 @@ def run_arm(plan: ReplayPlan, *, arm: str, work_dir: Path, factors: Mapping[str,
                 _read_records(records, by_trace)
                 if now >= next_squeue:
                     next_squeue = now + squeue_every_s
-                    _check_slurm(run, env, now)
+                    _check_slurm(run, env, now, never_starts_grace_s)
                 if say is not None and now - last_note >= 30:
                     last_note = now
                     done = sum(1 for t in run.jobs if t.record is not None)
@@ -239,7 +240,8 @@ def _read_records(records: Path, by_trace: Mapping[str, Tracked]) -> None:
                 t.record = {"error": f"unreadable record {path}: {exc}", "start": 0.0, "end": 0.0}
 
 
-def _check_slurm(run: ArmRun, env: Mapping[str, str] | None, now: float) -> None:
+def _check_slurm(run: ArmRun, env: Mapping[str, str] | None, now: float,
+                 never_starts_grace_s: float = NEVER_STARTS_GRACE_S) -> None:
     """Failed and overrunning jobs, from Slurm's view (squeue keeps ended jobs MinJobAge s)."""
     active = {t.slurm_id: t for t in run.jobs if _active(t)}
     if not active:
@@ -263,7 +265,7 @@ def _check_slurm(run: ArmRun, env: Mapping[str, str] | None, now: float) -> None
             t.started_at = job.start_time
         if job.state == "PENDING" and job.state_reason in _NEVER_STARTS:
             t.stuck_since = t.stuck_since or now
-            if now - t.stuck_since > _NEVER_STARTS_GRACE_S:
+            if now - t.stuck_since > never_starts_grace_s:
                 t.failure = f"can never start here (pending: {job.state_reason}); cancelled"
                 cancel_all([sid], env)
             continue

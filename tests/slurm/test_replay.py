@@ -234,7 +234,7 @@ def test_a_job_that_can_never_start_is_cancelled_and_reported(slurm_cluster: Slu
     t0 = time.time()
     try:
         run = run_arm(plan, arm="slurm", work_dir=tmp_path, factors=factors, locality_penalty=PENALTY,
-                      env=slurm_cluster.env, squeue_every_s=1.0)
+                      env=slurm_cluster.env, squeue_every_s=1.0, never_starts_grace_s=4.0)
     except PalError as exc:
         # 24.11 refuses such a job at submit instead: the arm stops, nothing was left (the other path)
         assert "stopped after 0 of 1 submissions" in str(exc) and "Requested node configuration" in str(exc)
