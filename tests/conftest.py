@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -62,6 +62,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'pal.db'}"
     else:
         yield from _throwaway_db(request.param)
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    """An engine on a fresh database of every backend, migrated to the newest schema."""
+    from pal_slurm.db import migrate
+    from pal_slurm.db.engine import make_engine
+
+    eng = make_engine(db_url)
+    migrate.upgrade(eng)
+    yield eng
+    eng.dispose()
 
 
 @pytest.fixture

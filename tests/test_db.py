@@ -22,14 +22,6 @@ from pal_slurm.errors import DatabaseError, InputError, PalError
 from pal_slurm.services import import_records_now, load_gpu_rows, load_report, run_classification
 
 
-@pytest.fixture
-def engine(db_url: str):
-    eng = make_engine(db_url)
-    migrate.upgrade(eng)
-    yield eng
-    eng.dispose()
-
-
 def _count(engine, model) -> int:
     with session_scope(engine) as s:
         return s.scalar(select(func.count()).select_from(model))

@@ -59,14 +59,6 @@ def pagerank_csv(path: Path, *, slots: list[tuple[int, int]] | None = None, ts: 
     return path
 
 
-@pytest.fixture
-def engine(db_url: str):
-    eng = make_engine(db_url)
-    migrate.upgrade(eng)
-    yield eng
-    eng.dispose()
-
-
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One migrated SQLite file, copied by each test that needs a fresh one (migrating is the slow part)."""

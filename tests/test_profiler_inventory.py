@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from pal_slurm.db import migrate
-from pal_slurm.db.engine import make_engine, session_scope
+from pal_slurm.db.engine import session_scope
 from pal_slurm.db.models import Gpu, Node
 from pal_slurm.gpu.interface import GpuFault, InventoryScan, scan_inventory
 from pal_slurm.profiler.inventory import store_inventory
@@ -18,14 +17,6 @@ from pal_slurm.profiler.run_store import save_inventory
 from pal_slurm.simulated_fleet import make_fleet
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def engine(db_url: str):
-    eng = make_engine(db_url)
-    migrate.upgrade(eng)
-    yield eng
-    eng.dispose()
 
 
 def _gpus(engine) -> dict[str, Gpu]:
