@@ -37,31 +37,7 @@ cmd_install() {
         log "install: chromium is already installed ($(chromium_path))"
         return 0
     fi
-    local sudo=()
-    if [ "$(id -u)" -ne 0 ]; then
-        if have sudo && sudo -n true 2>/dev/null; then
-            sudo=(sudo -n)
-        else
-            die "install needs root (or passwordless sudo) to apt-get install: ${pkgs[*]}"
-        fi
-    fi
-    have apt-get || die "apt-get not found; install by hand: ${pkgs[*]}"
-    local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
-    local p need_update=0
-    for p in "${pkgs[@]}"; do
-        if ! apt-cache show "$p" >/dev/null 2>&1; then need_update=1; fi
-    done
-    if [ "$need_update" -eq 1 ]; then
-        log "install: apt-get update"
-        "${apt[@]}" update -q >&2 || die "apt-get update failed"
-    fi
-    log "install: apt-get install ${pkgs[*]}"
-    if ! "${apt[@]}" install -y -q --no-install-recommends "${pkgs[@]}" >&2; then
-        log "install: apt-get install failed, retrying after apt-get update"
-        "${apt[@]}" update -q >&2 || die "apt-get update failed"
-        "${apt[@]}" install -y -q --no-install-recommends "${pkgs[@]}" >&2 ||
-            die "apt-get install ${pkgs[*]} failed"
-    fi
+    apt_install "${pkgs[@]}"
     chromium_path >/dev/null || die "chromium installed but no chromium executable found"
     log "install: done ($(chromium_path))"
 }

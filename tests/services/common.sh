@@ -20,6 +20,35 @@ find_cmd() {
     return 1
 }
 
+# apt-get install the packages (Debian 12 and 13), as root or with passwordless sudo: the
+# package lists are refreshed first only when they do not know a package, and once more
+# before a retry when the install fails (stale lists on a fresh machine).
+apt_install() {
+    local sudo=() p need_update=0
+    if [ "$(id -u)" -ne 0 ]; then
+        if have sudo && sudo -n true 2>/dev/null; then
+            sudo=(sudo -n)
+        else
+            die "install needs root (or passwordless sudo) to apt-get install: $*"
+        fi
+    fi
+    have apt-get || die "apt-get not found; install by hand: $*"
+    local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
+    for p in "$@"; do
+        apt-cache show "$p" >/dev/null 2>&1 || need_update=1
+    done
+    if [ "$need_update" -eq 1 ]; then
+        log "install: apt-get update"
+        "${apt[@]}" update -q >&2 || die "apt-get update failed"
+    fi
+    log "install: apt-get install $*"
+    if ! "${apt[@]}" install -y -q --no-install-recommends "$@" >&2; then
+        log "install: apt-get install failed, retrying after apt-get update"
+        "${apt[@]}" update -q >&2 || die "apt-get update failed"
+        "${apt[@]}" install -y -q --no-install-recommends "$@" >&2 || die "apt-get install $* failed"
+    fi
+}
+
 # Is something accepting TCP connections on 127.0.0.1:$1?
 port_open() {
     # shellcheck disable=SC2016  # $1 is expanded by the inner bash

@@ -167,31 +167,7 @@ cmd_install() {
         log "install: Slurm $(slurm_version) and the rest are already installed"
         return 0
     fi
-    local sudo=()
-    if [ "$IS_ROOT" -ne 1 ]; then
-        if have sudo && sudo -n true 2>/dev/null; then
-            sudo=(sudo -n)
-        else
-            die "install needs root (or passwordless sudo) to apt-get install: ${pkgs[*]}"
-        fi
-    fi
-    have apt-get || die "apt-get not found; install by hand: ${pkgs[*]}"
-    local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
-    local need_update=0
-    for p in "${pkgs[@]}"; do
-        apt-cache show "$p" >/dev/null 2>&1 || need_update=1
-    done
-    if [ "$need_update" -eq 1 ]; then
-        log "install: apt-get update"
-        "${apt[@]}" update -q >&2 || die "apt-get update failed"
-    fi
-    log "install: apt-get install ${pkgs[*]}"
-    if ! "${apt[@]}" install -y -q --no-install-recommends "${pkgs[@]}" >&2; then
-        log "install: apt-get install failed, retrying after apt-get update"
-        "${apt[@]}" update -q >&2 || die "apt-get update failed"
-        "${apt[@]}" install -y -q --no-install-recommends "${pkgs[@]}" >&2 ||
-            die "apt-get install ${pkgs[*]} failed"
-    fi
+    apt_install "${pkgs[@]}"
     find_cmd slurmctld >/dev/null || die "Slurm installed but no slurmctld found"
     log "install: done (Debian $(cat /etc/debian_version 2>/dev/null || echo '?'), Slurm $(slurm_version))"
 }
