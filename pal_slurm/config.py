@@ -207,7 +207,8 @@ class PalConfig(_Section):
                              "under [job_classes.X]")
         merged: dict[str, Any] = {k: dict(v) for k, v in DEFAULT_JOB_CLASSES.items()}
         for name, settings in value.items():
-            merged[name] = settings if isinstance(settings, JobClassConfig) else {**merged[name], **dict(settings)}
+            # a table is laid over the default; anything else goes to pydantic as it is, for its typed error
+            merged[name] = {**merged[name], **settings} if isinstance(settings, Mapping) else settings
         return dict(sorted(merged.items()))
 
     @model_validator(mode="after")

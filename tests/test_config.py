@@ -87,6 +87,8 @@ def test_the_job_classes_have_one_definition_the_filter_and_spank_plugin_copy() 
     ("[database]\necho = 'loud'\n", "database.echo: Input should be a valid boolean"),
     ("[job_classes.A]\nbenchmark = ''\n", "job_classes.A.benchmark: String should have at least 1 character"),
     ("[job_classes.a]\nbenchmark = 'x'\n", "job_classes: Value error, unknown job class 'a'"),
+    ("[job_classes]\nA = 'resnet50'\n", "job_classes.A: Input should be a valid dictionary"),
+    ("[job_classes]\nA = 3\n", "job_classes.A: Input should be a valid dictionary"),
     ("database = 3\n", "database: Input should be a valid dictionary"),
     ("[logging]\nlevel = 'LOUD'\n", "logging.level: Input should be"),
     ("[classification\n", "invalid TOML"),
