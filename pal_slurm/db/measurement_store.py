@@ -157,6 +157,10 @@ class _Identity:
         for chunk in _chunks(node_ids):
             self.by_uuid.update({g.uuid: g for g in session.scalars(select(Gpu).where(Gpu.node_id.in_(chunk)))})
         self.node_name = {n.id: name for name, n in nodes.items()}
+        elsewhere = sorted({g.node_id for g in self.by_uuid.values() if g.node_id is not None} - set(self.node_name))
+        for chunk in _chunks(elsewhere):  # stored GPUs on nodes this file does not name: their slot is still known
+            self.node_name.update((i, n) for i, n in session.execute(select(Node.id, Node.name).where(Node.id.in_(chunk))))
+        self.created: set[str] = set()  # GPUs this import added
         self.merges: list[tuple[Gpu, Gpu]] = []  # (slot identity, the real GPU it is)
         self.slots: dict[tuple[int | None, int | None], dict[str, Gpu]] = {}  # real GPUs by (node_id, index)
         for g in self.by_uuid.values():
@@ -183,6 +187,7 @@ class _Identity:
         gpu = Gpu(uuid=rec.gpu.uuid, model=rec.gpu.model, first_seen=span[0], last_seen=span[1], state="present")
         self.session.add(gpu)
         self.by_uuid[gpu.uuid] = gpu
+        self.created.add(gpu.uuid)
         self.result.new_gpus += 1
         self._apply(gpu, latest.gpu)
         return gpu
@@ -226,8 +231,8 @@ class _Identity:
             elif stored[1] is None and here[0] == stored[0]:
                 self._apply(gpu, dataclasses.replace(latest.gpu, node=None))
         node, index = (self.node_name.get(gpu.node_id) if gpu.node_id is not None else None), gpu.nvml_index
-        if node is None or index is None:
-            return gpu
+        if node is None or index is None or node not in self.nodes:
+            return gpu  # a slot this file does not name: nothing here to check against or merge
         others = [g for g in self.real_at(node, index) if g is not gpu]
         for other in others:
             if _overlap((other.first_seen, other.last_seen), span):
@@ -242,7 +247,8 @@ class _Identity:
             gpu.last_seen = max(gpu.last_seen, slot_gpu.last_seen)
             del self.by_uuid[slot_gpu.uuid]
             self.result.merged_gpus += 1
-            self.result.new_gpus -= 1  # one physical GPU: the table did not grow
+            if uuid in self.created or slot_gpu.uuid in self.created:
+                self.result.new_gpus -= 1  # one physical GPU: the table did not grow
         return gpu
 
     def resolve_slot(self, key: str, recs: list[ProfileRecord]) -> dict[int, Gpu]:

@@ -232,11 +232,12 @@ def _process_local_device(records: list[ProfileRecord]) -> tuple[str, int] | Non
     device ordinal inside a job that saw one GPU. A column with one value on every row,
     while some node shows several GPUs, says nothing about the slot.
     """
-    indices = {r.gpu.nvml_index for r in records}
+    real = [r for r in records if not r.gpu.provisional]  # a slot-named row's device is in its name
+    indices = {r.gpu.nvml_index for r in real}
     if len(indices) != 1 or None in indices:
         return None
     per_node: dict[str, set[str]] = {}
-    for r in records:
+    for r in real:
         if r.gpu.node is not None:
             per_node.setdefault(r.gpu.node, set()).add(r.gpu.uuid)
     busiest = max(per_node.items(), key=lambda kv: (len(kv[1]), kv[0]), default=None)
@@ -380,11 +381,10 @@ def parse_artifact_csv(
     local = _process_local_device(records)
     if local is not None:
         if notes is not None:
-            notes.append(f"{src}: column {c.device_name!r} is {records[0].gpu.nvml_index} on every row while node "
+            ordinal = next(r.gpu.nvml_index for r in records if not r.gpu.provisional)
+            notes.append(f"{src}: column {c.device_name!r} is {ordinal} on every row while node "
                          f"{local[0]} has {local[1]} GPUs: it is the job's CUDA device ordinal, not the GPU's "
                          f"slot; ignored (GPUs are known by UUID and node)")
-        unslotted = {id(g): dataclasses.replace(g, nvml_index=None) for g in gpus.values()}
-        names = [f.name for f in dataclasses.fields(ProfileRecord)]
-        records = [ProfileRecord(*[unslotted[id(r.gpu)] if n == "gpu" else getattr(r, n) for n in names])
-                   for r in records]
+        unslotted = {id(g): dataclasses.replace(g, nvml_index=None) for g in gpus.values() if not g.provisional}
+        records = [r if r.gpu.provisional else dataclasses.replace(r, gpu=unslotted[id(r.gpu)]) for r in records]
     return records

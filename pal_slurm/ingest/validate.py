@@ -98,7 +98,12 @@ def find_suspects(
             median = _median(judge)
             ratio = rec.score / median
             if ratio > max_factor or ratio < 1 / max_factor:
-                how = f"{ratio:.3g}x" if ratio > 1 else f"1/{1 / ratio:.3g}"
+                # from whichever side is large: a subnormal score's ratio underflows to 0
+                inv = median / rec.score
+                if ratio > 1:
+                    how = f"{ratio:.3g}x" if math.isfinite(ratio) else "beyond any multiple of"
+                else:
+                    how = f"1/{inv:.3g}" if math.isfinite(inv) else "a vanishing fraction of"
                 suspects.append(Suspect(
                     i, f"score {rec.score:g} {rec.unit} is {how} the median {median:g} of {g[0]} {g[1]} "
                        f"(limit {max_factor:g}x either way)", storable=True))
