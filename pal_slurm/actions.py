@@ -8,12 +8,14 @@ stale or noisy must be repeated before anyone acts on it.
 
 The grades, first match wins (docs/admin-guide.md, "Outliers: what each action means"):
 
-1. ``re-profile`` -- the node is unknown (no node, "-", "unknown"): nobody can drain or
+1. ``re-profile`` -- the node is unknown (no node, "-", "unknown") or its name is not one
+   Slurm node name (a hostlist such as ``gpu[01-16]`` would drain many): nobody can drain or
    find it; profile it where it runs so the next import learns its node. Never ``drain``.
-2. ``re-profile`` -- the GPU is *faster* than the typical GPU by an outlier margin: an
-   impossible speed-up is a measurement error, not a good GPU.
-3. ``drain`` -- the inventory reports uncorrected ECC errors or retired pages at or above
+2. ``drain`` -- the inventory reports uncorrected ECC errors or retired pages at or above
    the configured counts: hardware evidence, whatever the measurement says.
+3. ``re-profile`` -- the GPU is *faster* than the typical GPU by an outlier margin on every
+   benchmark it is an outlier on: an impossible speed-up is a measurement error, not a good
+   GPU. (Fast on one benchmark and slow on another goes on to the slow grades below.)
 4. ``re-profile`` -- the last run is older than ``stale_after_days``, or the GPU's runs
    spread wider than ``noisy_spread`` (interquartile range / median): the number may not
    describe the GPU today, or may be noise.
@@ -119,11 +121,9 @@ def grade_gpu(uuid: str, node: str | None, model: str, findings: Sequence[Findin
     if not node_known(node):
         return make(REPROFILE, "node unknown, so it cannot be drained: profile it on its node so the "
                                "next import records where it is")
-    fast = [f for f in finite if (f.perfvar or 1.0) < 1.0]
-    if fast:
-        f = min(fast, key=lambda f: f.perfvar or 1.0)
-        return make(REPROFILE, f"faster than the typical GPU (PerfVar {_pv(f.perfvar)} on {f.benchmark}): "
-                               "check the measurement")
+    if not _ONE_NODE.match(node):  # type: ignore[arg-type]
+        return make(REPROFILE, f"node name {node!r} is not one Slurm node name, so it is not drained: "
+                               "profile it on its node so the next import records its host name")
     hw = []
     if policy.drain_ecc_uncorrected > 0 and (ecc_uncorrected or 0) >= policy.drain_ecc_uncorrected:
         hw.append(f"{ecc_uncorrected} uncorrected ECC errors")
@@ -131,6 +131,11 @@ def grade_gpu(uuid: str, node: str | None, model: str, findings: Sequence[Findin
         hw.append(f"{retired_pages} retired memory pages")
     if hw:
         return make(DRAIN, " and ".join(hw) + f"; {policy.diagnostics}")
+    fast = [f for f in finite if (f.perfvar or 1.0) < 1.0]
+    if fast and len(fast) == len(findings):
+        f = min(fast, key=lambda f: f.perfvar or 1.0)
+        return make(REPROFILE, f"faster than the typical GPU (PerfVar {_pv(f.perfvar)} on {f.benchmark}): "
+                               "check the measurement")
     stale = [f for f in findings if f.last_profiled is not None
              and (now - f.last_profiled).total_seconds() > policy.stale_after_days * 86400]
     if stale:
@@ -163,7 +168,7 @@ def drain_plan(actions: Sequence[GpuAction]) -> list[tuple[str, str]]:
     """
     per_node: dict[str, list[GpuAction]] = {}
     for a in actions:
-        if a.action == DRAIN and node_known(a.node):
+        if a.action == DRAIN and node_known(a.node) and _ONE_NODE.match(a.node):  # type: ignore[arg-type]
             per_node.setdefault(a.node, []).append(a)  # type: ignore[arg-type]
     out = []
     for node in sorted(per_node):
@@ -174,6 +179,8 @@ def drain_plan(actions: Sequence[GpuAction]) -> list[tuple[str, str]]:
     return out
 
 
+#: One Slurm node name: no hostlist brackets, commas or spaces (NodeName= takes a hostlist).
+_ONE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _NVML_UUID = re.compile(r"(?:GPU|MIG)-([0-9a-fA-F]{8})-[0-9a-fA-F]{4}-")
 
 

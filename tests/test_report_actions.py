@@ -73,6 +73,24 @@ def test_hardware_errors_drain_and_an_impossibly_fast_gpu_is_a_measurement_error
     assert fast.action == REPROFILE and "check the measurement" in fast.reason
 
 
+@pytest.mark.parametrize("node", ["gpu[01-16]", "gpu01,gpu02", "gpu01 ", "gpu 01"])
+def test_a_node_name_that_is_not_one_slurm_node_is_never_drained(node: str) -> None:
+    """NodeName= takes a hostlist: a stored name like gpu[01-16] would drain sixteen nodes."""
+    a = grade(2.8, node=node, ecc_uncorrected=5)
+    assert a.action == REPROFILE and "not one Slurm node name" in a.reason
+    assert drain_plan([a]) == []
+
+
+def test_hardware_evidence_outranks_a_fast_result_on_another_benchmark() -> None:
+    findings = [Finding("resnet50", 2.5, NOW), Finding("pagerank", 0.5, NOW)]
+    ecc = grade_gpu("GPU-0a1b2c3d-0000-1111-2222-333344445555", "gpu007", "V100", findings, job_classes=CLASSES,
+                    policy=POLICY, now=NOW, ecc_uncorrected=5)
+    assert ecc.action == DRAIN and "5 uncorrected ECC errors" in ecc.reason
+    mixed = grade_gpu("GPU-0a1b2c3d-0000-1111-2222-333344445555", "gpu007", "V100", findings, job_classes=CLASSES,
+                      policy=POLICY, now=NOW)
+    assert mixed.action == DRAIN and "PerfVar 2.500 on resnet50" in mixed.reason  # slow on a compute benchmark
+
+
 def test_drain_plan_is_one_line_per_node_for_the_severe_gpus_only() -> None:
     one = grade(1.5)
     two = grade_gpu("GPU-ffffffff-0000-1111-2222-333344445555", "gpu007", "V100", [Finding("sgemm", 1.4, NOW)],
@@ -221,6 +239,9 @@ def test_gpus_actions_and_the_drain_dry_run(fleet_db) -> None:  # type: ignore[n
     out = _pal(fleet_db, "gpus", "drain")
     assert f'would run: scontrol update NodeName={NODES[1]} State=DRAIN Reason="pal: GPU 00000005: ' in out
     assert "dry run" in out and out.count("would run:") == len({a["node"] for a in acts if a["action"] == "drain"})
+    # options before `drain` are refused, not silently dropped (they would drain every planned node)
+    bad = _pal(fleet_db, "gpus", "--node", NODES[1], "drain", "--apply", code=2)
+    assert "--node before `drain` would be ignored" in bad
 
 
 def test_a_table_that_cannot_fit_gets_long_lines_never_cut_cells(capsys: pytest.CaptureFixture[str]) -> None:

@@ -194,6 +194,12 @@ def gpus(ctx: click.Context, fmt: str, model: str | None, node: str | None, vers
     action, last profiled (--wide: full UUID, model, bins). `pal gpus drain` drains the nodes
     of severely slow or failing GPUs (a dry run unless --apply)."""
     if ctx.invoked_subcommand is not None:
+        given = [f"--{n}" for n, v in (("model", model), ("node", node), ("version", version),
+                                       ("actions", only_actions), ("wide", wide)) if v] + \
+                (["--format"] if fmt != "table" else [])
+        if given:  # `pal gpus --node X drain --apply` must not drain every node
+            raise click.UsageError(f"{', '.join(given)} before `{ctx.invoked_subcommand}` would be ignored: "
+                                   f"put the options after it (`pal gpus {ctx.invoked_subcommand} --help`)")
         return
     app = ctx.find_object(AppContext)
     assert app is not None
