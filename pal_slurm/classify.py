@@ -13,7 +13,7 @@ Pipeline (docs/classification.md says the same for operators):
    invalid runs are dropped, never fatal, because one broken benchmark run
    must not stop a whole classification. A run more than ``params.run_ratio``
    times off the GPU's own median is a broken run too (a timer in the wrong
-   unit); it is dropped and the median taken again (:func:`_robust_median`).
+   unit); it is dropped and the median taken again (:func:`robust_median`).
    A GPU with fewer than ``params.min_runs`` runs left is *unprofiled*: it
    gets no PerfVar, bin or slowdown. We never guess a value for it, because a
    wrong guess would steer jobs onto a GPU we know nothing about.
@@ -388,7 +388,7 @@ def _choose_partition(values: list[float], max_bins: int, min_bin_gap: float = 0
 # --------------------------------------------------------------------------- API
 
 
-def _robust_median(scores: list[float], run_ratio: float) -> tuple[float, list[float]]:
+def robust_median(scores: list[float], run_ratio: float) -> tuple[float, list[float]]:
     """(median of the GPU's sorted runs after dropping broken ones, the runs kept).
 
     A run more than ``run_ratio`` times off the GPU's own median (a timer in the wrong
@@ -483,7 +483,7 @@ def classify_group(
     kept_runs: dict[str, list[float]] = {}
     for u, v in valid.items():
         if v:
-            medians[u], kept_runs[u] = _robust_median(v, params.run_ratio)
+            medians[u], kept_runs[u] = robust_median(v, params.run_ratio)
         else:
             medians[u], kept_runs[u] = None, []
     dropped = {u: len(valid[u]) - len(kept_runs[u]) for u in uuids}

@@ -230,7 +230,8 @@ def _clock_and_last(session: Session) -> dict[tuple[int, int], tuple[float | Non
     the runs' spread (interquartile range / median of the finite positive scores; None below 2
     runs), which the outlier actions use to tell a noisy measurement from a slow GPU. The IQR,
     not max - min: one bad run must not make a GPU "noisy", and it does not grow with the
-    number of runs.
+    number of runs; and runs classification drops as broken (more than `run_ratio` off the
+    GPU's own median) are left out, as there.
 
     The medians are computed here (portable across dialects) from one scan.
     """
@@ -251,10 +252,18 @@ def _clock_and_last(session: Session) -> dict[tuple[int, int], tuple[float | Non
         if key not in last or ts > last[key]:
             last[key] = ts
 
+    from pal_slurm.classify import ClassifyParams, robust_median
+
+    run_ratio = ClassifyParams().run_ratio
+
     def spread(values: list[float] | None) -> float | None:
         if not values or len(values) < 2:
             return None
-        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-        return (q3 - q1) / statistics.median(values)
+        # without the runs classification drops as broken, as it does: one bad run is not noise
+        _, kept = robust_median(sorted(values), run_ratio)
+        if len(kept) < 2:
+            return None
+        q1, _, q3 = statistics.quantiles(kept, n=4, method="inclusive")
+        return (q3 - q1) / statistics.median(kept)
 
     return {k: (statistics.median(clocks[k]) if k in clocks else None, last[k], spread(scores.get(k))) for k in last}
