@@ -11,6 +11,7 @@ skipped with the reason, or FAIL when PAL_REQUIRE_SLURM=1 (`make test`, `make te
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -176,29 +177,34 @@ class SlurmCluster:
         if ids:
             self.run(["scancel", *ids], check=False)
 
-    def cancel_leftovers(self, older_than_s: float = 300.0) -> None:
-        """Cancel jobs an earlier, interrupted test session left queued (submitted over
-        `older_than_s` ago: a session running alongside submits only short-lived jobs), and say so;
-        a leftover pending job would otherwise hold GPUs or block a test that needs an idle cluster."""
-        out = self.run(["squeue", "--all", "--noheader", "--format=%i %V"], check=False).stdout
-        now = time.time()
-        old = []
-        for line in out.splitlines():
-            jobid, _, submitted = line.strip().partition(" ")
-            try:
-                age = now - time.mktime(time.strptime(submitted.strip(), "%Y-%m-%dT%H:%M:%S"))
-            except ValueError:
-                continue
-            if age > older_than_s:
-                old.append(jobid)
-        if old:
-            print(f"slurm test cluster: cancelling {len(old)} jobs left from an earlier session: {' '.join(old)}",
+    def clean_leftovers(self) -> None:
+        """Undo what an earlier, interrupted test session left: its queued jobs (they hold GPUs or
+        block a test that needs an idle cluster) and nodes drained by pal (`pal gpus drain`
+        tests); and say so. Only called by the session holding the cluster's lock, so no
+        session running alongside loses its jobs."""
+        from pal_slurm.slurm import parse_json
+
+        doc = parse_json.load(self.run(["squeue", "--all", "--json"]).stdout, "squeue --json")
+        left = [j.job_id for j in parse_json.jobs_from_doc(doc, active_only=True)]
+        if left:
+            print(f"slurm test cluster: cancelling {len(left)} jobs an earlier session left: {' '.join(left)}",
                   file=sys.stderr)
-            self.cancel(old)
+            self.cancel(left)
             deadline = time.time() + 60
-            while time.time() < deadline and set(old) & set(
+            while time.time() < deadline and set(left) & set(
                     self.run(["squeue", "--all", "--noheader", "--format=%i"], check=False).stdout.split()):
                 time.sleep(0.5)
+        self.resume_pal_drained()
+
+    def resume_pal_drained(self) -> list[str]:
+        """RESUME every node drained with a `pal:` reason (only tests drain test-cluster nodes)."""
+        out = self.run(["scontrol", "show", "node", "-o"], check=False).stdout
+        drained = [f["NodeName"] for f in (parse_kv(line) for line in out.splitlines() if line.strip())
+                   if "DRAIN" in f.get("State", "") and f.get("Reason", "").startswith("pal:")]
+        for node in drained:
+            print(f"slurm test cluster: resuming {node}, drained by pal", file=sys.stderr)
+            self.scontrol("update", f"NodeName={node}", "State=RESUME", check=False)
+        return drained
 
     # ------------------------------------------------------------ the submit filter
     @property
@@ -244,12 +250,19 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     cluster = SlurmCluster(dir=directory, env=cluster_env, conf_dir=directory / "etc",
                            nodes=re.findall(r"^NodeName=(\S+)", nodes_conf, flags=re.MULTILINE))
     cluster.out_dir.mkdir(exist_ok=True)
-    cluster.cancel_leftovers()
+    # one session at a time cleans up: the first one holds the lock until it ends
+    lock = open(directory / "test-session.lock", "w")  # noqa: SIM115 - held for the whole session
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        cluster.clean_leftovers()
+    except BlockingIOError:
+        print("slurm test cluster: another test session is running; leaving its jobs alone", file=sys.stderr)
     saved = {k: os.environ.get(k) for k in cluster_env}
     os.environ.update(cluster_env)
     try:
         yield cluster
     finally:
+        lock.close()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -54,5 +54,6 @@ def test_drain_apply_drains_the_severe_outliers_node_only(slurm_cluster: SlurmCl
         assert len(err) == 1 and err[0].startswith("pal: error: pal-no-such-node: not drained: scontrol update")
         assert "1 of 2 node(s) not drained" in res.stderr and "unknown" not in res.stdout
     finally:
-        slurm_cluster.scontrol("update", f"NodeName={target}", "State=RESUME", check=False)
+        resumed = slurm_cluster.resume_pal_drained()  # every node pal drained, not only the expected one
+    assert resumed == [target]
     assert "DRAIN" not in _node(slurm_cluster, target)["State"]
