@@ -1,4 +1,5 @@
-"""THE way a report number becomes text, shared by every renderer (terminal, HTML, demo, actions)."""
+"""THE way a report number becomes text, shared by every renderer (terminal, HTML, demo, actions),
+and the way a data string becomes a plot label."""
 
 from __future__ import annotations
 
@@ -28,3 +29,12 @@ def fmt_num(value: Any, digits: int = DIGITS, none: str = "-") -> str:
     if abs(value) >= 1e6:
         return f"{value:.{digits}g}"
     return f"{value:.{digits}f}"
+
+
+def mpl_text(s: Any, limit: int = 40) -> str:
+    """A data string (a model, benchmark, trace or policy name) made safe for a matplotlib label:
+    no mathtext (a `$` would be parsed, and a stray one raises), printable, bounded length."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in str(s))
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text.replace("$", r"\$")

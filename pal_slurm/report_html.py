@@ -40,7 +40,7 @@ from typing import Any
 
 from pal_slurm.db.classification_store import ResultRow, StoredClassification
 from pal_slurm.errors import PalError
-from pal_slurm.numfmt import fmt_num
+from pal_slurm.numfmt import fmt_num, mpl_text
 
 __all__ = ["render_html", "write_html", "MAX_HEATMAP_NODES", "MAX_PANELS"]
 
@@ -134,14 +134,6 @@ def _num(v: Any, digits: int = 3) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _mpl_text(s: Any, limit: int = 40) -> str:
-    """A data string made safe for a matplotlib label: no mathtext, bounded length."""
-    text = "".join(ch if ch.isprintable() else "?" for ch in str(s))
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return text.replace("$", r"\$")
 
 
 def _node(r: ResultRow) -> str:
@@ -256,7 +248,7 @@ def _histogram_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[R
             ax.plot(values[is_out], np.zeros(int(is_out.sum())), ls="none", marker="|", ms=14, mew=2,
                     color=_OUTLIER, zorder=4, clip_on=False)
         ax.axvline(1.0, color=_MEDIAN_LINE, lw=0.8, alpha=0.6, zorder=3)
-        ax.set_title(f"{_mpl_text(item['model'], 28)} · {_mpl_text(item['benchmark'], 20)}\n"
+        ax.set_title(f"{mpl_text(item['model'], 28)} · {mpl_text(item['benchmark'], 20)}\n"
                      f"{_count(values.size, 'GPU')}, {_count(int(is_out.sum()), 'outlier')}", fontsize=_TITLE_PT)
         ax.set_xlabel("PerfVar (>1 = slower than median GPU)", fontsize=_LABEL_PT)
         ax.set_ylabel("GPUs", fontsize=_LABEL_PT)
@@ -311,8 +303,8 @@ def _heatmap_plot(stored: StoredClassification) -> tuple[str, str]:
     # same distance from the median on both sides.
     half = max(float(np.nanmax(mat)) - 1.0, 1.0 - float(np.nanmin(mat)), 0.01)
     norm = Normalize(vmin=1.0 - half, vmax=1.0 + half)
-    ylabels = [_mpl_text(n, 32) for n in order]
-    xlabels = [_mpl_text(b, 24) for b in benches]
+    ylabels = [mpl_text(n, 32) for n in order]
+    xlabels = [mpl_text(b, 24) for b in benches]
     # the page's full width (the image is shown at width 100 %): columns share what the labels leave
     rotate = len(benches) > 8 or max(len(x) for x in xlabels) > 18
     left_in = min(3.0, 0.35 + 0.085 * max(len(x) for x in ylabels))
@@ -382,7 +374,7 @@ def _clock_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[Resul
             any_out = True
             ax.scatter(x[out], y[out], s=32, color=_OUTLIER, marker="x")
         ax.axhline(1.0, color=_MEDIAN_LINE, lw=0.8, alpha=0.6)
-        ax.set_title(f"{_mpl_text(item['model'], 28)} · {_mpl_text(item['benchmark'], 20)}\n"
+        ax.set_title(f"{mpl_text(item['model'], 28)} · {mpl_text(item['benchmark'], 20)}\n"
                      f"{len(pts)} of {total} GPUs with clocks", fontsize=_TITLE_PT)
         ax.set_xlabel("median SM clock (MHz)", fontsize=_LABEL_PT)
         ax.set_ylabel("PerfVar", fontsize=_LABEL_PT)

@@ -100,3 +100,11 @@ def test_busy_curve_ends_when_the_run_ends() -> None:
     assert x[-1] == pytest.approx(end_h) and y[-1] == 0
     assert y[-2] == timeline[-1][1]  # the last recorded level, held until the end
     assert max(o.finish_time for o in long_.outcomes) / 3600 > end_h
+
+
+def test_a_trace_or_policy_name_with_mathtext_is_drawn_as_text(tmp_path: Path) -> None:
+    """Trace names come from file names: a `$` would be parsed as mathtext, and a stray one raised
+    a ValueError out of `pal simulate --plot`."""
+    path = tmp_path / "p.png"
+    write_plot(path, [_result(r"run$\foo$x", p, k) for k, p in enumerate(("pal", "we$ird"))])
+    assert path.read_bytes().startswith(b"\x89PNG")

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from pal_slurm.errors import PalError
+from pal_slurm.numfmt import mpl_text
 from pal_slurm.replay.experiment import ArmReport
 from pal_slurm.replay.plan import ReplayPlan
 
@@ -40,7 +41,7 @@ def write_replay_plot(path: Path, trace: str, reports: Sequence[ArmReport], *, s
     cdf.set_xscale("log")
     cdf.set_xlabel("job completion time (trace hours, log scale)")
     cdf.set_ylabel("fraction of jobs")
-    cdf.set_title(f"{trace}: JCT CDF", fontsize=10)
+    cdf.set_title(f"{mpl_text(trace, 60)}: JCT CDF", fontsize=10)
     cdf.grid(alpha=0.3)
     cdf.legend(fontsize=8, loc="lower right")
     for ax, rep in zip(axes[1:], reports):
@@ -53,7 +54,7 @@ def write_replay_plot(path: Path, trace: str, reports: Sequence[ArmReport], *, s
         ax.set_xlabel("time (trace hours)")
         ax.set_ylabel("GPUs allocated")
         ax.set_ylim(0, rep.predicted.cluster_gpus * 1.05)
-        ax.set_title(f"{trace}, arm {rep.arm}: busy GPUs", fontsize=10)
+        ax.set_title(f"{mpl_text(trace, 60)}, arm {rep.arm}: busy GPUs", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper right")
     if subtitle:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pal_slurm.errors import PalError
+from pal_slurm.numfmt import mpl_text
 from pal_slurm.simulate.result import SimResult
 
 MAX_TRACES = 8
@@ -65,11 +66,11 @@ def _draw_trace(fig, top_in: float, trace: str, runs: Sequence[SimResult],  # ty
         jct = np.sort([o.jct for o in r.outcomes]) / 3600.0
         if jct.size:
             cdf_ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", color=colours[r.policy],
-                        lw=1.4, label=r.policy)
+                        lw=1.4, label=mpl_text(r.policy))
     cdf_ax.set_xscale("log")
     cdf_ax.set_xlabel("job completion time (hours, log scale)")
     cdf_ax.set_ylabel("fraction of jobs")
-    cdf_ax.set_title(f"{trace}: JCT CDF (higher and further left is better)")
+    cdf_ax.set_title(f"{mpl_text(trace, 60)}: JCT CDF (higher and further left is better)")
     cdf_ax.grid(alpha=0.3)
     cdf_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="policy")
     y += _CDF_H_IN + _CDF_BOTTOM_IN
@@ -95,7 +96,7 @@ def _draw_trace(fig, top_in: float, trace: str, runs: Sequence[SimResult],  # ty
             ax.fill_between(times, busy, step="post", color=colours[r.policy], alpha=0.35, lw=0)
         if cluster:
             ax.axhline(cluster, color="#444", ls="--", lw=0.9)
-        ax.set_title(f"{r.policy}: utilization {r.metrics.utilization:.2f}", color=colours[r.policy],
+        ax.set_title(f"{mpl_text(r.policy)}: utilization {r.metrics.utilization:.2f}", color=colours[r.policy],
                      fontsize=10, fontweight="bold")
         ax.grid(alpha=0.3)
         if col == 0:
