@@ -246,9 +246,9 @@ class GroupResult:
     GPU is profiled); ``criterion`` says in words how it was chosen, for the
     report. ``gpus`` is sorted by uuid and includes the unprofiled GPUs.
     ``fleet_median_score`` is the median score of the regular GPUs (the one
-    PerfVar is relative to); ``noise`` the pooled measurement noise (median
-    over regular GPUs of their PerfVar's squared standard error, square-rooted;
-    None when no GPU has two runs).
+    PerfVar is relative to); ``noise`` the pooled measurement noise (the mean
+    over regular GPUs of their PerfVar's squared standard error, each clipped at
+    ``NOISE_CLIP`` x the median of them, square-rooted; None when no GPU has two runs).
     """
 
     fleet_median_score: float | None
@@ -544,7 +544,7 @@ def classify_group(
     reg_values = [perfvar[u] for u in regular]
     if params.method == "pal-k2":
         distinct = len(set(reg_values))
-        k = min(2, distinct)
+        k = min(2, distinct, params.max_bins)
         segments = [(0, len(regular))] if k == 1 else _segments_from_labels(kmeans1d.cluster(reg_values, 2).clusters)
         assert segments is not None
         criterion = f"K={len(segments)} fixed, as the PAL artifact (method pal-k2)"

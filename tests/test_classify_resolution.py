@@ -6,7 +6,6 @@ Pure and fast: hand-made fleets whose answers are known.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -174,7 +173,6 @@ def test_identical_gpus_measured_with_noise_stay_one_bin_and_are_shrunk(seed: in
 
 
 def test_a_noisy_gpu_is_shrunk_more_than_a_precise_one() -> None:
-    rng = np.random.default_rng(5)
     runs = noisy(even(30, 0.95, 1.05), runs=5, noise=0.004, seed=1)
     # two GPUs at the same measured median, one with 10x the run-to-run spread
     runs["precise"] = [1.03 * (1 + d) for d in (-0.002, -0.001, 0.0, 0.001, 0.002)]
@@ -184,7 +182,6 @@ def test_a_noisy_gpu_is_shrunk_more_than_a_precise_one() -> None:
     assert p.perfvar == n.perfvar and p.bin == n.bin and n.noise > 5 * p.noise
     centre = r.bins[p.bin].slowdown
     assert abs(n.slowdown - centre) < abs(p.slowdown - centre)
-    del rng
 
 
 def test_bin_factor_and_gpu_factors_agree_for_bic_and_pal_k2() -> None:

@@ -47,7 +47,7 @@ KEEP_WHOLE = 40
 
 
 def fmt_float(value: float | None, digits: int = 3) -> str:
-    from pal_slurm.report import fmt_num
+    from pal_slurm.numfmt import fmt_num
 
     return fmt_num(value, digits)
 
@@ -136,7 +136,7 @@ def _cell(value: Any) -> Text:
     if value is None:
         return Text("-")
     if isinstance(value, float):
-        from pal_slurm.report import fmt_num
+        from pal_slurm.numfmt import fmt_num
 
         return Text(fmt_num(value))
     return Text(str(value))

@@ -10,11 +10,8 @@ import click
 from pal_slurm.cli.context import AppContext
 from pal_slurm.actions import short_uuid
 from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option, wide_option
-from pal_slurm.report import bins_text, fmt_num
-
-
-def _num(value: Any) -> str:
-    return fmt_num(value)
+from pal_slurm.numfmt import fmt_num
+from pal_slurm.report import bins_text
 
 
 def _pv(key: str):  # type: ignore[no-untyped-def]

@@ -205,13 +205,19 @@ def _run_with_progress(spec: Any, run: Any) -> Any:
                   console=console().__class__(stderr=True)) as bar:
         task = bar.add_task("", total=total)
 
+        next_draw = 0  # jobs finished in this run at which the bar is drawn next (round mode jumps)
+
         def on_jobs(trace: str, policy: str, finished: int, jobs: int) -> None:
-            if finished == jobs or finished % max(1, jobs // 200) == 0:
-                bar.update(task, completed=done_before + finished, description=f"{trace} / {policy}")
+            nonlocal next_draw
+            if finished < next_draw and finished != jobs:
+                return
+            next_draw = finished + max(1, jobs // 200)
+            bar.update(task, completed=done_before + finished, description=f"{trace} / {policy}")
 
         def on_run(result: Any) -> None:
-            nonlocal done_before
+            nonlocal done_before, next_draw
             done_before += len(result.outcomes)
+            next_draw = 0
             bar.update(task, completed=done_before)
 
         return run(spec, on_run, on_jobs)

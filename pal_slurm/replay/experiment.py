@@ -42,7 +42,7 @@ TOLERANCE = 0.10  # predicted within 10 % of real: the issue's target
 
 
 @dataclass(frozen=True)
-class ArmSettings:  # noqa: D101 - documented per field
+class ArmSettings:
     """What the arms run with (and the simulator is told)."""
 
     locality_penalty: float = 1.7
@@ -109,7 +109,8 @@ def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings)
     lat = settings.latencies.get(arm, Latencies())
     opts = EventOptions(visible_after_s=plan.to_trace_s(lat.visible_after_s),
                         start_latency_s=plan.to_trace_s(lat.start_latency_s),
-                        release_latency_s=plan.to_trace_s(lat.release_latency_s),order="fifo", locality_penalty=settings.locality_penalty,
+                        release_latency_s=plan.to_trace_s(lat.release_latency_s),
+                        order="fifo", locality_penalty=settings.locality_penalty,
                         backfill_interval_s=plan.to_trace_s(settings.placer_interval_s if pal
                                                             else settings.bf_interval_s),
                         same_slots=pal, wait_fraction=settings.wait_fraction,

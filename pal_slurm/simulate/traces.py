@@ -54,8 +54,6 @@ __all__ = [
     "tres_gpus",
 ]
 
-#: The PAL job classes, most variability-sensitive first.
-
 #: Sia-Philly model -> PAL job class (artifact: ``Workload.get_perfclass``).
 MODEL_CLASS: Mapping[str, str] = {
     "resnet50": "A",
