@@ -161,6 +161,9 @@ def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_ur
                               work_dir=arm_dir / "calibration", factors=factors, env=handle.env,
                               locality_penalty=settings.locality_penalty, overrun_slack_s=overrun_slack_s)
                 slurm = latencies.get("slurm")
+                if arm == "pal" and slurm is None:
+                    notes.append("no slurm arm calibrated first: the placer's whole hold is counted as start "
+                                 "latency (GPUs held), none as Slurm's own dispatch")
                 latencies[arm] = latencies_from(cal, dispatch_s=slurm.start_latency_s if arm == "pal" and slurm
                                                 else None)
                 say(f"arm {arm}: calibrated latencies (real s) {latencies[arm].as_dict()}")
