@@ -279,13 +279,14 @@ def main() -> int:
                 if method == "oracle":  # rank by the truth itself: the most any factors could give
                     from dataclasses import replace
 
+                    measured = gpus  # the last method's fleet (oracle is the last arm)
                     gpus = [replace(g, slowdown={c: truth.get(g.uuid, {}).get(c, g.perfvar[c]) for c in g.slowdown})
-                            for g in gpus]
+                            for g in measured]
                     bins = "-"
                 else:
                     summary, gpus = classify_into_db(records, method, tmp, min_runs)
                     grp = next(g for g in summary.groups if g["benchmark"] == "resnet50")
-                    bins = str(grp["bins"] - grp["outliers"])
+                    bins = str(grp["bins"])  # the regular bins (pal classify counts outliers apart)
                 if not traces:
                     inter = load_interarrival(len(gpus), args.load, seeds[0])
                     traces = [generate(args.jobs, seed=s, mean_interarrival_s=inter, max_gpus=len(gpus),
