@@ -274,6 +274,7 @@ def main() -> int:
             base: list[float] = []
             arms = [*METHODS, "oracle"]
             per_trace: dict[str, list[float]] = {}
+            gpus: list = []  # type: ignore[type-arg]
             for method in arms:
                 t0 = time.perf_counter()
                 if method == "oracle":  # rank by the truth itself: the most any factors could give
