@@ -20,8 +20,8 @@ PAL_TEST_OTHER_SLURM ?= 1
 help:
 	@echo "make demo   - venv + install + run the demo (SQLite, simulated GPU fleet, report, HTML)"
 	@echo "make test   - everything CI runs: installs and starts PostgreSQL, MariaDB, the Slurm test cluster and chromium"
-	@echo "              (for the HTML report's browser test), then pytest,"
-	@echo "              then the Slurm tests on the other Slurm version in a chroot (PAL_TEST_OTHER_SLURM=0: not)"
+	@echo "              (for the HTML report's browser test), then the tests without Slurm, then the Slurm tests on this"
+	@echo "              Slurm and, alongside, on the other Slurm version in a chroot (PAL_TEST_OTHER_SLURM=0: not)"
 	@echo "make test-fast - pytest on SQLite only (no servers, no Slurm cluster)"
 	@echo "make test-slurm - the real-Slurm tests only (installs and starts the test cluster, pytest -m slurm)"
 	@echo "make test-other-slurm - the real-Slurm tests on the other Slurm version, in a Debian 12/13 chroot (root)"
@@ -65,12 +65,13 @@ slurm-cluster-stop:
 browser:
 	$(BROWSER) install
 
+# tests/services/run-suites.sh: the tests without Slurm first, then the Slurm tests on this machine's
+# Slurm and, side by side with them, on the other Slurm version in a chroot (each has its own cluster)
 test: venv db-servers slurm-cluster browser
 	eval "$$($(DB_SERVERS) env)" && eval "$$($(SLURM_CLUSTER) env)" && \
 	  PAL_REQUIRE_DB_SERVERS=1 PAL_REQUIRE_SLURM=1 PAL_REQUIRE_SLURM_REST=$(PAL_TEST_SLURM_REST) PAL_REQUIRE_BROWSER=1 \
-	  $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
-	@if [ "$(PAL_TEST_OTHER_SLURM)" = 1 ]; then $(MAKE) --no-print-directory test-other-slurm; \
-	  else echo "NOT TESTED: the other Slurm version (PAL_TEST_OTHER_SLURM=$(PAL_TEST_OTHER_SLURM))"; fi
+	  PAL_TEST_OTHER_SLURM=$(PAL_TEST_OTHER_SLURM) PAL_PYTEST="$(VENV)/bin/python -m pytest" \
+	  tests/services/run-suites.sh $(PYTEST_ARGS)
 
 # Slurm 24.11 on a Debian 12 machine (22.05 on Debian 13): the same tests/slurm in a chroot of the other release
 test-other-slurm:

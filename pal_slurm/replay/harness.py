@@ -34,7 +34,7 @@ from pal_slurm.errors import PalError, SlurmError
 from pal_slurm.replay.plan import ReplayJob, ReplayPlan
 from pal_slurm.simulate.metrics import JobOutcome
 from pal_slurm.slurm import parse_json
-from pal_slurm.slurm.command import run_command
+from pal_slurm.slurm.command import SQUEUE_ALL_JOBS_JSON, run_command
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +247,7 @@ def _check_slurm(run: ArmRun, env: Mapping[str, str] | None, now: float,
     if not active:
         return
     try:
-        doc = parse_json.load(run_command(["squeue", "--all", "--json"], timeout=60, env=env).stdout,
-                              "squeue --json")
+        doc = parse_json.load(run_command(SQUEUE_ALL_JOBS_JSON, timeout=60, env=env).stdout, "squeue --json")
     except SlurmError as exc:
         log.warning("squeue not read (%s); trying again", exc)
         return

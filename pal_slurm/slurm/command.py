@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
 
+#: Every job slurmctld still holds, ended ones (kept MinJobAge s) included: 24.11's
+#: `squeue --json` leaves finished jobs out unless asked for all states; 22.05 lists them anyway.
+SQUEUE_ALL_JOBS_JSON = ("squeue", "--all", "--json", "--states=all")
+
 # Phrases Slurm clients print when slurmctld is down or busy; these are retried, not reported as bad requests.
 _UNAVAILABLE_MARKERS = (
     "unable to contact slurm controller",

@@ -18,8 +18,9 @@
 #
 # Environment:
 #   PAL_TEST_DB_DIR        state dir (data, sockets, logs); default /var/tmp/pal-test-db
-#   PAL_TEST_PG_PORT       PostgreSQL TCP port; default 55432
-#   PAL_TEST_MYSQL_PORT    MariaDB TCP port;    default 53306
+#   PAL_TEST_PG_PORT       PostgreSQL TCP port; default 15432 (below the kernel's ephemeral ports, 32768-60999,
+#                          which outgoing connections may hold at the moment a server binds)
+#   PAL_TEST_MYSQL_PORT    MariaDB TCP port;    default 13306
 #   PAL_TEST_DB_WAIT       seconds to wait for a server to answer; default 60
 #
 # Both servers keep their data directories under the state dir, created by this
@@ -37,8 +38,8 @@ set -euo pipefail
 
 PROG="db-servers"
 STATE_DIR="${PAL_TEST_DB_DIR:-/var/tmp/pal-test-db}"
-PG_PORT="${PAL_TEST_PG_PORT:-55432}"
-MY_PORT="${PAL_TEST_MYSQL_PORT:-53306}"
+PG_PORT="${PAL_TEST_PG_PORT:-15432}"
+MY_PORT="${PAL_TEST_MYSQL_PORT:-13306}"
 WAIT_S="${PAL_TEST_DB_WAIT:-60}"
 DB_USER="pal"
 DB_PASS="paltest"

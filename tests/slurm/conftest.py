@@ -168,8 +168,10 @@ class SlurmCluster:
         return out
 
     def squeue_json(self) -> dict[str, Any]:
-        # `-t all`: 24.11 leaves finished jobs out of `squeue --json` otherwise (22.05 lists them anyway)
-        return json.loads(self.run(["squeue", "--json", "-t", "all"]).stdout)
+        """Every job the controller holds, ended ones included (on both Slurm versions)."""
+        from pal_slurm.slurm.command import SQUEUE_ALL_JOBS_JSON
+
+        return json.loads(self.run(list(SQUEUE_ALL_JOBS_JSON)).stdout)
 
     def cancel(self, jobids: Iterable[str]) -> None:
         """scancel JOBS (only ours: other sessions may share the cluster)."""

@@ -8,7 +8,6 @@ as the database's classification (what the placer reads and the jobs sleep by).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -168,7 +167,8 @@ def test_ctrl_c_cancels_the_replays_jobs(slurm_cluster: SlurmCluster, tmp_path: 
             sys.exit(130)
         """), encoding="utf-8")
     repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=repo, env={**os.environ, **slurm_cluster.env},
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=repo,
+                            env={**os.environ, **slurm_cluster.env, "PYTHONPATH": str(repo)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     records = tmp_path / "w" / "logs"
     deadline = time.time() + 60
@@ -188,7 +188,7 @@ def test_ctrl_c_cancels_the_replays_jobs(slurm_cluster: SlurmCluster, tmp_path: 
         pytest.fail(f"the replay did not stop within 90 s of SIGINT: {proc.communicate()[0]}")
     assert proc.returncode == 130, out
     assert "interrupted: cancelled" in out
-    doc = json.loads(slurm_cluster.run(["squeue", "--all", "--json"]).stdout)
+    doc = slurm_cluster.squeue_json()
     mine = [j for j in doc["jobs"] if str(j.get("name", "")).startswith("replay-")
             and str(j.get("job_id")) in ids]
     assert {str(j["job_id"]) for j in mine} == set(ids), "Slurm should still list the cancelled jobs (MinJobAge)"
@@ -213,7 +213,7 @@ def test_a_submission_slurm_refuses_stops_the_arm_and_cancels_what_it_submitted(
                                        r"cancelled 1 submitted jobs; no result"):
         run_arm(plan, arm="slurm", work_dir=tmp_path, factors=factors, locality_penalty=PENALTY,
                 env=slurm_cluster.env)
-    doc = json.loads(slurm_cluster.run(["squeue", "--all", "--json"]).stdout)
+    doc = slurm_cluster.squeue_json()
     newest = max((j for j in doc["jobs"] if j.get("name") == "replay-0"), key=lambda j: int(j["job_id"]))
     state = newest["job_state"]
     assert ("CANCELLED" in state) if isinstance(state, list) else state == "CANCELLED", state

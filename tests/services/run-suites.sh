@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The whole suite, as `make test` and CI run it, in the least wall time two cores allow.
+#
+# Three parts: the tests that need no Slurm (CPU-bound: simulations, classification, the
+# databases, chromium), the real-Slurm tests on this machine's Slurm (tests/slurm), and the
+# same Slurm tests on the other supported Slurm version in a Debian chroot
+# (tests/services/other-slurm.sh). The two Slurm suites spend most of their time waiting on
+# slurmctld, slurmd and placer cycles (load about 0.5 on two cores), and each has its own
+# cluster (own state directory, ports, munge and /run) and its own SQLite databases, so they
+# run side by side; the CPU-bound part runs alone first so that it never slows their timed waits.
+#
+# Usage: tests/services/run-suites.sh [PYTEST ARGS...]   (from the repository root, with the
+#        database servers' and the host cluster's environment already set, as `make test` does)
+#
+# Environment: PAL_TEST_OTHER_SLURM=1 also runs the other Slurm version (0: skip it, and say so);
+#              PAL_PYTEST (default .venv/bin/python -m pytest).
+# Exit status: 0 only when every part passed; each part's result is printed at the end.
+
+set -uo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$REPO" || exit 2
+read -r -a PYTEST <<<"${PAL_PYTEST:-.venv/bin/python -m pytest}"
+OTHER="${PAL_TEST_OTHER_SLURM:-1}"
+OTHER_LOG="$(mktemp /tmp/pal-other-slurm.XXXXXX.log)"
+
+status_fast=0 status_slurm=0 status_other=skipped other_pid=""
+
+# Ctrl-C or a CI timeout: the chroot's run (its own session, so its whole group) is stopped
+# and its cluster and mounts undone, never left behind
+stop_other() {
+    if [ -n "$other_pid" ] && kill -0 "$other_pid" 2>/dev/null; then
+        kill -TERM -- "-$other_pid" 2>/dev/null || kill -TERM "$other_pid" 2>/dev/null
+        wait "$other_pid" 2>/dev/null
+        tests/services/other-slurm.sh stop >/dev/null 2>&1
+        echo "run-suites: interrupted: stopped the other Slurm version's run (log kept: $OTHER_LOG)" >&2
+    fi
+}
+trap 'stop_other; exit 130' INT TERM
+
+"${PYTEST[@]}" -m "not slurm" "$@" || status_fast=$?
+
+if [ "$OTHER" = 1 ]; then
+    tests/services/other-slurm.sh install || { echo "run-suites: the other Slurm version's chroot did not install"; exit 2; }
+    setsid tests/services/other-slurm.sh test "$@" >"$OTHER_LOG" 2>&1 &
+    other_pid=$!
+fi
+
+"${PYTEST[@]}" -m slurm "$@" || status_slurm=$?
+
+if [ "$OTHER" = 1 ]; then
+    wait "$other_pid"
+    status_other=$?
+    other_pid=""
+    echo
+    echo "=== the Slurm tests on the other Slurm version (tests/services/other-slurm.sh test; ran alongside) ==="
+    cat "$OTHER_LOG"
+fi
+rm -f "$OTHER_LOG"
+
+echo
+echo "run-suites: without Slurm: $( [ "$status_fast" = 0 ] && echo passed || echo "FAILED ($status_fast)")"
+echo "run-suites: Slurm $(sinfo --version 2>/dev/null | awk '{print $2}'): $( [ "$status_slurm" = 0 ] && echo passed || echo "FAILED ($status_slurm)")"
+case "$status_other" in
+    skipped) echo "NOT TESTED: the other Slurm version (PAL_TEST_OTHER_SLURM=$OTHER)" ;;
+    0) echo "run-suites: the other Slurm version: passed" ;;
+    *) echo "run-suites: the other Slurm version: FAILED ($status_other)" ;;
+esac
+[ "$status_fast" = 0 ] && [ "$status_slurm" = 0 ] && { [ "$status_other" = 0 ] || [ "$status_other" = skipped ]; }
