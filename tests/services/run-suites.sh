@@ -26,8 +26,9 @@ OTHER_LOG="$(mktemp /tmp/pal-other-slurm.XXXXXX.log)"
 
 status_fast=0 status_slurm=0 status_other=skipped other_pid=""
 
-# Ctrl-C or a CI timeout: the chroot's run (its own session, so its whole group) is stopped
-# and its cluster and mounts undone, never left behind
+# Ctrl-C (or SIGTERM: bash acts on it once the host's pytest, in the foreground, has returned):
+# the chroot's run (its own session, so its whole group) is stopped and its cluster and mounts
+# undone, never left behind; checked by hand, not in the suite
 stop_other() {
     if [ -n "$other_pid" ] && kill -0 "$other_pid" 2>/dev/null; then
         kill -TERM -- "-$other_pid" 2>/dev/null || kill -TERM "$other_pid" 2>/dev/null
