@@ -242,6 +242,10 @@ def test_gpus_actions_and_the_drain_dry_run(fleet_db) -> None:  # type: ignore[n
     assert by_id["0000000c"]["action"] == "drain" and "2 uncorrected ECC errors" in by_id["0000000c"]["reason"]
     assert by_id["00000006"]["action"] == "drain" and "on resnet50 (>= 1.3)" in by_id["00000006"]["reason"]
     assert all(a["action"] in ("drain", "re-profile", "placement") and a["reason"] for a in acts)
+    # --node and --model keep only those GPUs' actions
+    on_node = json.loads(_pal(fleet_db, "gpus", "--actions", "--node", NODES[1], "--format", "json"))
+    assert on_node == [a for a in acts if a["node"] == NODES[1]] and 0 < len(on_node) < len(acts)
+    assert json.loads(_pal(fleet_db, "gpus", "--actions", "--model", "no-such-gpu", "--format", "json")) == []
     out = _pal(fleet_db, "gpus", "drain")
     assert f'would run: scontrol update NodeName={NODES[1]} State=DRAIN Reason="pal: GPU 00000005: ' in out
     assert "dry run" in out and out.count("would run:") == len({a["node"] for a in acts if a["action"] == "drain"})

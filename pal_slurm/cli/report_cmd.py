@@ -200,13 +200,13 @@ def gpus(ctx: click.Context, fmt: str, model: str | None, node: str | None, vers
         return
     app = ctx.find_object(AppContext)
     assert app is not None
+    if only_actions:
+        _show_actions(app, model, node, fmt, version, wide)
+        return
     from pal_slurm.services import load_gpu_rows
 
     rows = load_gpu_rows(app.engine, version, app.cfg)
     rows = [r for r in rows if (model is None or r["model"] == model) and (node is None or r["node"] == node)]
-    if only_actions:
-        _show_actions(app, rows, fmt, version, wide)
-        return
     if fmt == "table":
         emit_rows(rows, _gpu_columns(rows, wide), fmt, wide=wide,
                   title="Slowdown factor per job class (1.000 = typical GPU; ! = outlier)")
@@ -214,12 +214,14 @@ def gpus(ctx: click.Context, fmt: str, model: str | None, node: str | None, vers
     emit_rows(rows, _gpu_columns(rows, True), fmt)
 
 
-def _show_actions(app: AppContext, rows: list[dict[str, Any]], fmt: str, version: int | None, wide: bool) -> None:
+def _show_actions(app: AppContext, model: str | None, node: str | None, fmt: str, version: int | None,
+                  wide: bool) -> None:
+    # the report's graded actions carry their GPU's model and node: one classification load
     from pal_slurm.services import load_report
 
     data = load_report(app.engine, app.cfg, version)
-    keep = {r["uuid"] for r in rows}
-    actions = [a for a in data["actions"] if a["uuid"] in keep]
+    actions = [a for a in data["actions"]
+               if (model is None or a["model"] == model) and (node is None or a["node"] == node)]
     if fmt == "json":
         emit_json(actions)
         return
