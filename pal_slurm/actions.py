@@ -121,7 +121,7 @@ def grade_gpu(uuid: str, node: str | None, model: str, findings: Sequence[Findin
     if not node_known(node):
         return make(REPROFILE, "node unknown, so it cannot be drained: profile it on its node so the "
                                "next import records where it is")
-    if not _ONE_NODE.match(node):  # type: ignore[arg-type]
+    if not one_node_name(node):  # type: ignore[arg-type]
         return make(REPROFILE, f"node name {node!r} is not one Slurm node name, so it is not drained: "
                                "profile it on its node so the next import records its host name")
     hw = []
@@ -168,7 +168,7 @@ def drain_plan(actions: Sequence[GpuAction]) -> list[tuple[str, str]]:
     """
     per_node: dict[str, list[GpuAction]] = {}
     for a in actions:
-        if a.action == DRAIN and node_known(a.node) and _ONE_NODE.match(a.node):  # type: ignore[arg-type]
+        if a.action == DRAIN and node_known(a.node) and one_node_name(a.node):  # type: ignore[arg-type]
             per_node.setdefault(a.node, []).append(a)  # type: ignore[arg-type]
     out = []
     for node in sorted(per_node):
@@ -179,8 +179,15 @@ def drain_plan(actions: Sequence[GpuAction]) -> list[tuple[str, str]]:
     return out
 
 
-#: One Slurm node name: no hostlist brackets, commas or spaces (NodeName= takes a hostlist).
-_ONE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: One Slurm node name: no hostlist brackets, commas, spaces or newlines (NodeName= takes a hostlist).
+_ONE_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def one_node_name(node: str) -> bool:
+    """Whether `NodeName=node` names exactly one node by its syntax: not a hostlist, and not
+    `ALL`, which scontrol expands to every node (a NodeSet name is caught by `pal gpus drain`,
+    which drains only names Slurm lists)."""
+    return bool(_ONE_NODE.fullmatch(node)) and node.upper() != "ALL"
 _NVML_UUID = re.compile(r"(?:GPU|MIG)-([0-9a-fA-F]{8})-[0-9a-fA-F]{4}-")
 
 

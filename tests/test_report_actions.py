@@ -73,9 +73,10 @@ def test_hardware_errors_drain_and_an_impossibly_fast_gpu_is_a_measurement_error
     assert fast.action == REPROFILE and "check the measurement" in fast.reason
 
 
-@pytest.mark.parametrize("node", ["gpu[01-16]", "gpu01,gpu02", "gpu01 ", "gpu 01"])
+@pytest.mark.parametrize("node", ["gpu[01-16]", "gpu01,gpu02", "gpu01 ", "gpu 01", "gpu01\n", "ALL", "all"])
 def test_a_node_name_that_is_not_one_slurm_node_is_never_drained(node: str) -> None:
-    """NodeName= takes a hostlist: a stored name like gpu[01-16] would drain sixteen nodes."""
+    """NodeName= takes a hostlist: a stored name like gpu[01-16] would drain sixteen nodes, and
+    `ALL` every node."""
     a = grade(2.8, node=node, ecc_uncorrected=5)
     assert a.action == REPROFILE and "not one Slurm node name" in a.reason
     assert drain_plan([a]) == []
@@ -197,7 +198,10 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
 
 
 def _pal(db: tuple[str, Path], *args: str, columns: int | None = None, code: int = 0) -> str:
-    env = {"PAL_CONFIG": str(db[1])} | ({"COLUMNS": str(columns)} if columns else {})
+    # no Slurm here, even under `make test` (whose SLURM_CONF names the test cluster): `gpus drain`
+    # then plans without Slurm's node list, and says so
+    env = {"PAL_CONFIG": str(db[1]), "SLURM_CONF": str(db[1].parent / "no-slurm.conf")} | (
+        {"COLUMNS": str(columns)} if columns else {})
     res = CliRunner().invoke(cli, ["--db", db[0], *args], env=env)
     assert res.exit_code == code, res.output
     return res.output
@@ -249,6 +253,14 @@ def test_gpus_actions_and_the_drain_dry_run(fleet_db) -> None:  # type: ignore[n
     out = _pal(fleet_db, "gpus", "drain")
     assert f'would run: scontrol update NodeName={NODES[1]} State=DRAIN Reason="pal: GPU 00000005: ' in out
     assert "dry run" in out and out.count("would run:") == len({a["node"] for a in acts if a["action"] == "drain"})
+    assert "Slurm's node list not read" in out and "the plan is not checked against it" in out
+    # a --node with nothing to drain is named, not dropped in silence
+    some = _pal(fleet_db, "gpus", "drain", "--node", NODES[1], "--node", "gpu-healthy")
+    assert "gpu-healthy: no GPU there is graded `drain`; not drained" in some
+    assert some.count("would run:") == 1 and f"NodeName={NODES[1]} " in some
+    # --apply without Slurm's node list drains nothing and says why
+    bad = _pal(fleet_db, "gpus", "drain", "--apply", code=1)
+    assert "Slurm's node list not read" in bad and "nothing drained" in bad and "Traceback" not in bad
     # options before `drain` are refused, not silently dropped (they would drain every planned node)
     bad = _pal(fleet_db, "gpus", "--node", NODES[1], "drain", "--apply", code=2)
     assert "--node before `drain` would be ignored" in bad

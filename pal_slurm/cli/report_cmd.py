@@ -11,7 +11,7 @@ from pal_slurm.cli.context import AppContext
 from pal_slurm.actions import short_uuid
 from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option, wide_option
 from pal_slurm.numfmt import fmt_num
-from pal_slurm.report import bins_text
+from pal_slurm.report import bins_text, regular_bins
 
 
 def _pv(key: str):  # type: ignore[no-untyped-def]
@@ -49,7 +49,8 @@ CSV_COLUMNS = [Column("job_class", lambda r: r.get("job_class")), Column("model"
                *[Column(h, lambda r, k=k: None if r["perfvar"] is None else r["perfvar"][k])
                  for h, k in (("PerfVar min", "min"), ("p5", "p5"), ("median", "median"), ("p95", "p95"),
                               ("max", "max"))],
-               Column("bins", bins_text), Column("outliers", lambda r: " ".join(r["outliers"]))]
+               Column("bins", lambda r: bins_text(r) if regular_bins(r) else None),  # empty, as every missing cell
+               Column("outliers", lambda r: " ".join(r["outliers"]))]
 
 
 def short_ids(uuids: Any) -> dict[str, str]:
@@ -243,29 +244,51 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     """Drain the nodes of the outlier GPUs graded `drain` (severely slow on a compute benchmark,
     or failing ECC/retired pages), with `scontrol update NodeName=N State=DRAIN Reason="pal: ..."`.
 
-    A dry run unless --apply; one line per node. Nodes of GPUs graded `placement` or
-    `re-profile`, and unknown nodes, are never drained. Resume a node with
-    `scontrol update NodeName=N State=RESUME` after its diagnostics pass."""
+    A dry run unless --apply; one line per node. Only nodes Slurm lists by that exact name are
+    drained (never `ALL` or a NodeSet); a node already drained or down keeps its state and its
+    reason. Nodes of GPUs graded `placement` or `re-profile`, and unknown nodes, are never
+    drained. Resume a node with `scontrol update NodeName=N State=RESUME` after its diagnostics pass."""
     from pal_slurm.actions import drain_plan
     from pal_slurm.errors import PalError
     from pal_slurm.services import load_report
+    from pal_slurm.slurm.backend import CliBackend
     from pal_slurm.slurm.command import run_command
 
     data = load_report(app.engine, app.cfg, version)
-    acts = [_action_of(a) for a in data["actions"]]
-    plan = [(n, reason) for n, reason in drain_plan(acts) if not nodes or n in nodes]
+    full = drain_plan([_action_of(a) for a in data["actions"]])
+    plan = [(n, reason) for n, reason in full if not nodes or n in nodes]
+    for n in sorted(set(nodes) - {p[0] for p in full}):
+        click.echo(f"{n}: no GPU there is graded `drain`; not drained")
     if not plan:
         click.echo("nothing to drain: no outlier GPU is graded `drain`" + (" on those nodes" if nodes else ""))
         return
+    timeout = app.cfg.placer.command_timeout_s
+    try:  # Slurm's own node names: NodeName= also takes ALL, NodeSets and hostlists
+        slurm_nodes = {n.name: n for n in CliBackend(timeout=timeout).nodes()}
+    except PalError as exc:
+        if apply:
+            raise PalError(f"Slurm's node list not read ({exc}); nothing drained") from exc
+        click.echo(f"pal: warning: Slurm's node list not read ({exc}); the plan is not checked against it",
+                   err=True)
+        slurm_nodes = None
     failed = 0
     for node_name, reason in plan:
-        argv = ["scontrol", "update", f"NodeName={node_name}", "State=DRAIN", f"Reason={reason}"]
         shown = f'scontrol update NodeName={node_name} State=DRAIN Reason="{reason}"'
+        known = None if slurm_nodes is None else slurm_nodes.get(node_name)
+        if slurm_nodes is not None and known is None:
+            failed += 1
+            click.echo(f"pal: error: {node_name}: not a node Slurm knows; not drained", err=True)
+            continue
+        if known is not None and (known.flags & _DRAINED or known.state == "DOWN"):
+            state = "+".join([known.state, *sorted(known.flags)])
+            click.echo(f"{node_name}: already {state}; its state and reason are left as they are")
+            continue
         if not apply:
             click.echo(f"would run: {shown}")
             continue
         try:
-            run_command(argv, timeout=app.cfg.placer.command_timeout_s)
+            run_command(["scontrol", "update", f"NodeName={node_name}", "State=DRAIN", f"Reason={reason}"],
+                        timeout=timeout)
         except PalError as exc:
             failed += 1
             click.echo(f"pal: error: {node_name}: not drained: {exc}", err=True)
@@ -275,6 +298,10 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
         click.echo("dry run: nothing changed; add --apply to drain these nodes", err=True)
     if failed:
         raise PalError(f"{failed} of {len(plan)} node(s) not drained (see above)")
+
+
+#: node state flags that mean someone (maybe not pal) already took the node out of service
+_DRAINED = frozenset({"DRAIN", "DRAINING", "DRAINED"})
 
 
 def _action_of(a: dict[str, Any]) -> Any:
