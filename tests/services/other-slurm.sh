@@ -100,12 +100,15 @@ slurm_in() {
 }
 
 do_mount() {
+    # the binds are made slaves: where / is a shared mount (systemd), an rbind joins the host's
+    # peer groups, and do_umount's `umount -R` would then unmount the host's own /dev/shm,
+    # /dev/pts and cgroup mounts too, while the host's tests run beside the chroot's
     mounted "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
-    mounted "$ROOT/sys" || mount --rbind /sys "$ROOT/sys"
-    mounted "$ROOT/dev" || mount --rbind /dev "$ROOT/dev"
+    mounted "$ROOT/sys" || { mount --rbind /sys "$ROOT/sys" && mount --make-rslave "$ROOT/sys"; }
+    mounted "$ROOT/dev" || { mount --rbind /dev "$ROOT/dev" && mount --make-rslave "$ROOT/dev"; }
     mounted "$ROOT/run" || mount -t tmpfs -o mode=0755 tmpfs "$ROOT/run"
     mkdir -p "$ROOT$REPO"
-    mounted "$ROOT$REPO" || mount --bind "$REPO" "$ROOT$REPO"
+    mounted "$ROOT$REPO" || { mount --bind "$REPO" "$ROOT$REPO" && mount --make-rslave "$ROOT$REPO"; }
     # slurmctld must resolve this machine's name (SlurmctldHost) inside as it does outside
     local name
     name="$(hostname)"
@@ -176,14 +179,20 @@ cmd_test() {
     trap 'cluster_stop; do_umount' EXIT
     # shellcheck disable=SC2046
     inside env $(cluster_env) bash "$REPO/tests/services/slurm-cluster.sh" start
-    log "test: $(slurm_in): pytest -m slurm tests/slurm $*"
+    # test paths among the arguments narrow the run, as they do pytest's on the host; else tests/slurm
+    local a where=tests/slurm
+    for a in "$@"; do
+        case "$a" in -*) ;; *) [ -e "$REPO/${a%%::*}" ] || [ -e "${a%%::*}" ] && where="" ;; esac
+    done
+    log "test: $(slurm_in): pytest -m slurm ${where:+$where }$*"
     local rc=0
     # the cluster's env (SLURM_CONF, the slurmrestd URL) comes from the script, as in `make test`;
     # -p no:cacheprovider: nothing of the chroot's run is written into the repository's cache
-    # shellcheck disable=SC2046,SC2016  # the inner script's $1 and $(...) are the inner bash's
+    # shellcheck disable=SC2046,SC2016  # the inner script's $1, $2 and $(...) are the inner bash's
     inside env $(cluster_env) PAL_REQUIRE_SLURM=1 PAL_REQUIRE_SLURM_REST=1 bash -c \
-        'cd "$1" && shift && eval "$(bash tests/services/slurm-cluster.sh env)" &&
-         exec "$PAL_PYTHON" -m pytest -p no:cacheprovider -m slurm tests/slurm "$@"' _ "$REPO" "$@" || rc=$?
+        'cd "$1" && where="$2" && shift 2 && eval "$(bash tests/services/slurm-cluster.sh env)" &&
+         exec "$PAL_PYTHON" -m pytest -p no:cacheprovider -m slurm ${where:+"$where"} "$@"' _ "$REPO" "$where" "$@" \
+        || rc=$?
     return "$rc"
 }
 

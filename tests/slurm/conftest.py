@@ -182,12 +182,14 @@ class SlurmCluster:
     def clean_leftovers(self) -> None:
         """Undo what an earlier, interrupted test session left: its queued jobs (they hold GPUs or
         block a test that needs an idle cluster) and nodes drained by pal (`pal gpus drain`
-        tests); and say so. Only called by the session holding the cluster's lock, so no
-        session running alongside loses its jobs."""
+        tests); and say so. Only called by a session that got the cluster's lock for itself
+        while every running session holds it shared, so no session running alongside loses its jobs."""
         from pal_slurm.slurm import parse_json
 
         doc = parse_json.load(self.run(["squeue", "--all", "--json"]).stdout, "squeue --json")
-        left = [j.job_id for j in parse_json.jobs_from_doc(doc, active_only=True)]
+        # `pal demo --slurm` may use this cluster too (same default directory): its jobs are its own
+        left = [j.job_id for j in parse_json.jobs_from_doc(doc, active_only=True)
+                if not j.name.startswith("pal-demo-")]
         if left:
             print(f"slurm test cluster: cancelling {len(left)} jobs an earlier session left: {' '.join(left)}",
                   file=sys.stderr)
@@ -252,13 +254,15 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     cluster = SlurmCluster(dir=directory, env=cluster_env, conf_dir=directory / "etc",
                            nodes=re.findall(r"^NodeName=(\S+)", nodes_conf, flags=re.MULTILINE))
     cluster.out_dir.mkdir(exist_ok=True)
-    # one session at a time cleans up: the first one holds the lock until it ends
+    # every session holds the lock shared for its whole life; only one that finds no other
+    # session (the lock free for exclusive use) cleans up what an earlier one left
     lock = open(directory / "test-session.lock", "w")  # noqa: SIM115 - held for the whole session
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         cluster.clean_leftovers()
     except BlockingIOError:
         print("slurm test cluster: another test session is running; leaving its jobs alone", file=sys.stderr)
+    fcntl.flock(lock, fcntl.LOCK_SH)  # from exclusive, or waiting out another session's clean-up
     saved = {k: os.environ.get(k) for k in cluster_env}
     os.environ.update(cluster_env)
     try:

@@ -243,3 +243,4 @@ def test_a_job_that_can_never_start_is_cancelled_and_reported(slurm_cluster: Slu
     assert time.time() - t0 < 90
     assert not run.complete
     assert re.search(r"can never start here \(pending: Partition(Config|NodeLimit)\); cancelled", run.problems[0])
+    assert slurm_cluster.wait_state(run.jobs[0].slurm_id, "CANCELLED") == "CANCELLED"  # by Slurm's own word
