@@ -170,6 +170,36 @@ def test_small_groups_get_only_the_absolute_checks_and_stored_scores_count() -> 
     assert find_suspects([_rec(1e6, 1)], {("H100", "b"): [100.0] * 9}) == []  # another group
 
 
+def test_max_factor_nan_is_refused_and_inf_turns_the_relative_check_off() -> None:
+    scores = [100, 101, 99, 102, 98, 1e-300, 1e300, -1]
+    for bad in (math.nan, 1.0, 0.5):
+        with pytest.raises(ValueError, match="max_factor must be greater than 1"):
+            find_suspects([_rec(s, i) for i, s in enumerate(scores)], max_factor=bad)
+    # inf: only the absolute checks (finite, positive) are left
+    assert [b.index for b in find_suspects([_rec(s, i) for i, s in enumerate(scores)], max_factor=math.inf)] == [7]
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "1", "0.5"])
+def test_max_factor_option_refuses_nan_and_numbers_not_above_1(runner: CliRunner, fresh, tmp_path: Path,
+                                                                value: str) -> None:
+    path = resnet_csv(tmp_path / "r.csv")
+    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--format", "pal-artifact", "--model", "V100",
+                                 "--benchmark", "resnet50", "--max-factor", value, str(path)], env={"PAL_CONFIG": ""})
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--max-factor'" in result.stderr and "Traceback" not in result.output
+
+
+def test_max_factor_option_inf_keeps_only_the_absolute_checks(runner: CliRunner, fresh, tmp_path: Path) -> None:
+    path = resnet_csv(tmp_path / "r.csv", extra=[f"resnet,{T0 + 5},c001,1,c001-1,c001-1-0,0,{v}" for v in ("1e-300",
+                                                                                                          "-5")])
+    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--format", "pal-artifact", "--model", "V100",
+                                 "--benchmark", "resnet50", "--max-factor", "inf", "--json", str(path)],
+                           env={"PAL_CONFIG": ""})
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)[0]
+    assert (out["added"], out["rejected"]) == (25, 1)  # 1e-300 is stored; -5 is not positive
+
+
 # -- identity at import ----------------------------------------------------------------------------
 
 
