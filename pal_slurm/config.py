@@ -7,6 +7,7 @@ that names the key and what is wrong.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -62,6 +63,14 @@ class ClassificationConfig(_Section):
     method: Literal["shrink", "bic", "pal-k2"] = "shrink"
     #: a run more than this many times off its GPU's own median is dropped as broken (0 = off)
     run_ratio: float = Field(default=10.0, ge=0)
+
+    @field_validator("run_ratio")
+    @classmethod
+    def _run_ratio(cls, value: float) -> float:
+        """What ClassifyParams takes: refused here, the error names the key, not pal classify later."""
+        if not (value == 0 or 1 < value < math.inf):
+            raise ValueError(f"must be 0 (off) or a finite number > 1, got {value}")
+        return value
 
 
 class IngestConfig(_Section):

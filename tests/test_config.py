@@ -84,6 +84,9 @@ def test_the_job_classes_have_one_definition_the_filter_and_spank_plugin_copy() 
 @pytest.mark.parametrize("text,fragment", [
     ("[classification]\nmin_runs = 0\n", "classification.min_runs: Input should be greater than or equal to 1"),
     ("[classification]\nmin_run = 2\n", "classification.min_run: unknown setting"),
+    ("[classification]\nrun_ratio = 0.5\n",
+     "classification.run_ratio: Value error, must be 0 (off) or a finite number > 1, got 0.5"),
+    ("[classification]\nrun_ratio = inf\n", "classification.run_ratio: Value error, must be 0 (off)"),
     ("[database]\necho = 'loud'\n", "database.echo: Input should be a valid boolean"),
     ("[job_classes.A]\nbenchmark = ''\n", "job_classes.A.benchmark: String should have at least 1 character"),
     ("[job_classes.a]\nbenchmark = 'x'\n", "job_classes: Value error, unknown job class 'a'"),

@@ -170,6 +170,36 @@ def test_small_groups_get_only_the_absolute_checks_and_stored_scores_count() -> 
     assert find_suspects([_rec(1e6, 1)], {("H100", "b"): [100.0] * 9}) == []  # another group
 
 
+def test_max_factor_nan_is_refused_and_inf_turns_the_relative_check_off() -> None:
+    scores = [100, 101, 99, 102, 98, 1e-300, 1e300, -1]
+    for bad in (math.nan, 1.0, 0.5):
+        with pytest.raises(ValueError, match="max_factor must be greater than 1"):
+            find_suspects([_rec(s, i) for i, s in enumerate(scores)], max_factor=bad)
+    # inf: only the absolute checks (finite, positive) are left
+    assert [b.index for b in find_suspects([_rec(s, i) for i, s in enumerate(scores)], max_factor=math.inf)] == [7]
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "1", "0.5"])
+def test_max_factor_option_refuses_nan_and_numbers_not_above_1(runner: CliRunner, fresh, tmp_path: Path,
+                                                                value: str) -> None:
+    path = resnet_csv(tmp_path / "r.csv")
+    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--format", "pal-artifact", "--model", "V100",
+                                 "--benchmark", "resnet50", "--max-factor", value, str(path)], env={"PAL_CONFIG": ""})
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--max-factor'" in result.stderr and "Traceback" not in result.output
+
+
+def test_max_factor_option_inf_keeps_only_the_absolute_checks(runner: CliRunner, fresh, tmp_path: Path) -> None:
+    path = resnet_csv(tmp_path / "r.csv", extra=[f"resnet,{T0 + 5},c001,1,c001-1,c001-1-0,0,{v}" for v in ("1e-300",
+                                                                                                          "-5")])
+    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--format", "pal-artifact", "--model", "V100",
+                                 "--benchmark", "resnet50", "--max-factor", "inf", "--json", str(path)],
+                           env={"PAL_CONFIG": ""})
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)[0]
+    assert (out["added"], out["rejected"]) == (25, 1)  # 1e-300 is stored; -5 is not positive
+
+
 # -- identity at import ----------------------------------------------------------------------------
 
 
@@ -294,6 +324,43 @@ def test_another_model_for_a_stored_gpu_is_warned_about(runner: CliRunner, fresh
             "says A100: kept V100") in again.stderr
     # the new row is judged in the group its GPU is stored in (V100), not in an empty A100 one
     assert f"{path}:26: score 1e-300 ms is 1/" in again.stderr and "of V100 resnet50" in again.stderr
+
+
+def test_a_slot_identity_of_another_model_is_not_merged(fresh, tmp_path: Path) -> None:
+    """resnet as A100 (slot names), then pagerank as V100 (real UUIDs at the same slots): the A100
+    runs do not become V100 runs; each GPU is warned about and counted as a model conflict."""
+    engine = make_engine(fresh())
+    res = resnet_csv(tmp_path / "r.csv")
+    first = import_files(engine, [res], "pal-artifact", benchmark="resnet50", model="A100")[0].result
+    pr = pagerank_csv(tmp_path / "p.csv")
+    second = _import(engine, pr, "pagerank")
+    assert first.model_conflicts == 0
+    assert (second.merged_gpus, second.model_conflicts, second.new_gpus) == (0, 6, 6)
+    assert (f"{pr}:2: GPU {uuid_of(1, 0)} (model V100) is at c001-001 device 0, where GPU slot:c001-001:0 is "
+            "stored as model A100: not merged (a GPU's model does not change; check --model)") in second.warnings
+    with session_scope(engine) as s:
+        models = {u: m for u, m in s.execute(select(Gpu.uuid, Gpu.model))}
+    assert models == {**{f"slot:c001-00{n}:{d}": "A100" for n in NODES for d in DEVICES},
+                      **{uuid_of(n, d): "V100" for n in NODES for d in (0, 1, 2)}}
+    assert {b for u, runs in _runs_by_gpu(engine).items() if u.startswith("slot:") for b, _ in runs} == {"resnet50"}
+
+
+def test_a_slot_named_row_of_another_model_joins_the_gpu_at_its_slot(fresh, tmp_path: Path) -> None:
+    """The other order: the slot-named rows join the real GPUs (one physical GPU, one row), which
+    keep their model; the same GPUs are warned about, once per model pair, as model conflicts."""
+    engine = make_engine(fresh())
+    pr = pagerank_csv(tmp_path / "p.csv")
+    first = _import(engine, pr, "pagerank")
+    res = resnet_csv(tmp_path / "r.csv")
+    second = import_files(engine, [res], "pal-artifact", benchmark="resnet50", model="A100")[0].result
+    assert first.model_conflicts == 0
+    assert (second.resolved_runs, second.model_conflicts, second.new_gpus) == (18, 6, 2)
+    assert any(w.endswith(f"GPU {uuid_of(1, 0)} and 5 more GPUs stored as model V100, this import says A100: "
+                          "kept V100 (a GPU's model does not change; check --model)") for w in second.warnings)
+    with session_scope(engine) as s:
+        models = {u: m for u, m in s.execute(select(Gpu.uuid, Gpu.model))}
+    assert models == {**{f"slot:c001-00{n}:3": "A100" for n in NODES},
+                      **{uuid_of(n, d): "V100" for n in NODES for d in (0, 1, 2)}}
 
 
 def test_db_upgrade_says_which_directory_it_created(runner: CliRunner, tmp_path: Path) -> None:

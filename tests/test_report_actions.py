@@ -283,3 +283,34 @@ def test_a_gpu_every_class_sees_slow_is_given_out_last() -> None:
                   [Finding(b, 1.1, NOW) for b in ("resnet50", "bert", "pagerank")], job_classes=CLASSES,
                   policy=POLICY, now=NOW)
     assert a.action == PLACEMENT and a.classes_landing == () and "gives it out last" in a.reason
+
+
+@pytest.mark.parametrize("run_ratio", [2.0, 10.0])
+def test_the_run_spread_drops_the_runs_the_stored_run_ratio_dropped(tmp_path: Path, run_ratio: float) -> None:
+    """The spread the actions read leaves out the runs classification dropped as broken, with
+    the run_ratio that classification used (stored with its params), not the default."""
+    from pal_slurm.db.classification_store import latest_run, load_classification
+    from pal_slurm.db.engine import make_engine, session_scope
+
+    uuids = [f"GPU-{i:08x}-0000-0000-0000-000000000000" for i in range(8)]
+    recs = records({u: 1.0 for u in uuids}, benchmark="resnet50")
+    first = next(i for i, r in enumerate(recs) if r.gpu.uuid == uuids[0])
+    recs[first] = replace(recs[first], score=recs[first].score * 3)  # 3x off its GPU's median
+    (tmp_path / "fleet.jsonl").write_text(dump_jsonl(recs))
+    (tmp_path / "pal.toml").write_text(f"[classification]\nrun_ratio = {run_ratio}\n")
+    url = f"sqlite:///{tmp_path / 'pal.db'}"
+    for args in (["db", "upgrade"], ["profile", "import", str(tmp_path / "fleet.jsonl")], ["classify"]):
+        res = CliRunner().invoke(cli, ["--db", url, *args], env={"PAL_CONFIG": str(tmp_path / "pal.toml")})
+        assert res.exit_code == 0, res.output
+    engine = make_engine(url)
+    with session_scope(engine) as s:
+        run = latest_run(s)
+        assert run is not None and run.params["run_ratio"] == run_ratio
+        stored = load_classification(s, run, with_clocks=True)
+    engine.dispose()
+    spread = next(r.run_spread for r in stored.results if r.uuid == uuids[0])
+    assert spread is not None
+    if run_ratio == 2.0:  # the 3x run is broken: the other three are 0.1 % apart
+        assert spread < 0.01
+    else:  # within 10x: kept, and it widens the spread
+        assert spread > 0.4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,13 @@ import click
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import Column, emit_json, emit_rows
 from pal_slurm.errors import PalError
+
+
+def _max_factor(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """--max-factor: FloatRange lets nan through (nan <= 1 is false), which would turn the check off unseen."""
+    if value is not None and math.isnan(value):
+        raise click.BadParameter("nan is not a number > 1 (inf turns the relative check off)")
+    return value
 
 
 @click.group()
@@ -25,9 +33,9 @@ def profile() -> None:
 @click.option("--benchmark", metavar="NAME", help="Benchmark name for pal-artifact files (e.g. resnet50).")
 @click.option("--model", metavar="NAME", help="GPU model for pal-artifact files (e.g. V100).")
 @click.option("--unit", metavar="UNIT", help="Unit of the artifact's perf column [default: ms].")
-@click.option("--max-factor", type=click.FloatRange(min=1, min_open=True), metavar="F",
-              help="A score more than F times off its group's running median (either way) is suspect "
-                   "[default: [ingest] max_factor, 10].")
+@click.option("--max-factor", type=click.FloatRange(min=1, min_open=True), metavar="F", callback=_max_factor,
+              help="A score more than F times off its group's running median (either way) is suspect; "
+                   "inf turns this check off [default: [ingest] max_factor, 10].")
 @click.option("--keep-suspect", is_flag=True, default=None,
               help="Store suspect scores quarantined (never classified) instead of leaving them out "
                    "[default: [ingest] keep_suspect].")

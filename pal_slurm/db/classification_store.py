@@ -193,7 +193,7 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
     )
     extra: dict[tuple[int, int], tuple[float | None, datetime | None, float | None]] = {}
     if with_clocks:
-        extra = _clock_and_last(session)
+        extra = _clock_and_last(session, _run_ratio(run))
     results = []
     for uuid, nname, model, bench, runs, med, pv, b, sf, outl, prof, gid, bid, ecc, retired in session.execute(stmt):
         clock, last, spread = extra.get((gid, bid), (None, None, None))
@@ -225,13 +225,25 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
                                 dict(sorted(classes.items())))
 
 
-def _clock_and_last(session: Session) -> dict[tuple[int, int], tuple[float | None, datetime | None, float | None]]:
+def _run_ratio(run: ClassificationRun) -> float:
+    """The run_ratio this classification used (stored with its params); the default for a run
+    saved before run_ratio existed."""
+    from pal_slurm.classify import ClassifyParams
+
+    value = run.params.get("run_ratio") if isinstance(run.params, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return ClassifyParams().run_ratio
+
+
+def _clock_and_last(session: Session, run_ratio: float,
+                    ) -> dict[tuple[int, int], tuple[float | None, datetime | None, float | None]]:
     """Per GPU and benchmark: the median of the runs' SM clocks, the time of the last run and
     the runs' spread (interquartile range / median of the finite positive scores; None below 2
     runs), which the outlier actions use to tell a noisy measurement from a slow GPU. The IQR,
     not max - min: one bad run must not make a GPU "noisy", and it does not grow with the
-    number of runs; and runs classification drops as broken (more than `run_ratio` off the
-    GPU's own median) are left out, as there.
+    number of runs; and runs classification drops as broken (more than `run_ratio`, the one
+    the classification used, off the GPU's own median) are left out, as there.
 
     The medians are computed here (portable across dialects) from one scan.
     """
@@ -252,9 +264,7 @@ def _clock_and_last(session: Session) -> dict[tuple[int, int], tuple[float | Non
         if key not in last or ts > last[key]:
             last[key] = ts
 
-    from pal_slurm.classify import ClassifyParams, robust_median
-
-    run_ratio = ClassifyParams().run_ratio
+    from pal_slurm.classify import robust_median
 
     def spread(values: list[float] | None) -> float | None:
         if not values or len(values) < 2:

@@ -241,6 +241,13 @@ class _Identity:
                           f"times ({_day(span[0])}..{_day(span[1])} and {_day(other.first_seen)}.."
                           f"{_day(other.last_seen)}): two UUIDs at one slot (not merged)")
         slot_gpu = self.by_uuid.get(slot_key(node, index))
+        if slot_gpu is not None and slot_gpu.model != gpu.model:
+            self.result.model_conflicts += 1  # a GPU's model does not change: which --model is wrong is not known
+            self.result.warnings.append(
+                f"{_at(min(recs, key=lambda r: r.line))}: GPU {uuid} (model {gpu.model}) is at "
+                f"{_slot_text(node, index)}, where GPU {slot_gpu.uuid} is stored as model {slot_gpu.model}: "
+                "not merged (a GPU's model does not change; check --model)")
+            return gpu
         if slot_gpu is not None and not others:
             self.merges.append((slot_gpu, gpu))  # moved in bulk by finish()
             gpu.first_seen = min(gpu.first_seen, slot_gpu.first_seen)

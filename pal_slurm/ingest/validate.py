@@ -68,7 +68,7 @@ def find_suspects(
     out); `model_of`: record index -> the model its GPU is stored as, where it differs from
     the record's. Runs in O(n log n) plus list inserts: the import stays fast.
     """
-    if max_factor <= 1:
+    if math.isnan(max_factor) or max_factor <= 1:
         raise ValueError(f"max_factor must be greater than 1, got {max_factor}")
     model_of = model_of or {}
     reference: dict[Group, list[float]] = {}  # stored + accepted so far, sorted
