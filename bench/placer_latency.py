@@ -46,7 +46,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pal_slurm.slurm.filter_state import heartbeat_age
+from pal_slurm.errors import PalError
+from pal_slurm.placer.process import wait_heartbeat
 from pal_slurm.slurm.nodeinfo import parse_kv_line
 from tests.slurm.placer_support import PlacerProcess, make_db, write_config
 
@@ -156,18 +157,6 @@ def one_run(cluster: Cluster, name: str, specs: list[JobSpec], rate: float, drai
     return run
 
 
-def wait_heartbeat(cluster: Cluster, placer: PlacerProcess, timeout: float = 60) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        if placer.proc.poll() is not None:
-            sys.exit(f"placer_latency: pal placer exited ({placer.proc.returncode}): {placer.output()[-500:]}")
-        age = heartbeat_age(str(cluster.state_file))
-        if age is not None and age < 3 and 'mode = "enforce"' in cluster.state_file.read_text(encoding="utf-8"):
-            return
-        time.sleep(0.2)
-    sys.exit(f"placer_latency: no fresh enforce heartbeat in {cluster.state_file} after {timeout:g} s")
-
-
 def accrue_delays(run: Run) -> list[float]:
     """Seconds from SubmitTime to AccrueTime of each job (scontrol's local-time stamps)."""
     from datetime import datetime
@@ -248,7 +237,10 @@ def main() -> int:
         log_path.unlink(missing_ok=True)
         placer = PlacerProcess(config, cluster.env, log_path)
         try:
-            wait_heartbeat(cluster, placer)
+            try:
+                wait_heartbeat(cluster.state_file, placer, timeout=60)
+            except PalError as exc:  # the finally below still stops the placer and turns the filter off
+                sys.exit(f"placer_latency: {exc}")
             cluster.kill_switch.unlink()
             on = one_run(cluster, "(b) pal", specs, args.rate, args.drain_timeout, tmp / "pal")
         finally:

@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,12 +21,12 @@ from sqlalchemy import select
 from pal_slurm.agent.aggregate import JobProfileRecord
 from pal_slurm.agent.service import AgentService
 from pal_slurm.agent.simload import SimLoad
-from pal_slurm.agent.job_profile_store import NodeFacts, write_items
+from pal_slurm.agent.job_profile_store import NodeFacts, load_node_facts, write_items
 from pal_slurm.cli.main import cli
 from pal_slurm.config import AgentConfig, load_config
 from pal_slurm.db import migrate
 from pal_slurm.db.engine import make_engine, session_scope
-from pal_slurm.db.models import GpuFlag, JobProfile, JobSensitivity
+from pal_slurm.db.models import Benchmark, Gpu, GpuFlag, JobProfile, JobSensitivity, Node, ProfileRun
 from pal_slurm.jobs.sensitivity_store import learn, record_identity, sensitivity_rule
 from pal_slurm.gpu.simulated import SimBackend
 from pal_slurm.services import import_records_now, run_classification
@@ -207,6 +207,30 @@ def test_drift_flag_reaches_gpu_flags(tmp_path: Path) -> None:
     assert f'pal_gpu_reprofile_flagged{{node="{NODE}",gpu="{dev.uuid}"' in service.render_metrics()
     service.worker.close()
     engine.dispose()
+
+
+def test_node_facts_ignore_quarantined_profile_runs(engine) -> None:
+    """A run `pal profile import --keep-suspect` stored quarantined is kept for the record only:
+    its score is not the GPU's last score and its clock is not behind the expected clock."""
+    at = datetime.fromtimestamp(T0, UTC)
+    with session_scope(engine) as s:
+        gpu = Gpu(uuid="GPU-q", node=Node(name="n1"), model="NVIDIA A100-SXM4-80GB")
+        bench = Benchmark(name="resnet50", unit="ms", lower_is_better=True)
+        s.add_all([gpu, bench])
+        s.flush()
+        for i, clock in enumerate((1400.0, 1410.0, 1390.0)):
+            s.add(ProfileRun(run_key=f"ok-{i}", gpu_id=gpu.id, benchmark_id=bench.id, started_at=at + timedelta(
+                minutes=i), score=100.0 + i, unit="ms", lower_is_better=True, sm_clock_mhz=clock, source="test"))
+        # the five newest runs, absurd in score and clock, quarantined: unfiltered they would set both
+        for i in range(5):
+            s.add(ProfileRun(run_key=f"bad-{i}", gpu_id=gpu.id, benchmark_id=bench.id,
+                             started_at=at + timedelta(hours=1, minutes=i), score=1e-300, unit="ms",
+                             lower_is_better=True, sm_clock_mhz=9999.0, source="test",
+                             quarantine="score 1e-300 ms is implausible"))
+    with session_scope(engine) as s:
+        facts = load_node_facts(s, ["GPU-q"])
+    assert facts.expected_clock == {"GPU-q": pytest.approx(1400.0)}
+    assert [(f.benchmark, f.score) for f in facts.scores["GPU-q"]] == [("resnet50", 102.0)]
 
 
 def test_metrics_endpoint_over_http(tmp_path: Path) -> None:

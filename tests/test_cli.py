@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -263,3 +265,10 @@ def test_a_reader_that_goes_away_ends_pal_quietly_with_141(monkeypatch, tmp_path
     monkeypatch.setattr(sys, "stdout", GoneReader())
     assert main(["db", "sql", "--dialect", "postgresql"]) == 141
     assert capsys.readouterr().err == ""
+
+
+def test_loading_the_cli_does_not_load_the_slurm_adapter() -> None:
+    """Every `pal` command loads the CLI; the Slurm adapter (~50 ms) only the commands that use it."""
+    probe = "import sys, pal_slurm.cli.main; print('pal_slurm.slurm.backend' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr

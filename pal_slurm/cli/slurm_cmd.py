@@ -11,7 +11,6 @@ from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import Column, emit_json, emit_rows
 from pal_slurm.errors import InputError
 from pal_slurm.slurm import gresconf
-from pal_slurm.slurm.backend import read_node_gres
 
 
 @click.group()
@@ -93,6 +92,8 @@ def gres_conf(app: AppContext, inventory_path: Path | None, dev_dir: str, output
     """
     inv = read_inventory_file(inventory_path) if inventory_path else read_inventory_db(app)
     if check:
+        from pal_slurm.slurm.backend import read_node_gres  # only here: loading it costs every pal command
+
         diffs = gresconf.compare(inv, read_node_gres())
         rows = [d.as_dict() for d in diffs]
         if fmt == "json":

@@ -23,12 +23,12 @@ from pal_slurm.errors import PalError
 if TYPE_CHECKING:
     from pal_slurm.placement.index import ClusterIndex
 
-#: A job of a class nobody measured is treated as the most sensitive one (PAL's worst case).
 #: The job classes, most variability-sensitive first (PAL's A-D). The one definition: the
 #: configuration, the policies and the trace readers use it, and tests check the submit
 #: filter's (job_submit.lua) and the SPANK plugin's (pal_spank.c) copies against it.
 JOB_CLASSES: tuple[str, ...] = ("A", "B", "C", "D")
 
+#: A job of a class nobody measured is treated as the most sensitive one (PAL's worst case).
 DEFAULT_CLASS = "A"
 
 

@@ -7,6 +7,7 @@ tests.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -19,6 +20,8 @@ from typing import IO, Self
 from pal_slurm.errors import PalError
 
 __all__ = ["PlacerProcess", "wait_heartbeat", "write_config"]
+
+log = logging.getLogger(__name__)
 
 
 def write_config(tmp: Path, db_url: str, state_file: Path, *, mode: str = "enforce", interval: float = 0.5,
@@ -48,14 +51,24 @@ class PlacerProcess:
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def stop(self, sig: int | None = None, timeout: float = 30) -> int:
-        """Signal the placer (SIGTERM: it releases what it holds) and wait for it."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM if sig is None else sig)
+        """Signal the placer (SIGTERM: it releases what it holds) and wait for it; its exit status.
+
+        A placer still running `timeout` s after the signal is killed (status -SIGKILL), never
+        left behind: callers read any status but 0 or -SIGTERM as "it may hold jobs" and run
+        the fail-safe (`pal placer release-stale`).
+        """
         try:
-            rc = self.proc.wait(timeout=timeout)
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM if sig is None else sig)
+            try:
+                return self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("pal placer (pid %d) still running %g s after the signal: killing it (log %s)",
+                            self.proc.pid, timeout, self.log)
+                self.proc.kill()
+                return self.proc.wait()
         finally:
             self._fh.close()
-        return rc
 
     def output(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")

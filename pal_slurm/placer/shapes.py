@@ -113,14 +113,9 @@ def request_shape(job: SlurmJob, max_per_node: int) -> Shape | str:
     return Shape(fld, tres, n, n, 1, user_nodes=(1, min(hi or n, n)), user_gpus=n)
 
 
-def allowed_nodes(job: SlurmJob, view: View, shape: Shape) -> frozenset[int] | str:
-    """Node indices the job may use (partition, state, features, exclusions, CPUs, memory)."""
-    mask = allowed_mask(job, view, shape)
-    return mask if isinstance(mask, str) else view.table.as_set(mask)
-
-
 def allowed_mask(job: SlurmJob, view: View, shape: Shape, *, now: bool = True) -> np.ndarray | str:
-    """`allowed_nodes` as a boolean array over the view's node indices, or why the job is not moved.
+    """The nodes the job may use (partition, state, features, exclusions, CPUs, memory) as a
+    boolean array over the view's node indices, or why the job is not moved.
 
     now=False: the nodes that could ever take the job (partition, features, exclusions, the
     node's CPUs and memory), whatever their state and load: a node that is down, still

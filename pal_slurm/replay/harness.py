@@ -12,7 +12,8 @@ same machine. Nothing is fabricated:
   cluster's slowest GPU for its class, with the locality penalty) is cancelled and
   reported; the arm is incomplete;
 - Ctrl-C (or SIGTERM) cancels every job the arm submitted, waits until Slurm has let
-  them go, and raises `ReplayInterrupted`: the cluster is left clean.
+  them go, and raises `ReplayInterrupted`: the cluster is left clean, or the message
+  names the jobs it could not confirm gone (scancel or squeue failed) for the operator.
 
 Every Slurm command gets an argument list, never a shell string.
 """
@@ -50,6 +51,9 @@ OVERRUN = 3.0
 #: grace, as the placer may hold a NodeList for a moment before it restores a request
 _NEVER_STARTS = frozenset({"PartitionNodeLimit", "PartitionConfig", "BadConstraints"})
 NEVER_STARTS_GRACE_S = 20.0
+#: how long a stopped arm waits for Slurm to let its cancelled jobs go (Ctrl-C; an error)
+_CANCEL_WAIT_S = 60.0
+_CANCEL_WAIT_ON_ERROR_S = 10.0
 
 
 class ReplayInterrupted(PalError):
@@ -197,15 +201,17 @@ def run_arm(plan: ReplayPlan, *, arm: str, work_dir: Path, factors: Mapping[str,
                     say(f"{arm}: {now - run.t0:.0f} s, {len(run.jobs)}/{len(plan.jobs)} submitted, {done} done")
                 time.sleep(poll_s)
         except KeyboardInterrupt:
-            cancelled = cancel_all([t.slurm_id for t in run.jobs if t.slurm_id], env)
-            raise ReplayInterrupted(f"replay arm {arm!r} interrupted: cancelled {cancelled} of its "
-                                    f"{len(run.jobs)} submitted jobs; no result") from None
+            ids = [t.slurm_id for t in run.jobs if t.slurm_id]
+            left = cancel_all(ids, env, wait_s=_CANCEL_WAIT_S)
+            raise ReplayInterrupted(f"replay arm {arm!r} interrupted: {cancel_note(ids, left)}; "
+                                    f"no result") from None
         except Exception as exc:
             # sbatch refused a job, slurmctld went away, ...: the arm has no result, and the
             # jobs it already submitted must not run on unwatched (nobody stuck, nothing left)
-            cancelled = cancel_all([t.slurm_id for t in run.jobs if t.slurm_id], env, wait_s=10.0)
+            ids = [t.slurm_id for t in run.jobs if t.slurm_id]
+            left = cancel_all(ids, env, wait_s=_CANCEL_WAIT_ON_ERROR_S)
             raise PalError(f"replay arm {arm!r} stopped after {len(run.jobs)} of {len(plan.jobs)} submissions "
-                           f"({exc}); cancelled {cancelled} submitted jobs; no result") from exc
+                           f"({exc}); {cancel_note(ids, left)}; no result") from exc
     _read_records(records, by_trace)
     run.wall_s = time.time() - run.t0
     for t in run.jobs:
@@ -265,8 +271,8 @@ def _check_slurm(run: ArmRun, env: Mapping[str, str] | None, now: float,
         if job.state == "PENDING" and job.state_reason in _NEVER_STARTS:
             t.stuck_since = t.stuck_since or now
             if now - t.stuck_since > never_starts_grace_s:
-                t.failure = f"can never start here (pending: {job.state_reason}); cancelled"
-                cancel_all([sid], env)
+                t.failure = (f"can never start here (pending: {job.state_reason}); "
+                             f"{_cancelled_or_not(sid, cancel_all([sid], env))}")
             continue
         t.stuck_since = None
         if job.state in _FAILED:
@@ -277,27 +283,52 @@ def _check_slurm(run: ArmRun, env: Mapping[str, str] | None, now: float,
                 t.failure = "completed without writing its record"
         elif t.started_at is not None and now - t.started_at > t.limit_s:
             t.failure = (f"still running {now - t.started_at:.0f} s after its start, over {OVERRUN:g} x the "
-                         f"longest it could take; cancelled")
-            cancel_all([sid], env)
+                         f"longest it could take; {_cancelled_or_not(sid, cancel_all([sid], env))}")
 
 
-def cancel_all(job_ids: Sequence[str], env: Mapping[str, str] | None, wait_s: float = 60.0) -> int:
-    """scancel the jobs (argument lists, in batches) and wait until none is pending or running."""
-    ids = [j for j in job_ids if j]
+def _cancelled_or_not(sid: str, left: Sequence[str]) -> str:
+    return "cancelled" if not left else f"scancel not confirmed: it may still be queued or running (scancel {sid})"
+
+
+def cancel_all(job_ids: Sequence[str], env: Mapping[str, str] | None, wait_s: float = 60.0) -> list[str]:
+    """scancel the jobs (argument lists, in batches) and wait until none is pending or running.
+
+    Returns the ids it could not confirm gone: those squeue still lists pending or running at
+    the deadline, or every one when squeue never answered (slurmctld gone). Empty: all are gone.
+    """
+    ids = list(dict.fromkeys(j for j in job_ids if j))
     for i in range(0, len(ids), 200):
+        batch = " ".join(ids[i:i + 200])
         try:
-            run_command(["scancel", *ids[i:i + 200]], timeout=60, env=env, check=False)
+            proc = run_command(["scancel", *ids[i:i + 200]], timeout=60, env=env, check=False)
         except SlurmError as exc:  # slurmctld gone: say which jobs may be left, never hide the cause
-            log.error("scancel %s failed (%s): cancel them by hand", " ".join(ids[i:i + 200]), exc)
+            log.error("scancel %s failed (%s): cancel them by hand", batch, exc)
+            continue
+        if proc.returncode != 0:  # also for jobs that had already ended: squeue below decides
+            first = next((ln.strip() for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()),
+                         f"exit status {proc.returncode}")
+            log.warning("scancel %s: %s", batch, first)
+    left = ids
     deadline = time.time() + wait_s
-    while ids and time.time() < deadline:
+    while left and time.time() < deadline:
         try:
             doc = parse_json.load(run_command(["squeue", "--all", "--json"], timeout=60, env=env).stdout,
                                   "squeue --json")
         except SlurmError:
             time.sleep(1)
             continue
-        if not parse_json.jobs_from_doc(doc, active_only=True, only=set(ids)):
-            break
-        time.sleep(0.5)
-    return len(ids)
+        active = {j.job_id for j in parse_json.jobs_from_doc(doc, active_only=True, only=set(left))}
+        left = [j for j in left if j in active]
+        if left:
+            time.sleep(0.5)
+    if left:
+        log.error("jobs %s may still be queued or running: scancel them by hand", " ".join(left))
+    return left
+
+
+def cancel_note(ids: Sequence[str], left: Sequence[str]) -> str:
+    """What cancel_all did, for a message: `left` are the ids it could not confirm gone."""
+    if not left:
+        return f"cancelled {len(ids)} submitted jobs"
+    return (f"cancelled {len(ids) - len(left)} of its {len(ids)} submitted jobs; {len(left)} may still be "
+            f"queued or running: {' '.join(left)} (scancel them)")

@@ -183,11 +183,7 @@ class Rig:
         try:
             for p in self.placers:
                 if p.proc.poll() is None:
-                    try:
-                        p.stop()
-                    except subprocess.TimeoutExpired:
-                        p.proc.kill()
-                        p.proc.wait(timeout=10)
+                    p.stop()  # kills a placer SIGTERM does not end
                 if not p._fh.closed:
                     p._fh.close()
         finally:
