@@ -198,9 +198,12 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
 
 
 def _pal(db: tuple[str, Path], *args: str, columns: int | None = None, code: int = 0) -> str:
-    # no Slurm here, even under `make test` (whose SLURM_CONF names the test cluster): `gpus drain`
-    # then plans without Slurm's node list, and says so
-    env = {"PAL_CONFIG": str(db[1]), "SLURM_CONF": str(db[1].parent / "no-slurm.conf")} | (
+    # no Slurm commands here, even under `make test` (whose SLURM_CONF names the test cluster):
+    # `gpus drain` then plans without Slurm's node list, and says so (a PATH without sinfo fails
+    # at once; a missing SLURM_CONF would make sinfo retry for a minute)
+    no_slurm = db[1].parent / "no-slurm-bin"
+    no_slurm.mkdir(exist_ok=True)
+    env = {"PAL_CONFIG": str(db[1]), "PATH": str(no_slurm)} | (
         {"COLUMNS": str(columns)} if columns else {})
     res = CliRunner().invoke(cli, ["--db", db[0], *args], env=env)
     assert res.exit_code == code, res.output
