@@ -189,7 +189,7 @@ def test_a_higher_ranked_job_that_fits_now_is_never_passed_over(name: str) -> No
                     # EASY backfill: past the head, a job that would delay the head's expected
                     # start is left for a later pass (as sched/backfill does)
                     continue
-                fits = InOrderPolicy.choose(policy, by_id[skipped], state.copy(), ctx)  # type: ignore[arg-type]
+                fits = policy.choose(by_id[skipped], state.copy(), ctx)  # type: ignore[attr-defined]
                 assert fits is None, f"seed {seed}: {a.job_id} placed while {skipped} fitted"
             state.take(a.gpus)
         assert int(np.count_nonzero(state.mask)) == len(snap.free) - sum(len(g) for g in placed.values())

@@ -104,13 +104,16 @@ class Choice:
     gpus: tuple[int, ...]
     why: str | Callable[[], str]
     alternatives: tuple[tuple[tuple[int, ...], float], ...] = ()
+    #: the GPUs Slurm's own first fit would give (see Assignment.first_fit)
+    first_fit: bool = False
 
     @property
     def reason(self) -> str:
         return self.why if isinstance(self.why, str) else self.why()
 
     def assignment(self, job_id: str) -> Assignment:
-        return Assignment(job_id=job_id, gpus=self.gpus, reason=self.reason, alternatives=self.alternatives)
+        return Assignment(job_id=job_id, gpus=self.gpus, reason=self.reason, alternatives=self.alternatives,
+                          first_fit=self.first_fit)
 
 
 def as_gpus(ids: np.ndarray | Sequence[int]) -> tuple[int, ...]:

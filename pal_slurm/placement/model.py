@@ -281,6 +281,10 @@ class Assignment:
     gpus: tuple[int, ...]
     reason: str = ""
     alternatives: tuple[tuple[tuple[int, ...], float], ...] = ()
+    #: these are the GPUs Slurm's own first fit would give the job: no variability choice
+    #: was made, so the daemon may leave the job to Slurm (a multi-node first fit may use
+    #: different slots per node, which one per-node GRES request cannot name)
+    first_fit: bool = False
 
 
 @dataclass(frozen=True)

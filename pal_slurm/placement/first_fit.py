@@ -1,0 +1,78 @@
+"""cons_tres's variability-blind GPU choice: the first fit Slurm as shipped makes.
+
+Why a chooser of its own: the baseline (`slurm-backfill`) and the default policy share
+one EASY backfill mechanism (pal_slurm.placement.easy) and differ in how they pick GPUs.
+This is the pick every claim is measured against, and the one the default policy falls
+back to whenever variability cannot pay for a different choice.
+
+Rules (select/cons_tres for nodes of equal weight, as modelled since the first release):
+- nodes in configuration order; a one-node job takes the first node with enough free
+  GPUs, and on it the lowest free GPU indices;
+- GPUs per node on several nodes take the first nodes that have them, lowest indices on
+  each; Slurm itself is not bound to the same slots on every node (`same_slots` is only
+  pal-slurm's steering constraint), so neither is this pick;
+- a job that may span nodes takes one node when one fits, else the fewest nodes (the
+  emptiest first, in order on ties).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pal_slurm.placement.base import Choice, InOrderPolicy, as_gpus, describe_gpus, free_on_node
+from pal_slurm.placement.index import ClusterIndex, FreeState
+from pal_slurm.placement.model import JobRequest, PlacementContext
+
+
+def first_fit_nodes(counts: np.ndarray, per_node: int, nodes: int) -> np.ndarray | None:
+    """The first `nodes` nodes (configuration order) with at least `per_node` free GPUs."""
+    fits = np.flatnonzero(counts >= per_node)
+    return None if fits.size < nodes else fits[:nodes]
+
+
+class FirstFit(InOrderPolicy):
+    """The chooser (not a registered policy: it has no queue treatment of its own)."""
+
+    name = "first-fit"
+    sticky = True
+    description = "cons_tres's variability-blind first fit"
+
+    def pick(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext) -> Choice | None:
+        counts = state.node_counts(job.allowed_nodes)
+        listing = free_on_node(state.index, state)
+        fits = np.flatnonzero(counts >= job.gpus)
+        if fits.size:
+            return self.first_fit_choice(state.index, job, listing(int(fits[0]))[: job.gpus])
+        got: list[int] = []
+        for v in np.lexsort((np.arange(len(counts)), -counts)):  # the emptiest nodes first: fewest nodes
+            if counts[v] <= 0:
+                break
+            got += listing(int(v))[: job.gpus - len(got)]
+            if len(got) == job.gpus:
+                return self.first_fit_choice(state.index, job, got)
+        return None
+
+    def pick_one_node(self, job: JobRequest, cand: np.ndarray, state: FreeState,
+                      ctx: PlacementContext) -> Choice | None:
+        return self.pick_split(job, cand, state, ctx, job.gpus, 1)
+
+    def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext,
+                   per_node: int, nodes: int) -> Choice | None:
+        chosen = first_fit_nodes(state.node_counts(job.allowed_nodes), per_node, nodes)
+        if chosen is None:
+            return None
+        listing = free_on_node(state.index, state)
+        return self.first_fit_choice(state.index, job, [g for v in chosen for g in listing(int(v))[:per_node]])
+
+    def pick_same_slots(self, job: JobRequest, cand: np.ndarray, state: FreeState,
+                        ctx: PlacementContext) -> Choice | None:
+        assert job.gpus_per_node is not None
+        return self.pick_split(job, cand, state, ctx, job.gpus_per_node, job.gpus // job.gpus_per_node)
+
+    def first_fit_choice(self, ix: ClusterIndex, job: JobRequest, gpus: Sequence[int]) -> Choice:
+        chosen = as_gpus(gpus)
+        tab = ix.table(job.job_class)
+        return Choice(gpus=chosen, why=lambda: f"{self.name}: first fit in node order; {describe_gpus(ix, tab, chosen)}",
+                      alternatives=((chosen, float(len({ix.node_list[g] for g in chosen}))),), first_fit=True)
