@@ -229,7 +229,8 @@ class EasyBackfill(Policy):
 
     def _better_later(self, job: JobRequest, choice: Choice, state: FreeState, snapshot: Snapshot,
                       ctx: PlacementContext, memo: dict[tuple[object, ...], Choice | None] | None = None,
-                      budget: list[int] | None = None) -> tuple[Reservation, float] | None:
+                      budget: list[int] | None = None,
+                      margin_fraction: float | None = None) -> tuple[Reservation, float] | None:
         """GPUs (and when) to wait for, and how many seconds sooner the job is then expected
         to finish, if a running job's release lets it finish sooner than starting now on
         `choice` would; None to start now.
@@ -238,7 +239,8 @@ class EasyBackfill(Policy):
         this decision do not, so a caller that re-places everything each round (no
         running jobs in its snapshots) never makes a job wait. Only releases expected within
         `ctx.wait_bound_s(estimate)` of now count: waiting is bounded. `budget` (one number,
-        decremented) caps the searches a whole decision makes (`wait_searches`).
+        decremented) caps the searches a whole decision makes (`wait_searches`);
+        `margin_fraction` replaces `wait_margin` (a policy whose margin depends on the context).
         """
         ix = state.index
         if not self.waits or job.remaining_s <= 0 or not snapshot.expected_end:
@@ -254,7 +256,7 @@ class EasyBackfill(Policy):
         one_node = job.one_node or ((job.gpus_per_node or job.gpus) == job.gpus and job.gpus <= ix.max_gpus_per_node)
         could_gather = one_node and _spans(ix, choice.gpus)
         floor = job.remaining_s * float(pv.min()) * (1.0 if one_node else ctx.locality_penalty)
-        margin = self.wait_margin * job.remaining_s
+        margin = (self.wait_margin if margin_fraction is None else margin_fraction) * job.remaining_s
         horizon = min(finish_now - floor - margin, now + bound)  # starting after this cannot help, or is too long
         releases = snapshot.releases
         lo = bisect.bisect_right(releases, now, key=lambda p: p[0])

@@ -254,6 +254,12 @@ class Snapshot:
 WAIT_FRACTION = 0.5
 MAX_WAIT_S = math.inf
 
+#: Relative differences of PerfVar below which two GPUs count as equally fast (the default
+#: policy, pal_slurm.placement.guarded, never moves a job for less). Benchmarks repeat to
+#: about 1 % (the profiler's IQR stop rule) and a GPU drifts by a few percent with its
+#: temperature and power headroom, so 5 % is the smallest difference a decision can trust.
+NOISE = 0.05
+
 
 @dataclass
 class PlacementContext:
@@ -262,12 +268,13 @@ class PlacementContext:
 
     `wait_fraction` and `max_wait_s` bound waiting for better GPUs: a job waits only for a
     release expected within min(wait_fraction x its estimate, max_wait_s) of now (0 turns
-    waiting off)."""
+    waiting off). `noise`: PerfVars closer than this fraction are equal (see NOISE)."""
 
     locality_penalty: float = 1.7
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     wait_fraction: float = WAIT_FRACTION
     max_wait_s: float = MAX_WAIT_S
+    noise: float = NOISE
 
     def wait_bound_s(self, estimate_s: float) -> float:
         return max(0.0, min(self.wait_fraction * estimate_s, self.max_wait_s))
