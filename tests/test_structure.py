@@ -35,6 +35,7 @@ PURE = (
     "simulate/metrics.py",
     "simulate/estimates.py",
     "simulate/result.py",
+    "simulate/tax.py",
     "replay/plan.py",
     "replay/fleet.py",
     "placer/holds.py",

@@ -51,10 +51,25 @@ RUN_COLUMNS = [
     Column("avg wait (h)", lambda r: round(r["avg_queue_delay_s"] / 3600, 2), "right"),
     Column("makespan (h)", lambda r: round(r["makespan_s"] / 3600, 2), "right"),
     Column("utilization", lambda r: round(r["utilization"], 3), "right"),
+    Column("tax", lambda r: _percent(r["tax_share"]), "right"),
 ]
 CSV_COLUMNS = [Column(k, lambda r, k=k: r[k]) for k in (
     "trace", "policy", "mode", "order", "jobs", "avg_jct_s", "median_jct_s", "p99_jct_s", "avg_queue_delay_s",
-    "makespan_s", "utilization", "skipped")]
+    "makespan_s", "utilization", "skipped", "tax_gpu_s", "variability_gpu_s_signed", "tax_share",
+    "tax_lower_bound_gpu_s")]
+
+
+def _percent(share: float | None) -> str | None:
+    """A share as "3.1 %" (None, a figure with no baseline to be a share of, stays a dash)."""
+    return None if share is None else f"{share * 100:.1f} %"
+
+
+def _added_wait(r: dict[str, Any]) -> str | None:
+    """The added mean wait in hours, with its share of the baseline's wait when there is one."""
+    if "added_wait_s" not in r:
+        return None
+    hours = f"{r['added_wait_s'] / 3600:+.2f} h"
+    return hours if r["added_wait_share"] is None else f"{hours} ({r['added_wait_share'] * 100:+.1f} %)"
 
 
 @click.command()
@@ -144,7 +159,9 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
         emit_rows(summary, [Column("policy", lambda r: r["policy"]),
                             Column(f"avg JCT / {baseline}", lambda r: round(r["avg_jct_ratio"], 3), "right"),
                             Column(f"makespan / {baseline}", lambda r: round(r["makespan_ratio"], 3), "right"),
-                            Column(f"utilization / {baseline}", lambda r: round(r["utilization_ratio"], 3), "right")],
+                            Column(f"utilization / {baseline}", lambda r: round(r["utilization_ratio"], 3), "right"),
+                            Column("tax removed", lambda r: _percent(r.get("tax_removed")), "right"),
+                            Column("added wait", _added_wait, "right")],
                   "table", title=f"geomean over {len(loaded)} trace(s) of the ratio to {baseline} (JCT < 1 is better)")
         skipped = sum(len(t.skipped) for t in loaded)
         if skipped:

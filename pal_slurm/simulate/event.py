@@ -24,8 +24,9 @@ from pal_slurm.placement.decide import decide
 from pal_slurm.placement.orders import get_order
 from pal_slurm.placement.policies import Policy
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate
-from pal_slurm.simulate.metrics import JobOutcome, run_metrics
+from pal_slurm.simulate.metrics import JobOutcome, run_metrics, variability_gpu_s
 from pal_slurm.simulate.result import SimResult
+from pal_slurm.simulate.tax import tax_lower_bound
 from pal_slurm.simulate.traces import Trace, TraceJob
 
 Progress = Callable[[int], None]  # called with the number of jobs finished so far
@@ -106,7 +107,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             free.update(gpus)
             del releases[bisect.bisect_left(releases, (ends.pop(jid), gpus))]
             job = by_id[jid]
-            outcomes[jid] = JobOutcome(jid, job.num_gpus, job.submit_time, started[jid], now - release)
+            outcomes[jid] = _outcome(job, gpus, started[jid], now - release, cluster)
             freed_since_pass = True
             bf_dirty = True
             if progress is not None:
@@ -158,7 +159,17 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     metrics = run_metrics(ordered, busy_gpu_seconds=busy_gpu_s, cluster_gpus=cluster.size)
     return SimResult(trace=trace.name, policy=policy.name, mode="event", order=options.order, outcomes=ordered,
                      metrics=metrics, busy_timeline=busy_curve(ordered),
-                     cluster_gpus=cluster.size, skipped=len(trace.skipped))
+                     cluster_gpus=cluster.size, skipped=len(trace.skipped),
+                     tax_lower_bound_gpu_s=tax_lower_bound(ordered, cluster))
+
+
+def _outcome(job: TraceJob, gpus: tuple[int, ...], start: float, finish: float, cluster: Cluster) -> JobOutcome:
+    """A finished job, with the variability tax of the GPUs it ran on: its pace is the one
+    `runtime_s` charged it (the slowest of its GPUs), fixed for the whole run."""
+    signed = variability_gpu_s(len(gpus), job.nominal_runtime_s, max(cluster.pv(job.job_class)[g] for g in gpus))
+    return JobOutcome(job.job_id, job.num_gpus, job.submit_time, start, finish, gpu_ids=gpus,
+                      job_class=job.job_class, nominal_s=job.nominal_runtime_s, tax_gpu_s=max(0.0, signed),
+                      variability_gpu_s_signed=signed)
 
 
 def busy_curve(outcomes: Sequence[JobOutcome]) -> tuple[tuple[float, int], ...]:

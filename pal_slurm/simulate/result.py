@@ -18,7 +18,11 @@ class SimResult:
     busy_timeline: tuple[tuple[float, int], ...]  # (time, GPUs allocated) at each change
     cluster_gpus: int
     skipped: int = 0  # invalid trace rows skipped with --skip-invalid
+    #: the tax a best-free reassignment of this schedule would pay (pal_slurm.simulate.tax);
+    #: None in round mode, where jobs move between rounds and hold no one set of GPUs
+    tax_lower_bound_gpu_s: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {"trace": self.trace, "policy": self.policy, "mode": self.mode, "order": self.order,
-                **self.metrics.as_dict(), "skipped": self.skipped}
+                **self.metrics.as_dict(), "skipped": self.skipped,
+                "tax_lower_bound_gpu_s": self.tax_lower_bound_gpu_s}

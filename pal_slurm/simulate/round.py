@@ -14,6 +14,12 @@ After the traced jobs the artifact keeps generating jobs: job k copies trace row
 k mod len(trace), arriving ceil(3600 x -ln(1 - U) / 2) s after the previous one, U from a
 Random seeded 1 at the start of each run. They compete for GPUs but are not counted.
 The run ends after the round in which every traced job has finished.
+
+The variability tax (pal_slurm.simulate.metrics) is charged per round from the rate the job
+actually progressed at: a round's nominal work (its iterations x iteration time, capped at
+what the job still had to do, so the rounding up to the boundary is not counted) x GPUs x
+(pm - 1), clipped at 0 per round. Summed over a job that never moves, that is the event
+mode's gpus x nominal x (pm - 1) exactly.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from pal_slurm.placement.cost import runtime_s
 from pal_slurm.placement.decide import decide
 from pal_slurm.placement.orders import get_order, queue_window
 from pal_slurm.placement.policies import Policy
-from pal_slurm.simulate.metrics import JobOutcome, run_metrics
+from pal_slurm.simulate.metrics import JobOutcome, run_metrics, variability_gpu_s
 from pal_slurm.simulate.result import SimResult
 from pal_slurm.simulate.traces import Trace, TraceJob
 
@@ -52,6 +58,9 @@ class _Job:
     gpus: tuple[int, ...] = ()
     rate: float = 0.0  # iterations per second at the current placement
     first_start: float | None = None
+    pace: float = 1.0  # pm at the current placement
+    tax_gpu_s: float = 0.0
+    variability_gpu_s_signed: float = 0.0
     finish: float | None = None
     attained_s: float = 0.0
     seq: int = 0  # arrival order, the FIFO tie-break
@@ -115,6 +124,8 @@ def simulate_rounds(trace: Trace, cluster: Cluster, policy: Policy, options: Rou
         if rnd:
             for job in active:
                 if job.gpus:
+                    if job.traced:
+                        _charge_variability(job, job.rate * R)
                     job.done_iters += job.rate * R
                     job.attained_s += R * len(job.gpus)
                     if job.traced:
@@ -159,7 +170,9 @@ def simulate_rounds(trace: Trace, cluster: Cluster, policy: Policy, options: Rou
     else:
         raise RuntimeError(f"{trace.name}: {policy.name} did not finish within {options.max_rounds} rounds")
     outcomes = tuple(
-        JobOutcome(j.job_id, j.num_gpus, j.submit_time, _first_start(jobs[j.job_id]), jobs[j.job_id].finish or 0.0)
+        JobOutcome(j.job_id, j.num_gpus, j.submit_time, _first_start(jobs[j.job_id]), jobs[j.job_id].finish or 0.0,
+                   job_class=j.job_class, nominal_s=j.nominal_runtime_s, tax_gpu_s=jobs[j.job_id].tax_gpu_s,
+                   variability_gpu_s_signed=jobs[j.job_id].variability_gpu_s_signed)
         for j in trace.jobs
     )
     metrics = run_metrics(outcomes, busy_gpu_seconds=busy_traced_gpu_s, cluster_gpus=cluster.size)
@@ -172,9 +185,19 @@ def _first_start(job: _Job) -> float:
     return job.first_start if job.first_start is not None else (job.finish or 0.0)
 
 
+def _charge_variability(job: _Job, iters: float) -> None:
+    """Add one round's variability tax at the job's current placement (module docstring)."""
+    done = min(iters, max(job.src.work - job.done_iters, 0.0))
+    nominal = done * job.src.nominal_runtime_s / job.src.work if job.src.work > 0 else 0.0
+    signed = variability_gpu_s(len(job.gpus), nominal, job.pace)
+    job.variability_gpu_s_signed += signed
+    job.tax_gpu_s += max(0.0, signed)
+
+
 def _launch(job: _Job, gpus: tuple[int, ...], cluster: Cluster, lam: float, now: float) -> None:
     # one iteration's time on these GPUs, by the cost model every policy plans with
     job.gpus = gpus
+    job.pace = max(cluster.pv(job.src.job_class)[g] for g in gpus)
     job.rate = 1.0 / runtime_s(job.src.iter_time_s, gpus, cluster.pv(job.src.job_class), cluster.node_of, lam)
     if job.first_start is None:
         job.first_start = now

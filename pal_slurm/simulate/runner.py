@@ -15,6 +15,7 @@ from pal_slurm.placement.model import Cluster
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.simulate.metrics import geomean_ratios
 from pal_slurm.simulate.result import SimResult
+from pal_slurm.simulate.tax import pooled_comparison
 from pal_slurm.simulate.traces import Trace
 from pal_slurm.placement.variability import cluster_from_gpus, cluster_from_variability
 from pal_slurm.simulate.artifact_draw import draw_artifact
@@ -67,7 +68,7 @@ class SimulationSpec:
 class SimulationReport:
     spec: SimulationSpec
     results: tuple[SimResult, ...]
-    summary: dict[str, dict[str, float]] = field(default_factory=dict)
+    summary: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -99,15 +100,22 @@ def run_one(trace: Trace, policy_name: str, spec: SimulationSpec,
                                         runtime_estimate=spec.runtime_estimate), progress=progress)
 
 
-def summarise(results: Sequence[SimResult], baseline: str) -> dict[str, dict[str, float]]:
-    """policy -> geomean over traces of its ratio to the baseline, for JCT, makespan and utilization."""
-    out: dict[str, dict[str, float]] = {}
+def summarise(results: Sequence[SimResult], baseline: str) -> dict[str, dict[str, float | None]]:
+    """policy -> geomean over traces of its ratio to the baseline, for JCT, makespan and utilization,
+    and the variability tax it removed and the wait it added against the baseline, pooled over
+    the traces both ran (pal_slurm.simulate.tax)."""
+    out: dict[str, dict[str, float | None]] = {}
     for key in ("avg_jct_s", "makespan_s", "utilization"):
         table: dict[str, dict[str, float]] = {}
         for r in results:
             table.setdefault(r.trace, {})[r.policy] = float(r.metrics.as_dict()[key])
         for policy, ratio in geomean_ratios(table, baseline).items():
             out.setdefault(policy, {})[f"{key.removesuffix('_s')}_ratio"] = ratio
+    base = {r.trace: r for r in results if r.policy == baseline}
+    for policy in out:
+        pairs = [(r, base[r.trace]) for r in results if r.policy == policy and r.trace in base]
+        if pairs:
+            out[policy].update(pooled_comparison(pairs).as_dict())
     return out
 
 
