@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from pal_slurm.errors import InputError
 from pal_slurm.simulate.estimates import RuntimeEstimate
-from pal_slurm.simulate.traces import Trace, TraceJob
+from pal_slurm.simulate.traces import Trace, TraceJob, slurm_shape as job_shape
 
 #: the longest real time limit Slurm takes as a plain minute count (about 69 days)
 _MAX_LIMIT_MIN = 99_999
@@ -68,17 +68,6 @@ class ReplayPlan:
     @property
     def last_submit_s(self) -> float:
         return max((j.submit_at_s for j in self.jobs), default=0.0)
-
-
-def job_shape(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
-    """(nodes, GPUs per node) Slurm is asked for: one node when it fits, else the fewest
-    nodes that split the job evenly. ValueError when no even split exists."""
-    if num_gpus <= gpus_per_node:
-        return 1, num_gpus
-    for nodes in range(math.ceil(num_gpus / gpus_per_node), num_gpus + 1):
-        if num_gpus % nodes == 0 and num_gpus // nodes <= gpus_per_node:
-            return nodes, num_gpus // nodes
-    raise ValueError(f"{num_gpus} GPUs cannot be split evenly over nodes of {gpus_per_node}")  # pragma: no cover
 
 
 def limit_minutes(estimate_trace_s: float, seconds_per_hour: float) -> int:

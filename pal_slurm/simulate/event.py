@@ -16,6 +16,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 from types import MappingProxyType
 
 from pal_slurm.placement.model import MAX_WAIT_S, WAIT_FRACTION, Cluster, Decision, JobRequest, PlacementContext, Snapshot
@@ -27,7 +28,7 @@ from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics, variability_gpu_s
 from pal_slurm.simulate.result import SimResult
 from pal_slurm.simulate.tax import tax_lower_bound
-from pal_slurm.simulate.traces import Trace, TraceJob
+from pal_slurm.simulate.traces import Trace, TraceJob, slurm_shape
 
 Progress = Callable[[int], None]  # called with the number of jobs finished so far
 
@@ -38,9 +39,15 @@ class EventOptions:
     locality_penalty: float = 1.7
     seed: int = 0
     backfill_interval_s: float = 30.0  # how often a backfilling policy may look past a blocked head (Slurm's bf_interval)
+    #: "slurm": a trace job without GPUs per node is placed in the shape it is submitted
+    #: as (one node when it fits, else the fewest nodes that split it evenly: what the
+    #: replay submits and the daemon can steer); "free": split as a policy likes (the PAL
+    #: artifact's model, which no Slurm job of one per-node request can get)
+    shapes: Literal["slurm", "free"] = "slurm"
     #: a multi-node job with GPUs per node gets the same GPU slots on every node, as the
-    #: placement daemon can only steer it (one per-slot GRES request applies to each node)
-    same_slots: bool = False
+    #: placement daemon can only steer it (one per-slot GRES request applies to each node);
+    #: policies that leave a job to Slurm's own first fit are not bound by it
+    same_slots: bool = True
     wait_fraction: float = WAIT_FRACTION
     max_wait_s: float = MAX_WAIT_S
     #: what policies are told about runtimes (jobs still run for their true time)
@@ -115,10 +122,13 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
         arrived = False
         while i < len(jobs) and jobs[i].submit_time + visible <= now:
             j = jobs[i]
+            per_node = j.gpus_per_node
+            if per_node is None and options.shapes == "slurm":
+                per_node = slurm_shape(j.num_gpus, cluster.max_gpus_per_node)[1]
             waiting.append(JobRequest(id=j.job_id, gpus=j.num_gpus, job_class=j.job_class, submit_time=j.submit_time,
-                                      gpus_per_node=j.gpus_per_node, remaining_s=estimate.before_start(j),
-                                      same_slots=options.same_slots and j.gpus_per_node is not None
-                                      and j.num_gpus > j.gpus_per_node))
+                                      gpus_per_node=per_node, remaining_s=estimate.before_start(j),
+                                      same_slots=options.same_slots and per_node is not None
+                                      and j.num_gpus > per_node))
             i += 1
             arrived = True
             bf_dirty = True

@@ -51,6 +51,7 @@ __all__ = [
     "read_philly",
     "read_sacct",
     "read_trace_file",
+    "slurm_shape",
     "tres_gpus",
 ]
 
@@ -486,3 +487,17 @@ def read_trace_file(path: str | Path, *, format: Literal["auto", "philly", "sacc
         return read_sacct(lines, source=str(p), max_gpus=max_gpus, skip_invalid=skip_invalid,
                           default_class=default_class)
     raise InputError(f"unknown trace format {format!r} (auto, philly, sacct)", source=str(p))
+
+
+def slurm_shape(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, GPUs per node) a trace job is submitted as: one node when it fits, else the
+    fewest nodes that split the job evenly (8 GPUs on 4-GPU nodes: 2 x 4; 6 GPUs: 2 x 3).
+    The replay submits jobs in this shape and the event simulator places them in it, so
+    no simulated figure relies on a split Slurm was never asked for. ValueError when no
+    even split exists."""
+    if num_gpus <= gpus_per_node:
+        return 1, num_gpus
+    for nodes in range(math.ceil(num_gpus / gpus_per_node), num_gpus + 1):
+        if num_gpus % nodes == 0 and num_gpus // nodes <= gpus_per_node:
+            return nodes, num_gpus // nodes
+    raise ValueError(f"{num_gpus} GPUs cannot be split evenly over nodes of {gpus_per_node}")  # pragma: no cover
