@@ -35,6 +35,8 @@ PURE = (
     "simulate/metrics.py",
     "simulate/estimates.py",
     "simulate/result.py",
+    "simulate/fleets.py",
+    "simulate/drain.py",
     "replay/plan.py",
     "replay/fleet.py",
     "placer/holds.py",
