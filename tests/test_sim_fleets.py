@@ -18,6 +18,7 @@ from pal_slurm.simulate.artifact_draw import artifact_slowdowns, load_artifact_p
 from pal_slurm.simulate.drain import DRAIN_PERFVAR, Drained, check_drain_fits, drained
 from pal_slurm.simulate.fleets import (
     PRESETS,
+    SPREAD_RATIO,
     ParametricVariability,
     PerGpuVariability,
     parametric_from_spec,
@@ -197,6 +198,8 @@ def test_compact_syntax_sets_each_parameter() -> None:
     ("outliers=-0.01", "outlier fraction must be in [0, 1]"),
     ("huge", "unknown preset 'huge'"),
     ("spread=0.1,colour=red", "'colour=red': unknown parameter"),
+    ("wide,outliers", "'outliers' needs a value"),
+    ("outliers", "'outliers' needs a value"),
     ("spread=wide", "spread='wide' is not a number"),
     ("seed=1.5", "seed='1.5' is not a whole number"),
     ("spread=0.1,spread=0.2", "spread given twice"),
@@ -290,3 +293,91 @@ def test_a_drained_run_is_an_ordinary_simulation_run() -> None:
     report = run_simulations(spec)
     assert [r.cluster_gpus for r in report.results] == [6]
     assert all(r.metrics.as_dict()["jobs"] == 6 for r in report.results)
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+
+def _trace(tmp_path: Path, rows: list[str]) -> Path:
+    p = tmp_path / "trace.csv"
+    p.write_text("job_id,num_gpus,submit_time,duration,model\n" + "\n".join(rows) + "\n")
+    return p
+
+
+def _sim(*args: str):
+    return CliRunner().invoke(cli, ["simulate", *args])
+
+
+def _api_jct(trace_path: Path, variability: object) -> dict[str, float]:
+    from pal_slurm.simulate.traces import read_trace_file
+
+    spec = SimulationSpec(traces=(read_trace_file(trace_path, max_gpus=8),), policies=("pal",),
+                          variability=variability, mode="event")  # type: ignore[arg-type]
+    return {r.policy: r.metrics.avg_jct_s for r in run_simulations(spec).results}
+
+
+def test_cli_parametric_and_per_gpu_models_are_the_ones_simulated(tmp_path: Path) -> None:
+    trace = _trace(tmp_path, [f"{i},{1 + i % 4},{i * 30},{200 + 10 * i},resnet50" for i in range(8)])
+    cases = [
+        (["--variability", "parametric:spread=0.2,outliers=0.25,outlier-factor=1.5,seed=3"],
+         ParametricVariability(2, 4, {c: 0.2 * r for c, r in SPREAD_RATIO.items()}, 0.25, 1.5, seed=3)),
+        (["--variability", "parametric:wide-2x"], parametric_from_spec("wide-2x", 2, 4, 42)),
+        (["--variability", str(PROFILES), "--variability-model", "per-gpu"],
+         PerGpuVariability(load_artifact_profiles(PROFILES), 2, 4)),
+        (["--variability", str(PROFILES)], ArtifactVariability(load_artifact_profiles(PROFILES), 2, 4)),
+    ]
+    seen = []
+    for args, model in cases:
+        res = _sim("--trace", str(trace), *args, "--cluster", "2x4", "--mode", "event", "--policy", "pal", "--json")
+        assert res.exit_code == 0, res.output
+        got = {r["policy"]: r["avg_jct_s"] for r in json.loads(res.stdout)["runs"]}
+        assert got == pytest.approx(_api_jct(trace, model)), args
+        seen.append(got["slurm-backfill"])
+    assert len(set(seen)) > 1  # the models do give different fleets
+
+
+def test_cli_drain_baseline_adds_a_row_and_valid_json(tmp_path: Path) -> None:
+    trace = _trace(tmp_path, [f"{i},{1 + i % 4},{i * 30},{200 + 10 * i},resnet50" for i in range(8)])
+    res = _sim("--trace", str(trace), "--variability", "parametric:wide-2x", "--cluster", "4x4", "--mode", "event",
+               "--policy", "pal", "--drain-baseline", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    runs = {r["policy"]: r for r in data["runs"]}
+    assert set(runs) == {"pal", "slurm-backfill", "slurm-backfill+drain"}
+    info = data["drain_baseline"]
+    # wide-2x on 16 GPUs: no 1.5x outlier (1 % of 16 rounds to 0) and one 2x straggler, so one node drains
+    fleet = parametric_from_spec("wide-2x", 4, 4, 42).fleet
+    expected = drained(fleet)[1]
+    assert info == {"policy": "slurm-backfill+drain", "threshold": 1.3, "drained_nodes": expected,
+                    "gpus_left": 16 - 4 * len(expected)} and len(expected) == 1
+    assert "slurm-backfill+drain" in data["summary"]
+    table = _sim("--trace", str(trace), "--variability", "parametric:wide-2x", "--cluster", "4x4", "--mode", "event",
+                 "--policy", "pal", "--drain-baseline")
+    assert table.exit_code == 0 and f"12 of 16 GPUs left after draining 1 node(s)" in table.output
+    assert f": {expected[0]}" in table.output
+
+
+def test_cli_drain_baseline_refuses_a_trace_that_no_longer_fits(tmp_path: Path) -> None:
+    trace = _trace(tmp_path, ["0,1,0,100,resnet50", "j7,8,10,100,BERT"])
+    res = _sim("--trace", str(trace), "--variability", "parametric:wide-2x", "--cluster", "2x4", "--drain-baseline")
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "--drain-baseline" in res.output and "job j7 needs 8 GPUs, 4 GPUs are left" in res.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--variability", "parametric:spread=-0.1"], ["--variability", "spread for class A must be >= 0"]),
+    (["--variability", "parametric:outlier-factor=0.5"], ["--variability", "outlier factor must be >= 1"]),
+    (["--variability", "parametric:outliers=2"], ["--variability", "outlier fraction must be in [0, 1]"]),
+    (["--variability", "parametric:huge"], ["--variability", "unknown preset 'huge'", "wide-2x"]),
+    (["--variability", "parametric:spread"], ["--variability", "'spread' needs a value: spread=VALUE"]),
+    (["--variability", "parametric:wide", "--variability-model", "per-gpu"], ["--variability-model", "'per-gpu'"]),
+    (["--variability", "db", "--variability-model", "per-run"], ["--variability-model"]),
+    (["--variability", str(PROFILES), "--variability-model", "median"], ["--variability-model", "'median'"]),
+    (["--variability", "parametric:wide", "--classification", "3"], ["--classification"]),
+])
+def test_cli_bad_variability_input_exits_2_naming_the_option(tmp_path: Path, args: list[str], words: list[str]) -> None:
+    res = _sim("--trace", str(_trace(tmp_path, ["0,1,0,100,resnet50"])), *args)
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    for w in words:
+        assert w in res.output

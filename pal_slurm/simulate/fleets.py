@@ -295,12 +295,16 @@ def parametric_from_spec(text: str, nodes: int, gpus_per_node: int, seed: int) -
     params: dict[str, object] = {**PRESETS["uniform"], "seed": seed}
     if "=" not in items[0]:
         name = items.pop(0)
+        if name in PARAMETRIC_KEYS:
+            raise InputError(f"{name!r} needs a value: {name}=VALUE")
         if name not in PRESETS:
             raise InputError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
         params.update(PRESETS[name])
     seen: set[str] = set()
     for item in items:
         key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep and key in PARAMETRIC_KEYS:
+            raise InputError(f"{key!r} needs a value: {key}=VALUE")
         if not sep or key not in PARAMETRIC_KEYS:
             raise InputError(f"{item!r}: unknown parameter; parameters: {', '.join(PARAMETRIC_KEYS)}")
         if key in seen:
