@@ -36,6 +36,8 @@ PURE = (
     "simulate/estimates.py",
     "simulate/result.py",
     "simulate/tax.py",
+    "simulate/fleets.py",
+    "simulate/drain.py",
     "replay/plan.py",
     "replay/fleet.py",
     "placer/holds.py",

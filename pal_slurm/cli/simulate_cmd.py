@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from pal_slurm.actions import ActionPolicy
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import Column, console, emit_json, emit_rows
 from pal_slurm.errors import InputError
@@ -82,9 +83,20 @@ def _added_wait(r: dict[str, Any]) -> str | None:
                                                    "instead of stopping at the first one.")
 @click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS",
               help="Simulated cluster [default: 16x4]; with --variability db the real GPUs are used.")
-@click.option("--variability", required=True, metavar="DIR|db",
-              help="The PAL artifact's CSV directory (class A from resnet*, B/C from bert*, D from pagerank*), "
-                   "or db: the latest classification in the database, on the real GPUs.")
+@click.option("--variability", required=True, metavar="DIR|db|parametric:SPEC",
+              help="The PAL artifact's CSV directory (class A from resnet*, B/C from bert*, D from pagerank*); "
+                   "db: the latest classification in the database, on the real GPUs; or a parametric fleet: "
+                   "parametric:PRESET (uniform, narrow, wide, wide-2x) or parametric:[PRESET,]KEY=VALUE,... "
+                   "with keys spread (class A's max-min spread; B/C get half, D a tenth), outliers (fraction "
+                   "of GPUs), outlier-factor, stragglers (count), straggler-factor, seed (default --seed), "
+                   "e.g. parametric:spread=0.25,outliers=0.01,outlier-factor=1.5.")
+@click.option("--variability-model", type=click.Choice(["per-run", "per-gpu"]), default=None,
+              help="With --variability DIR: per-run (default) draws one measured run per simulated GPU, as the "
+                   "PAL artifact does; per-gpu makes each simulated GPU one real GPU, valued at its median run.")
+@click.option("--drain-baseline", is_flag=True,
+              help="Also run the baseline on the cluster left after `pal gpus drain`'s advice (every node with "
+                   "a GPU at PerfVar >= [report] drain_perfvar, default "
+                   f"{ActionPolicy.drain_perfvar:g}, for class A, B or C drained), reported as <baseline>+drain.")
 @click.option("--classification", "version", type=int, metavar="N", help="With --variability db: version N.")
 @click.option("--policy", "policy_spec", default="all", show_default=True, metavar="NAME[,NAME...]",
               help="Placement policies to compare (all = every registered one).")
@@ -111,14 +123,19 @@ def _added_wait(r: dict[str, Any]) -> str | None:
               help="Write JCT CDFs and busy GPUs over time (.png, .svg or .pdf).")
 @click.pass_obj
 def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synthetic_jobs: int | None,
-             skip_invalid: bool, cluster_shape: str | None, variability: str, version: int | None, policy_spec: str,
-             order: str, mode: str, round_seconds: float, locality_penalty: float, seed: int, baseline: str,
-             runtime_estimate: str, fmt: str, as_json: bool, plot_path: Path | None) -> None:
+             skip_invalid: bool, cluster_shape: str | None, variability: str, variability_model: str | None,
+             drain_baseline: bool, version: int | None, policy_spec: str, order: str, mode: str,
+             round_seconds: float, locality_penalty: float, seed: int, baseline: str, runtime_estimate: str,
+             fmt: str, as_json: bool, plot_path: Path | None) -> None:
     """Replay job traces under placement policies and compare JCT, makespan and utilization.
 
     \b
     Example (the PAL paper's setting):
       pal simulate --trace workload-1.csv --variability longhorn/ --cluster 16x4 --mode round
+    A fleet like a measured one, and Slurm after draining its slow nodes:
+      pal simulate --trace workload-1.csv --variability longhorn/ --variability-model per-gpu \\
+                   --mode event --drain-baseline
+      pal simulate --trace workload-1.csv --variability parametric:wide --mode event
     """
     from pal_slurm.simulate.runner import SimulationSpec, run_simulations
 
@@ -136,18 +153,23 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
     _policy_names(baseline)
     if not traces and not synthetic_jobs:
         raise click.UsageError("give at least one --trace FILE or --synthetic N")
-    source, total_gpus = _variability(app, variability, cluster_shape, version)
+    source, total_gpus = _variability(app, variability, cluster_shape, version, variability_model, seed)
     loaded = _load_traces(traces, trace_format, total_gpus, skip_invalid, synthetic_jobs, seed)
-    spec = SimulationSpec(traces=tuple(loaded), policies=policies, variability=source, mode=mode,  # type: ignore[arg-type]
+    drain = _drain_check(source, loaded, seed, app.cfg.report.drain_perfvar) if drain_baseline else None
+    spec = SimulationSpec(traces=tuple(loaded), policies=policies, variability=source, mode=mode,
                           order=order, locality_penalty=locality_penalty, round_seconds=round_seconds, seed=seed,
                           baseline=baseline, runtime_estimate=estimate)
     report = _run_with_progress(spec, run_simulations)
+    if drain is not None:
+        report = _with_drain_baseline(report, drain["threshold"], _run_with_progress)
     if plot_path is not None:
         from pal_slurm.simulate.plot import write_plot
 
         write_plot(plot_path, report.results)
         click.echo(f"plot written to {plot_path}", err=True)
     data = report.as_dict()
+    if drain is not None:
+        data["drain_baseline"] = {"policy": f"{baseline}+drain", **drain}
     rows = [{**r.as_dict()} for r in report.results]
     if fmt == "json":
         emit_json(data)
@@ -163,15 +185,33 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
                             Column("tax removed", lambda r: _percent(r.get("tax_removed")), "right"),
                             Column("added wait", _added_wait, "right")],
                   "table", title=f"geomean over {len(loaded)} trace(s) of the ratio to {baseline} (JCT < 1 is better)")
+        if drain is not None:
+            console().print(f"{baseline}+drain: {baseline} on the {drain['gpus_left']} of {total_gpus} GPUs left "
+                            f"after draining {len(drain['drained_nodes'])} node(s) with a GPU at PerfVar >= "
+                            f"{drain['threshold']:g}: {', '.join(drain['drained_nodes']) or 'none'}", markup=False)
         skipped = sum(len(t.skipped) for t in loaded)
         if skipped:
             console().print(f"{skipped} invalid trace rows skipped", markup=False)
 
 
-def _variability(app: AppContext, value: str, cluster_shape: str | None, version: int | None) -> tuple[Any, int]:
+def _variability(app: AppContext, value: str, cluster_shape: str | None, version: int | None,
+                 model: str | None, seed: int) -> tuple[Any, int]:
     from pal_slurm.placement.variability import cluster_from_gpus
     from pal_slurm.simulate.runner import ArtifactVariability, FixedVariability
 
+    if model is not None and (value == "db" or value.startswith("parametric:")):
+        raise click.BadParameter(f"{model!r} applies to --variability DIR (the artifact's CSVs), not {value!r}",
+                                 param_hint="--variability-model")
+    if value.startswith("parametric:"):
+        if version is not None:
+            raise click.UsageError("--classification goes with --variability db")
+        from pal_slurm.simulate.fleets import parametric_from_spec
+
+        nodes, gpn = _cluster(cluster_shape or "16x4")
+        try:
+            return parametric_from_spec(value.removeprefix("parametric:"), nodes, gpn, seed), nodes * gpn
+        except InputError as exc:
+            raise click.BadParameter(str(exc), param_hint="--variability") from None
     if value == "db":
         if cluster_shape is not None:
             raise click.UsageError("--cluster does not apply to --variability db: the database's GPUs are the cluster")
@@ -189,7 +229,43 @@ def _variability(app: AppContext, value: str, cluster_shape: str | None, version
     from pal_slurm.simulate.artifact_draw import load_artifact_profiles
 
     nodes, gpn = _cluster(cluster_shape or "16x4")
-    return ArtifactVariability(load_artifact_profiles(Path(value)), nodes, gpn), nodes * gpn
+    profiles = load_artifact_profiles(Path(value))
+    if model == "per-gpu":
+        from pal_slurm.simulate.fleets import PerGpuVariability
+
+        return PerGpuVariability(profiles, nodes, gpn), nodes * gpn
+    return ArtifactVariability(profiles, nodes, gpn), nodes * gpn
+
+
+def _drain_check(source: Any, loaded: list[Any], seed: int, threshold: float) -> dict[str, Any]:
+    """What the drain leaves of the run's fleet (the runner re-draws the same one from the
+    seed), refused before any run when a trace's job cannot run on it."""
+    import random
+
+    from pal_slurm.simulate.drain import check_drain_fits, drained
+
+    left, names = drained(source.cluster(random.Random(seed)), threshold)
+    try:
+        for trace in loaded:
+            check_drain_fits(trace, left, names)
+    except InputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--drain-baseline") from None
+    return {"threshold": threshold, "drained_nodes": names, "gpus_left": left.size}
+
+
+def _with_drain_baseline(report: Any, threshold: float, run_with_progress: Any) -> Any:
+    """The report with the baseline's runs on the drained cluster added as <baseline>+drain: a
+    second ordinary simulation whose variability is the first's, drained."""
+    from dataclasses import replace
+
+    from pal_slurm.simulate.drain import Drained
+    from pal_slurm.simulate.runner import SimulationReport, run_simulations, summarise
+
+    spec = report.spec
+    drained_spec = replace(spec, policies=(spec.baseline,), variability=Drained(spec.variability, threshold))
+    extra = run_with_progress(drained_spec, run_simulations)
+    results = (*report.results, *(replace(r, policy=f"{spec.baseline}+drain") for r in extra.results))
+    return SimulationReport(spec, results, summarise(results, spec.baseline))
 
 
 def _load_traces(paths: tuple[Path, ...], fmt: str, max_gpus: int, skip_invalid: bool, synthetic_jobs: int | None,

@@ -52,7 +52,7 @@ import math
 import random
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import kmeans1d
@@ -75,15 +75,25 @@ __all__ = [
 ARTIFACT_CLASS_BENCHMARK: Mapping[str, str] = {"A": "resnet", "B": "bert", "C": "bert", "D": "pagerank"}
 
 PERF_COLUMN = "perf"
+#: The column naming the GPU a row was measured on (the Longhorn CSVs' cabinet-node-device or NVML UUID).
+GPU_ID_COLUMN = "uuid"
 
 
 @dataclass(frozen=True)
 class ArtifactProfiles:
-    """Normalised ``perf`` rows per job class (file order), as the artifact draws from them."""
+    """Normalised ``perf`` rows per job class (file order), as the artifact draws from them.
+
+    `raw` keeps the unnormalised ``perf`` values and `gpu_ids` each row's GPU identity (the
+    ``uuid`` column; None for a class whose file has none), row-aligned with `rows`: the
+    artifact's draw ignores both, the per-GPU model (pal_slurm.simulate.fleets) groups the
+    rows by GPU with them.
+    """
 
     rows: Mapping[str, tuple[float, ...]]
     files: Mapping[str, str]
     medians: Mapping[str, float]
+    raw: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    gpu_ids: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
 
 
 def normalise_perf(values: Sequence[float]) -> list[float]:
@@ -92,16 +102,20 @@ def normalise_perf(values: Sequence[float]) -> list[float]:
     return [v / median for v in values]
 
 
-def _read_perf_column(path: Path) -> list[float]:
+def _read_perf_column(path: Path) -> tuple[list[float], list[str] | None]:
+    """The ``perf`` column and, when the header has one, the ``uuid`` column (stripped text)."""
     source = str(path)
     try:
         with path.open(encoding="utf-8", newline="") as f:
             reader = csv.reader(f)
             header = next(reader, None)
-            if header is None or PERF_COLUMN not in [h.strip() for h in header]:
+            names = [h.strip() for h in header] if header is not None else []
+            if PERF_COLUMN not in names:
                 raise InputError(f"no {PERF_COLUMN!r} column in the header", source=source, line=1)
-            col = [h.strip() for h in header].index(PERF_COLUMN)
+            col = names.index(PERF_COLUMN)
+            id_col = names.index(GPU_ID_COLUMN) if GPU_ID_COLUMN in names else None
             values: list[float] = []
+            ids: list[str] = []
             for fields in reader:
                 if not fields or all(not x.strip() for x in fields):
                     continue
@@ -117,11 +131,13 @@ def _read_perf_column(path: Path) -> list[float]:
                     raise InputError(f"{PERF_COLUMN} must be a positive time, got {fields[col]!r}", source=source,
                                      line=line)
                 values.append(x)
+                if id_col is not None:
+                    ids.append(fields[id_col].strip() if id_col < len(fields) else "")
     except OSError as e:
         raise InputError(f"cannot read the profile: {e}", source=source) from e
     if not values:
         raise InputError("no measurement rows", source=source)
-    return values
+    return values, (ids if id_col is not None else None)
 
 
 def _find_profile(directory: Path, benchmark: str) -> Path:
@@ -145,14 +161,17 @@ def load_artifact_profiles(directory: str | Path) -> ArtifactProfiles:
     rows: dict[str, tuple[float, ...]] = {}
     files: dict[str, str] = {}
     medians: dict[str, float] = {}
-    cache: dict[str, tuple[str, float, tuple[float, ...]]] = {}
+    raws: dict[str, tuple[float, ...]] = {}
+    gpu_ids: dict[str, tuple[str, ...] | None] = {}
+    cache: dict[str, tuple[str, float, tuple[float, ...], tuple[float, ...], tuple[str, ...] | None]] = {}
     for cls, bench in ARTIFACT_CLASS_BENCHMARK.items():
         if bench not in cache:
             path = _find_profile(d, bench)
-            raw = _read_perf_column(path)
-            cache[bench] = (str(path), statistics.median(raw), tuple(normalise_perf(raw)))
-        files[cls], medians[cls], rows[cls] = cache[bench]
-    return ArtifactProfiles(rows=rows, files=files, medians=medians)
+            raw, ids = _read_perf_column(path)
+            cache[bench] = (str(path), statistics.median(raw), tuple(normalise_perf(raw)), tuple(raw),
+                            tuple(ids) if ids is not None else None)
+        files[cls], medians[cls], rows[cls], raws[cls], gpu_ids[cls] = cache[bench]
+    return ArtifactProfiles(rows=rows, files=files, medians=medians, raw=raws, gpu_ids=gpu_ids)
 
 
 def draw_artifact(profiles: ArtifactProfiles, n_gpus: int, rng: random.Random) -> list[GpuVariability]:

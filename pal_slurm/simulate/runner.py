@@ -20,6 +20,7 @@ from pal_slurm.simulate.traces import Trace
 from pal_slurm.placement.variability import cluster_from_gpus, cluster_from_variability
 from pal_slurm.simulate.artifact_draw import draw_artifact
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate
+from pal_slurm.simulate.fleets import VariabilityModel
 
 Mode = Literal["round", "event"]
 #: called as jobs finish inside a run: (trace name, policy, jobs finished so far, jobs in the trace)
@@ -54,7 +55,9 @@ class FixedVariability:
 class SimulationSpec:
     traces: tuple[Trace, ...]
     policies: tuple[str, ...]
-    variability: ArtifactVariability | FixedVariability
+    #: anything with ``.cluster(rng)``: ArtifactVariability, FixedVariability, the models of
+    #: pal_slurm.simulate.fleets, or pal_slurm.simulate.drain.Drained around one of them
+    variability: VariabilityModel
     mode: Mode = "round"
     order: str = "fifo"
     locality_penalty: float = 1.7
