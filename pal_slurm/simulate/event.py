@@ -102,6 +102,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     running_view = MappingProxyType(running)
     ends_view = MappingProxyType(ends)
     visible, dispatch, release = options.visible_after_s, options.start_latency_s, options.release_latency_s
+    shaped = _shaper(cluster)
     while i < len(jobs) or finish_heap:
         t_arr = jobs[i].submit_time + visible if i < len(jobs) else math.inf
         t_fin = finish_heap[0][0] if finish_heap else math.inf
@@ -124,7 +125,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             j = jobs[i]
             per_node = j.gpus_per_node
             if per_node is None and options.shapes == "slurm":
-                per_node = slurm_shape(j.num_gpus, cluster.max_gpus_per_node)[1]
+                per_node = shaped(j.num_gpus)
             waiting.append(JobRequest(id=j.job_id, gpus=j.num_gpus, job_class=j.job_class, submit_time=j.submit_time,
                                       gpus_per_node=per_node, remaining_s=estimate.before_start(j),
                                       same_slots=options.same_slots and per_node is not None
@@ -180,6 +181,21 @@ def _outcome(job: TraceJob, gpus: tuple[int, ...], start: float, finish: float, 
     return JobOutcome(job.job_id, job.num_gpus, job.submit_time, start, finish, gpu_ids=gpus,
                       job_class=job.job_class, nominal_s=job.nominal_runtime_s, tax_gpu_s=max(0.0, signed),
                       variability_gpu_s_signed=signed)
+
+
+def _shaper(cluster: Cluster) -> Callable[[int], int | None]:
+    """GPUs per node of a trace job in its submitted shape (slurm_shape), or None (split
+    freely) when this cluster has too few nodes of that width for the shape: such a job
+    could never start in it, and the PAL artifact's traces are replayed on small clusters
+    in tests."""
+    widths = sorted((len(g) for g in cluster.node_gpus), reverse=True)
+    max_per_node = cluster.max_gpus_per_node
+
+    def per_node(gpus: int) -> int | None:
+        nodes, per = slurm_shape(gpus, max_per_node)
+        return per if nodes <= len(widths) and widths[nodes - 1] >= per else None
+
+    return per_node
 
 
 def busy_curve(outcomes: Sequence[JobOutcome]) -> tuple[tuple[float, int], ...]:
