@@ -376,7 +376,7 @@ def main() -> int:
     ap.add_argument("--per-node", type=int, default=8)
     ap.add_argument("--held", type=int, default=1000)
     ap.add_argument("--cycles", type=int, default=7)
-    ap.add_argument("--policy", default="pal-match")
+    ap.add_argument("--policy", default="pal-guard")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--scenario", choices=("burst", "steady"), default="burst",
                     help="burst: ~4,000 GPUs free, most held jobs placed in the cycle (the worst case); "

@@ -67,7 +67,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=42, help="variability draw")
     ap.add_argument("--jobs", type=int, default=None, help="replay only the first N jobs of each trace")
     ap.add_argument("--arms", default="slurm,pal")
-    ap.add_argument("--policy", default="pal-match", help="the placer's policy in the pal arm")
+    ap.add_argument("--policy", default="pal-guard", help="the placer's policy in the pal arm")
     ap.add_argument("--placer-interval", type=float, default=0.5,
                     help="placer cycle, real seconds (0.5: its latency is then ~5 trace minutes at k = 10)")
     ap.add_argument("--no-calibrate", action="store_true",

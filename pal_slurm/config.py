@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pal_slurm.errors import ConfigError
-from pal_slurm.placement.model import JOB_CLASSES, WAIT_FRACTION
+from pal_slurm.placement.model import DEFAULT_POLICY, JOB_CLASSES, NOISE, WAIT_FRACTION
 
 if TYPE_CHECKING:
     from pal_slurm.actions import ActionPolicy
@@ -157,7 +157,7 @@ class PlacerConfig(_Section):
     """The placement daemon on the controller (`pal placer`)."""
 
     mode: Literal["observe", "enforce"] = Field(default="observe", description="observe: log only; enforce: hold and place")
-    policy: str = Field(default="pal-match", description="placement policy (see `pal simulate --help`)")
+    policy: str = Field(default=DEFAULT_POLICY, description="placement policy (see `pal simulate --help`)")
     interval_s: float = Field(default=2.0, gt=0, le=300, description="seconds between cycles")
     state_file: str = Field(default="/var/lib/pal/filter-state.lua", description="the file job_submit.lua reads")
     stale_after_s: int = Field(default=30, ge=5, description="heartbeat age after which the filter stops holding")
@@ -172,6 +172,10 @@ class PlacerConfig(_Section):
                                              "(0: never wait)")
     max_wait_s: float | None = Field(default=None, ge=0,
                                      description="and at most this many seconds (empty: only max_hold_s bounds it)")
+    noise: float = Field(default=NOISE, ge=0, le=1,
+                         description="PerfVars closer than this fraction count as equal: pal-guard never moves a job "
+                                     "or makes it wait for less, and does not hold jobs of a class whose GPUs all lie "
+                                     "within it")
     restart_grace_s: int = Field(default=10, ge=0, le=300,
                                  description="on stop, the filter keeps holding (briefly) this long, so a restart "
                                              "leaves no unheld window; 0: stop holding at once")

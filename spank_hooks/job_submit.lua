@@ -406,6 +406,11 @@ function pal.should_hold(view, gpus, class, state, now)
     if state.mode ~= "enforce" then
         return false, "mode " .. tostring(state.mode)
     end
+    -- a class whose GPUs all lie within the noise of each other: the placer would give
+    -- its jobs Slurm's own first fit, so holding them would only add latency
+    if type(state.unheld) == "table" and state.unheld[class] then
+        return false, "class " .. tostring(class) .. " has nothing to choose"
+    end
     return true, "enforce"
 end
 
@@ -441,6 +446,15 @@ local function sanitize_state(t)
         for _, m in ipairs(models) do
             if type(m) == "string" and m ~= "" then
                 s.models[m:lower()] = true
+            end
+        end
+    end
+    s.unheld = {}
+    local unheld = rawget(t, "unheld_classes")
+    if type(unheld) == "table" then
+        for _, c in ipairs(unheld) do
+            if type(c) == "string" and c ~= "" then
+                s.unheld[c] = true
             end
         end
     end

@@ -114,7 +114,8 @@ def daemon_decision(policy: str, snap: Snapshot, queue: Sequence[JobRequest], tm
     return decide(placer.policy, placer.order, dsnap, planned.requests, placer.ctx), list(view.slots)
 
 
-@pytest.mark.parametrize("policy", ["pal-match", "pal-backfill", "pal", "pm-first", "packed-sticky"])
+@pytest.mark.parametrize("policy", ["pal-guard", "slurm-backfill", "pal-match", "pal-backfill", "pal", "pm-first",
+                                    "packed-sticky"])
 def test_the_daemon_decides_what_the_simulator_decided(policy: str, tmp_path: Path) -> None:
     c = fleet()
     recorded: list[tuple[Snapshot, list[JobRequest], Decision]] = []

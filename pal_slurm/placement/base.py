@@ -15,7 +15,7 @@ policies differ in typed class attributes and overridden methods only:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar, TypeVar
 
@@ -167,6 +167,13 @@ class Policy(ABC):
     @abstractmethod
     def assign(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
         """The policy's own decision (what `place` checks)."""
+
+    def classes_left_to_slurm(self, perfvar: Mapping[str, Sequence[float]], ctx: PlacementContext) -> frozenset[str]:
+        """Job classes this policy would always give Slurm's own first fit on GPUs with these
+        PerfVars (class -> one value per GPU), so that the submit filter need not hold their
+        jobs at all; none unless a policy says so (pal-guard: the classes with nothing to
+        choose)."""
+        return frozenset()
 
 
 def enforce_shapes(snapshot: Snapshot, queue: Sequence[JobRequest], decision: Decision) -> Decision:

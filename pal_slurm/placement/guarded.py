@@ -38,7 +38,7 @@ saving that justified it (the Assignment's reason, `first_fit` flag).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -63,8 +63,6 @@ def quiet_class(pv: np.ndarray, noise: float) -> bool:
 
 class GuardedChooser(FirstFit):
     """First fit, or a fragmentation-neutral set that is faster beyond the noise."""
-
-    fit = "tighter"
 
     def __init__(self) -> None:
         self._quiet: dict[tuple[int, str, float], tuple[ClassTable, bool]] = {}
@@ -161,8 +159,7 @@ class GuardedChooser(FirstFit):
         out: list[int] = []
         for v, t in sorted(take.items(), key=lambda p: (-p[1], p[0])):
             k_v = int(counts[v])
-            ok = (np.flatnonzero((counts >= t) & (counts <= k_v)) if self.fit == "tighter"
-                  else np.flatnonzero(counts == k_v) if self.fit == "equal" else np.array([v]))
+            ok = np.flatnonzero((counts >= t) & (counts <= k_v))
             if used:
                 ok = ok[~np.isin(ok, list(used))]
             if ok.size == 0:
@@ -204,6 +201,11 @@ class PalGuard(EasyBackfill):
 
     def make_chooser(self) -> InOrderPolicy:
         return GuardedChooser()
+
+    def classes_left_to_slurm(self, perfvar: Mapping[str, Sequence[float]], ctx: PlacementContext) -> frozenset[str]:
+        """The classes whose GPUs all lie within the noise of each other (rule 2)."""
+        return frozenset(c for c, values in perfvar.items()
+                         if values and quiet_class(np.asarray(values, dtype=np.float64), ctx.noise))
 
     def estimate(self, ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], penalty: float) -> float:
         """Slurm's own estimate, the time limit, as slurm-backfill: the backfill is Slurm's."""

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 #: filter's (job_submit.lua) and the SPANK plugin's (pal_spank.c) copies against it.
 JOB_CLASSES: tuple[str, ...] = ("A", "B", "C", "D")
 
+#: The policy the placer runs and the simulator compares unless told otherwise: first fit
+#: unless variability pays for a change (pal_slurm.placement.guarded).
+DEFAULT_POLICY = "pal-guard"
+
 #: A job of a class nobody measured is treated as the most sensitive one (PAL's worst case).
 DEFAULT_CLASS = "A"
 

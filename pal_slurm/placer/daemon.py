@@ -115,7 +115,7 @@ class Placer:
         # the knobs the simulator uses too; the one-node shape of a job is its JobRequest's,
         # enforced by every policy (no infinite locality penalty needed to keep jobs whole)
         self.ctx = PlacementContext(locality_penalty=cfg.locality_penalty, wait_fraction=cfg.wait_fraction,
-                                    max_wait_s=min(cfg.max_wait_s if cfg.max_wait_s is not None else math.inf,
+                                    noise=cfg.noise, max_wait_s=min(cfg.max_wait_s if cfg.max_wait_s is not None else math.inf,
                                                    cfg.max_hold_s))
         self.observed: set[str] = set()
         self._models: tuple[str, ...] = tuple(m.lower() for m in cfg.models)
@@ -123,6 +123,7 @@ class Placer:
         self._learned: tuple[float, dict[str, float]] = (-math.inf, {})
         self._waits: dict[str, tuple[float, tuple[str, ...]]] = {}  # job -> (waiting since, GPUs it waits for)
         self._running_placed: set[str] = set()
+        self._unheld: frozenset[str] = frozenset()  # classes the filter leaves to Slurm
 
     # -- heartbeat --------------------------------------------------------------------
     def publish(self, *, alive: bool = True, nodes: Sequence[SlurmNode] = (), grace_s: int = 0) -> None:
@@ -152,8 +153,18 @@ class Placer:
         else:
             beat, stale, hold = 0, self.cfg.stale_after_s, self.cfg.hold_s
         state = filter_state.FilterState(mode=self.cfg.mode, heartbeat=beat, stale_after=stale, models=self._models,
-                                         rules=filter_state.rules_from(rules), hold_s=max(hold, 10))
+                                         rules=filter_state.rules_from(rules), hold_s=max(hold, 10),
+                                         unheld_classes=tuple(sorted(self._unheld)) if alive else ())
         filter_state.write(self.cfg.state_file, state)
+
+    def _classes_left_to_slurm(self, factors: Factors) -> frozenset[str]:
+        """Classes the filter need not hold on these factors (the policy's word; none when
+        no GPU is classified, so nothing changes before the first classification)."""
+        if not factors.by_slot:
+            return frozenset()
+        gpus = list(factors.by_slot.values())
+        perfvar = {c: [g.perfvar.get(c, 1.0) for g in gpus] for c in self.classes}
+        return self.policy.classes_left_to_slurm(perfvar, self.ctx)
 
     # -- one cycle -------------------------------------------------------------------------
     def cycle(self) -> CycleReport:
@@ -164,6 +175,7 @@ class Placer:
         jobs = self.backend.jobs()
         self.publish(nodes=nodes)
         factors = self.factors.get(now)
+        self._unheld = self._classes_left_to_slurm(factors)  # published from the next heartbeat on
         self._record_identities(jobs)
         self._track_runs(jobs, now)
         held = [j for j in jobs if holds.is_held_by_pal(j, now)]
@@ -377,8 +389,13 @@ class Placer:
         for a in decision.assignments:
             h = planned.held[a.job_id]
             shape = planned.shapes[a.job_id]
-            update = slurm_updates.update_for(h.job, shape, a.gpus, view)
             job = as_read[a.job_id]
+            if a.first_fit and shape.nodes > 1:
+                # Slurm's own first fit may use other slots on each node than one per-node
+                # GRES request can name: the job is Slurm's to place, as submitted
+                self._release_unchanged(job, f"first fit, left to Slurm; {a.reason}", report)
+                continue
+            update = slurm_updates.update_for(h.job, shape, a.gpus, view)
             wrong = slurm_updates.check_update(shape, update)
             if wrong is not None:
                 # never reach Slurm with another shape than the user's: release it as submitted

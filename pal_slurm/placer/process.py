@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Self
 
 from pal_slurm.errors import PalError
+from pal_slurm.placement.model import DEFAULT_POLICY
 
 __all__ = ["PlacerProcess", "wait_heartbeat", "write_config"]
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 
 def write_config(tmp: Path, db_url: str, state_file: Path, *, mode: str = "enforce", interval: float = 0.5,
                  stale_after: int = 30, replan_after: float = 120.0, max_hold: float = 600.0,
-                 policy: str = "pal-match", hold_s: int | None = None, **placer: object) -> Path:
+                 policy: str = DEFAULT_POLICY, hold_s: int | None = None, **placer: object) -> Path:
     """A pal.toml for a placer on the test cluster (`<tmp>/pal.toml`); `placer` adds [placer] keys."""
     path = tmp / "pal.toml"
     path.write_text("\n".join([

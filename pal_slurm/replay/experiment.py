@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pal_slurm.errors import PalError
-from pal_slurm.placement.model import Cluster
+from pal_slurm.placement.model import DEFAULT_POLICY, Cluster
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.replay.harness import ArmRun, run_arm
 from pal_slurm.replay.plan import ReplayPlan, check_cluster
@@ -47,7 +47,7 @@ class ArmSettings:
 
     locality_penalty: float = 1.7
     bf_interval_s: float = 1.0  # the cluster's SchedulerParameters bf_interval (real seconds)
-    placer_policy: str = "pal-match"
+    placer_policy: str = DEFAULT_POLICY
     placer_interval_s: float = 1.0
     wait_fraction: float = 0.5
     max_wait_s: float | None = None

@@ -5,7 +5,8 @@ reading a small local file (sandboxed, cached for 2 s by the filter) is cheap an
 safe. The file carries the daemon's heartbeat, so a dead daemon stops the filter from
 holding jobs within `stale_after` seconds, with nobody having to notice.
 Contract: docs/admin-guide.md ("The filter state file", under job_submit.lua). `hold_s` (optional,
-the filter's default 90) is how far ahead the filter sets a held job's begin time.
+the filter's default 90) is how far ahead the filter sets a held job's begin time;
+`unheld_classes` (optional) lists job classes the filter leaves to Slurm.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class FilterState:
     models: tuple[str, ...] = ()
     rules: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
     hold_s: int = 90
+    #: job classes the filter does not hold: the policy would give them Slurm's own first
+    #: fit (their GPUs all lie within the noise), so a hold would only add latency
+    unheld_classes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -58,7 +62,8 @@ def render(state: FilterState) -> str:
              f"  format = {FORMAT},", f"  mode = {lua_string(state.mode)},",
              f"  heartbeat = {int(state.heartbeat)},", f"  stale_after = {int(state.stale_after)},",
              f"  hold_s = {int(state.hold_s)},",
-             "  models = { " + ", ".join(lua_string(m) for m in state.models) + " },", "  rules = {"]
+             "  models = { " + ", ".join(lua_string(m) for m in state.models) + " },",
+             "  unheld_classes = { " + ", ".join(lua_string(c) for c in state.unheld_classes) + " },", "  rules = {"]
     for rule in state.rules:
         parts = []
         for key in RULE_KEYS:

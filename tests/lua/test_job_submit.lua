@@ -549,6 +549,19 @@ test("should_hold reasons", function()
     eq(r, "mode observe")
 end)
 
+test("a class the placer leaves to Slurm is not held; the others are", function()
+    local st = { mode = "enforce", heartbeat = NOW, stale_after = 30, unheld = { D = true } }
+    local v = { tres_per_node = "gres:gpu:1" }
+    local gpus = pal.find_gpu_requests(v)
+    local h, r = pal.should_hold(v, gpus, "D", st, NOW)
+    eq(h, false) eq(r, "class D has nothing to choose")
+    h, r = pal.should_hold(v, gpus, "A", st, NOW)
+    eq(h, true) eq(r, "enforce")
+    write(STATE_PATH, "return { format = 1, mode = 'enforce', heartbeat = " .. NOW .. ", unheld_classes = { 'D', 5, '' } }")
+    local s = assert(pal.load_state(STATE_PATH))
+    eq(s.unheld.D, true, "D read") eq(s.unheld.A, nil, "A not") eq(s.unheld["5"], nil, "numbers ignored")
+end)
+
 -- ------------------------------------------------------------------ state file
 
 test("state: syntax error, non-table, wrong format, missing file", function()
