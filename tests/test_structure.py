@@ -36,6 +36,7 @@ PURE = (
     "simulate/estimates.py",
     "simulate/result.py",
     "simulate/tax.py",
+    "simulate/shake.py",
     "simulate/fleets.py",
     "simulate/drain.py",
     "replay/plan.py",

@@ -1,0 +1,74 @@
+"""The placer with the default policy (pal-guard): what reaches Slurm, the filter and `pal explain`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pal_slurm.config import PlacerConfig
+from pal_slurm.placer.audit import AuditSink
+from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.factors import Factors
+from pal_slurm.placement.variability import GpuVariability
+from tests.test_placer_holds import CLASSES, NOW, Recorder, StaticFactors, held, node, placer
+
+
+def placed_on(rec: Recorder, job_id: str) -> str | None:
+    nodes = [c[3] for c in rec.of(job_id) if c[0] == "update" and c[2] == "NodeList"]
+    return nodes[-1] if nodes else None
+
+
+def test_pal_guard_is_the_default_and_explains_a_variability_choice(tmp_path: Path) -> None:
+    # minor m has PerfVar 1.0 + m/10. n1: minor 0 busy, first fit would take minor 1 (1.1);
+    # n2 has only minor 0 free (1.0): a tighter fit, 10 % faster, so pal-guard moves the job
+    p, rec = placer(tmp_path, [held("1", time_limit_s=3600.0)], [node("n1", used=(0,)), node("n2", used=(1, 2, 3))])
+    assert p.policy.name == "pal-guard"
+    assert p.cycle().placed == ["1"]
+    assert placed_on(rec, "1") == "n2"
+    rec_ = next(r for r in p.audit.pending if r.job_id == "1")
+    assert "variability choice" in rec_.reason and "instead of first fit's 1.100" in rec_.reason
+    assert "saves an expected 0.10 GPU-h" in rec_.reason  # 1 GPU x 1 h x (1.1 - 1.0)
+
+
+def test_a_first_fit_placement_says_so(tmp_path: Path) -> None:
+    # n2 is whole: its fast GPUs are not worth breaking it; first fit stays on n1 minor 1
+    p, rec = placer(tmp_path, [held("1")], [node("n1", used=(0,)), node("n2")])
+    assert p.cycle().placed == ["1"]
+    assert placed_on(rec, "1") == "n1"
+    assert "first fit kept" in next(r for r in p.audit.pending if r.job_id == "1").reason
+
+
+def test_a_multi_node_first_fit_is_left_to_slurm_unchanged(tmp_path: Path) -> None:
+    # 2 nodes x 2 GPUs, every GPU alike for the job: first fit, which may use other slots on
+    # each node than one per-node request could name, so the job is released as submitted
+    job = held("7", gpus=2, node_count=2)
+    nodes = [node("n1", used=(0, 1)), node("n2", used=(2, 3)), node("n3")]
+    backend = Recorder([job], nodes)
+    flat = {(n.name, m): GpuVariability(perfvar={c: 1.0 for c in CLASSES}, slowdown={c: 1.0 for c in CLASSES})
+            for n in nodes for m in range(4)}
+    cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state.lua"))
+    p = Placer(backend, cfg, StaticFactors(Factors(by_slot=flat, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
+               AuditSink(None), classes=CLASSES, clock=lambda: NOW)
+    report = p.cycle()
+    assert report.released == ["7"] and report.placed == []
+    assert not [c for c in backend.of("7") if c[0] == "update" and c[2] in ("TresPerNode", "NodeList") and c[3]]
+    assert any("first fit, left to Slurm" in (c[3] or "") for c in backend.of("7") if c[0] == "update")
+
+
+def test_the_filter_is_told_which_classes_it_need_not_hold(tmp_path: Path) -> None:
+    nodes = [node("n1"), node("n2")]
+    by_slot = {(n.name, m): GpuVariability(perfvar={"A": 1.0 + m / 10, "B": 1.0 + m / 10, "C": 1.01, "D": 1.0},
+                                           slowdown={"A": 1.0, "B": 1.0, "C": 1.0, "D": 1.0})
+               for n in nodes for m in range(4)}
+    cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state.lua"))
+    p = Placer(Recorder([], nodes), cfg, StaticFactors(Factors(by_slot=by_slot, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
+               AuditSink(None), classes=CLASSES, clock=lambda: NOW)
+    p.cycle()
+    p.cycle()  # the classes found in one cycle go out with the next heartbeat
+    text = (tmp_path / "state.lua").read_text()
+    assert 'unheld_classes = { "C", "D" }' in text
+    cfg_off = PlacerConfig(mode="enforce", policy="pal-match", state_file=str(tmp_path / "other.lua"))
+    q = Placer(Recorder([], nodes), cfg_off, StaticFactors(Factors(by_slot=by_slot, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
+               AuditSink(None), classes=CLASSES, clock=lambda: NOW)
+    q.cycle()
+    q.cycle()
+    assert "unheld_classes = {  }" in (tmp_path / "other.lua").read_text()
