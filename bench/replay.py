@@ -187,12 +187,12 @@ def _json_default(o: object) -> object:
 
 def print_reports(trace: str, reports: list) -> None:
     labels = {"avg_jct_s": "avg JCT (h)", "median_jct_s": "median JCT (h)", "p99_jct_s": "p99 JCT (h)",
-              "makespan_s": "makespan (h)", "utilization": "utilization"}
+              "makespan_s": "makespan (h)", "utilization": "utilization", "tax_share": "variability tax"}
     print(f"   {'metric':<16}" + "".join(f"{r.arm + ' real':>12}{r.arm + ' pred':>12}{'diff':>8}" for r in reports)
           + ("   pal/slurm real  pred" if len(reports) == 2 else ""))
     rows = {r.arm: {c["metric"]: c for c in r.comparison()} for r in reports}
     for m, label in labels.items():
-        scale = 1.0 if m == "utilization" else 1 / 3600.0
+        scale = 1.0 if m in ("utilization", "tax_share") else 1 / 3600.0
         line = f"   {label:<16}"
         for r in reports:
             c = rows[r.arm][m]

@@ -43,7 +43,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--nodes", type=int, default=1024)
     ap.add_argument("--gpus-per-node", type=int, default=4)
-    ap.add_argument("--policy", default="pal,pal-backfill")
+    ap.add_argument("--policy", default="pal-guard,slurm-backfill")
     ap.add_argument("--interarrival", type=float, default=None,
                     help="mean seconds between arrivals [default: aimed at ~80%% offered load]")
     args = ap.parse_args()

@@ -132,7 +132,7 @@ class GuardedChooser(FirstFit):
     def _neutral(self, job: JobRequest, ff: Sequence[int], state: FreeState, tab: ClassTable) -> list[int] | None:
         """The fastest set that replaces each of first fit's nodes by one with at least as
         many free GPUs as the job takes there and at most as many as first fit's node had
-        (rule 3 of the module docstring); None when it is first fit itself."""
+        (rule 3 of the module docstring), first fit's own nodes included; None when there is none."""
         ix = state.index
         counts = state.node_counts(job.allowed_nodes)
         take: dict[int, int] = {}
@@ -140,10 +140,6 @@ class GuardedChooser(FirstFit):
             v = ix.node_list[g]
             take[v] = take.get(v, 0) + 1
         pv_tab, mat = self._pv_views(ix, tab)
-        free = np.zeros(mat.shape, dtype=bool)
-        free[ix.node_of, ix.slot_of] = state.mask
-        if job.allowed_nodes is not None:
-            free &= (counts > 0)[:, None]
         if job.same_slots and len(take) > 1:
             per = next(iter(take.values()))
             limit = max(int(counts[v]) for v in take)
@@ -152,26 +148,40 @@ class GuardedChooser(FirstFit):
             cand = cand[ok_nodes[ix.node_of[cand]]]
             got = select.best_same_slots(ix, pv_tab, cand, per, len(take))
             return None if got is None else [int(g) for g in got]
-        pvm = np.where(free, mat, np.inf)
-        pvm.sort(axis=1)
+        # only nodes that could replace one of first fit's: between the fewest GPUs it takes
+        # on a node and the most free GPUs one of its nodes has
+        rows = np.flatnonzero((counts >= min(take.values())) & (counts <= max(int(counts[v]) for v in take)))
+        free = _free_matrix(ix, state, rows)
+        sub = np.where(free, mat[rows], np.inf)
+        sub.sort(axis=1)
+        sub_counts = counts[rows]
         gid = _slot_ids(ix)
-        used: set[int] = set()
+        used: list[int] = []
         out: list[int] = []
         for v, t in sorted(take.items(), key=lambda p: (-p[1], p[0])):
-            k_v = int(counts[v])
-            ok = np.flatnonzero((counts >= t) & (counts <= k_v))
+            ok = np.flatnonzero((sub_counts >= t) & (sub_counts <= counts[v]))
             if used:
-                ok = ok[~np.isin(ok, list(used))]
+                ok = ok[~np.isin(rows[ok], used)]
             if ok.size == 0:
                 return None
-            pace = pvm[ok, t - 1]
+            nodes = rows[ok]
             # fastest first; ties: first fit's own node, then the tighter fit, then node order
-            u = int(ok[np.lexsort((ok, counts[ok], ok != v, pace))[0]])
-            used.add(u)
-            row = np.where(free[u], mat[u], np.inf)
-            slots = np.argsort(row, kind="stable")[:t]
-            out += [int(gid[u, s]) for s in slots]
+            i = int(ok[np.lexsort((nodes, sub_counts[ok], nodes != v, sub[ok, t - 1]))[0]])
+            u = int(rows[i])
+            used.append(u)
+            row = np.where(free[i], mat[u], np.inf)
+            out += [int(gid[u, slot]) for slot in np.argsort(row, kind="stable")[:t]]
         return out
+
+
+def _free_matrix(ix: ClusterIndex, state: FreeState, rows: np.ndarray) -> np.ndarray:
+    """Which slots of the nodes `rows` are free (rows x slots; False where a node has fewer)."""
+    width = max(ix.max_gpus_per_node, 1)
+    if ix.node_major_ids and ix.n == ix.n_nodes * width:  # every node has `width` GPUs: a view
+        return state.mask.reshape(ix.n_nodes, width)[rows]
+    free = np.zeros((ix.n_nodes, width), dtype=bool)
+    free[ix.node_of, ix.slot_of] = state.mask
+    return free[rows]
 
 
 def _slot_ids(ix: ClusterIndex) -> np.ndarray:

@@ -33,7 +33,7 @@ from typing import Any
 
 from pal_slurm.errors import PalError, SlurmError
 from pal_slurm.replay.plan import ReplayJob, ReplayPlan
-from pal_slurm.simulate.metrics import JobOutcome
+from pal_slurm.simulate.metrics import JobOutcome, variability_gpu_s
 from pal_slurm.slurm import parse_json
 from pal_slurm.slurm.command import SQUEUE_ALL_JOBS_JSON, run_command
 
@@ -94,8 +94,15 @@ class ArmRun:
             r = t.record
             if r is None or "error" in r:
                 continue
-            out.append(JobOutcome(t.plan.job.job_id, t.plan.job.num_gpus, plan.to_trace_s(t.submitted_at - self.t0),
-                                  plan.to_trace_s(r["start"] - self.t0), plan.to_trace_s(r["end"] - self.t0)))
+            job = t.plan.job
+            # the variability tax of the GPUs Slurm really gave it: the job script recorded the
+            # slowest PerfVar among them (`pace`; its sleep adds the locality penalty on top)
+            pace = float(r.get("pace") or 1.0)
+            signed = variability_gpu_s(job.num_gpus, job.nominal_runtime_s, pace)
+            out.append(JobOutcome(job.job_id, job.num_gpus, plan.to_trace_s(t.submitted_at - self.t0),
+                                  plan.to_trace_s(r["start"] - self.t0), plan.to_trace_s(r["end"] - self.t0),
+                                  job_class=job.job_class, nominal_s=job.nominal_runtime_s,
+                                  tax_gpu_s=max(0.0, signed), variability_gpu_s_signed=signed))
         return out
 
     def busy_gpu_s(self, plan: ReplayPlan) -> float:
@@ -108,7 +115,7 @@ class ArmRun:
                           "gpus": t.plan.job.num_gpus, "nodes": t.plan.nodes, "class": t.plan.job.job_class,
                           "limit_min": t.plan.limit_min, "work_s": t.plan.work_s,
                           **({("placed_on" if k == "gpus" else k): (v - self.t0 if k in ("start", "end") else v)
-                              for k, v in t.record.items() if k in ("start", "end", "gpus", "factor", "error")}
+                              for k, v in t.record.items() if k in ("start", "end", "gpus", "factor", "pace", "error")}
                              if t.record else {}),
                           **({"failure": t.failure} if t.failure else {})} for t in self.jobs]}
 

@@ -69,7 +69,7 @@ def run(argv: list[str]) -> int:
         nodes = sorted({n for n, _ in gpus})
         factor = max(pvs) * (float(penalty) if len(nodes) > 1 else 1.0)
         sleep_s = float(work_s) * factor
-        record.update(gpus=[[n, m] for n, m in gpus], factor=factor, sleep_s=sleep_s)
+        record.update(gpus=[[n, m] for n, m in gpus], factor=factor, pace=max(pvs), sleep_s=sleep_s)
         time.sleep(max(0.0, T0 + sleep_s - time.time()))
         record["end"] = time.time()
         rc = 0
