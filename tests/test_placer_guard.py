@@ -72,3 +72,16 @@ def test_the_filter_is_told_which_classes_it_need_not_hold(tmp_path: Path) -> No
     q.cycle()
     q.cycle()
     assert "unheld_classes = {  }" in (tmp_path / "other.lua").read_text()
+
+
+def test_a_multi_node_first_fit_on_the_same_slots_is_pinned_as_it_would_run(tmp_path: Path) -> None:
+    job = held("8", gpus=2, node_count=2)
+    nodes = [node("n1", used=(0, 1)), node("n2", used=(0, 1)), node("n3")]
+    flat = {(n.name, m): GpuVariability(perfvar={c: 1.0 for c in CLASSES}, slowdown={c: 1.0 for c in CLASSES})
+            for n in nodes for m in range(4)}
+    backend = Recorder([job], nodes)
+    cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state.lua"))
+    p = Placer(backend, cfg, StaticFactors(Factors(by_slot=flat, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
+               AuditSink(None), classes=CLASSES, clock=lambda: NOW)
+    assert p.cycle().placed == ["8"]
+    assert placed_on(backend, "8") == "n1,n2"

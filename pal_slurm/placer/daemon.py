@@ -390,9 +390,9 @@ class Placer:
             h = planned.held[a.job_id]
             shape = planned.shapes[a.job_id]
             job = as_read[a.job_id]
-            if a.first_fit and shape.nodes > 1:
-                # Slurm's own first fit may use other slots on each node than one per-node
-                # GRES request can name: the job is Slurm's to place, as submitted
+            if a.first_fit and shape.nodes > 1 and not _same_slots(view, a.gpus):
+                # Slurm's own first fit, on other slots on each node than one per-node GRES
+                # request can name: the job is Slurm's to place, as submitted
                 self._release_unchanged(job, f"first fit, left to Slurm; {a.reason}", report)
                 continue
             update = slurm_updates.update_for(h.job, shape, a.gpus, view)
@@ -716,6 +716,14 @@ def tune_gc() -> None:
 
     gc.freeze()
     gc.set_threshold(200_000, 50, 100)
+
+
+def _same_slots(view: cluster_view.View, gpus: Sequence[int]) -> bool:
+    """Whether `gpus` are the same slots (device minors) on every node they lie on."""
+    per_node: dict[str, set[int]] = {}
+    for g in gpus:
+        per_node.setdefault(view.slots[g].node, set()).add(view.slots[g].minor)
+    return len({frozenset(m) for m in per_node.values()}) == 1
 
 
 def _gres_types(node: SlurmNode) -> list[str | None]:

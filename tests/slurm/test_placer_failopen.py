@@ -66,6 +66,9 @@ class Rig:
         if db_url is None:
             db_url, _ = self.db_copy()
         kwargs.setdefault("stale_after", STALE_AFTER)
+        # every class held: these tests are about holding and releasing, not about which
+        # classes have GPUs to choose between (pal-guard leaves a quiet class to Slurm)
+        kwargs.setdefault("noise", 0.0)
         return write_config(self.tmp, db_url, self.cluster.filter_state, mode="enforce", **kwargs)
 
     def start(self, config: Path) -> PlacerProcess:
