@@ -67,6 +67,7 @@ class GuardedChooser(FirstFit):
     def __init__(self) -> None:
         self._quiet: dict[tuple[int, str, float], tuple[ClassTable, bool]] = {}
         self._pv_tab: dict[tuple[int, str], tuple[ClassTable, ClassTable, np.ndarray]] = {}
+        self._fastest: dict[tuple[int, str], tuple[ClassTable, float]] = {}
 
     def is_quiet(self, ix: ClusterIndex, tab: ClassTable, noise: float) -> bool:
         key = (id(ix), tab.key, noise)
@@ -99,13 +100,15 @@ class GuardedChooser(FirstFit):
             return _first_fit(ff, f"class {tab.key}'s factors lie within the noise ({ctx.noise:.0%})")
         pv = tab.pv_list
         ff_pace = max(pv[g] for g in ff.gpus)
+        # the best pace any set of this size could have (the class's fastest GPU, then the
+        # free ones): if first fit is within the noise of it, no search can find a saving
+        if ff_pace <= self.fastest(tab) * (1.0 + ctx.noise):
+            return _first_fit(ff, f"no set is faster beyond the noise ({ctx.noise:.0%})")
         cand = state.candidates(job.allowed_nodes)
-        # the best pace any set of this size could have: if first fit is within the noise
-        # of it, no search can find a saving
         bound = float(np.partition(tab.pv[cand], job.gpus - 1)[job.gpus - 1])
         if ff_pace <= bound * (1.0 + ctx.noise):
             return _first_fit(ff, f"no set is faster beyond the noise ({ctx.noise:.0%})")
-        alt = self._neutral(job, ff.gpus, state, tab)
+        alt = self._neutral(job, ff.gpus, state, tab, ff_pace / (1.0 + ctx.noise))
         if alt is None:
             return _first_fit(ff, "no faster set leaves the free GPUs as whole as first fit does")
         alt_pace = max(pv[g] for g in alt)
@@ -129,10 +132,21 @@ class GuardedChooser(FirstFit):
                          f"time, at no cost in fragmentation or locality; {describe_gpus(ix, tab, gpus)}"),
             alternatives=((gpus, alt_pace), (ff_gpus, ff_pace)))
 
-    def _neutral(self, job: JobRequest, ff: Sequence[int], state: FreeState, tab: ClassTable) -> list[int] | None:
+    def fastest(self, tab: ClassTable) -> float:
+        """The class's smallest PerfVar (cached per class table)."""
+        key = (id(tab), "min")
+        hit = self._fastest.get(key)
+        if hit is None or hit[0] is not tab:
+            hit = (tab, float(tab.pv.min()) if tab.pv.size else 1.0)
+            self._fastest[key] = hit
+        return hit[1]
+
+    def _neutral(self, job: JobRequest, ff: Sequence[int], state: FreeState, tab: ClassTable,
+                 worth: float = np.inf) -> list[int] | None:
         """The fastest set that replaces each of first fit's nodes by one with at least as
         many free GPUs as the job takes there and at most as many as first fit's node had
-        (rule 3 of the module docstring), first fit's own nodes included; None when there is none."""
+        (rule 3 of the module docstring), first fit's own nodes included; None when there is
+        none, or (a shortcut) when no such set can have a pace below `worth`."""
         ix = state.index
         counts = state.node_counts(job.allowed_nodes)
         take: dict[int, int] = {}
@@ -144,6 +158,14 @@ class GuardedChooser(FirstFit):
             per = next(iter(take.values()))
             limit = max(int(counts[v]) for v in take)
             ok_nodes = (counts >= per) & (counts <= limit)
+            # any slot set's pace on a node is at least that node's per-th best free GPU, so
+            # the len(take)-th best of those bounds every same-slot choice from below
+            rows = np.flatnonzero(ok_nodes)
+            if rows.size < len(take):
+                return None
+            best = np.sort(np.where(_free_matrix(ix, state, rows), mat[rows], np.inf), axis=1)[:, per - 1]
+            if float(np.partition(best, len(take) - 1)[len(take) - 1]) >= worth:
+                return None
             cand = state.candidates(job.allowed_nodes)
             cand = cand[ok_nodes[ix.node_of[cand]]]
             got = select.best_same_slots(ix, pv_tab, cand, per, len(take))
@@ -227,7 +249,12 @@ class PalGuard(EasyBackfill):
         """Waiting follows the no-harm rule: never for a class with nothing to choose, and
         only for a finish sooner by more than the noise (see the module docstring)."""
         ix = state.index
-        if self.chooser.is_quiet(ix, ix.table(job.job_class), ctx.noise):  # type: ignore[attr-defined]
+        tab = ix.table(job.job_class)
+        chooser: GuardedChooser = self.chooser  # type: ignore[assignment]
+        if chooser.is_quiet(ix, tab, ctx.noise):
             return None
+        pv = tab.pv_list
+        if max(pv[g] for g in choice.gpus) <= chooser.fastest(tab) * (1.0 + ctx.noise):
+            return None  # already as fast as any GPU of the class, within the noise
         return super()._better_later(job, choice, state, snapshot, ctx, memo, budget,  # type: ignore[arg-type]
                                      margin_fraction=max(self.wait_margin, ctx.noise))
