@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pal_slurm.placement.decide import decide
@@ -72,8 +73,8 @@ def test_the_noise_is_the_threshold() -> None:
 
 
 def test_a_class_with_nothing_to_choose_gets_first_fit_and_is_left_to_slurm() -> None:
-    assert quiet_class(__import__("numpy").array([0.98, 1.0, 1.02]), 0.05)
-    assert not quiet_class(__import__("numpy").array([0.95, 1.0, 1.02]), 0.05)
+    assert quiet_class(np.array([0.98, 1.0, 1.02]), 0.05)
+    assert not quiet_class(np.array([0.95, 1.0, 1.02]), 0.05)
     c = a_fleet([1.30, 1.00, 1.00, 1.00])
     pol = get_policy("pal-guard")
     d = pol.place(Snapshot.empty(c), [job("d", 1, "D", remaining_s=60)], PlacementContext())

@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -218,10 +218,7 @@ class InOrderPolicy(Policy):
     class_sorted_prefix: ClassVar[bool] = False
 
     def assign(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
-        check_unique(queue)
-        ordered, guard = self.placement_order(queue, snapshot)
-        decision = self._walk(snapshot, ordered, guard, ctx)
-        return decision if decision is not None else self._walk(snapshot, list(queue), 0, ctx)  # type: ignore[return-value]
+        return walk_in_order(self, snapshot, queue, ctx)
 
     def _walk(self, snapshot: Snapshot, ordered: Sequence[JobRequest], guard: int,
               ctx: PlacementContext) -> Decision | None:
@@ -313,6 +310,25 @@ class InOrderPolicy(Policy):
     def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext,
                    per_node: int, nodes: int) -> Choice | None:
         """Choose `per_node` GPUs on each of `nodes` distinct nodes (job.gpus in all)."""
+
+
+class Walker(Protocol):
+    def placement_order(self, queue: Sequence[JobRequest], snapshot: Snapshot) -> tuple[list[JobRequest], int]: ...
+
+    def _walk(self, snapshot: Snapshot, ordered: Sequence[JobRequest], guard: int,
+              ctx: PlacementContext) -> Decision | None: ...
+
+
+def walk_in_order(policy: Walker, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
+    """One pass in the policy's order, or, when that order would decide who runs (see
+    InOrderPolicy.placement_order), one in the queue's own order."""
+    check_unique(queue)
+    ordered, guard = policy.placement_order(queue, snapshot)
+    decision = policy._walk(snapshot, ordered, guard, ctx)
+    if decision is None:
+        decision = policy._walk(snapshot, list(queue), 0, ctx)
+    assert decision is not None  # guard 0: a pass in the queue's order always decides
+    return decision
 
 
 def check_unique(queue: Sequence[JobRequest]) -> None:

@@ -41,7 +41,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from pal_slurm.placement.base import Choice, InOrderPolicy, Policy, check_unique
+from pal_slurm.placement.base import Choice, InOrderPolicy, Policy, walk_in_order
 from pal_slurm.placement.cost import runtime_s, spans_nodes
 from pal_slurm.placement.index import ClusterIndex, FreeState
 from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, Snapshot, Wait
@@ -73,6 +73,11 @@ class Reservation:
         held = np.zeros(ix.n, dtype=bool)
         held[list(gpus)] = True
         return cls(shadow=shadow, held=held, gpus=gpus)
+
+
+def time_limit_s(job: JobRequest) -> float:
+    """Slurm's own expectation of a job's run time: its time limit, on any GPUs (inf if none)."""
+    return job.remaining_s if job.remaining_s > 0 else math.inf
 
 
 def releases_of(snapshot: Snapshot, ctx: PlacementContext, placed: Sequence[tuple[JobRequest, Choice]],
@@ -126,10 +131,7 @@ class EasyBackfill(Policy):
         return self.chooser.placement_order(queue, snapshot)
 
     def assign(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
-        check_unique(queue)
-        ordered, guard = self.placement_order(queue, snapshot)
-        decision = self._walk(snapshot, ordered, guard, ctx)
-        return decision if decision is not None else self._walk(snapshot, list(queue), 0, ctx)  # type: ignore[return-value]
+        return walk_in_order(self, snapshot, queue, ctx)
 
     def _walk(self, snapshot: Snapshot, ordered: Sequence[JobRequest], guard: int,
               ctx: PlacementContext) -> Decision | None:

@@ -37,7 +37,6 @@ saving that justified it (the Assignment's reason, `first_fit` flag).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -46,7 +45,7 @@ import numpy as np
 from pal_slurm.placement import select
 from pal_slurm.placement.base import Choice, InOrderPolicy, as_gpus, describe_gpus, register
 from pal_slurm.placement.cost import runtime_s
-from pal_slurm.placement.easy import EasyBackfill
+from pal_slurm.placement.easy import EasyBackfill, time_limit_s
 from pal_slurm.placement.first_fit import FirstFit
 from pal_slurm.placement.index import ClassTable, ClusterIndex, FreeState
 from pal_slurm.placement.model import JobRequest, PlacementContext, Snapshot
@@ -241,7 +240,7 @@ class PalGuard(EasyBackfill):
 
     def estimate(self, ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], penalty: float) -> float:
         """Slurm's own estimate, the time limit, as slurm-backfill: the backfill is Slurm's."""
-        return job.remaining_s if job.remaining_s > 0 else math.inf
+        return time_limit_s(job)
 
     def _better_later(self, job: JobRequest, choice: Choice, state: FreeState, snapshot: Snapshot,
                       ctx: PlacementContext, memo: object = None,

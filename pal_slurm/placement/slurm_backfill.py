@@ -25,11 +25,10 @@ what variability awareness adds:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from pal_slurm.placement.base import InOrderPolicy, register
-from pal_slurm.placement.easy import EasyBackfill
+from pal_slurm.placement.easy import EasyBackfill, time_limit_s
 from pal_slurm.placement.first_fit import FirstFit
 from pal_slurm.placement.index import ClusterIndex
 from pal_slurm.placement.model import JobRequest
@@ -51,4 +50,4 @@ class SlurmBackfill(EasyBackfill):
 
     def estimate(self, ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], penalty: float) -> float:
         """Slurm expects a job to run for its time limit, on any GPUs."""
-        return job.remaining_s if job.remaining_s > 0 else math.inf
+        return time_limit_s(job)
