@@ -117,7 +117,9 @@ class Choice:
 
 
 def as_gpus(ids: np.ndarray | Sequence[int]) -> tuple[int, ...]:
-    return tuple(np.sort(np.asarray(ids, dtype=np.int64)).tolist())
+    """GPU ids as an ascending tuple of ints (Python's sort: a choice holds a few ids, where
+    numpy's per-call overhead would cost more than the sort)."""
+    return tuple(sorted(int(g) for g in (ids.tolist() if isinstance(ids, np.ndarray) else ids)))
 
 
 #: GPUs listed one by one in a reason; a 64-GPU job's reason names the slowest few and counts the rest

@@ -37,7 +37,7 @@ saving that justified it (the Assignment's reason, `first_fit` flag).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -96,30 +96,30 @@ class GuardedChooser(FirstFit):
         ix = state.index
         tab = ix.table(job.job_class)
         if self.is_quiet(ix, tab, ctx.noise):
-            return _first_fit(ff, f"class {tab.key}'s factors lie within the noise ({ctx.noise:.0%})")
+            return _first_fit(ff, lambda: f"class {tab.key}'s factors lie within the noise ({ctx.noise:.0%})")
         pv = tab.pv_list
         ff_pace = max(pv[g] for g in ff.gpus)
         # the best pace any set of this size could have (the class's fastest GPU, then the
         # free ones): if first fit is within the noise of it, no search can find a saving
         if ff_pace <= self.fastest(tab) * (1.0 + ctx.noise):
-            return _first_fit(ff, f"no set is faster beyond the noise ({ctx.noise:.0%})")
+            return _first_fit(ff, lambda: f"no set is faster beyond the noise ({ctx.noise:.0%})")
         cand = state.candidates(job.allowed_nodes)
         bound = float(np.partition(tab.pv[cand], job.gpus - 1)[job.gpus - 1])
         if ff_pace <= bound * (1.0 + ctx.noise):
-            return _first_fit(ff, f"no set is faster beyond the noise ({ctx.noise:.0%})")
+            return _first_fit(ff, lambda: f"no set is faster beyond the noise ({ctx.noise:.0%})")
         alt = self._neutral(job, ff.gpus, state, tab, ff_pace / (1.0 + ctx.noise))
         if alt is None:
-            return _first_fit(ff, "no faster set leaves the free GPUs as whole as first fit does")
+            return _first_fit(ff, lambda: "no faster set leaves the free GPUs as whole as first fit does")
         alt_pace = max(pv[g] for g in alt)
         if alt_pace * (1.0 + ctx.noise) >= ff_pace:
-            return _first_fit(ff, f"the fastest neutral set (pace {alt_pace:.3f}) is within the noise of first "
-                                  f"fit's ({ff_pace:.3f})")
+            return _first_fit(ff, lambda: f"the fastest neutral set (pace {alt_pace:.3f}) is within the noise of "
+                                          f"first fit's ({ff_pace:.3f})")
         rt_ff = runtime_s(1.0, ff.gpus, pv, ix.node_list, ctx.locality_penalty)
         rt_alt = runtime_s(1.0, alt, pv, ix.node_list, ctx.locality_penalty)
         work_s = job.remaining_s if job.remaining_s > 0 else 0.0
         saving_gpu_s = job.gpus * work_s * (rt_ff - rt_alt)
         if rt_alt >= rt_ff or (work_s > 0 and saving_gpu_s <= 0):
-            return _first_fit(ff, "the faster set spans more nodes")
+            return _first_fit(ff, lambda: "the faster set spans more nodes")
         gpus = as_gpus(alt)
         ff_gpus = ff.gpus
         saving = (f"saves an expected {saving_gpu_s / 3600:.2f} GPU-h" if work_s > 0
@@ -215,8 +215,9 @@ def _slot_ids(ix: ClusterIndex) -> np.ndarray:
     return gid
 
 
-def _first_fit(ff: Choice, why: str) -> Choice:
-    return Choice(gpus=ff.gpus, why=lambda: f"{ff.reason}; first fit kept: {why}", alternatives=ff.alternatives,
+def _first_fit(ff: Choice, why: Callable[[], str]) -> Choice:
+    """First fit, with why no other set was taken (written only for choices that are kept)."""
+    return Choice(gpus=ff.gpus, why=lambda: f"{ff.reason}; first fit kept: {why()}", alternatives=ff.alternatives,
                   first_fit=True)
 
 
