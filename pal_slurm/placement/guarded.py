@@ -163,8 +163,13 @@ class GuardedChooser(FirstFit):
             if rows.size < len(take):
                 return None
             best = np.sort(np.where(_free_matrix(ix, state, rows), mat[rows], np.inf), axis=1)[:, per - 1]
-            if float(np.partition(best, len(take) - 1)[len(take) - 1]) >= worth:
+            # a node whose per-th best GPU is not below `worth` cannot be in a set worth taking
+            # (and ranks after every node of such a set), so the search need not see it
+            rows = rows[best < worth]
+            if rows.size < len(take):
                 return None
+            ok_nodes = np.zeros_like(ok_nodes)
+            ok_nodes[rows] = True
             cand = state.candidates(job.allowed_nodes)
             cand = cand[ok_nodes[ix.node_of[cand]]]
             got = select.best_same_slots(ix, pv_tab, cand, per, len(take))
