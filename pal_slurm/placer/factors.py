@@ -64,7 +64,10 @@ class FactorCache:
         if now >= self._next:
             self._next = now + self.refresh_s
             try:
-                self.factors = load_factors(self._engine_factory(), self.classes)
+                loaded = load_factors(self._engine_factory(), self.classes)
+                if loaded.version != self.factors.version:
+                    log.info("classes loaded: version %s, %d steerable GPUs", loaded.version, len(loaded.by_slot))
+                self.factors = loaded
                 self.last_error = None
             except Exception as exc:  # noqa: BLE001 - any database failure: keep what we have
                 self.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

@@ -348,7 +348,11 @@ def test_a_restart_leaves_no_unheld_window(rig: Rig) -> None:
 
 def test_database_lost_after_start_keeps_placing_from_memory(rig: Rig) -> None:
     url, path = rig.db_copy()
-    placer = rig.start(rig.config(url))   # one cycle: the classes are in memory now
+    placer = rig.start(rig.config(url))
+    deadline = time.monotonic() + 20  # the classes are in memory (a first load that fails is retried)
+    while "classes loaded: version" not in placer.output():
+        assert time.monotonic() < deadline, placer.output()
+        time.sleep(0.3)
     # the database file becomes an empty one (same inode: the pooled connection sees it too)
     # and the old one is moved away
     shutil.copyfile(path, path.with_suffix(".moved"))
