@@ -118,8 +118,10 @@ class GuardedChooser(FirstFit):
         rt_alt = runtime_s(1.0, alt, pv, ix.node_list, ctx.locality_penalty)
         work_s = job.remaining_s if job.remaining_s > 0 else 0.0
         saving_gpu_s = job.gpus * work_s * (rt_ff - rt_alt)
+        # a neutral set keeps first fit's node count, so a faster pace is always a saving;
+        # kept as a guard should the neutral rule ever change
         if rt_alt >= rt_ff or (work_s > 0 and saving_gpu_s <= 0):
-            return _first_fit(ff, lambda: "the faster set spans more nodes")
+            return _first_fit(ff, lambda: "no expected saving")
         gpus = as_gpus(alt)
         ff_gpus = ff.gpus
         saving = (f"saves an expected {saving_gpu_s / 3600:.2f} GPU-h" if work_s > 0
