@@ -47,8 +47,12 @@ def _throwaway_db(kind: str) -> Iterator[str]:
     finally:
         with admin.connect() as conn:
             if kind == "postgres":
+                # Only our own leftover sessions: an autovacuum worker on the throwaway
+                # database belongs to the superuser (terminating it is refused), and
+                # DROP DATABASE cancels autovacuum by itself.
                 conn.execute(text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n AND pid <> pg_backend_pid()"
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = :n AND pid <> pg_backend_pid() AND usename = current_user"
                 ), {"n": name})
             conn.execute(text(f"DROP DATABASE IF EXISTS {quote}{name}{quote}"))
         admin.dispose()
