@@ -89,6 +89,7 @@ sql: venv
 	for d in postgresql mysql sqlite; do $(PAL) db sql --dialect $$d > sql/schema-$$d.sql; done
 
 bench: venv
+	$(VENV)/bin/python bench/cli_startup.py
 	$(VENV)/bin/python bench/import_speed.py
 	$(VENV)/bin/python bench/placement_speed.py
 	$(VENV)/bin/python bench/fidelity.py

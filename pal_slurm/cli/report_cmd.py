@@ -11,7 +11,20 @@ from pal_slurm.cli.context import AppContext
 from pal_slurm.actions import short_uuid
 from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option, wide_option
 from pal_slurm.numfmt import fmt_num
-from pal_slurm.report import bins_text, regular_bins
+
+
+def _bins_text(row: dict[str, Any]) -> str:
+    """The report's bins cell (pal_slurm.report says how; imported here, when a table is drawn,
+    because the report module reads the database's records: `pal report --help` stays light)."""
+    from pal_slurm.report import bins_text as text
+
+    return text(row)
+
+
+def _regular_bins_text(row: dict[str, Any]) -> str | None:
+    from pal_slurm.report import regular_bins
+
+    return _bins_text(row) if regular_bins(row) else None
 
 
 def _pv(key: str):  # type: ignore[no-untyped-def]
@@ -34,7 +47,7 @@ def benchmark_columns(wide: bool) -> list[Column]:
         Column("GPUs", lambda r: r["gpus"], "right"),
         Column("unprofiled", lambda r: r["unprofiled"], "right", optional=not wide),
         *_perfvar_columns(wide),
-        Column("bins", bins_text, wrap=True),
+        Column("bins", _bins_text, wrap=True),
         Column("outliers", lambda r: len(r["outliers"]), "right"),
     ]
 
@@ -49,7 +62,7 @@ CSV_COLUMNS = [Column("job_class", lambda r: r.get("job_class")), Column("model"
                *[Column(h, lambda r, k=k: None if r["perfvar"] is None else r["perfvar"][k])
                  for h, k in (("PerfVar min", "min"), ("p5", "p5"), ("median", "median"), ("p95", "p95"),
                               ("max", "max"))],
-               Column("bins", lambda r: bins_text(r) if regular_bins(r) else None),  # empty, as every missing cell
+               Column("bins", _regular_bins_text),  # empty, as every missing cell
                Column("outliers", lambda r: " ".join(r["outliers"]))]
 
 
