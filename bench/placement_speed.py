@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pal_slurm.placement.index import cluster_index  # noqa: E402
 from pal_slurm.placement.model import Cluster, JobRequest, PlacementContext, Snapshot  # noqa: E402
 from pal_slurm.placement.policies import POLICIES, get_policy  # noqa: E402
 
@@ -57,7 +58,7 @@ def main() -> int:
     ends = {jid: rng.uniform(60.0, 86400.0) for jid in running}
     snap = Snapshot(cluster=cluster, free=free, running=running, now=0.0, expected_end=ends)
     t0 = time.perf_counter()
-    cluster.placement_index.table("A")
+    cluster_index(cluster).table("A")
     print(f"cluster: {cluster.size} GPUs on {args.nodes} nodes, {len(free)} free; "
           f"index build {1000 * (time.perf_counter() - t0):.1f} ms (once per cluster)")
     print(f"{'policy':<18}" + "".join(f"{f'{n} GPU median/p95 ms':>24}" for n in SIZES))
