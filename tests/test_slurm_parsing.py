@@ -11,6 +11,8 @@ import pytest
 
 from pal_slurm.errors import SlurmError
 from pal_slurm.slurm import filter_state, parse_json
+from pal_slurm.slurm.backend import CliBackend
+from pal_slurm.slurm.model import BLOCKING_FLAGS, DRAIN_FLAGS, OUT_OF_SERVICE
 from pal_slurm.slurm.tres import (
     parse_gres_alloc,
     parse_tres,
@@ -135,6 +137,30 @@ def test_node_states_both_spellings() -> None:
     b = parse_json.node_from_json({"name": "n", "state": ["IDLE", "DRAIN"]})
     c = parse_json.node_from_json({"name": "n", "state": ["MIXED"]})
     assert not a.schedulable and not b.schedulable and c.schedulable
+
+
+def test_node_state_sets_nest_and_say_what_a_node_is() -> None:
+    """The one definition of node states: a drain is out of service, out of service keeps new
+    jobs off; a node only passing through (a reboot asked for) keeps new jobs off for now but is
+    not out of service, so a job pinned to it is not rescued for that."""
+    assert DRAIN_FLAGS < OUT_OF_SERVICE < BLOCKING_FLAGS
+    drained = parse_json.node_from_json({"name": "n", "state": ["IDLE", "DRAIN"]})
+    down = parse_json.node_from_json({"name": "n", "state": "down", "state_flags": []})
+    failing = parse_json.node_from_json({"name": "n", "state": ["MIXED", "FAIL"]})
+    rebooting = parse_json.node_from_json({"name": "n", "state": ["IDLE", "REBOOT_REQUESTED"]})
+    assert drained.out_of_service == {"DRAIN"} and down.out_of_service == {"DOWN"}
+    assert failing.out_of_service == {"FAIL"} and not rebooting.out_of_service
+    assert drained.drained_or_down and down.drained_or_down
+    assert not failing.drained_or_down and not rebooting.drained_or_down
+    assert not any(n.schedulable for n in (drained, down, failing, rebooting))
+
+
+@pytest.mark.parametrize("name", ["ALL", "all", "n[1-4]", "n1,n2", "", "n1 n2", "-n1", "NodeName=n1"])
+def test_a_drain_names_exactly_one_node(name: str) -> None:
+    """`NodeName=` also takes ALL, NodeSets and hostlists: the adapter refuses them before
+    anything runs (no scontrol is needed to see the refusal)."""
+    with pytest.raises(SlurmError, match="not the name of one Slurm node"):
+        CliBackend(env={"PATH": "/nonexistent"}).drain_node(name, "pal: test")
 
 
 def test_filter_state_escapes_everything() -> None:

@@ -47,6 +47,7 @@ PURE = (
     "placer/cluster_view.py",
     "placer/shapes.py",
     "placer/slurm_updates.py",
+    "slurm/hostlist.py",
 )
 
 #: Imports a pure module may not reach, directly or through the pal_slurm modules it imports,

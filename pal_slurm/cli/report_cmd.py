@@ -265,7 +265,6 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     from pal_slurm.errors import PalError
     from pal_slurm.services import load_report
     from pal_slurm.slurm.backend import CliBackend
-    from pal_slurm.slurm.command import run_command
 
     data = load_report(app.engine, app.cfg, version)
     full = drain_plan([_action_of(a) for a in data["actions"]])
@@ -275,9 +274,9 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     if not plan:
         click.echo("nothing to drain: no outlier GPU is graded `drain`" + (" on those nodes" if nodes else ""))
         return
-    timeout = app.cfg.placer.command_timeout_s
+    slurm = CliBackend(timeout=app.cfg.placer.command_timeout_s)
     try:  # Slurm's own node names: NodeName= also takes ALL, NodeSets and hostlists
-        slurm_nodes = {n.name: n for n in CliBackend(timeout=timeout).nodes()}
+        slurm_nodes = {n.name: n for n in slurm.nodes()}
     except PalError as exc:
         if apply:
             raise PalError(f"Slurm's node list not read ({exc}); nothing drained") from exc
@@ -292,7 +291,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
             failed += 1
             click.echo(f"pal: error: {node_name}: not a node Slurm knows; not drained", err=True)
             continue
-        if known is not None and (known.flags & _DRAINED or known.state == "DOWN"):
+        if known is not None and known.drained_or_down:
             state = "+".join([known.state, *sorted(known.flags)])
             click.echo(f"{node_name}: already {state}; its state and reason are left as they are")
             continue
@@ -300,8 +299,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
             click.echo(f"would run: {shown}")
             continue
         try:
-            run_command(["scontrol", "update", f"NodeName={node_name}", "State=DRAIN", f"Reason={reason}"],
-                        timeout=timeout)
+            slurm.drain_node(node_name, reason)
         except PalError as exc:
             failed += 1
             click.echo(f"pal: error: {node_name}: not drained: {exc}", err=True)
@@ -311,10 +309,6 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
         click.echo("dry run: nothing changed; add --apply to drain these nodes", err=True)
     if failed:
         raise PalError(f"{failed} of {len(plan)} node(s) not drained (see above)")
-
-
-#: node state flags that mean someone (maybe not pal) already took the node out of service
-_DRAINED = frozenset({"DRAIN", "DRAINING", "DRAINED"})
 
 
 def _action_of(a: dict[str, Any]) -> Any:

@@ -24,12 +24,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from pal_slurm.placer.cluster_view import Slot, View, expand_nodes, node_slots, parsed_tres
+from pal_slurm.placer.cluster_view import Slot, View, node_slots
 from pal_slurm.placer.holds import HELD_BY_SOMEONE, PLACED_TAG, is_placed_by_pal, original_request
 from pal_slurm.placer.shapes import Shape, allowed_mask, request_shape
 from pal_slurm.slurm.gresconf import natural_key as _natural
+from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
-from pal_slurm.slurm.tres import typed_gpu_request
+from pal_slurm.slurm.tres import parsed_tres, typed_gpu_request
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,6 @@ def matches(job: SlurmJob, update: Update) -> bool:
     got = sorted((i.type, i.count) for i in parsed_tres(job.tres_per_node).gpu_items)
     want = sorted((i.type, i.count) for i in parsed_tres(update.tres_per_node).gpu_items)
     return got == want and set(expand_nodes(job.required_nodes)) == set(update.node_list.split(","))
-
-
-#: node flags that keep a job pinned to the node from ever starting there
-_NODE_GONE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "INVALID", "INVALID_REG",
-                        "FUTURE", "MAINTENANCE", "POWERED_DOWN", "POWER_DOWN"})
 
 
 def check_update(shape: Shape, update: Update) -> str | None:
@@ -134,7 +130,7 @@ def stranded(job: SlurmJob, nodes: Mapping[str, SlurmNode]) -> str | None:
         node = nodes.get(name)
         if node is None:
             return f"its node {name} no longer exists"
-        gone = (node.flags | {node.state}) & _NODE_GONE
+        gone = node.out_of_service
         if gone:
             return f"its node {name} is {','.join(sorted(gone)).lower()}"
         have = {t for _m, t in node_slots(node.gres)}
