@@ -74,7 +74,8 @@ CLI_RULE = (
 #: longest name that covers a module decides). A module imports its own layer or lower ones.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the package root and what every layer uses
-    ("base", ("pal_slurm", "pal_slurm.errors", "pal_slurm.numfmt", "pal_slurm.systemd_notify")),
+    ("base", ("pal_slurm", "pal_slurm.errors", "pal_slurm.numfmt", "pal_slurm.systemd_notify",
+              "pal_slurm.atomic_write")),
     # what needs neither configuration nor a database: the placement vocabulary and policies, the
     # import parsers, classification, the simulated fleet, the Slurm and GPU adapters
     ("core", ("pal_slurm.placement", "pal_slurm.ingest", "pal_slurm.classify", "pal_slurm.classify_fleet",
