@@ -47,6 +47,7 @@ PURE = (
     "placer/cluster_view.py",
     "placer/shapes.py",
     "placer/slurm_updates.py",
+    "placer/refresh.py",
     "slurm/hostlist.py",
 )
 
