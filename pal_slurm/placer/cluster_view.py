@@ -12,7 +12,8 @@ Rules (docs/admin-guide.md, "What the placer touches"):
   jobs are never steered onto one slot. A job that waits for something other than GPUs
   (a begin time, a dependency, a hold) keeps its placement, but not its slots.
 - A GPU we know nothing about gets the worst factor of its class: unknown GPUs must not
-  attract sensitive jobs.
+  attract sensitive jobs (placement.variability.worst_factor, the rule the simulator's
+  loader applies too).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from pal_slurm.placement.model import Cluster, GpuRef
-from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.placement.variability import GpuVariability, worst_factor
 from pal_slurm.placer.holds import is_placed_by_pal
 from pal_slurm.slurm.gresconf import natural_key as _natural
 from pal_slurm.slurm.gresconf import slot_of_type
@@ -130,14 +131,13 @@ def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
     promised = promised_slots(jobs)
     if promised:
         free = [i for i in free if (slots[i].node, slots[i].gres_type) not in promised]
-    # a GPU we know nothing about gets the worst factor of its class: unknown GPUs must not
-    # attract sensitive jobs (the rule of placement.variability.from_classification); worked
-    # out only when some GPU needs it (a scan of every factor)
+    # a GPU we know nothing about gets the worst factor of its class (worst_factor); worked out
+    # only when some GPU needs it (a scan of every factor)
     worst: dict[tuple[str, str], float] = {}
 
     def fallback(kind: str, c: str) -> float:
         if (kind, c) not in worst:
-            worst[(kind, c)] = _worst(factors.values(), kind, c)
+            worst[(kind, c)] = worst_factor(getattr(v, kind).get(c) for v in factors.values())
         return worst[(kind, c)]
 
     known = [factors.get((s.node, s.minor)) for s in slots]
@@ -182,11 +182,6 @@ def node_slots(gres: str) -> tuple[tuple[int, str], ...]:
 def _used_types(gres_used: str) -> frozenset[str]:
     """GPU GRES types in use according to a node's gres_used."""
     return frozenset(str(u.type) for u in parsed_gres_alloc(gres_used) if u.name == "gpu" and u.count > 0)
-
-
-def _worst(values: Iterable[GpuVariability], kind: str, cls: str) -> float:
-    known = [x for v in values if (x := getattr(v, kind).get(cls)) is not None]
-    return float(max(known)) if known else 1.0
 
 
 #: pending reasons of a job that waits for something other than GPUs (a begin time, another
