@@ -236,7 +236,7 @@ def main() -> int:
                     default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared" / "data" / "pal-artifact")))
     args = ap.parse_args()
 
-    from pal_slurm.ingest.artifact_csv import parse_artifact_file
+    from pal_slurm.ingest.artifact_csv import parse_file as parse_artifact_file
     from pal_slurm.simulate.synthetic import generate
 
     seeds = [int(x) for x in args.seeds.split(",")]

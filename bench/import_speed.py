@@ -37,7 +37,7 @@ def main() -> int:
     from pal_slurm.db import migrate
     from pal_slurm.db.engine import make_engine, session_scope
     from pal_slurm.db.measurement_store import import_records
-    from pal_slurm.ingest.artifact_csv import parse_artifact_file
+    from pal_slurm.ingest.artifact_csv import parse_file as parse_artifact_file
 
     with tempfile.TemporaryDirectory() as tmp:
         url = args.db or f"sqlite:///{tmp}/bench.db"

@@ -192,11 +192,6 @@ def parse_gres_alloc(text: str | None) -> tuple[GresUse, ...]:
     return tuple(out)
 
 
-def used_gpu_indices(text: str | None) -> frozenset[int]:
-    """GPU indices in use according to a gres_used / gres_detail string."""
-    return frozenset(i for u in parse_gres_alloc(text) if u.name == "gpu" for i in u.indices)
-
-
 # The same TRES and GRES strings come back for most jobs and nodes, cycle after cycle (a
 # handful of request forms, one node layout per node type); the parsers are pure and return
 # frozen values, so the placer parses each distinct string once (bench/placer_cycle.py: a
