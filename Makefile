@@ -100,7 +100,7 @@ bench: venv
 	$(VENV)/bin/python bench/placer_cycle.py
 	$(SLURM_CLUSTER) install && $(VENV)/bin/python bench/placer_latency.py
 
-# bench/replay.py: issue 10's real-Slurm evidence (docs/evaluation.md); its own cluster, ports and state dir
+# bench/replay.py: the real-Slurm evidence of docs/evaluation.md; its own cluster, ports and state dir
 REPLAY_ARGS ?=
 replay: venv
 	$(SLURM_CLUSTER) install && $(VENV)/bin/python bench/replay.py --out replay-out $(REPLAY_ARGS)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time `pal profile import` of the four Longhorn CSVs (PAL artifact, MIT) into a fresh database.
 
-Target (foundation issue): all four files in under 10 s on the 2-core CI machine.
+Target: all four files in under 10 s on the 2-core CI machine.
 Usage: bench/import_speed.py [--db URL] [--artifact DIR]. Prints one line per file and the total;
 the parse and database phases are timed separately, in-process (no interpreter start-up counted),
 and also the whole CLI as a user runs it (subprocess, start-up included).

@@ -1,4 +1,4 @@
-"""slurm-backfill, the Slurm-as-shipped baseline (issue 10): cons_tres's variability-blind first
+"""slurm-backfill, the Slurm-as-shipped baseline: cons_tres's variability-blind first
 fit, sched/backfill's EASY reservation on time limits, and never waiting for better GPUs."""
 
 from __future__ import annotations

@@ -122,8 +122,9 @@ def stranded(job: SlurmJob, nodes: Mapping[str, SlurmNode]) -> str | None:
     pinned = expand_nodes(job.required_nodes)
     most = job.max_nodes or max(job.node_count, 1)
     if len(pinned) > most:
-        # a placement of another shape (what placers before issue 11 could make): Slurm
-        # turns it into a job it will refuse to start (BadConstraints) or runs it reshaped
+        # a placement of another shape (what earlier placers made of a `--gpus=N -N1` job: one
+        # per-slot GPU on each of N nodes): Slurm turns it into a job it will refuse to start
+        # (BadConstraints, on 22.05) or runs it reshaped (24.11)
         return f"pinned to {len(pinned)} nodes, the job may span {most}"
     types = [i.type for i in parsed_tres(job.tres_per_node).gpu_items if i.type]
     for name in pinned:

@@ -6,7 +6,7 @@ when its version matches. What the placer needs is small: read jobs and nodes, u
 pending job, hold and release (both kinds of hold: priority 0 through `release`/`hold`, a
 begin time through `start_now`/`set_begin`). Writes always go through scontrol, because slurmrestd's
 v0.0.38 job update has no AdminComment or required-node field and clears `gres` only to
-`TresPerNode=gres:` (checked on 22.05.8; design notes, section 3).
+`TresPerNode=gres:`, so a GPU request cannot be retyped through it (checked on 22.05.8).
 """
 
 from __future__ import annotations
