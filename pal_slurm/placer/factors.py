@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
