@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Simulator speed and memory at scale: a synthetic trace on a large cluster in event mode.
 
-Target (simulator issue): 100,000 jobs on 4,096 GPUs (1,024 nodes x 4) in event mode in under
+Target: 100,000 jobs on 4,096 GPUs (1,024 nodes x 4) in event mode in under
 5 minutes and 2 GB. Variability: a seeded synthetic draw (PerfVar lognormal around 1 with a
 few slow outliers), binned like the artifact, so no external data is needed.
 Usage: bench/sim_speed.py [--jobs N] [--nodes N] [--gpus-per-node G] [--policy NAME,...]

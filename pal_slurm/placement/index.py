@@ -1,6 +1,6 @@
 """Array views of a cluster and of one decision's free GPUs, so policies stay fast at scale.
 
-A `ClusterIndex` is built once per `Cluster` (cached on it as `Cluster.placement_index`)
+A `ClusterIndex` is built once per `Cluster` (`cluster_index` keeps it in `Cluster.derived`)
 and holds numpy arrays: the node of every GPU and, per job class, every GPU's slowdown
 factor and its *level* (the rank of its factor among the class's distinct factors, so
 "sf <= s" becomes an integer comparison and equal factors compare equal exactly).
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 
@@ -91,11 +92,22 @@ class ClusterIndex:
         return ids[np.lexsort((ids, self.node_of[ids]))]
 
 
+def cluster_index(cluster: Cluster) -> ClusterIndex:
+    """The cluster's `ClusterIndex`, built on first use and kept with the cluster: every decision
+    on it (each simulator round, each placer cycle's policy) reads the same arrays. The index
+    lives here, not on `Cluster`, so that the placement vocabulary (placement.model) stays free of
+    numpy and nothing in it imports this module back."""
+    ix = cluster.derived.get("placement_index")
+    if ix is None:
+        ix = cluster.derived["placement_index"] = ClusterIndex(cluster)
+    return cast(ClusterIndex, ix)
+
+
 class FreeState:
     """Free GPUs of one decision, shrinking as the policy assigns them."""
 
     def __init__(self, snapshot: Snapshot) -> None:
-        ix = snapshot.cluster.placement_index
+        ix = cluster_index(snapshot.cluster)
         self.index = ix
         mask = np.zeros(ix.n, dtype=bool)
         if snapshot.free:
