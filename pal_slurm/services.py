@@ -76,6 +76,9 @@ def import_files(engine: Engine, paths: Sequence[Path], fmt: ImportFormat, *, be
     for path in paths:
         notes: list[str] = []
         records = read_profile_file(path, fmt, benchmark=benchmark, model=model, unit=unit, notes=notes)
+        if not records:  # "0 runs" would read as an import that worked
+            raise InputError("no runs in the file (it is empty, or only blank lines): nothing imported",
+                             source=str(path))
         with session_scope(engine) as session:
             result = import_records(session, records, keep_suspect=keep_suspect,
                                     max_factor=DEFAULT_MAX_FACTOR if max_factor is None else max_factor)
@@ -138,6 +141,16 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
     class_benchmarks = {name: jc.benchmark for name, jc in cfg.job_classes.items()}
     with session_scope(engine) as session:
         groups = load_group_runs(session, models=models)
+        if models:  # a model named that has no runs would be classified as nothing, in silence
+            missing = sorted(set(models) - {g.model for g in groups})
+            if missing:
+                from sqlalchemy import select
+
+                from pal_slurm.db.models import Gpu, ProfileRun
+
+                have = sorted(set(session.scalars(select(Gpu.model).join(ProfileRun, ProfileRun.gpu_id == Gpu.id))))
+                raise InputError(f"no profile runs of model {', '.join(map(repr, missing))}; models with runs: "
+                                 f"{', '.join(have) or 'none (import some with `pal profile import`)'}")
         if not groups:
             raise PalError("no profile runs in the database: import some with `pal profile import` first")
         prev_run = cstore.latest_run(session)
@@ -200,6 +213,24 @@ def load_gpu_rows(engine: Engine, version: int | None = None, cfg: PalConfig | N
     stored = _stored(engine, version)
     actions = None if cfg is None else grade_outliers(stored, cfg.report.policy(), datetime.now(UTC))
     return gpu_rows(stored, actions)
+
+
+def load_stored(engine: Engine, version: int | None = None) -> cstore.StoredClassification:
+    """The stored classification (latest, or `version`), for views that read it whole (`pal gpus --explain`)."""
+    return _stored(engine, version)
+
+
+def fleet_names(engine: Engine) -> tuple[list[str], list[str]]:
+    """(node names, GPU models) in the database, sorted: what a filter that matched nothing lists."""
+    from sqlalchemy import select
+
+    from pal_slurm.db.models import Gpu, Node
+
+    require_current(engine)
+    with session_scope(engine) as session:
+        nodes = sorted(session.scalars(select(Node.name)))
+        models = sorted(set(session.scalars(select(Gpu.model))))
+    return nodes, models
 
 
 def load_for_html(engine: Engine, cfg: PalConfig,

@@ -81,7 +81,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # import parsers, classification, the simulated fleet, the Slurm and GPU adapters
     ("core", ("pal_slurm.placement", "pal_slurm.ingest", "pal_slurm.classify", "pal_slurm.classify_fleet",
               "pal_slurm.actions", "pal_slurm.fairness", "pal_slurm.simulated_fleet", "pal_slurm.slurm",
-              "pal_slurm.gpu")),
+              "pal_slurm.gpu", "pal_slurm.jobs.sensitivity")),
     ("configuration", ("pal_slurm.config",)),
     ("storage", ("pal_slurm.db",)),
     # the placer, the simulator and replay, the profiler, the agent, reports, the demo

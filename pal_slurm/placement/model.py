@@ -28,6 +28,12 @@ JOB_CLASSES: tuple[str, ...] = ("A", "B", "C", "D")
 #: unless variability pays for a change (pal_slurm.placement.guarded).
 DEFAULT_POLICY = "pal-guard"
 
+#: Every registered policy's name, in registration order: what the configuration checks
+#: `[placer] policy` against at load, without importing the policies (and numpy) for every
+#: command. tests/test_newcomer.py checks it against the registry (placement.policies.POLICIES).
+POLICY_NAMES: tuple[str, ...] = ("packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky",
+                                 "pm-first", "pal", "pal-backfill", "pal-match", "slurm-backfill", "pal-guard")
+
 #: A job of a class nobody measured is treated as the most sensitive one (PAL's worst case).
 DEFAULT_CLASS = "A"
 
