@@ -164,7 +164,7 @@ class FreeState:
             self._cand = {}
         if len(gpus) > self._VECTOR_AT:
             g = np.fromiter(gpus, dtype=np.int64, count=len(gpus))
-            if not self.mask[g].all() or np.unique(g).size != g.size:
+            if not self.mask[g].all() or len(set(g.tolist())) != g.size:
                 bad = next(int(x) for i, x in enumerate(g) if not self.mask[x] or x in g[:i])
                 raise AssertionError(f"GPU {bad} assigned twice or not free")  # a policy bug
             self.mask[g] = False
@@ -184,7 +184,9 @@ class FreeState:
             self._cand = {}
         if isinstance(gpus, (tuple, list, np.ndarray)) and len(gpus) > self._VECTOR_AT:
             g = np.asarray(gpus, dtype=np.int64)
-            g = np.unique(g[~self.mask[g]])
+            g = g[~self.mask[g]]
+            if g.size > 1 and len(set(g.tolist())) != g.size:  # a GPU named twice is freed once
+                g = np.unique(g)
             if g.size:
                 self.mask[g] = True
                 self.count += np.bincount(self.index.node_of[g], minlength=self.count.size)
