@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pal_slurm.errors import ConfigError
-from pal_slurm.placement.model import DEFAULT_POLICY, JOB_CLASSES, NOISE, WAIT_FRACTION
+from pal_slurm.placement.model import DEFAULT_POLICY, JOB_CLASSES, NOISE, POLICY_NAMES, WAIT_FRACTION
 
 if TYPE_CHECKING:
     from pal_slurm.actions import ActionPolicy
@@ -132,6 +132,13 @@ class JobsConfig(_Section):
     history: int = Field(default=20, ge=1, description="newest job profiles per fingerprint that count")
     default_class: str = Field(default="A", min_length=1, description="class of a job nothing is known about")
 
+    @field_validator("default_class")
+    @classmethod
+    def _default_class(cls, value: str) -> str:
+        if value not in JOB_CLASSES:
+            raise ValueError(f"unknown job class {value!r}; the classes are {', '.join(JOB_CLASSES)}")
+        return value
+
 
 class AgentConfig(_Section):
     """[agent]: the node telemetry agent (`pal agent`, docs/agent.md)."""
@@ -193,6 +200,21 @@ class PlacerConfig(_Section):
     classes_refresh_s: float = Field(default=60.0, gt=0)
     models: list[str] = Field(default_factory=list, description="GPU model features; empty: from the nodes' features")
 
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str) -> str:
+        """Refused at load, so `pal config show` and every other command say so, not only `pal placer`."""
+        if value not in POLICY_NAMES:
+            raise ValueError(f"unknown policy {value!r}{_did_you_mean(value, POLICY_NAMES)}; "
+                             f"valid: {', '.join(POLICY_NAMES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _rest_needs_url(self) -> "PlacerConfig":
+        if self.slurm_backend == "rest" and not self.rest_url:
+            raise ValueError('slurm_backend = "rest" needs rest_url (slurmrestd\'s URL)')
+        return self
+
 
 class PalConfig(_Section):
     """The whole effective configuration. `source` says where it came from (for `pal config show`)."""
@@ -242,12 +264,39 @@ class PalConfig(_Section):
         return self.database.url
 
 
+def _did_you_mean(value: str, names: Any) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(value, list(names), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _section_model(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model of the table an error's key sits in (for the valid names of an unknown key)."""
+    model: type[BaseModel] = PalConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
+        if model is PalConfig and part == "job_classes":
+            return JobClassConfig if len(loc) == 3 else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
 def _format_error(err: ValidationError, source: str) -> str:
     first = err.errors()[0]
-    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    loc = tuple(first["loc"])
+    key = ".".join(str(p) for p in loc) or "(top level)"
     msg = first["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg.removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        msg = "unknown setting"
+        section = _section_model(loc)
+        names = sorted(section.model_fields) if section is not None else []
+        msg = "unknown setting" + (f"{_did_you_mean(str(loc[-1]), names)}; valid: {', '.join(names)}"
+                                   if names else "")
     return f"{source}: {key}: {msg}"
 
 
@@ -291,9 +340,23 @@ def load_config(
     if "data_dir" not in data:
         data["data_dir"] = str(default_data_dir(env))
     try:
-        return PalConfig.model_validate(data)
+        cfg = PalConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_error(exc, source)) from exc
+    _check_across_sections(cfg, source)
+    return cfg
+
+
+def _check_across_sections(cfg: PalConfig, source: str) -> None:
+    """What one section cannot check alone, at load, so that `pal config show` and every command
+    refuse it (not only the command that uses it): [jobs] thresholds against [job_classes]."""
+    from pal_slurm.jobs.sensitivity import SensitivityRule
+
+    try:
+        SensitivityRule.build(list(cfg.job_classes), cfg.jobs.thresholds, min_samples=cfg.jobs.min_samples,
+                              history=cfg.jobs.history)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
 
 
 def mask_url(url: str) -> str:

@@ -16,8 +16,9 @@ from pal_slurm.classify import percentile_summary
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 from pal_slurm.numfmt import DIGITS, fmt_num
 
-__all__ = ["DIGITS", "REPORT_FORMAT", "bins_text", "build_report", "fmt_num", "gpu_rows", "grade_outliers", "identity_text",
-           "group_summary", "regular_bins"]
+__all__ = ["DIGITS", "PERFVAR_MEANING", "REPORT_FORMAT", "SLOWDOWN_MEANING", "bins_text", "build_report",
+           "explain_gpu", "fmt_num", "gpu_rows", "grade_outliers", "group_summary", "identity_text", "regular_bins",
+           "resolve_gpu"]
 
 REPORT_FORMAT = "pal-report/1"
 def regular_bins(item: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -144,13 +145,14 @@ def identity_text(ids: Mapping[str, int]) -> str:
 
 
 def gpu_rows(stored: StoredClassification, actions: Mapping[str, GpuAction] | None = None) -> list[dict[str, Any]]:
-    """One row per GPU: node, model and, per job class, bin and slowdown; the last profile time;
-    with `actions` (from `grade_outliers`), an outlier GPU's action and reason."""
+    """One row per GPU: node, slot (None: the GPU holds no known slot), model and, per job class,
+    bin, slowdown factor and PerfVar; the last profile time; with `actions` (from
+    `grade_outliers`), an outlier GPU's action and reason."""
     per_gpu: dict[str, dict[str, Any]] = {}
     by_bench: dict[tuple[str, str], ResultRow] = {(r.uuid, r.benchmark): r for r in stored.results}
     for r in stored.results:
-        row = per_gpu.setdefault(r.uuid, {"uuid": r.uuid, "node": r.node, "model": r.model, "classes": {},
-                                          "outlier": False, "last_profiled": None})
+        row = per_gpu.setdefault(r.uuid, {"uuid": r.uuid, "node": r.node, "slot": r.slot if r.node else None,
+                                          "model": r.model, "classes": {}, "outlier": False, "last_profiled": None})
         if r.last_profiled is not None:
             prev = row["last_profiled"]
             row["last_profiled"] = r.last_profiled if prev is None or r.last_profiled > prev else prev
@@ -170,3 +172,91 @@ def gpu_rows(stored: StoredClassification, actions: Mapping[str, GpuAction] | No
             row["action"] = act.action if act else None
             row["reason"] = act.reason if act else None
     return sorted(per_gpu.values(), key=lambda x: (x["model"], x["node"] or "", x["uuid"]))
+
+
+#: The two scales, named once: every view that shows either says which it is.
+PERFVAR_MEANING = ("PerfVar: measured, the GPU's median benchmark time over the median GPU's of its model "
+                   "(> 1 = slower)")
+SLOWDOWN_MEANING = ("slowdown factor: what placement ranks by, from the GPU's bin, anchored so that the bin "
+                    "of the model's median GPU is 1.000")
+
+
+def resolve_gpu(stored: StoredClassification, text: str) -> str:
+    """The UUID a user named: the full UUID, its first hex digits as tables show them (with or
+    without `GPU-`), or NODE:SLOT; InputError listing what would match otherwise."""
+    from pal_slurm.errors import InputError
+
+    uuids = sorted({r.uuid for r in stored.results})
+    want = text.strip()
+    if want in uuids:
+        return want
+    slots = {f"{r.node}:{r.slot}": r.uuid for r in stored.results if r.node and r.slot is not None}
+    if want in slots:
+        return slots[want]
+    low = want.lower().removeprefix("gpu-")
+    hits = [u for u in uuids if low and u.lower().removeprefix("gpu-").startswith(low)] if len(low) >= 4 else []
+    if len(hits) == 1:
+        return hits[0]
+    if len(hits) > 1:
+        raise InputError(f"GPU {want!r} is ambiguous: {', '.join(hits[:5])}{' ...' if len(hits) > 5 else ''} "
+                         f"({len(hits)} match); give more of its UUID")
+    import difflib
+
+    close = difflib.get_close_matches(want, [*uuids, *slots], n=3, cutoff=0.6)
+    raise InputError(f"no GPU {want!r} in classification version {stored.version}: give its UUID, the first "
+                     f"8 hex digits tables show, or NODE:SLOT (e.g. {next(iter(slots), 'c001-001:0')})"
+                     + (f"; close: {', '.join(close)}" if close else ""))
+
+
+def explain_gpu(stored: StoredClassification, uuid: str) -> dict[str, Any]:
+    """One GPU on both scales, per benchmark: its measured PerfVar, its bin, the bin's factor and its
+    own slowdown factor, with the rule that turned the one into the other (docs/classification.md,
+    steps 5 and 6), and the job classes each benchmark measures."""
+    method = str(stored.params.get("method", "shrink")) if isinstance(stored.params, dict) else "shrink"
+    rows = [r for r in stored.results if r.uuid == uuid]
+    bins: dict[tuple[str, str], list[BinRow]] = {}
+    for b in stored.bins:
+        bins.setdefault((b.model, b.benchmark), []).append(b)
+    classes_of: dict[str, list[str]] = {}
+    for job_class, bench in stored.job_classes.items():
+        classes_of.setdefault(bench, []).append(job_class)
+    items = []
+    for r in sorted(rows, key=lambda x: x.benchmark):
+        group = bins.get((r.model, r.benchmark), [])
+        regular = [b for b in group if not b.outlier and b.slowdown]
+        anchor = regular[0].centroid / regular[0].slowdown if regular else None
+        own = next((b for b in group if b.bin == r.bin), None)
+        item: dict[str, Any] = {
+            "benchmark": r.benchmark, "job_classes": classes_of.get(r.benchmark, []), "runs": r.runs,
+            "perfvar": r.perfvar, "bin": r.bin, "bin_slowdown": own.slowdown if own else None,
+            "bin_centroid": own.centroid if own else None, "slowdown": r.slowdown, "outlier": r.outlier,
+            "fast": r.fast, "anchor": anchor, "profiled": r.profiled,
+        }
+        item["rule"] = _rule(item, method)
+        items.append(item)
+    first = rows[0] if rows else None
+    last = max((r.last_profiled for r in rows if r.last_profiled), default=None)
+    return {"uuid": uuid, "node": first.node if first else None, "slot": first.slot if first else None,
+            "model": first.model if first else None, "classification_version": stored.version, "method": method,
+            "last_profiled": last.isoformat() if last else None, "benchmarks": items,
+            "scales": {"perfvar": PERFVAR_MEANING, "slowdown": SLOWDOWN_MEANING}}
+
+
+def _rule(item: Mapping[str, Any], method: str) -> str:
+    """How this GPU's slowdown factor came from its PerfVar, with its numbers."""
+    pv, sf, anchor = item["perfvar"], item["slowdown"], item["anchor"]
+    if not item["profiled"] or pv is None or sf is None:
+        return "unprofiled (too few valid runs): no PerfVar, no factor; placement takes the class's worst"
+    a = "the anchor" if anchor is None else f"the anchor {fmt_num(anchor)}"
+    if item["fast"]:
+        return ("fast outlier (more than 10 % faster than its siblings: check the measurement): factor 1.000, the "
+                "typical GPU's, whatever its PerfVar")
+    if item["outlier"]:
+        return f"slow outlier, a bin of its own: factor = PerfVar / {a} = {fmt_num(pv)} / {fmt_num(anchor)} = " \
+               f"{fmt_num(sf)}" if anchor is not None else f"slow outlier: factor = PerfVar / {a}"
+    if method == "shrink" and anchor is not None:
+        theta = sf * anchor
+        return (f"PerfVar {fmt_num(pv)} shrunk by its run noise toward its bin's centroid "
+                f"{fmt_num(item['bin_centroid'])} = {fmt_num(theta)}; factor = that / {a} = {fmt_num(sf)}")
+    return (f"its bin's factor (method {method}): bin centroid {fmt_num(item['bin_centroid'])} / {a} = "
+            f"{fmt_num(item['bin_slowdown'])}")

@@ -20,8 +20,8 @@ above the panels, outside every axes, so they never cover data; every colour on 
 page is named in a legend, a caption or the key under the tables.
 
 :func:`render_html` is pure (the same input gives the same page; no clock, no I/O);
-:func:`write_html` writes it atomically (temporary file in the same directory, then
-``os.replace``) and turns every failure into one :class:`PalError` line.
+:func:`write_html` writes it atomically (:mod:`pal_slurm.atomic_write`) and turns every
+failure into one :class:`PalError` line.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pal_slurm.atomic_write import write_atomically
 from pal_slurm.db.classification_store import ResultRow, StoredClassification
 from pal_slurm.errors import PalError
 from pal_slurm.numfmt import fmt_num, mpl_text
@@ -280,6 +280,12 @@ def _node_cells(stored: StoredClassification) -> tuple[dict[str, dict[str, float
     return cells, benches, order
 
 
+def _rows_text(order: Sequence[str]) -> str:
+    """"96 nodes" or "96 nodes and the “unknown” row": the cards' node count, never one more."""
+    real = sum(1 for n in order if n != UNKNOWN_NODE)
+    return _count(real, "node") + (f" and the “{UNKNOWN_NODE}” row" if len(order) > real else "")
+
+
 def _heatmap_plot(stored: StoredClassification) -> tuple[str, str]:
     """Nodes x benchmarks, each cell the worst (max) PerfVar of the node's GPUs."""
     import numpy as np
@@ -290,10 +296,10 @@ def _heatmap_plot(stored: StoredClassification) -> tuple[str, str]:
         return "", "No profiled GPU has a PerfVar yet: nothing to plot."
     notes = []
     if len(order) > MAX_HEATMAP_NODES:
-        notes.append(f"Showing the {MAX_HEATMAP_NODES} nodes with the worst PerfVar of {len(order)} nodes.")
+        notes.append(f"Showing the {MAX_HEATMAP_NODES} rows with the worst PerfVar of {_rows_text(order)}.")
         order = order[:MAX_HEATMAP_NODES]
     if any(not r.node for r in stored.results):
-        notes.append(f"GPUs without a known node are grouped as “{UNKNOWN_NODE}”.")
+        notes.append(f"GPUs without a known node are grouped as “{UNKNOWN_NODE}”, a row that is not a node.")
     mat = np.full((len(order), len(benches)), np.nan)
     for i, n in enumerate(order):
         for j, b in enumerate(benches):
@@ -523,8 +529,9 @@ def _node_table(stored: StoredClassification) -> str:
         if r.outlier and r.profiled:
             outliers.setdefault(_node(r), set()).add(r.uuid)
     note = ""
+    total = _rows_text(order)
     if len(order) > MAX_NODE_TABLE_ROWS:
-        note = f'<p class="note">Showing the {MAX_NODE_TABLE_ROWS} worst of {len(order)} nodes.</p>'
+        note = f'<p class="note">Showing the {MAX_NODE_TABLE_ROWS} worst rows of {_e(total)}.</p>'
         order = order[:MAX_NODE_TABLE_ROWS]
     head = "<th>Node</th><th>GPUs</th><th>Outlier GPUs</th>" + "".join(f"<th>{_e(b)}</th>" for b in benches)
     rows = []
@@ -535,7 +542,7 @@ def _node_table(stored: StoredClassification) -> str:
             f'<td class="num{" bad" if n_out else ""}">{n_out}</td>'
             + "".join(f'<td class="num">{_num(cells[n].get(b))}</td>' for b in benches) + "</tr>"
         )
-    return (f"<details><summary>All nodes as a table ({len(order)} rows; worst PerfVar per benchmark)</summary>"
+    return (f"<details><summary>All nodes as a table ({_e(total)}; worst PerfVar per benchmark)</summary>"
             f'{note}<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
             '</table></div><p class="key">A <span class="bad">red</span> count: the node has outlier GPUs.</p>'
             "</details>")
@@ -618,8 +625,7 @@ def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
         "slowdown is the bin's factor used for placement.</p>",
         '<nav><a href="#summary">Summary</a><a href="#classes">Job classes</a><a href="#outliers">Outliers</a>'
         '<a href="#dist">Distributions</a><a href="#nodes">Nodes</a><a href="#clocks">Clocks</a>'
-        '<a href="#unprofiled">Unprofiled</a></nav>',
-        f'<details open><summary>Classification parameters</summary>{_params_table(params)}</details>',
+        '<a href="#unprofiled">Unprofiled</a><a href="#params">Parameters</a></nav>',
         f'<div class="cards">{cards}</div>',
         '<h2 id="summary">Per model × benchmark</h2>',
         _summary_table(report.get("benchmarks", []), job_class=False),
@@ -644,21 +650,13 @@ def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
                 "(power or thermal).", clock_img, clock_note),
         '<h2 id="unprofiled">Unprofiled GPUs</h2>',
         _unprofiled_table(stored),
+        '<h2 id="params">Classification parameters</h2>',
+        f'<details><summary>The parameters classification version {_e(version)} ran with</summary>'
+        f'{_params_table(params)}</details>',
         "</body></html>",
         "",
     ]
     return "\n".join(body)
-
-
-def _umask() -> int:
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
 
 
 def write_html(path: Path, stored: StoredClassification, report: dict[str, Any]) -> None:
@@ -673,21 +671,7 @@ def write_html(path: Path, stored: StoredClassification, report: dict[str, Any])
     if not os.access(parent, os.W_OK | os.X_OK):
         raise PalError(f"cannot write HTML report {path}: directory {parent} is not writable")
     text = render_html(stored, report)
-    tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-        tmp = None
+        write_atomically(path, text)
     except OSError as exc:
         raise PalError(f"cannot write HTML report {path}: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass

@@ -41,13 +41,13 @@ def read_profile_file(path: Path, fmt: ImportFormat, *, benchmark: str | None, m
 
     `notes` receives what the parser wants the user told (e.g. a device column it ignores)."""
     if fmt == "pal-artifact":
-        from pal_slurm.ingest.artifact_csv import parse_artifact_file
+        from pal_slurm.ingest.artifact_csv import parse_file as parse_artifact_file
 
         if not benchmark or not model:
             raise InputError("--format pal-artifact needs --benchmark NAME and --model NAME (the CSV has neither)")
         return parse_artifact_file(path, benchmark=benchmark, model=model, unit=unit or "ms", notes=notes)
     if fmt == "jsonl":
-        from pal_slurm.ingest.jsonl import parse_jsonl_file
+        from pal_slurm.ingest.jsonl import parse_file as parse_jsonl_file
 
         if benchmark or model:
             raise InputError("--benchmark/--model are for --format pal-artifact; JSON-lines files carry both")
@@ -76,6 +76,9 @@ def import_files(engine: Engine, paths: Sequence[Path], fmt: ImportFormat, *, be
     for path in paths:
         notes: list[str] = []
         records = read_profile_file(path, fmt, benchmark=benchmark, model=model, unit=unit, notes=notes)
+        if not records:  # "0 runs" would read as an import that worked
+            raise InputError("no runs in the file (it is empty, or only blank lines): nothing imported",
+                             source=str(path))
         with session_scope(engine) as session:
             result = import_records(session, records, keep_suspect=keep_suspect,
                                     max_factor=DEFAULT_MAX_FACTOR if max_factor is None else max_factor)
@@ -138,6 +141,16 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
     class_benchmarks = {name: jc.benchmark for name, jc in cfg.job_classes.items()}
     with session_scope(engine) as session:
         groups = load_group_runs(session, models=models)
+        if models:  # a model named that has no runs would be classified as nothing, in silence
+            missing = sorted(set(models) - {g.model for g in groups})
+            if missing:
+                from sqlalchemy import select
+
+                from pal_slurm.db.models import Gpu, ProfileRun
+
+                have = sorted(set(session.scalars(select(Gpu.model).join(ProfileRun, ProfileRun.gpu_id == Gpu.id))))
+                raise InputError(f"no profile runs of model {', '.join(map(repr, missing))}; models with runs: "
+                                 f"{', '.join(have) or 'none (import some with `pal profile import`)'}")
         if not groups:
             raise PalError("no profile runs in the database: import some with `pal profile import` first")
         prev_run = cstore.latest_run(session)
@@ -173,7 +186,8 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
     return summary
 
 
-def _stored(engine: Engine, version: int | None, with_clocks: bool) -> cstore.StoredClassification:
+def _stored(engine: Engine, version: int | None) -> cstore.StoredClassification:
+    """A stored classification with its GPUs' clocks (every report reads them)."""
     require_current(engine)
     with session_scope(engine) as session:
         run = cstore.get_run(session, version)
@@ -181,13 +195,13 @@ def _stored(engine: Engine, version: int | None, with_clocks: bool) -> cstore.St
             if version is None:
                 raise PalError("no classification yet: run `pal classify` first")
             raise PalError(f"classification version {version} does not exist")
-        return cstore.load_classification(session, run, with_clocks=with_clocks)
+        return cstore.load_classification(session, run, with_clocks=True)
 
 
 def load_report(engine: Engine, cfg: PalConfig, version: int | None = None) -> dict[str, Any]:
     from pal_slurm.report import build_report
 
-    return build_report(_stored(engine, version, True), policy=cfg.report.policy(), identity=identity_summary(engine))
+    return build_report(_stored(engine, version), policy=cfg.report.policy(), identity=identity_summary(engine))
 
 
 def load_gpu_rows(engine: Engine, version: int | None = None, cfg: PalConfig | None = None) -> list[dict[str, Any]]:
@@ -196,9 +210,27 @@ def load_gpu_rows(engine: Engine, version: int | None = None, cfg: PalConfig | N
 
     from pal_slurm.report import gpu_rows, grade_outliers
 
-    stored = _stored(engine, version, True)
+    stored = _stored(engine, version)
     actions = None if cfg is None else grade_outliers(stored, cfg.report.policy(), datetime.now(UTC))
     return gpu_rows(stored, actions)
+
+
+def load_stored(engine: Engine, version: int | None = None) -> cstore.StoredClassification:
+    """The stored classification (latest, or `version`), for views that read it whole (`pal gpus --explain`)."""
+    return _stored(engine, version)
+
+
+def fleet_names(engine: Engine) -> tuple[list[str], list[str]]:
+    """(node names, GPU models) in the database, sorted: what a filter that matched nothing lists."""
+    from sqlalchemy import select
+
+    from pal_slurm.db.models import Gpu, Node
+
+    require_current(engine)
+    with session_scope(engine) as session:
+        nodes = sorted(session.scalars(select(Node.name)))
+        models = sorted(set(session.scalars(select(Gpu.model))))
+    return nodes, models
 
 
 def load_for_html(engine: Engine, cfg: PalConfig,
@@ -206,5 +238,5 @@ def load_for_html(engine: Engine, cfg: PalConfig,
     """The stored classification (with clocks, for the plots) and the report built from it."""
     from pal_slurm.report import build_report
 
-    stored = _stored(engine, version, True)
+    stored = _stored(engine, version)
     return stored, build_report(stored, policy=cfg.report.policy(), identity=identity_summary(engine))

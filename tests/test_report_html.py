@@ -21,6 +21,7 @@ from pal_slurm.report_html import (
     _clock_plot,
     _group_rows,
     _heatmap_plot,
+    _node_table,
     render_html,
     write_html,
 )
@@ -164,7 +165,18 @@ def test_heatmap_is_capped_with_note() -> None:
     stored = StoredClassification(1, datetime(2024, 1, 1, tzinfo=timezone.utc), {}, rows, (), {})
     img, note = _heatmap_plot(stored)
     assert img.startswith('<img src="data:image/png;base64,')
-    assert note == f"Showing the {MAX_HEATMAP_NODES} nodes with the worst PerfVar of {n} nodes."
+    assert note == f"Showing the {MAX_HEATMAP_NODES} rows with the worst PerfVar of {n} nodes."
+
+
+def test_heatmap_counts_nodes_as_the_cards_do() -> None:
+    """GPUs without a node are a row of their own ("unknown"), never counted as a node."""
+    n = MAX_HEATMAP_NODES + 2
+    rows = tuple(_row(f"GPU-{i}", f"n{i:03d}" if i else None, "A100", "sgemm", 1.0 + i / 1000, 0, 1.0)
+                 for i in range(n))
+    stored = StoredClassification(1, datetime(2024, 1, 1, tzinfo=timezone.utc), {}, rows, (), {})
+    _img, note = _heatmap_plot(stored)
+    assert f"of {n - 1} nodes and the “unknown” row." in note and f"of {n} nodes" not in note
+    assert "All nodes as a table (" + f"{n - 1} nodes and the “unknown” row" in _node_table(stored)
 
 
 def test_write_html_is_atomic(tmp_path: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -236,7 +248,7 @@ def test_write_failure_is_pal_error_and_cleans_up(tmp_path: Path, monkeypatch: p
     assert list(tmp_path.iterdir()) == []
 
 
-# --------------------------------------------------------------------------- layout (issue 12, item 9)
+# --------------------------------------------------------------------------- layout
 
 
 @pytest.fixture(scope="module")

@@ -62,9 +62,34 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
                    "within one tier")
     click.echo(f"  planted defective GPUs: {len(result.planted_bad)}")
     click.echo("")
+    pal, how = _pal_command()
     click.echo(f"Next: open {result.html_file}, or explore with "
-               f"`pal --db {result.db_url} gpus`, `... gpus --actions` (what to do about each outlier, "
-               f"docs/admin-guide.md) and `... report --format json`.")
+               f"`{pal} --db {result.db_url} gpus`, `... gpus --actions` (what to do about each outlier, "
+               f"docs/admin-guide.md) and `... report --format json`{how}.")
+
+
+def _pal_command(argv0: str | None = None, path: str | None = None) -> tuple[str, str]:
+    """How a newcomer runs `pal` from this shell: `pal` when it is on PATH (the virtual environment
+    is active), else the path of the one running, with how to make plain `pal` work."""
+    import os
+    import shutil
+    import sys
+
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    running = Path(argv0)
+    found = shutil.which("pal", path=path)
+    if running.name != "pal" or (found and Path(found).resolve() == running.resolve()):
+        return "pal", ""
+
+    def short(p: Path) -> str:  # .venv/bin/pal under the working directory, else the absolute path
+        rel = os.path.relpath(p)
+        return str(p) if rel.startswith("..") else rel
+
+    shown = short(running.resolve())
+    activate = running.resolve().parent / "activate"
+    if activate.exists():
+        return shown, f" (or activate the virtual environment first, `. {short(activate)}`, and type `pal`)"
+    return shown, f" ({shown} is not on PATH)"
 
 
 def _slurm_demo(app: AppContext, out_dir: Path, as_json: bool) -> None:

@@ -103,7 +103,12 @@ def placements(app: AppContext, job_id: str | None, limit: int, fmt: str) -> Non
     from pal_slurm.placer.audit import placements_for
 
     require_current(app.engine)
-    emit_rows(placements_for(app.engine, job_id, limit), PLACEMENT_COLUMNS, fmt, title="placements")
+    rows = placements_for(app.engine, job_id, limit)
+    if fmt == "table" and not rows:  # not an empty table that reads like a listing
+        click.echo("no placement decision recorded" + (f" for job {job_id}" if job_id else " yet")
+                   + " (only GPU jobs the placer held are recorded)")
+        return
+    emit_rows(rows, PLACEMENT_COLUMNS, fmt, title="placements")
 
 
 @click.command("explain")

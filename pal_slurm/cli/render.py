@@ -1,21 +1,27 @@
-"""Output for every listing: a rich table for people, JSON and CSV for scripts."""
+"""Output for every listing: a rich table for people, JSON and CSV for scripts.
+
+rich is imported by the functions that draw, not here: every command module imports this one,
+and `pal --help` then starts without it.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich import box
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+    from rich.text import Text
 
 FORMATS = ("table", "json", "csv")
 format_option = click.option(
@@ -58,40 +64,80 @@ def terminal_width(env: Mapping[str, str] | None = None) -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
+#: Tables written to a pipe or a file (no terminal, no COLUMNS) are laid out for this width.
+PIPE_WIDTH = 100
+
+
 def console(width: int | None = None) -> Console:
-    """A terminal (or COLUMNS) gives the width; a pipe or file without COLUMNS gets 200 columns."""
+    """A terminal (or COLUMNS) gives the width; a pipe or file without COLUMNS gets PIPE_WIDTH columns."""
+    from rich.console import Console
+
     width = width or terminal_width()
     if width is not None:
         return Console(soft_wrap=False, highlight=False, width=width)
     out = Console(soft_wrap=False, highlight=False)
     if not out.is_terminal:
-        out = Console(soft_wrap=False, highlight=False, width=200)
+        out = Console(soft_wrap=False, highlight=False, width=PIPE_WIDTH)
     return out
 
 
+def prose(text: str, *, err: bool = False) -> None:
+    """A line of prose (a title, a legend, a note): wrapped at word boundaries on a terminal (or at
+    COLUMNS), written whole to a pipe or a file, so that grep and scripts see one line."""
+    if terminal_width() is None:
+        stream = sys.stderr if err else sys.stdout
+        if not stream.isatty():
+            click.echo(text, err=err)
+            return
+    out = console()
+    if err:
+        out = Console(soft_wrap=False, highlight=False, width=out.width, stderr=True)
+    out.print(text, markup=False, highlight=False)
+
+
+def json_safe(data: Any) -> Any:
+    """`data` with every float that JSON cannot carry (NaN, +-inf: a metric without a value) as None."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, Mapping):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(v) for v in data]
+    return data
+
+
+def json_text(data: Any) -> str:
+    """Valid JSON, always: a metric without a value is null, never a bare NaN."""
+    return json.dumps(json_safe(data), indent=2, default=str, ensure_ascii=False, allow_nan=False)
+
+
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+    click.echo(json_text(data))
 
 
 def emit_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], fmt: str, *, title: str | None = None,
-              json_data: Any = None, wide: bool = False) -> None:
+              json_data: Any = None, wide: bool = False, legend: str | None = None) -> None:
     """Render `rows`; JSON gets `json_data` when given (the full structure), else the rows."""
     if fmt == "json":
         emit_json(rows if json_data is None else json_data)
     elif fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow([c.header for c in columns])
+        writer.writerow([" ".join(c.header.split()) for c in columns])  # a two-line table header is one CSV name
         for row in rows:
-            writer.writerow(["" if (v := c.value(row)) is None else v for c in columns])
+            writer.writerow(["" if (v := c.value(row)) is None or (isinstance(v, float) and not math.isfinite(v))
+                             else v for c in columns])
     else:
-        print_table(rows, columns, title=title, wide=wide)
+        print_table(rows, columns, title=title, wide=wide, legend=legend)
 
 
-def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], title: str | None) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     cells = [[_cell(c.value(row)) for c in columns] for row in rows]
     for i, c in enumerate(columns):
-        longest = max([len(c.header), *(r[i].cell_len for r in cells)])
+        longest = max([*(len(line) for line in c.header.splitlines()), *(r[i].cell_len for r in cells)])
         if c.wrap or (c.wrap is None and longest > KEEP_WHOLE):
             table.add_column(c.header, justify=c.justify, overflow="fold")  # type: ignore[arg-type]
         else:
@@ -102,12 +148,18 @@ def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], title: 
 
 
 def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *, title: str | None = None,
-                wide: bool = False, out: Console | None = None) -> None:
+                wide: bool = False, out: Console | None = None, legend: str | None = None) -> None:
     """A table that fits the console: optional columns go, rightmost first, until the columns'
-    minimum widths fit; with `wide`, every column stays and the lines are as long as they need."""
+    minimum widths fit; with `wide`, every column stays and the lines are as long as they need.
+    The title is a line of prose above it and the legend one below it (`prose`: wrapped between
+    words on a terminal, whole in a pipe), never squeezed to the table's width."""
+    from rich.console import Console
+
+    if title:
+        prose(title)
     out = out or console()
     cols = list(columns)
-    table = _table(rows, cols, title)
+    table = _table(rows, cols)
     if wide:
         need = _measure(out, table).maximum
         if need > out.width:
@@ -115,24 +167,26 @@ def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *,
     else:
         while _measure(out, table).minimum > out.width and any(c.optional for c in cols):
             cols.pop(max(i for i, c in enumerate(cols) if c.optional))
-            table = _table(rows, cols, title)
+            table = _table(rows, cols)
         need = _measure(out, table).minimum
         if need > out.width:  # still too wide (many job classes): long lines rather than cut cells
             out = Console(soft_wrap=False, highlight=False, width=need, file=out.file)
     out.print(table)
+    if legend:
+        prose(legend)
 
 
 def _measure(out: Console, table: Table) -> Measurement:
     """The table's own minimum and natural widths (not clamped to the console's width)."""
-    table.title, title = None, table.title  # a long title wraps; it must not widen the table
-    try:
-        return Measurement.get(out, out.options.update_width(100_000), table)
-    finally:
-        table.title = title
+    from rich.measure import Measurement
+
+    return Measurement.get(out, out.options.update_width(100_000), table)
 
 
 def _cell(value: Any) -> Text:
     """Plain Text, never markup: node names and UUIDs come from files and users."""
+    from rich.text import Text
+
     if value is None:
         return Text("-")
     if isinstance(value, float):

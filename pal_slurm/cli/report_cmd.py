@@ -9,21 +9,44 @@ import click
 
 from pal_slurm.cli.context import AppContext
 from pal_slurm.actions import short_uuid
-from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option, wide_option
+from pal_slurm.cli.filters import expand_hostlist, model_option, node_option, select
+from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, prose, wide_option
+from pal_slurm.errors import InputError
 from pal_slurm.numfmt import fmt_num
-from pal_slurm.report import bins_text, regular_bins
+
+
+def _bins_text(row: dict[str, Any]) -> str:
+    """The report's bins cell (pal_slurm.report says how; imported here, when a table is drawn,
+    because the report module reads the database's records: `pal report --help` stays light)."""
+    from pal_slurm.report import bins_text as text
+
+    return text(row)
+
+
+def _regular_bins_text(row: dict[str, Any]) -> str | None:
+    from pal_slurm.report import regular_bins
+
+    return _bins_text(row) if regular_bins(row) else None
 
 
 def _pv(key: str):  # type: ignore[no-untyped-def]
     return lambda r: None if r["perfvar"] is None else fmt_num(r["perfvar"][key])
 
 
+def _pv_range(low: str, high: str):  # type: ignore[no-untyped-def]
+    """One cell such as 0.946-1.122: a range that fits 80 columns whole."""
+    return lambda r: None if r["perfvar"] is None else f"{fmt_num(r['perfvar'][low])}-{fmt_num(r['perfvar'][high])}"
+
+
 def _perfvar_columns(wide: bool) -> list[Column]:
-    """The PerfVar spread: min and p5 go first when the terminal is narrow (max shows the outliers)."""
-    opt = not wide
-    return [Column("min", _pv("min"), "right", optional=opt), Column("p5", _pv("p5"), "right", optional=opt),
-            Column("median", _pv("median"), "right"), Column("p95", _pv("p95"), "right"),
-            Column("max", _pv("max"), "right")]
+    """The PerfVar spread. --wide: min, p5, median, p95, max apart; otherwise the range (min-max)
+    and the p5-p95 spread as one cell each, which fit 80 columns, and the median (always near 1)
+    goes first when the terminal is narrow."""
+    if wide:
+        return [Column(f"PerfVar {k}", _pv(k), "right") for k in ("min", "p5", "median", "p95", "max")]
+    return [Column("PerfVar\nmin-max", _pv_range("min", "max"), "right"),
+            Column("PerfVar\np5-p95", _pv_range("p5", "p95"), "right"),
+            Column("PerfVar\nmedian", _pv("median"), "right", optional=True)]
 
 
 def benchmark_columns(wide: bool) -> list[Column]:
@@ -34,7 +57,7 @@ def benchmark_columns(wide: bool) -> list[Column]:
         Column("GPUs", lambda r: r["gpus"], "right"),
         Column("unprofiled", lambda r: r["unprofiled"], "right", optional=not wide),
         *_perfvar_columns(wide),
-        Column("bins", bins_text, wrap=True),
+        Column("bins: slowdown\nfactor x GPUs", _bins_text, wrap=True),
         Column("outliers", lambda r: len(r["outliers"]), "right"),
     ]
 
@@ -43,13 +66,19 @@ def class_columns(wide: bool) -> list[Column]:
     return [Column("class", lambda r: r["job_class"]), *benchmark_columns(wide)]
 
 
+#: Under the report's tables: which scale each number is on.
+REPORT_LEGEND = ("PerfVar: measured, a GPU's median time over its model's median GPU's (> 1 = slower), spread over "
+                 "the GPUs. Bins: slowdown factor x GPUs, the factor placement ranks by (1.000 = the bin of the "
+                 "model's median GPU). `pal gpus --explain GPU` shows one GPU on both scales.")
+
+
 CSV_COLUMNS = [Column("job_class", lambda r: r.get("job_class")), Column("model", lambda r: r["model"]),
                Column("benchmark", lambda r: r["benchmark"]), Column("GPUs", lambda r: r["gpus"]),
                Column("unprofiled", lambda r: r["unprofiled"]),
                *[Column(h, lambda r, k=k: None if r["perfvar"] is None else r["perfvar"][k])
-                 for h, k in (("PerfVar min", "min"), ("p5", "p5"), ("median", "median"), ("p95", "p95"),
-                              ("max", "max"))],
-               Column("bins", lambda r: bins_text(r) if regular_bins(r) else None),  # empty, as every missing cell
+                 for h, k in (("PerfVar min", "min"), ("PerfVar p5", "p5"), ("PerfVar median", "median"),
+                              ("PerfVar p95", "p95"), ("PerfVar max", "max"))],
+               Column("bins (slowdown factor x GPUs)", _regular_bins_text),  # empty, as every missing cell
                Column("outliers", lambda r: " ".join(r["outliers"]))]
 
 
@@ -128,24 +157,24 @@ def show_report(data: dict[str, Any], *, wide: bool = False) -> None:
 
     version = data["classification"]["version"]
     if data.get("identity"):
-        console().print("GPUs in the database: " + identity_text(data["identity"]), markup=False)
+        prose("GPUs in the database: " + identity_text(data["identity"]))
     models = sorted({i["model"] for i in data["benchmarks"]}) if not wide else [None]
     for model in models:
         items = [i for i in data["benchmarks"] if model is None or i["model"] == model]
         classes = [i for i in data["job_classes"] if model is None or i["model"] == model]
         where = "" if model is None else f"{model}, "
         emit_rows(items, benchmark_columns(wide), "table", wide=wide,
-                  title=f"GPU variability per benchmark ({where}classification version {version}; "
-                        "PerfVar > 1 = slower than the typical GPU; bins: slowdown x GPUs)")
+                  title=f"GPU variability per benchmark ({where}classification version {version})")
         emit_rows(classes, class_columns(wide), "table", wide=wide,
                   title=f"Per job class ({where}the bins placement uses)")
+    prose(REPORT_LEGEND)
     actions = data.get("actions", [])
     if actions:
         ids = short_ids(a["uuid"] for a in actions)
         emit_rows(actions, action_columns(wide, ids, _perfvars(data)), "table", wide=wide,
                   title="Outlier GPUs: what to do (docs/admin-guide.md, \"Outliers\")")
     else:
-        console().print("no outliers", markup=False)
+        prose("no outliers")
 
 
 def _gpu_columns(rows: list[dict[str, Any]], wide: bool) -> list[Column]:
@@ -153,10 +182,12 @@ def _gpu_columns(rows: list[dict[str, Any]], wide: bool) -> list[Column]:
     ids = short_ids(r["uuid"] for r in rows)
     columns = [Column("node", lambda r: r["node"] or "unknown", wrap=False)]
     if wide:
-        columns += [Column("uuid", lambda r: r["uuid"], wrap=False), Column("model", lambda r: r["model"])]
+        columns += [Column("uuid", lambda r: r["uuid"], wrap=False), Column("slot", lambda r: r.get("slot"), "right"),
+                    Column("model", lambda r: r["model"])]
         for c in classes:
             columns.append(Column(f"{c} bin", lambda r, c=c: r["classes"][c]["bin"], "right"))
-            columns.append(Column(f"{c} slowdown", lambda r, c=c: r["classes"][c]["slowdown"], "right"))
+            columns.append(Column(f"{c} slowdown factor", lambda r, c=c: r["classes"][c]["slowdown"], "right"))
+            columns.append(Column(f"{c} PerfVar", lambda r, c=c: r["classes"][c].get("perfvar"), "right"))
         columns += [Column("outlier", lambda r: "yes" if r["outlier"] else ""),
                     Column("action", lambda r: r.get("action") or ""),
                     Column("last profiled", lambda r: r["last_profiled"])]
@@ -171,29 +202,48 @@ def _gpu_columns(rows: list[dict[str, Any]], wide: bool) -> list[Column]:
             return None
         return fmt_num(entry["slowdown"]) + ("!" if entry["outlier"] else "")
 
-    columns += [Column(c, lambda r, c=c: slowdown(r, c), "right") for c in classes]
+    columns += [Column(f"sf {c}", lambda r, c=c: slowdown(r, c), "right") for c in classes]
     columns += [Column("action", lambda r: r.get("action") or ""),
                 Column("profiled", lambda r: (r["last_profiled"] or "")[:10] or None, optional=True)]
     return columns
 
 
+#: Under `pal gpus`: what `sf`, `!` and `-` mean, and where the other scale is.
+GPUS_LEGEND = ("sf X: slowdown factor for job class X, the value placement ranks by (1.000 = the typical GPU, "
+               "> 1 slower); ! = outlier, in a bin of its own; - = not profiled. Not a PerfVar (the measurement "
+               "`pal report` lists): `pal gpus --explain GPU` shows both and the rule between them.")
+
+
+def holds_slot(row: dict[str, Any]) -> bool:
+    """A GPU Slurm schedules: on a known node, at a known slot."""
+    return bool(row.get("node")) and row.get("slot") is not None
+
+
 @click.group(invoke_without_command=True)
 @format_option
-@click.option("--model", metavar="NAME", help="Only GPUs of this model.")
-@click.option("--node", metavar="NAME", help="Only GPUs of this node.")
+@model_option
+@node_option
 @click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
 @click.option("--actions", "only_actions", is_flag=True,
               help="Only the outlier GPUs, each with its action (placement, re-profile, drain) and reason.")
+@click.option("--all-identities", is_flag=True,
+              help="Also list, apart, the GPU identities that hold no slot (runs of a UUID whose node or slot no "
+                   "file gave): measured, but not a GPU Slurm schedules [default: only GPUs at a slot].")
+@click.option("--explain", "explain", metavar="GPU",
+              help="One GPU on both scales: PerfVar and slowdown factor per benchmark, and the rule between "
+                   "them (GPU: its UUID, the short id tables show, or NODE:SLOT).")
 @wide_option
 @click.pass_context
-def gpus(ctx: click.Context, fmt: str, model: str | None, node: str | None, version: int | None,
-         only_actions: bool, wide: bool) -> None:
-    """One row per GPU: node, GPU, slowdown factor per job class (! = outlier), the outlier's
-    action, last profiled (--wide: full UUID, model, bins). `pal gpus drain` drains the nodes
-    of severely slow or failing GPUs (a dry run unless --apply)."""
+def gpus(ctx: click.Context, fmt: str, models: tuple[str, ...], nodes: tuple[str, ...], version: int | None,
+         only_actions: bool, all_identities: bool, explain: str | None, wide: bool) -> None:
+    """One row per GPU at a slot (the fleet Slurm schedules): node, GPU, slowdown factor per job
+    class (sf; ! = outlier), the outlier's action, last profiled (--wide: full UUID, slot,
+    model, bins, PerfVars). `pal gpus drain` drains the nodes of severely slow or failing GPUs
+    (a dry run unless --apply)."""
     if ctx.invoked_subcommand is not None:
-        given = [f"--{n}" for n, v in (("model", model), ("node", node), ("version", version),
-                                       ("actions", only_actions), ("wide", wide)) if v] + \
+        given = [f"--{n}" for n, v in (("model", models), ("node", nodes), ("version", version),
+                                       ("actions", only_actions), ("all-identities", all_identities),
+                                       ("explain", explain), ("wide", wide)) if v] + \
                 (["--format"] if fmt != "table" else [])
         if given:  # `pal gpus --node X drain --apply` must not drain every node
             raise click.UsageError(f"{', '.join(given)} before `{ctx.invoked_subcommand}` would be ignored: "
@@ -201,43 +251,123 @@ def gpus(ctx: click.Context, fmt: str, model: str | None, node: str | None, vers
         return
     app = ctx.find_object(AppContext)
     assert app is not None
+    if explain is not None:
+        if only_actions or nodes or models or all_identities:
+            raise click.UsageError("--explain GPU shows one GPU: it takes no --actions, --node, --model or "
+                                   "--all-identities")
+        _explain(app, explain, version, fmt)
+        return
     if only_actions:
-        _show_actions(app, model, node, fmt, version, wide)
+        _show_actions(app, models, nodes, fmt, version, wide)
         return
     from pal_slurm.services import load_gpu_rows
 
-    rows = load_gpu_rows(app.engine, version, app.cfg)
-    rows = [r for r in rows if (model is None or r["model"] == model) and (node is None or r["node"] == node)]
-    if fmt == "table":
-        emit_rows(rows, _gpu_columns(rows, wide), fmt, wide=wide,
-                  title="Slowdown factor per job class (1.000 = typical GPU; ! = outlier)")
+    every = load_gpu_rows(app.engine, version, app.cfg)
+    slotted = [r for r in every if holds_slot(r)]
+    if not slotted:  # nothing says where any GPU sits (UUID-only data): the identities are all there is
+        if every and not all_identities:
+            click.echo("pal: note: no GPU in the database holds a known slot: listing every GPU identity",
+                       err=True)
+        slotted, apart = every, []
+    else:
+        apart = [r for r in every if not holds_slot(r)]
+    pool = slotted + apart if all_identities else slotted
+    try:
+        chosen = select(pool, nodes, models)
+    except InputError as exc:
+        if all_identities or not apart or not _quietly(select, apart, nodes, models):
+            raise
+        raise InputError(f"{exc}; only GPU identities that hold no slot match: --all-identities lists them") from None
+    at_slot = {id(r) for r in slotted}
+    rows = [r for r in chosen if id(r) in at_slot]
+    extra = [r for r in chosen if id(r) not in at_slot]
+    if fmt != "table":
+        emit_rows(rows + extra, _gpu_columns(rows + extra, True), fmt)
         return
-    emit_rows(rows, _gpu_columns(rows, True), fmt)
+    emit_rows(rows, _gpu_columns(rows, wide), fmt, wide=wide,
+              title=f"{len(rows)} GPUs at a slot: slowdown factor per job class", legend=GPUS_LEGEND)
+    if extra:
+        emit_rows(extra, _gpu_columns(extra, wide), fmt, wide=wide,
+                  title=f"{len(extra)} GPU identities that hold no slot (a UUID measured without its node or "
+                        "slot: one may be a GPU above, measured before its slot was known, or one since "
+                        "replaced); not scheduled by Slurm as such")
+    elif apart and not nodes and not models:
+        prose(f"{len(apart)} GPU identities that hold no slot are not shown (--all-identities lists them)")
 
 
-def _show_actions(app: AppContext, model: str | None, node: str | None, fmt: str, version: int | None,
+def _quietly(fn: Any, *args: Any) -> Any:
+    """fn(*args), or None when it raises InputError (and nothing on stderr either way)."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            return fn(*args)
+        except InputError:
+            return None
+
+
+def _explain(app: AppContext, text: str, version: int | None, fmt: str) -> None:
+    from pal_slurm.report import explain_gpu, resolve_gpu
+    from pal_slurm.services import load_stored
+
+    stored = load_stored(app.engine, version)
+    data = explain_gpu(stored, resolve_gpu(stored, text))
+    if fmt == "json":
+        emit_json(data)
+        return
+    columns = [Column("benchmark", lambda r: r["benchmark"]),
+               Column("classes", lambda r: " ".join(r["job_classes"]) or None),
+               Column("runs", lambda r: r["runs"], "right"),
+               Column("PerfVar", lambda r: r["perfvar"], "right"),
+               Column("bin", lambda r: None if r["bin"] is None else
+                      f"{r['bin']}{' (outlier)' if r['outlier'] else ''}"),
+               Column("slowdown\nfactor", lambda r: None if r["slowdown"] is None else
+                      fmt_num(r["slowdown"]) + ("!" if r["outlier"] else ""), "right"),
+               Column("from PerfVar to slowdown factor", lambda r: r["rule"], wrap=True)]
+    if fmt == "csv":  # plain values, one column each (no `!` on the factor)
+        emit_rows(data["benchmarks"], [Column(k, lambda r, k=k: " ".join(r[k]) if k == "job_classes" else r[k])
+                                       for k in ("benchmark", "job_classes", "runs", "perfvar", "bin",
+                                                 "bin_slowdown", "slowdown", "outlier", "fast", "anchor", "rule")],
+                  "csv")
+        return
+    where = data["node"] or "no known node"
+    slot = f", slot {data['slot']}" if data["slot"] is not None else ", no known slot"
+    prose(f"GPU {data['uuid']} ({data['model']}) on {where}{slot}; classification version "
+          f"{data['classification_version']} (method {data['method']}); last profiled "
+          f"{(data['last_profiled'] or '-')[:10]}")
+    emit_rows(data["benchmarks"], columns, "table",
+              legend=f"{data['scales']['perfvar']}. {data['scales']['slowdown'][0].upper()}"
+                     f"{data['scales']['slowdown'][1:]}; the anchor is the centroid of that bin "
+                     "(docs/classification.md, steps 5-6).")
+
+
+def _show_actions(app: AppContext, models: tuple[str, ...], nodes: tuple[str, ...], fmt: str, version: int | None,
                   wide: bool) -> None:
     # the report's graded actions carry their GPU's model and node: one classification load
-    from pal_slurm.services import load_report
+    from pal_slurm.services import fleet_names, load_report
 
     data = load_report(app.engine, app.cfg, version)
-    actions = [a for a in data["actions"]
-               if (model is None or a["model"] == model) and (node is None or a["node"] == node)]
+    known_nodes, known_models = fleet_names(app.engine) if nodes or models else ([], [])
+    actions = select(data["actions"], nodes, models, known_nodes=known_nodes, known_models=known_models)
     if fmt == "json":
         emit_json(actions)
         return
     ids = short_ids(a["uuid"] for a in actions)
     cols = action_columns(wide or fmt == "csv", ids, _perfvars(data))
     if fmt == "table" and not actions:
-        console().print("no outlier GPUs", markup=False)
+        where = (f" on {', '.join(nodes)}" if nodes else "") + (f" of model {', '.join(models)}" if models else "")
+        prose(f"no outlier GPUs{where}")
         return
-    emit_rows(actions, cols, fmt, wide=wide, title="Outlier GPUs: what to do (docs/admin-guide.md, \"Outliers\")")
+    emit_rows(actions, cols, fmt, wide=wide, title="Outlier GPUs: what to do (docs/admin-guide.md, \"Outliers\")",
+              legend="PerfVar: measured on that benchmark, the GPU's median time over its model's median GPU's.")
 
 
 @gpus.command("drain")
 @click.option("--apply", "apply", is_flag=True,
               help="Run scontrol (default: only print what would be done).")
-@click.option("--node", "nodes", multiple=True, metavar="NAME", help="Only this node (repeatable).")
+@click.option("--node", "nodes", multiple=True, metavar="HOSTLIST",
+              help="Only these nodes: a name or a Slurm hostlist (c006-[011-012]); repeatable.")
 @click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
 @click.pass_obj
 def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int | None) -> None:
@@ -252,9 +382,14 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     from pal_slurm.errors import PalError
     from pal_slurm.services import load_report
     from pal_slurm.slurm.backend import CliBackend
-    from pal_slurm.slurm.command import run_command
 
     data = load_report(app.engine, app.cfg, version)
+    if nodes:  # a node the database does not know is a typo: say so before anything is drained
+        from pal_slurm.services import fleet_names
+
+        known, _models = fleet_names(app.engine)
+        select([{"node": n} for n in known], nodes, ())
+    nodes = tuple(dict.fromkeys(n for expr in nodes for n in expand_hostlist(expr)))
     full = drain_plan([_action_of(a) for a in data["actions"]])
     plan = [(n, reason) for n, reason in full if not nodes or n in nodes]
     for n in sorted(set(nodes) - {p[0] for p in full}):
@@ -262,9 +397,9 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     if not plan:
         click.echo("nothing to drain: no outlier GPU is graded `drain`" + (" on those nodes" if nodes else ""))
         return
-    timeout = app.cfg.placer.command_timeout_s
+    slurm = CliBackend(timeout=app.cfg.placer.command_timeout_s)
     try:  # Slurm's own node names: NodeName= also takes ALL, NodeSets and hostlists
-        slurm_nodes = {n.name: n for n in CliBackend(timeout=timeout).nodes()}
+        slurm_nodes = {n.name: n for n in slurm.nodes()}
     except PalError as exc:
         if apply:
             raise PalError(f"Slurm's node list not read ({exc}); nothing drained") from exc
@@ -279,7 +414,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
             failed += 1
             click.echo(f"pal: error: {node_name}: not a node Slurm knows; not drained", err=True)
             continue
-        if known is not None and (known.flags & _DRAINED or known.state == "DOWN"):
+        if known is not None and known.drained_or_down:
             state = "+".join([known.state, *sorted(known.flags)])
             click.echo(f"{node_name}: already {state}; its state and reason are left as they are")
             continue
@@ -287,8 +422,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
             click.echo(f"would run: {shown}")
             continue
         try:
-            run_command(["scontrol", "update", f"NodeName={node_name}", "State=DRAIN", f"Reason={reason}"],
-                        timeout=timeout)
+            slurm.drain_node(node_name, reason)
         except PalError as exc:
             failed += 1
             click.echo(f"pal: error: {node_name}: not drained: {exc}", err=True)
@@ -298,10 +432,6 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
         click.echo("dry run: nothing changed; add --apply to drain these nodes", err=True)
     if failed:
         raise PalError(f"{failed} of {len(plan)} node(s) not drained (see above)")
-
-
-#: node state flags that mean someone (maybe not pal) already took the node out of service
-_DRAINED = frozenset({"DRAIN", "DRAINING", "DRAINED"})
 
 
 def _action_of(a: dict[str, Any]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import click
 
 from pal_slurm.actions import ActionPolicy
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import Column, console, emit_json, emit_rows
+from pal_slurm.cli.render import Column, console, emit_json, emit_rows, prose
 from pal_slurm.errors import InputError
 
 
@@ -43,26 +44,40 @@ def _policy_names(value: str) -> tuple[str, ...]:
     return names
 
 
+def _hours(key: str):  # type: ignore[no-untyped-def]
+    """A duration in hours, 2 decimals; a metric without a value (no job finished) is a dash."""
+    return lambda r: None if not _finite(r[key]) else round(r[key] / 3600, 2)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
 RUN_COLUMNS = [
     Column("trace", lambda r: r["trace"]), Column("policy", lambda r: r["policy"]),
     Column("jobs", lambda r: r["jobs"], "right"),
-    Column("avg JCT (h)", lambda r: round(r["avg_jct_s"] / 3600, 2), "right"),
-    Column("median JCT (h)", lambda r: round(r["median_jct_s"] / 3600, 2), "right"),
-    Column("p99 JCT (h)", lambda r: round(r["p99_jct_s"] / 3600, 2), "right"),
-    Column("avg wait (h)", lambda r: round(r["avg_queue_delay_s"] / 3600, 2), "right"),
-    Column("makespan (h)", lambda r: round(r["makespan_s"] / 3600, 2), "right"),
-    Column("utilization", lambda r: round(r["utilization"], 3), "right"),
+    # two-line headers, so that the table fits a pipe's 100 columns; the title says they are hours
+    Column("avg\nJCT", _hours("avg_jct_s"), "right"),
+    Column("median\nJCT", _hours("median_jct_s"), "right"),
+    Column("p99\nJCT", _hours("p99_jct_s"), "right"),
+    Column("avg\nwait", _hours("avg_queue_delay_s"), "right"),
+    Column("make-\nspan", _hours("makespan_s"), "right"),
+    Column("utili-\nzation", lambda r: round(r["utilization"], 3) if _finite(r["utilization"]) else None, "right"),
     Column("tax", lambda r: _percent(r["tax_share"]), "right"),
 ]
 CSV_COLUMNS = [Column(k, lambda r, k=k: r[k]) for k in (
     "trace", "policy", "mode", "order", "jobs", "avg_jct_s", "median_jct_s", "p99_jct_s", "avg_queue_delay_s",
     "makespan_s", "utilization", "skipped", "tax_gpu_s", "variability_gpu_s_signed", "tax_share",
-    "tax_lower_bound_gpu_s")]
+    "tax_best_free_gpu_s")]
 
 
 def _percent(share: float | None) -> str | None:
     """A share as "3.1 %" (None, a figure with no baseline to be a share of, stays a dash)."""
-    return None if share is None else f"{share * 100:.1f} %"
+    return None if share is None or not _finite(share) else f"{share * 100:.1f} %"
+
+
+def _ratio(key: str):  # type: ignore[no-untyped-def]
+    return lambda r: round(r[key], 3) if _finite(r.get(key)) else None
 
 
 def _added_wait(r: dict[str, Any]) -> str | None:
@@ -153,7 +168,7 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
     _policy_names(baseline)
     if not traces and not synthetic_jobs:
         raise click.UsageError("give at least one --trace FILE or --synthetic N")
-    source, total_gpus = _variability(app, variability, cluster_shape, version, variability_model, seed)
+    source, total_gpus, cluster = _variability(app, variability, cluster_shape, version, variability_model, seed)
     loaded = _load_traces(traces, trace_format, total_gpus, skip_invalid, synthetic_jobs, seed)
     drain = _drain_check(source, loaded, seed, app.cfg.report.drain_perfvar) if drain_baseline else None
     spec = SimulationSpec(traces=tuple(loaded), policies=policies, variability=source, mode=mode,
@@ -167,35 +182,77 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
 
         write_plot(plot_path, report.results)
         click.echo(f"plot written to {plot_path}", err=True)
-    data = report.as_dict()
+    data = {"cluster": cluster, **report.as_dict()}
     if drain is not None:
         data["drain_baseline"] = {"policy": f"{baseline}+drain", **drain}
+    queue = _queue_check(report, baseline, mode, round_seconds)
+    if queue is not None:
+        data["warnings"] = [queue]
+        click.echo(f"pal: warning: {queue}", err=True)
     rows = [{**r.as_dict()} for r in report.results]
     if fmt == "json":
         emit_json(data)
     elif fmt == "csv":
+        click.echo(f"pal: cluster simulated: {cluster['text']}", err=True)
         emit_rows(rows, CSV_COLUMNS, "csv")
     else:
-        emit_rows(rows, RUN_COLUMNS, "table", title=f"{mode} mode, {order}, lambda {locality_penalty}")
+        prose(f"cluster simulated: {cluster['text']}")
+        emit_rows(rows, RUN_COLUMNS, "table", title=f"{mode} mode, {order}, lambda {locality_penalty}; JCT, wait "
+                                                     "and makespan in hours")
         summary = [{"policy": p, **v} for p, v in data["summary"].items()]
         emit_rows(summary, [Column("policy", lambda r: r["policy"]),
-                            Column(f"avg JCT / {baseline}", lambda r: round(r["avg_jct_ratio"], 3), "right"),
-                            Column(f"makespan / {baseline}", lambda r: round(r["makespan_ratio"], 3), "right"),
-                            Column(f"utilization / {baseline}", lambda r: round(r["utilization_ratio"], 3), "right"),
-                            Column("tax removed", lambda r: _percent(r.get("tax_removed")), "right"),
-                            Column("added wait", _added_wait, "right")],
+                            Column(f"avg JCT /\n{baseline}", _ratio("avg_jct_ratio"), "right"),
+                            Column(f"makespan /\n{baseline}", _ratio("makespan_ratio"), "right"),
+                            Column(f"utilization /\n{baseline}", _ratio("utilization_ratio"), "right"),
+                            Column("tax\nremoved", lambda r: _percent(r.get("tax_removed")), "right"),
+                            Column("added\nwait", _added_wait, "right")],
                   "table", title=f"geomean over {len(loaded)} trace(s) of the ratio to {baseline} (JCT < 1 is better)")
         if drain is not None:
-            console().print(f"{baseline}+drain: {baseline} on the {drain['gpus_left']} of {total_gpus} GPUs left "
-                            f"after draining {len(drain['drained_nodes'])} node(s) with a GPU at PerfVar >= "
-                            f"{drain['threshold']:g}: {', '.join(drain['drained_nodes']) or 'none'}", markup=False)
+            prose(f"{baseline}+drain: {baseline} on the {drain['gpus_left']} of {total_gpus} GPUs left "
+                  f"after draining {len(drain['drained_nodes'])} node(s) with a GPU at PerfVar >= "
+                  f"{drain['threshold']:g}: {', '.join(drain['drained_nodes']) or 'none'}")
         skipped = sum(len(t.skipped) for t in loaded)
         if skipped:
-            console().print(f"{skipped} invalid trace rows skipped", markup=False)
+            prose(f"{skipped} trace rows skipped (invalid, or not a job the simulator can run)")
+
+
+def _queue_check(report: Any, baseline: str, mode: str, round_seconds: float) -> str | None:
+    """A warning when no job waited under the baseline on any trace: a cluster that leaves no queue
+    gives placement nothing to choose between, so every policy looks alike there."""
+    runs = [r for r in report.results if r.policy == baseline and r.outcomes]
+    if not runs:
+        return None
+    grace = round_seconds if mode == "round" else 1.0  # round mode starts jobs at the next round
+    if any(o.start_time - o.submit_time > grace for r in runs for o in r.outcomes):
+        return None
+    gpus = runs[0].cluster_gpus
+    return (f"no job waited under {baseline} on the {gpus} simulated GPUs: with no queue, placement has "
+            "nothing to choose between and every policy looks alike; simulate a smaller cluster (--cluster, "
+            "or --variability DIR) or a trace with more load")
+
+
+def _shape_text(cluster: Any) -> tuple[int, str]:
+    """(nodes, "96 nodes x 4 GPUs") of a Cluster, or "90 nodes, 2-8 GPUs each" when they differ."""
+    per_node: dict[int, int] = {}
+    for g in cluster.gpus:
+        per_node[g.node] = per_node.get(g.node, 0) + 1
+    counts = sorted(set(per_node.values()))
+    nodes = len(per_node)
+    if len(counts) == 1:
+        return nodes, f"{nodes} nodes x {counts[0]} GPUs"
+    return nodes, f"{nodes} nodes, {counts[0]}-{counts[-1]} GPUs each"
 
 
 def _variability(app: AppContext, value: str, cluster_shape: str | None, version: int | None,
-                 model: str | None, seed: int) -> tuple[Any, int]:
+                 model: str | None, seed: int) -> tuple[Any, int, dict[str, Any]]:
+    """(the variability model, its GPUs, what `pal simulate` says it simulated: the "cluster" of
+    the JSON, with `text` the line the table prints)."""
+
+    def shape(nodes: int, gpn: int, where: str) -> dict[str, Any]:
+        given = "--cluster" if cluster_shape else "default --cluster"
+        return {"nodes": nodes, "gpus_per_node": gpn, "gpus": nodes * gpn, "source": where,
+                "text": f"{nodes} nodes x {gpn} GPUs = {nodes * gpn} GPUs ({given} {nodes}x{gpn}); {where}"}
+
     from pal_slurm.placement.variability import cluster_from_gpus
     from pal_slurm.simulate.runner import ArtifactVariability, FixedVariability
 
@@ -209,7 +266,8 @@ def _variability(app: AppContext, value: str, cluster_shape: str | None, version
 
         nodes, gpn = _cluster(cluster_shape or "16x4")
         try:
-            return parametric_from_spec(value.removeprefix("parametric:"), nodes, gpn, seed), nodes * gpn
+            return (parametric_from_spec(value.removeprefix("parametric:"), nodes, gpn, seed), nodes * gpn,
+                    shape(nodes, gpn, f"variability {value}"))
         except InputError as exc:
             raise click.BadParameter(str(exc), param_hint="--variability") from None
     if value == "db":
@@ -221,9 +279,16 @@ def _variability(app: AppContext, value: str, cluster_shape: str | None, version
 
         require_current(app.engine)
         with session_scope(app.engine) as session:
-            stored = load_variability(session, sorted(app.cfg.job_classes), version)
+            stored = load_variability(session, sorted(app.cfg.job_classes), version, at_slots_only=True)
         cluster = cluster_from_gpus(stored.gpus)
-        return FixedVariability(cluster), cluster.size
+        nodes, text = _shape_text(cluster)
+        where = (f"the database's GPUs at a slot, classification version {stored.version}"
+                 + (f" ({stored.without_slot} GPU identities without a slot left out)" if stored.without_slot
+                    else ""))
+        return FixedVariability(cluster), cluster.size, {
+            "nodes": nodes, "gpus_per_node": None if "," in text else cluster.size // max(nodes, 1),
+            "gpus": cluster.size, "source": "db", "classification_version": stored.version,
+            "identities_without_slot": stored.without_slot, "text": f"{text} = {cluster.size} GPUs; {where}"}
     if version is not None:
         raise click.UsageError("--classification goes with --variability db")
     from pal_slurm.simulate.artifact_draw import load_artifact_profiles
@@ -233,8 +298,10 @@ def _variability(app: AppContext, value: str, cluster_shape: str | None, version
     if model == "per-gpu":
         from pal_slurm.simulate.fleets import PerGpuVariability
 
-        return PerGpuVariability(profiles, nodes, gpn), nodes * gpn
-    return ArtifactVariability(profiles, nodes, gpn), nodes * gpn
+        return (PerGpuVariability(profiles, nodes, gpn), nodes * gpn,
+                shape(nodes, gpn, f"each GPU one measured GPU of {value} (per-gpu)"))
+    return (ArtifactVariability(profiles, nodes, gpn), nodes * gpn,
+            shape(nodes, gpn, f"each GPU a run drawn from {value} (per-run)"))
 
 
 def _drain_check(source: Any, loaded: list[Any], seed: int, threshold: float) -> dict[str, Any]:
@@ -273,6 +340,9 @@ def _load_traces(paths: tuple[Path, ...], fmt: str, max_gpus: int, skip_invalid:
     from pal_slurm.simulate.traces import read_trace_file
 
     loaded = [read_trace_file(p, format=fmt, max_gpus=max_gpus, skip_invalid=skip_invalid) for p in paths]
+    for path, trace in zip(paths, loaded):
+        if not trace.jobs:  # a table of dashes (or of NaN) would look like a result
+            raise InputError(_no_jobs(trace), source=str(path))
     if synthetic_jobs:
         from pal_slurm.simulate.synthetic import generate
 
@@ -281,6 +351,18 @@ def _load_traces(paths: tuple[Path, ...], fmt: str, max_gpus: int, skip_invalid:
     if len(set(names)) != len(names):
         raise InputError(f"two traces have the same name: {', '.join(sorted(n for n in names if names.count(n) > 1))}")
     return loaded
+
+
+def _no_jobs(trace: Any) -> str:
+    """Why a trace gave nothing to simulate: only a header, or every row left out (and why)."""
+    if not trace.skipped:
+        return "no jobs to simulate (the file has a header and no job rows)"
+    reasons: dict[str, int] = {}
+    for _line, reason in trace.skipped:
+        key = reason.split(" (")[0]
+        reasons[key] = reasons.get(key, 0) + 1
+    why = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:4])
+    return f"no jobs to simulate: all {len(trace.skipped)} rows were left out ({why})"
 
 
 def _run_with_progress(spec: Any, run: Any) -> Any:

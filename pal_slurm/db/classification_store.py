@@ -139,6 +139,9 @@ class ResultRow:
     retired_pages: int | None = None
     #: a suspiciously fast outlier ("fast: check the measurement"); see `is_fast_outlier`
     fast: bool = False
+    #: the GPU's slot on its node (device minor number, else NVML index), None when no import
+    #: placed it in one (a UUID measured without its slot); Slurm schedules GPUs at slots
+    slot: int | None = None
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,7 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
             Gpu.uuid, node.name, Gpu.model, Benchmark.name, ClassificationResult.runs,
             ClassificationResult.median_score, ClassificationResult.perfvar, ClassificationResult.bin,
             ClassificationResult.slowdown, ClassificationResult.outlier, ClassificationResult.profiled,
-            Gpu.id, Benchmark.id, Gpu.ecc_uncorrected, Gpu.retired_pages,
+            Gpu.id, Benchmark.id, Gpu.ecc_uncorrected, Gpu.retired_pages, Gpu.minor_number, Gpu.nvml_index,
         )
         .join(Gpu, Gpu.id == ClassificationResult.gpu_id)
         .outerjoin(node, node.id == Gpu.node_id)
@@ -195,10 +198,12 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
     if with_clocks:
         extra = _clock_and_last(session, _run_ratio(run))
     results = []
-    for uuid, nname, model, bench, runs, med, pv, b, sf, outl, prof, gid, bid, ecc, retired in session.execute(stmt):
+    for (uuid, nname, model, bench, runs, med, pv, b, sf, outl, prof, gid, bid, ecc, retired, minor,
+         index) in session.execute(stmt):
         clock, last, spread = extra.get((gid, bid), (None, None, None))
         results.append(ResultRow(uuid, nname, model, bench, runs, med, pv, b, sf, bool(outl), bool(prof), clock, last,
-                                 spread, ecc, retired, fast=is_fast_outlier(outl, sf)))
+                                 spread, ecc, retired, fast=is_fast_outlier(outl, sf),
+                                 slot=minor if minor is not None else index))
     bins = [
         BinRow(m, bn, r.bin, r.centroid, r.slowdown, r.gpus, bool(r.outlier), r.low, r.high,
                fast=is_fast_outlier(r.outlier, r.slowdown))

@@ -24,16 +24,21 @@ from pal_slurm.placement.variability import GpuVariability, from_classification
 
 @dataclass(frozen=True)
 class StoredVariability:
-    """The GPUs of one classification run (sorted by model, node, UUID) and its version."""
+    """The GPUs of one classification run (sorted by model, node, UUID) and its version;
+    `without_slot`: the GPU identities left out because they hold no slot (`at_slots_only`)."""
 
     version: int
     gpus: tuple[GpuVariability, ...]
+    without_slot: int = 0
 
 
-def load_variability(session: Session, classes: Sequence[str], version: int | None = None) -> StoredVariability:
+def load_variability(session: Session, classes: Sequence[str], version: int | None = None, *,
+                     at_slots_only: bool = False) -> StoredVariability:
     """The variability of every classified GPU for `classes`; PalError when there is no
     classification (or not that version). An unprofiled GPU gets its class's worst factor
-    (see from_classification)."""
+    (see from_classification). With `at_slots_only`, only the GPUs on a known node at a known
+    slot (device minor or NVML index): the fleet Slurm schedules, without the identities of
+    runs no file placed (`pal simulate --variability db`); when no GPU holds a slot, all."""
     run = cstore.get_run(session, version)
     if run is None:
         if version is None:
@@ -55,7 +60,14 @@ def load_variability(session: Session, classes: Sequence[str], version: int | No
                 pv = res.slowdown if res.fast else res.perfvar
                 row["classes"][job_class] = {"slowdown": res.slowdown, "perfvar": pv}
     ordered = sorted(rows.values(), key=lambda x: (x["model"], x["node"] or "", x["uuid"]))
-    return StoredVariability(version=stored.version, gpus=tuple(from_classification(ordered, classes)))
+    left_out = 0
+    if at_slots_only:
+        slots = {r.uuid for r in stored.results if r.node and r.slot is not None}
+        if slots:
+            left_out = sum(1 for x in ordered if x["uuid"] not in slots)
+            ordered = [x for x in ordered if x["uuid"] in slots]
+    return StoredVariability(version=stored.version, gpus=tuple(from_classification(ordered, classes)),
+                             without_slot=left_out)
 
 
 def save_variability(session: Session, gpus: Sequence[GpuVariability], *, model: str, note: str,

@@ -33,9 +33,10 @@ round (no running jobs in its snapshots) never makes a job wait.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -81,16 +82,24 @@ def time_limit_s(job: JobRequest) -> float:
 
 
 def releases_of(snapshot: Snapshot, ctx: PlacementContext, placed: Sequence[tuple[JobRequest, Choice]],
-                ix: ClusterIndex, estimate: Estimator) -> list[tuple[float, Sequence[int]]]:
+                ix: ClusterIndex, estimate: Estimator) -> Iterator[tuple[float, Sequence[int]]]:
     """(time, GPUs) each running job and each job placed in this decision frees, by time
-    (a job placed now frees its GPUs `estimate` after now)."""
-    now = snapshot.now or 0.0
-    out: list[tuple[float, Sequence[int]]] = [
-        (snapshot.expected_end.get(jid, math.inf), gpus) for jid, gpus in snapshot.running.items()]
-    out += [(now + estimate(ix, j, c.gpus, ctx.locality_penalty), c.gpus) for j, c in placed]
-    out.sort(key=lambda r: r[0])
-    return out
+    (a job placed now frees its GPUs `estimate` after now; at one time, running jobs first).
 
+    Lazy, over the snapshot's own sorted releases: a reservation usually needs only the
+    first few of thousands of running jobs."""
+    now = snapshot.now or 0.0
+    mine = sorted(((now + estimate(ix, j, c.gpus, ctx.locality_penalty), c.gpus) for j, c in placed),
+                  key=lambda r: r[0])
+    finite = [r for r in mine if r[0] != math.inf]
+    yield from heapq.merge(snapshot.releases, finite, key=lambda r: r[0])
+    if len(snapshot.releases) != len(snapshot.running):  # running jobs with no expected end
+        known = snapshot.expected_end
+        for jid, gpus in snapshot.running.items():
+            end = known.get(jid)
+            if end is None or end == math.inf:
+                yield math.inf, gpus
+    yield from (r for r in mine if r[0] == math.inf)
 
 
 class EasyBackfill(Policy):
@@ -199,11 +208,15 @@ class EasyBackfill(Policy):
         (a deterministic choice depends on nothing else; queues repeat shapes a lot)."""
         if not self.deterministic:
             return self.choose(job, state, ctx)
-        key = (tag, state.index.table(job.job_class).key, job.gpus, job.gpus_per_node, job.allowed_nodes,
-               job.same_slots, job.min_nodes, job.max_nodes)
+        key = self._memo_key(tag, job, state)
         if key not in memo:
             memo[key] = self.choose(job, state, ctx)
         return memo[key]
+
+    @staticmethod
+    def _memo_key(tag: object, job: JobRequest, state: FreeState) -> tuple[object, ...]:
+        return (tag, state.index.table(job.job_class).key, job.gpus, job.gpus_per_node, job.allowed_nodes,
+                job.same_slots, job.min_nodes, job.max_nodes)
 
     def _admit(self, job: JobRequest, choice: Choice, head: JobRequest, booking: Reservation, state: FreeState,
                snapshot: Snapshot, ctx: PlacementContext,
@@ -217,13 +230,18 @@ class EasyBackfill(Policy):
                                   f"({end:.0f} <= {booking.shadow:.0f})")
         if not booking.held[list(choice.gpus)].any():
             return _noted(choice, f"backfilled past {head.id}: keeps off the GPUs it expects")
-        hidden = tuple(int(g) for g in np.flatnonzero(booking.held & state.mask))
-        state.take(hidden)
-        try:
-            other = (self.choose(job, state, ctx) if memo is None
-                     else self._memo_choose(("off-reserved", booking.gpus), job, state, ctx, memo))
-        finally:
-            state.release(hidden)
+        tag = ("off-reserved", booking.gpus)
+        key = self._memo_key(tag, job, state) if memo is not None and self.deterministic else None
+        if key is not None and key in memo:  # type: ignore[operator]
+            other = memo[key]  # type: ignore[index]
+        else:
+            hidden = tuple(np.flatnonzero(booking.held & state.mask).tolist())
+            state.take(hidden)
+            try:
+                other = (self.choose(job, state, ctx) if memo is None
+                         else self._memo_choose(tag, job, state, ctx, memo))
+            finally:
+                state.release(hidden)
         if other is None:
             return None
         return _noted(other, f"backfilled past {head.id} on GPUs it will not need "

@@ -16,12 +16,8 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from pal_slurm.errors import PalError
-
-if TYPE_CHECKING:
-    from pal_slurm.placement.index import ClusterIndex
 
 #: The job classes, most variability-sensitive first (PAL's A-D). The one definition: the
 #: configuration, the policies and the trace readers use it, and tests check the submit
@@ -31,6 +27,12 @@ JOB_CLASSES: tuple[str, ...] = ("A", "B", "C", "D")
 #: The policy the placer runs and the simulator compares unless told otherwise: first fit
 #: unless variability pays for a change (pal_slurm.placement.guarded).
 DEFAULT_POLICY = "pal-guard"
+
+#: Every registered policy's name, in registration order: what the configuration checks
+#: `[placer] policy` against at load, without importing the policies (and numpy) for every
+#: command. tests/test_newcomer.py checks it against the registry (placement.policies.POLICIES).
+POLICY_NAMES: tuple[str, ...] = ("packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky",
+                                 "pm-first", "pal", "pal-backfill", "pal-match", "slurm-backfill", "pal-guard")
 
 #: A job of a class nobody measured is treated as the most sensitive one (PAL's worst case).
 DEFAULT_CLASS = "A"
@@ -63,6 +65,10 @@ class Cluster:
     gpus: tuple[GpuRef, ...]
     slowdown: Mapping[str, tuple[float, ...]]
     perfvar: Mapping[str, tuple[float, ...]]
+    #: What other modules derive from the cluster once and keep with it, by name (the numpy
+    #: views policies rank by: `placement.index.cluster_index`). Not part of the cluster's value:
+    #: equal clusters compare equal whatever has been derived from them.
+    derived: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.gpus)
@@ -95,14 +101,6 @@ class Cluster:
     @cached_property
     def max_gpus_per_node(self) -> int:
         return max((len(ids) for ids in self.node_gpus), default=0)
-
-    @cached_property
-    def placement_index(self) -> "ClusterIndex":
-        """Numpy views policies rank by, built once per cluster (imported lazily so this
-        module stays free of numpy)."""
-        from pal_slurm.placement.index import ClusterIndex
-
-        return ClusterIndex(self)
 
     def class_key(self, job_class: str | None) -> str:
         """The class whose factors apply: unknown or unmeasured classes fall back to A."""
