@@ -7,11 +7,16 @@ order is Slurm's node order and the simulator's) with device minors 0..gpus_per_
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from pal_slurm.errors import InputError
+from pal_slurm.placement.model import Cluster
 from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.simulate.artifact_draw import ArtifactProfiles, draw_artifact
+from pal_slurm.simulate.fleets import PerGpuVariability, parametric_from_spec
 
 MODEL = "Tesla V100-SXM2-16GB"  # the Longhorn profiles' GPU; any model would do
 
@@ -61,7 +66,7 @@ FLEETS = {
 }
 
 
-def variability_of(cluster: Any) -> list[GpuVariability]:
+def variability_of(cluster: Cluster) -> list[GpuVariability]:
     """A simulator `Cluster`'s GPUs as GpuVariability rows, in GPU order (what name_fleet takes)."""
     classes = list(cluster.perfvar)
     return [GpuVariability(perfvar={c: float(cluster.perfvar[c][g]) for c in classes},
@@ -69,14 +74,8 @@ def variability_of(cluster: Any) -> list[GpuVariability]:
             for g in range(len(cluster.gpus))]
 
 
-def draw_fleet(kind: str, profiles: Any, nodes: int, gpus_per_node: int, seed: int) -> list[GpuVariability]:
+def draw_fleet(kind: str, profiles: ArtifactProfiles, nodes: int, gpus_per_node: int, seed: int) -> list[GpuVariability]:
     """The replay's GPUs for fleet `kind` (see FLEETS), reproducible from `seed`."""
-    import random
-
-    from pal_slurm.errors import InputError
-    from pal_slurm.simulate.artifact_draw import draw_artifact
-    from pal_slurm.simulate.fleets import PerGpuVariability, parametric_from_spec
-
     if kind == "artifact":
         return draw_artifact(profiles, nodes * gpus_per_node, random.Random(seed))
     if kind == "wide":

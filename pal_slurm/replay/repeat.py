@@ -15,12 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pal_slurm.atomic_write import write_atomically
 
 __all__ = ["Aggregate", "aggregate", "fingerprint", "finite", "load_done", "ratio_range", "result_path", "save_result"]
 
@@ -43,14 +43,7 @@ def result_path(out: Path, trace: str, rep: int, seed: int, arm: str) -> Path:
 def save_result(path: Path, result: Mapping[str, Any]) -> None:
     """Write atomically (temporary file + rename), so an interrupted write leaves no half result."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(finite(result), fh, indent=1, default=str, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, json.dumps(finite(result), indent=1, default=str, allow_nan=False))
 
 
 def load_done(path: Path, fp: str) -> dict[str, Any] | None:
