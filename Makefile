@@ -30,7 +30,7 @@ help:
 	@echo "make sql    - regenerate sql/*.sql from the migrations"
 	@echo "make bench  - run the benchmarks in bench/"
 	@echo "make replay - replay Sia-Philly workloads 1 and 4 on a real 16x4-GPU Slurm cluster, plain Slurm vs pal-slurm,"
-	@echo "              with the simulator's prediction of each arm (about 45 minutes; REPLAY_ARGS=... for bench/replay.py)"
+	@echo "              with the simulator's prediction of each arm (3 shaken repetitions, about 2.5 hours, resumable; REPLAY_ARGS=... for bench/replay.py)"
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pal-slurm needs Python >= 3.11")'

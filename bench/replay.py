@@ -19,13 +19,29 @@ Before each arm, 32 whole-node jobs in two waves calibrate its latencies (dispat
 pal-slurm also the hold and the placer's cycle, 0.5 s by default; end -> next start), and the
 simulator's prediction of the arm models them (--no-calibrate: an ideal scheduler).
 
-Each arm is one run, on the same trace, cluster, factors and compression. Prints per arm
-real and predicted average / median / p99 JCT, makespan and utilization (trace hours),
-the difference, and pal / slurm ratios; writes replay.json and one PNG per trace into --out.
+Repetitions (--reps, default 3): repetition r replays the trace shaken from seed r (every
+arrival moved by up to --shake-s trace seconds, pal_slurm.simulate.shake; Tsafrir, Ouaknine and
+Feitelson's input shaking), both arms on the same shaken copy. Each trace x repetition x arm
+writes its result to --out/<trace>/rep<r>-seed<r>/<arm>.json the moment it finishes, and a
+rerun with the same settings skips what is done, so an evaluation can be completed over
+several sittings. A repetition whose arm did not complete is reported and left out of the
+mean (and run again by the next rerun).
+
+Fleets (--fleet): `artifact` (the PAL artifact's per-run draw from the profiles, seed --seed:
+Longhorn seed 42 is the paper's fleet), `wide` (parametric: up to ~25 % for class A, 1 % of
+GPUs at 1.5x) and `quiet` (each GPU one real Longhorn GPU, its median run: the no-harm check);
+each is stored as the database's classification the placer, the jobs and the simulator read.
+
+Prints per arm the mean [min-max] over the complete repetitions of real and predicted average
+/ median / p99 JCT, makespan, utilization (trace hours) and the variability tax, the
+prediction's difference from the real mean, and pal / slurm (ratio of the means, and the range
+of the per-repetition ratios); writes replay.json and, for each repetition whose two arms ran in
+this sitting, one PNG into --out.
 
 Usage: bench/replay.py [--trace workload-1.csv ...] [--nodes 16] [--gpus-per-node 4]
                        [--seconds-per-hour 10] [--lambda 1.7] [--estimate uniform:1:5:42]
-                       [--seed 42] [--jobs N] [--arms slurm,pal] [--placer-interval 0.5]
+                       [--fleet artifact|wide|quiet] [--seed 42] [--reps 3] [--shake-s 300]
+                       [--jobs N] [--arms slurm,pal] [--placer-interval 0.5]
                        [--out DIR] [--keep-cluster] [--cluster-dir D --ctld-port P --node-port P]
 Run as root (it starts Slurm daemons and creates device files). Ctrl-C cancels the
 arm's jobs and leaves the cluster clean; the cluster is stopped at the end.
@@ -35,13 +51,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import random
 import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,7 +79,12 @@ def main() -> int:
     ap.add_argument("--seconds-per-hour", type=float, default=10.0, help="real seconds per trace hour (k)")
     ap.add_argument("--lambda", dest="penalty", type=float, default=1.7, help="locality penalty")
     ap.add_argument("--estimate", default="uniform:1:5:42", help="runtime-estimate model the --time limits come from")
-    ap.add_argument("--seed", type=int, default=42, help="variability draw")
+    ap.add_argument("--seed", type=int, default=42, help="the fleet's draw")
+    ap.add_argument("--fleet", default="artifact", help="artifact (per-run draw; Longhorn seed 42: the paper's), "
+                                                        "wide (parametric) or quiet (per-GPU medians)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per arm, repetition r shaken from seed r")
+    ap.add_argument("--shake-s", type=float, default=None,
+                    help="how far each arrival moves, +- trace seconds (default pal_slurm.simulate.shake.SHAKE_S)")
     ap.add_argument("--jobs", type=int, default=None, help="replay only the first N jobs of each trace")
     ap.add_argument("--arms", default="slurm,pal")
     ap.add_argument("--policy", default="pal-guard", help="the placer's policy in the pal arm")
@@ -82,11 +102,14 @@ def main() -> int:
     from pal_slurm.demo.on_slurm import find_cluster_script
     from pal_slurm.errors import PalError
     from pal_slurm.replay.experiment import ArmSettings, ClusterHandle, configure_database, run_arms
-    from pal_slurm.replay.fleet import inventory, name_fleet, node_name
+    from pal_slurm.replay.experiment import Latencies
+    from pal_slurm.replay.fleet import FLEETS, draw_fleet, inventory, name_fleet, node_name
+    from pal_slurm.replay.repeat import fingerprint, finite, load_done, result_path, save_result
+    from pal_slurm.simulate.shake import SHAKE_S, shaken
     from pal_slurm.replay.harness import ReplayInterrupted
     from pal_slurm.replay.plan import first_jobs, plan_replay
     from pal_slurm.replay.plot import write_replay_plot
-    from pal_slurm.simulate.artifact_draw import draw_artifact, load_artifact_profiles
+    from pal_slurm.simulate.artifact_draw import load_artifact_profiles
     from pal_slurm.simulate.estimates import parse_runtime_estimate
     from pal_slurm.simulate.traces import read_trace_file
 
@@ -97,15 +120,24 @@ def main() -> int:
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    shake_s = SHAKE_S if args.shake_s is None else args.shake_s
     try:
+        if args.fleet not in FLEETS:
+            raise ValueError(f"unknown fleet {args.fleet!r}: expected one of {', '.join(FLEETS)}")
+        if args.reps < 1:
+            raise ValueError(f"--reps must be at least 1, got {args.reps}")
+        if shake_s < 0:
+            raise ValueError(f"--shake-s must be >= 0 trace seconds, got {shake_s:g}")
         estimate = parse_runtime_estimate(args.estimate)
-        plans = []
+        plans = []  # (trace name, repetition, seed, plan)
         for path in traces:
             trace = read_trace_file(path)
             if args.jobs:
                 trace = first_jobs(trace, args.jobs)
-            plans.append(plan_replay(trace, seconds_per_hour=args.seconds_per_hour, estimate=estimate,
-                                     nodes=args.nodes, gpus_per_node=args.gpus_per_node))
+            for rep in range(1, args.reps + 1):
+                plans.append((trace.name, rep, rep, plan_replay(
+                    shaken(trace, rep, shake_s), seconds_per_hour=args.seconds_per_hour, estimate=estimate,
+                    nodes=args.nodes, gpus_per_node=args.gpus_per_node)))
     except (PalError, ValueError, OSError) as exc:
         print(f"bench/replay.py: error: {exc}", file=sys.stderr)
         return 2
@@ -134,37 +166,66 @@ def main() -> int:
                            kill_switch=Path(args.cluster_dir) / "pal" / "filter-disabled")
 
     profiles = load_artifact_profiles(args.variability)
-    drawn = draw_artifact(profiles, args.nodes * args.gpus_per_node, random.Random(args.seed))
+    drawn = draw_fleet(args.fleet, profiles, args.nodes, args.gpus_per_node, args.seed)
     names = [node_name(PREFIX, i, args.nodes) for i in range(args.nodes)]
     db = out / "pal.db"
     db.unlink(missing_ok=True)
     db_url = f"sqlite:///{db}"
     cluster, factors, cversion = configure_database(
         db_url, name_fleet(drawn, names, args.gpus_per_node),
-        note=f"replay: {args.variability.name} profiles drawn as the PAL artifact does, seed {args.seed}")
+        note=f"replay: fleet {args.fleet} from the {args.variability.name} profiles, seed {args.seed}")
     settings = ArmSettings(locality_penalty=args.penalty, placer_policy=args.policy,
                            placer_interval_s=args.placer_interval)
-    summary = {"slurm": version, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
-               "seconds_per_hour": args.seconds_per_hour, "lambda": args.penalty, "estimate": estimate.describe(),
-               "seed": args.seed, "classification_version": cversion, "traces": []}
+    summary: dict = {"slurm": version, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+                     "seconds_per_hour": args.seconds_per_hour, "lambda": args.penalty,
+                     "estimate": estimate.describe(), "fleet": args.fleet, "seed": args.seed, "reps": args.reps,
+                     "shake_s": shake_s, "classification_version": cversion, "traces": []}
+    same = {"slurm": version, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "k": args.seconds_per_hour,
+            "lambda": args.penalty, "estimate": estimate.describe(), "fleet": args.fleet, "fleet_seed": args.seed,
+            "variability": args.variability.name, "shake_s": shake_s, "jobs": args.jobs, "policy": args.policy,
+            "placer_interval_s": args.placer_interval, "calibrate": not args.no_calibrate}
+    stored: dict[tuple[str, str], list[dict]] = {}  # (trace, arm) -> results of every repetition
     rc = 0
     try:
-        for plan in plans:
-            print(f"\n== {plan.trace.name}: {len(plan.jobs)} jobs, k = {args.seconds_per_hour:g} s per trace hour, "
-                  f"lambda {args.penalty:g}, limits from {plan.estimate} (whole minutes)", flush=True)
-            reports = run_arms(plan, cluster, handle, db_url=db_url, work_dir=out / plan.trace.name,
-                               factors=factors, settings=settings, arms=arms, calibrate=not args.no_calibrate,
-                               say=lambda s: print("   " + s, flush=True))
-            print_reports(plan.trace.name, reports)
-            summary["traces"].append({"trace": plan.trace.name, "jobs": len(plan.jobs),
-                                      "arms": [r.as_dict() for r in reports]})
-            png = out / f"replay-{plan.trace.name}.png"
-            write_replay_plot(png, plan.trace.name, reports,
-                              subtitle=f"{version}, {args.nodes}x{args.gpus_per_node} GPUs, k={args.seconds_per_hour:g} "
-                                       f"s/h, lambda {args.penalty:g}, limits {plan.estimate}")
-            print(f"   plot: {png}")
-            if any(not (r.run and r.run.complete) for r in reports):
-                rc = 1
+        for name, rep, seed, plan in plans:
+            print(f"\n== {name} repetition {rep}/{args.reps} (shaken, seed {seed}, +-{shake_s:g} trace s): "
+                  f"{len(plan.jobs)} jobs, k = {args.seconds_per_hour:g} s per trace hour, lambda {args.penalty:g}, "
+                  f"fleet {args.fleet}, limits from {plan.estimate} (whole minutes)", flush=True)
+            ran = []
+            for arm in arms:
+                fp = fingerprint({**same, "trace": name, "seed": seed, "arm": arm})
+                path = result_path(out, name, rep, seed, arm)
+                done = load_done(path, fp)
+                if done is not None:
+                    print(f"   arm {arm}: done in an earlier sitting ({path}), skipped", flush=True)
+                    stored.setdefault((name, arm), []).append(done)
+                    continue
+                lat = {}
+                prior = stored.get((name, "slurm"), [])
+                slurm_done = next((r for r in prior if r.get("rep") == rep and r.get("latencies_s")), None)
+                if arm == "pal" and slurm_done is not None:
+                    lat = {"slurm": Latencies(**slurm_done["latencies_s"])}
+                reports = run_arms(plan, cluster, handle, db_url=db_url, work_dir=out / name / f"rep{rep}-seed{seed}",
+                                   factors=factors, settings=replace(settings, latencies=lat), arms=[arm],
+                                   calibrate=not args.no_calibrate, say=lambda s: print("   " + s, flush=True))
+                report = reports[0]
+                result = {**report.as_dict(), "trace": name, "rep": rep, "seed": seed, "fingerprint": fp,
+                          "jobs": len(plan.jobs)}
+                save_result(path, result)
+                stored.setdefault((name, arm), []).append(result)
+                ran.append(report)
+                state = "complete" if result["complete"] else "INCOMPLETE: left out of the mean, rerun to redo it"
+                print(f"   arm {arm}: {state}; result {path}" + "".join(f"\n     ! {n}" for n in report.notes[:10]),
+                      flush=True)
+                if not result["complete"]:
+                    rc = 1
+            if len(ran) == 2:
+                png = out / f"replay-{name}-rep{rep}.png"
+                write_replay_plot(png, f"{name} (repetition {rep}, seed {seed})", ran,
+                                  subtitle=f"{version}, {args.nodes}x{args.gpus_per_node} GPUs, fleet {args.fleet}, "
+                                           f"k={args.seconds_per_hour:g} s/h, lambda {args.penalty:g}, "
+                                           f"limits {plan.estimate}")
+                print(f"   plot: {png}")
     except ReplayInterrupted as exc:
         print(f"bench/replay.py: {exc}", file=sys.stderr)
         rc = 130
@@ -172,39 +233,50 @@ def main() -> int:
         print(f"bench/replay.py: error: {exc}", file=sys.stderr)
         rc = 1
     finally:
-        (out / "replay.json").write_text(json.dumps(summary, indent=1, default=_json_default))
+        for name in dict.fromkeys(n for n, _r, _s, _p in plans):
+            summary["traces"].append(print_aggregate(name, {arm: stored.get((name, arm), []) for arm in arms},
+                                                     args.reps))
+        (out / "replay.json").write_text(json.dumps(finite(summary), indent=1, default=str, allow_nan=False))
         if not args.keep_cluster:
             subprocess.run([str(script), "stop"], env=env, capture_output=True, check=False)
     print(f"\nresults: {out / 'replay.json'}")
     return rc
 
 
-def _json_default(o: object) -> object:
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    return str(o)
+LABELS = {"avg_jct_s": "avg JCT (h)", "median_jct_s": "median JCT (h)", "p99_jct_s": "p99 JCT (h)",
+          "makespan_s": "makespan (h)", "utilization": "utilization", "tax_share": "variability tax"}
 
 
-def print_reports(trace: str, reports: list) -> None:
-    labels = {"avg_jct_s": "avg JCT (h)", "median_jct_s": "median JCT (h)", "p99_jct_s": "p99 JCT (h)",
-              "makespan_s": "makespan (h)", "utilization": "utilization", "tax_share": "variability tax"}
-    print(f"   {'metric':<16}" + "".join(f"{r.arm + ' real':>12}{r.arm + ' pred':>12}{'diff':>8}" for r in reports)
-          + ("   pal/slurm real  pred" if len(reports) == 2 else ""))
-    rows = {r.arm: {c["metric"]: c for c in r.comparison()} for r in reports}
-    for m, label in labels.items():
+def print_aggregate(trace: str, results: dict, reps: int) -> dict:
+    """Each arm's mean [min-max] over its complete repetitions, the prediction beside it, and
+    pal / slurm; failed repetitions named and left out. Returns the same as a dict (replay.json)."""
+    from pal_slurm.replay.repeat import aggregate, ratio_range
+
+    aggs = {arm: aggregate(arm, rs) for arm, rs in results.items()}
+    print(f"\n== {trace}: mean [min-max] over the complete repetitions (of {reps})")
+    for arm, agg in aggs.items():
+        print(f"   arm {arm}: repetitions {list(agg.reps) or 'none'}"
+              + (f"; FAILED, left out: {list(agg.failed)}" if agg.failed else ""))
+    doc: dict = {"trace": trace, "arms": {a: g.as_dict() for a, g in aggs.items()}, "ratios": {},
+                 "results": {a: [r.get("rep") for r in rs] for a, rs in results.items()}}
+    print(f"   {'metric':<16}" + "".join(f"{a + ' real [range]':>26}{a + ' pred':>11}{'diff':>7}" for a in aggs)
+          + ("   pal/slurm real [range]   pred" if {"pal", "slurm"} <= aggs.keys() else ""))
+    for m, label in LABELS.items():
         scale = 1.0 if m in ("utilization", "tax_share") else 1 / 3600.0
         line = f"   {label:<16}"
-        for r in reports:
-            c = rows[r.arm][m]
-            line += f"{c['real'] * scale:>12.2f}{c['predicted'] * scale:>12.2f}{c['diff'] * 100:>7.1f}%"
-        if len(reports) == 2 and "slurm" in rows and "pal" in rows:
-            s, p = rows["slurm"][m], rows["pal"][m]
-            line += f"   {p['real'] / s['real']:>13.3f} {p['predicted'] / s['predicted']:>5.3f}"
+        for agg in aggs.values():
+            mean, lo, hi = agg.real[m]
+            pmean = agg.predicted[m][0]
+            diff = (pmean - mean) / mean if mean and mean == mean else float("nan")
+            cell = f"{mean * scale:.2f} [{lo * scale:.2f}-{hi * scale:.2f}]"
+            line += f"{cell:>26}{pmean * scale:>11.2f}{diff * 100:>6.1f}%"
+        if {"pal", "slurm"} <= aggs.keys():
+            r, lo, hi, n = ratio_range(results["pal"], results["slurm"], m)
+            pr, _plo, _phi, _n = ratio_range(results["pal"], results["slurm"], m, kind="predicted")
+            line += f"   {r:>9.3f} [{lo:.3f}-{hi:.3f}] {pr:>6.3f}"
+            doc["ratios"][m] = {"real": r, "min": lo, "max": hi, "pairs": n, "predicted": pr}
         print(line)
-    for r in reports:
-        state = "complete" if r.run and r.run.complete else "INCOMPLETE"
-        print(f"   arm {r.arm}: {state}, {r.run.wall_s if r.run else 0:.0f} s wall" +
-              "".join(f"\n     ! {n}" for n in r.notes[:10]))
+    return doc
 
 
 if __name__ == "__main__":

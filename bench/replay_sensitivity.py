@@ -17,7 +17,16 @@ class-A job on the one 2.8x GPU or not depending on which nodes happen to be fre
 makespan jumps with tiny timing changes. Step 3 is re-run with the Slurm start latency
 swept over +-20 % in 21 steps, and the spread of both arms' figures is printed.
 
+With --sweep-k K1,K2,... it prints instead, per trace and compression k (real seconds per trace
+hour), how far whole-minute limits move the pal / slurm ratio of average JCT and makespan (step 2
+against step 1), how far the latencies move it (step 3 against step 2), and how long one arm of
+the replay would take at that k (the predicted Slurm makespan, in real minutes): the table a
+faithful time scale is chosen from (neither move above 2 %, the evaluation within its time).
+The latencies stay in real seconds whatever k is, as on a real cluster.
+
 Usage: bench/replay_sensitivity.py [--seconds-per-hour 10] [--latencies 0.586,0.481,0.586,0.422]
+                                   [--sweep-k 10,30,60,120 [--shakes 6] [--fleet artifact|wide|quiet]]
+                                   [--policy pal-guard]
 """
 
 from __future__ import annotations
@@ -43,6 +52,11 @@ def main() -> int:
                     help="slurm start, pal visible, pal start, pal release (real seconds)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--lambda", dest="penalty", type=float, default=1.7)
+    ap.add_argument("--sweep-k", default=None, help="comma-separated k values: the time-scale table (see above)")
+    ap.add_argument("--policy", default=None, help="the pal arm's policy (default: the placer's default)")
+    ap.add_argument("--fleet", default="artifact", help="with --sweep-k: artifact, wide or quiet (bench/replay.py's)")
+    ap.add_argument("--shakes", type=int, default=0,
+                    help="with --sweep-k: each figure the mean over this many input-shaken copies (seeds 1..N)")
     args = ap.parse_args()
 
     from pal_slurm.placement.variability import cluster_from_variability
@@ -53,11 +67,26 @@ def main() -> int:
     from pal_slurm.simulate.traces import read_trace_file
 
     traces = args.trace or [artifact / "traces" / "sia-philly" / f"workload-{w}.csv" for w in (1, 4)]
-    var = draw_artifact(load_artifact_profiles(artifact / "variability" / "longhorn"), 64, random.Random(args.seed))
+    if args.sweep_k:
+        from pal_slurm.replay.fleet import draw_fleet
+
+        var = draw_fleet(args.fleet, load_artifact_profiles(artifact / "variability" / "longhorn"), 16, 4, args.seed)
+    else:
+        var = draw_artifact(load_artifact_profiles(artifact / "variability" / "longhorn"), 64, random.Random(args.seed))
     cluster = cluster_from_variability(var, 16, 4)
     s_start, p_vis, p_start, p_rel = (float(x) for x in args.latencies.split(","))
     estimate = parse_runtime_estimate(args.estimate)
     k = args.seconds_per_hour
+    policy = {"placer_policy": args.policy} if args.policy else {}
+    if args.sweep_k:
+        try:
+            ks = [float(x) for x in args.sweep_k.split(",") if x.strip()]
+        except ValueError:
+            print(f"replay_sensitivity: --sweep-k wants numbers, got {args.sweep_k!r}", file=sys.stderr)
+            return 2
+        lat = {"slurm": Latencies(start_latency_s=s_start),
+               "pal": Latencies(visible_after_s=p_vis, start_latency_s=p_start, release_latency_s=p_rel)}
+        return sweep(traces, ks, cluster, estimate, lat, args.penalty, policy, args.shakes)
     for path in traces:
         trace = read_trace_file(path)
         plan = plan_replay(trace, seconds_per_hour=k, estimate=estimate, nodes=16, gpus_per_node=4)
@@ -97,6 +126,46 @@ def main() -> int:
                   f"makespan {min(mk):.1f}-{max(mk):.1f} h "
                   f"(median {statistics.median(mk):.1f}; {sum(m > 1.5 * min(mk) for m in mk)} of 21 runs "
                   f"over 1.5x the shortest)")
+    return 0
+
+
+def _ratios(plan, cluster, settings) -> tuple[float, float, float]:  # noqa: ANN001 - pal/slurm avg, makespan; slurm makespan
+    from pal_slurm.replay.experiment import predict
+
+    a, b = predict(plan, cluster, "slurm", settings).metrics, predict(plan, cluster, "pal", settings).metrics
+    return b.avg_jct_s / a.avg_jct_s, b.makespan_s / a.makespan_s, a.makespan_s
+
+
+def sweep(traces, ks, cluster, estimate, lat, penalty, policy, shakes) -> int:  # noqa: ANN001 - see --sweep-k
+    from pal_slurm.replay.experiment import ArmSettings
+    from pal_slurm.replay.plan import plan_replay
+    from pal_slurm.simulate.shake import shaken
+    from pal_slurm.simulate.traces import read_trace_file
+
+    ideal = ArmSettings(locality_penalty=penalty, **policy)
+    real = ArmSettings(locality_penalty=penalty, latencies=lat, **policy)
+    print("pal / slurm of average JCT and makespan: step 1 ideal (continuous estimates), 2 whole-minute limits, "
+          "3 + latencies; 'limits' = |2 - 1| / 1, 'latency' = |3 - 2| / 2; one arm's real minutes at k")
+    for path in traces:
+        base = read_trace_file(path)
+        copies = [shaken(base, seed) for seed in range(1, shakes + 1)] or [base]
+        print(f"\n== {base.name}" + (f" (each figure the mean of {shakes} shaken copies)" if shakes else ""))
+        print(f"   {'k (s/h)':>8} {'avg 1':>7} {'avg 2':>7} {'avg 3':>7} {'limits':>7} {'latency':>8}   "
+              f"{'mk 1':>6} {'mk 2':>6} {'mk 3':>6} {'limits':>7} {'latency':>8}   {'arm min':>7}")
+        for k in ks:
+            figs = []
+            for trace in copies:
+                fine = plan_replay(trace, seconds_per_hour=1e9, estimate=estimate, nodes=16, gpus_per_node=4)
+                plan = plan_replay(trace, seconds_per_hour=k, estimate=estimate, nodes=16, gpus_per_node=4)
+                exact = type(plan)(trace=type(plan.trace)(name=trace.name, jobs=tuple(
+                    _with_limit(j.job, estimate.before_start(j.job)) for j in fine.jobs)), jobs=plan.jobs,
+                    seconds_per_hour=k, nodes=16, gpus_per_node=4, estimate=plan.estimate)
+                figs.append((*_ratios(exact, cluster, ideal)[:2], *_ratios(plan, cluster, ideal)[:2],
+                             *_ratios(plan, cluster, real)))
+            a1, m1, a2, m2, a3, m3, mk = (statistics.fmean(col) for col in zip(*figs))
+            print(f"   {k:>8g} {a1:>7.3f} {a2:>7.3f} {a3:>7.3f} {abs(a2 - a1) / a1:>7.1%} {abs(a3 - a2) / a2:>8.1%}   "
+                  f"{m1:>6.3f} {m2:>6.3f} {m3:>6.3f} {abs(m2 - m1) / m1:>7.1%} {abs(m3 - m2) / m2:>8.1%}   "
+                  f"{mk / 3600 * k / 60:>7.0f}")
     return 0
 
 

@@ -188,6 +188,11 @@ class PlacerConfig(_Section):
                                              "leaves no unheld window; 0: stop holding at once")
     hold_s: int = Field(default=90, ge=10, le=3600,
                         description="a held job's begin time is this far ahead; the hold ends by itself after it")
+    wake: bool = Field(default=True, description="run a cycle at once when the submit filter holds a job or a job "
+                                                 "ends (they poke wake_file); false: only every interval_s")
+    wake_file: str = Field(default="", description="the file the filter and EpilogSlurmctld poke; empty: placer-wake "
+                                                   "beside state_file")
+    wake_poll_s: float = Field(default=0.02, gt=0, le=1, description="how often the placer looks at wake_file")
     slurm_backend: Literal["cli", "rest", "pyslurm"] = "cli"
     rest_url: str | None = None
     rest_api: str = "v0.0.38"

@@ -11,7 +11,8 @@ What it does to a job at submit time, and nothing else:
      BeginTime) and tagged in admin_comment
      `pal:held class=<X> src=<source>`; the placer places and
      releases it (StartTime=now), extending the hold while it keeps the job
-     waiting.  Not `priority = 0`: Slurm skips its submit-time checks for a
+     waiting.  It then appends a byte to the placer's wake-up file (the
+     state file's `wake`), so the placer places the job at once.  Not `priority = 0`: Slurm skips its submit-time checks for a
      held job, so a request plain Slurm rejects would be accepted and pend
      forever; a begin time keeps every check, and if the placer dies the hold
      ends by itself.
@@ -460,6 +461,11 @@ local function sanitize_state(t)
             end
         end
     end
+    -- the placer's wake-up file: an absolute path, or none
+    local wake = rawget(t, "wake")
+    if type(wake) == "string" and wake:sub(1, 1) == "/" and not wake:find("[%z\1-\31\127]") then
+        s.wake = wake
+    end
     local rules = rawget(t, "rules")
     if type(rules) == "table" then
         for _, r in ipairs(rules) do
@@ -653,6 +659,29 @@ function pal.apply(job_desc, changes, view)
     end
 end
 
+--[[
+Wake the placer at once: append one byte to its wake-up file.  A regular file
+on a local disk cannot block slurmctld, and a missing one (or a directory we
+may not write) only makes io.open return nil; the placer creates the file and
+publishes its path only when it is a regular file (never a FIFO, which would
+block here).  Never raises.  Returns true when the byte was written.
+--]]
+function pal.poke(path)
+    if type(path) ~= "string" or path == "" then
+        return false
+    end
+    local ok, written = pcall(function()
+        local f = io.open(path, "a")
+        if not f then
+            return false
+        end
+        local w = f:write("1")
+        f:close()
+        return w ~= nil
+    end)
+    return ok and written == true
+end
+
 local function env_path(name, default)
     local v = os.getenv(name)
     if v == nil or v == "" then
@@ -670,6 +699,9 @@ function pal.process(job_desc, now, log)
     local view = pal.read_view(job_desc)
     local changes, logs = pal.plan(view, state, now)
     pal.apply(job_desc, changes, view)
+    if changes.begin_time ~= nil and type(state) == "table" then
+        pal.poke(state.wake)       -- held: the placer places it now, not at its next cycle
+    end
     for _, line in ipairs(logs) do
         log(line)
     end

@@ -124,6 +124,9 @@ class Placer:
         self._waits: dict[str, tuple[float, tuple[str, ...]]] = {}  # job -> (waiting since, GPUs it waits for)
         self._running_placed: set[str] = set()
         self._unheld: frozenset[str] = frozenset()  # classes the filter leaves to Slurm
+        #: the file the filter pokes when it holds a job ("" until the loop sets one up: see
+        #: placer.service.run_forever and placer.wake)
+        self.wake_file = ""
 
     # -- heartbeat --------------------------------------------------------------------
     def publish(self, *, alive: bool = True, nodes: Sequence[SlurmNode] = (), grace_s: int = 0) -> None:
@@ -154,7 +157,8 @@ class Placer:
             beat, stale, hold = 0, self.cfg.stale_after_s, self.cfg.hold_s
         state = filter_state.FilterState(mode=self.cfg.mode, heartbeat=beat, stale_after=stale, models=self._models,
                                          rules=filter_state.rules_from(rules), hold_s=max(hold, 10),
-                                         unheld_classes=tuple(sorted(self._unheld)) if alive else ())
+                                         unheld_classes=tuple(sorted(self._unheld)) if alive else (),
+                                         wake=self.wake_file if alive else "")
         filter_state.write(self.cfg.state_file, state)
 
     def _classes_left_to_slurm(self, factors: Factors) -> frozenset[str]:

@@ -6,7 +6,8 @@ Kept out of the CLI so the command only parses, calls and renders, the way
 Slurm or database read (a restart leaves no window in which the submit filter lets GPU
 jobs through unheld); SIGTERM/SIGINT release every held job (with the restart grace) and
 stop; five failed cycles in a row release everything, because a placer that keeps failing
-must fail open rather than keep jobs held.
+must fail open rather than keep jobs held. Between cycles the loop watches the wake-up file
+(placer/wake.py): a job the filter holds, or a job's end, starts a cycle at once.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
     from pal_slurm.config import PalConfig
     from pal_slurm.jobs.rules import ClassRuleTable
     from pal_slurm.placer.daemon import Placer
+    from pal_slurm.placer.wake import WakeWatch
 
-__all__ = ["ClassRules", "build_placer", "release_on_stop", "release_stale", "run_forever"]
+__all__ = ["ClassRules", "build_placer", "release_on_stop", "release_stale", "run_forever", "wake_watch"]
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,7 @@ def run_forever(p: Placer, interval: float) -> None:
     signal.signal(signal.SIGINT, _stop)
     notify = Notifier()
     failures = 0
+    watch = wake_watch(p)
     try:
         # the heartbeat first, before any Slurm or database read (see Placer.publish, grace_s)
         p.publish()
@@ -149,10 +152,30 @@ def run_forever(p: Placer, interval: float) -> None:
             if failures >= FAILURES_BEFORE_RELEASE:
                 release_on_stop(p, f"placer failing ({exc})"[:200])
         notify.watchdog()
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        left = max(0.0, interval - (time.monotonic() - started))
+        if watch is None:
+            stop.wait(left)
+        elif watch.wait(left, stop):
+            log.debug("woken by %s", watch.path)
     notify.stopping()
     released = release_on_stop(p, "placer stopped", grace_s=p.cfg.restart_grace_s)
     log.warning("stopped; released %d held job(s)", len(released))
+
+
+def wake_watch(p: Placer) -> WakeWatch | None:
+    """The wake-up file the loop watches between cycles (placer.wake), created if missing and
+    published to the filter through the heartbeat; None when waking is off or the path is
+    unusable (then every job waits for the next cycle, as without it)."""
+    from pal_slurm.placer.wake import WakeWatch, default_path, ensure
+
+    if not p.cfg.wake:
+        return None
+    path = p.cfg.wake_file or default_path(p.cfg.state_file)
+    if not ensure(path):
+        return None
+    p.wake_file = path
+    log.info("woken at once by %s (a held job, a job's end); else every %g s", path, p.cfg.interval_s)
+    return WakeWatch(path, poll_s=p.cfg.wake_poll_s)
 
 
 def release_on_stop(p: Placer, why: str, grace_s: int = 0) -> list[str]:

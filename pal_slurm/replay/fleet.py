@@ -7,11 +7,16 @@ order is Slurm's node order and the simulator's) with device minors 0..gpus_per_
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from pal_slurm.errors import InputError
+from pal_slurm.placement.model import Cluster
 from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.simulate.artifact_draw import ArtifactProfiles, draw_artifact
+from pal_slurm.simulate.fleets import PerGpuVariability, parametric_from_spec
 
 MODEL = "Tesla V100-SXM2-16GB"  # the Longhorn profiles' GPU; any model would do
 
@@ -50,3 +55,31 @@ def job_factors(gpus: Sequence[GpuVariability]) -> dict[str, dict[str, dict[str,
             continue
         out.setdefault(g.node, {})[str(g.minor)] = dict(g.perfvar)
     return out
+
+
+#: the fleets a replay can run on (bench/replay.py --fleet), each stored as the database's
+#: classification, so the placer places by it, the jobs sleep by it and the simulator predicts from it
+FLEETS = {
+    "artifact": "the PAL artifact's draw from the profiles (one random run per GPU; Longhorn seed 42 is the paper's)",
+    "wide": "parametric, up to ~25 % spread for class A and 1 % of GPUs at 1.5x (simulate.fleets preset 'wide')",
+    "quiet": "each GPU one real GPU of the profiles, its median run (simulate.fleets.PerGpuVariability)",
+}
+
+
+def variability_of(cluster: Cluster) -> list[GpuVariability]:
+    """A simulator `Cluster`'s GPUs as GpuVariability rows, in GPU order (what name_fleet takes)."""
+    classes = list(cluster.perfvar)
+    return [GpuVariability(perfvar={c: float(cluster.perfvar[c][g]) for c in classes},
+                           slowdown={c: float(cluster.slowdown[c][g]) for c in classes})
+            for g in range(len(cluster.gpus))]
+
+
+def draw_fleet(kind: str, profiles: ArtifactProfiles, nodes: int, gpus_per_node: int, seed: int) -> list[GpuVariability]:
+    """The replay's GPUs for fleet `kind` (see FLEETS), reproducible from `seed`."""
+    if kind == "artifact":
+        return draw_artifact(profiles, nodes * gpus_per_node, random.Random(seed))
+    if kind == "wide":
+        return variability_of(parametric_from_spec("wide", nodes, gpus_per_node, seed).fleet)
+    if kind == "quiet":
+        return variability_of(PerGpuVariability(profiles, nodes, gpus_per_node).cluster(random.Random(seed)))
+    raise InputError(f"unknown fleet {kind!r}: expected one of {', '.join(FLEETS)}")

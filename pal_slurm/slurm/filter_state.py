@@ -6,7 +6,8 @@ safe. The file carries the daemon's heartbeat, so a dead daemon stops the filter
 holding jobs within `stale_after` seconds, with nobody having to notice.
 Contract: docs/admin-guide.md ("The filter state file", under job_submit.lua). `hold_s` (optional,
 the filter's default 90) is how far ahead the filter sets a held job's begin time;
-`unheld_classes` (optional) lists job classes the filter leaves to Slurm.
+`unheld_classes` (optional) lists job classes the filter leaves to Slurm; `wake` (optional) is
+the file the filter pokes when it holds a job (pal_slurm.placer.wake).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ class FilterState:
     #: job classes the filter does not hold: the policy would give them Slurm's own first
     #: fit (their GPUs all lie within the noise), so a hold would only add latency
     unheld_classes: tuple[str, ...] = ()
+    #: the placer's wake-up file (pal_slurm.placer.wake): the filter appends a byte to it when
+    #: it holds a job, so the placer places it at once; "" when the placer has none
+    wake: str = ""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -64,7 +68,8 @@ def render(state: FilterState) -> str:
              f"  heartbeat = {int(state.heartbeat)},", f"  stale_after = {int(state.stale_after)},",
              f"  hold_s = {int(state.hold_s)},",
              "  models = { " + ", ".join(lua_string(m) for m in state.models) + " },",
-             "  unheld_classes = { " + ", ".join(lua_string(c) for c in state.unheld_classes) + " },", "  rules = {"]
+             "  unheld_classes = { " + ", ".join(lua_string(c) for c in state.unheld_classes) + " },",
+             *([f"  wake = {lua_string(state.wake)},"] if state.wake else []), "  rules = {"]
     for rule in state.rules:
         parts = []
         for key in RULE_KEYS:

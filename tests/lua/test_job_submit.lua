@@ -562,6 +562,55 @@ test("a class the placer leaves to Slurm is not held; the others are", function(
     eq(s.unheld.D, true, "D read") eq(s.unheld.A, nil, "A not") eq(s.unheld["5"], nil, "numbers ignored")
 end)
 
+-- ------------------------------------------------------------------ waking the placer
+
+local function size_of(path)
+    local f = io.open(path, "rb")
+    if not f then
+        return nil
+    end
+    local n = f:seek("end")
+    f:close()
+    return n
+end
+
+test("wake: a held job appends one byte to the state's wake file, each time", function()
+    local wake = tmpname()
+    write(wake, "")
+    set_state(state_table({ wake = wake }))
+    local j = submit(job({ tres_per_node = "gres:gpu:1" }))
+    truthy(held(j), "held")
+    eq(size_of(wake), 1, "one poke")
+    submit(job({ tres_per_node = "gres:gpu:2" }))
+    eq(size_of(wake), 2, "a second poke grows the file again")
+end)
+
+test("wake: no poke for a job not held, in observe mode, or without a wake path", function()
+    local wake = tmpname()
+    write(wake, "")
+    set_state(state_table({ wake = wake }))
+    submit(job({}))                                           -- no GPUs
+    submit(job({ tres_per_node = "gres:gpu:1", req_nodes = "n1" }))
+    eq(size_of(wake), 0, "not held: not poked")
+    set_state(state_table({ wake = wake, mode = "observe" }))
+    submit(job({ tres_per_node = "gres:gpu:1" }))
+    eq(size_of(wake), 0, "observe: not poked")
+    set_state(state_table({ wake = wake, heartbeat = os.time() - 3600 }))
+    submit(job({ tres_per_node = "gres:gpu:1" }))
+    eq(size_of(wake), 0, "stale heartbeat: not poked")
+end)
+
+test("wake: a missing file or directory, or a relative or odd path, never fails the submission", function()
+    for _, path in ipairs({ "/nonexistent-pal-dir/placer-wake", "relative/wake", "/tmp/a\nb", "" }) do
+        set_state(state_table({ wake = path }))
+        local j, rc = submit(job({ tres_per_node = "gres:gpu:1" }))
+        eq(rc, slurm.SUCCESS, path) truthy(held(j), "held anyway: " .. path)
+    end
+    eq(pal.poke(nil), false) eq(pal.poke("/nonexistent-pal-dir/x"), false)
+    write(STATE_PATH, "return { format = 1, mode = 'enforce', heartbeat = " .. NOW .. ", wake = 'rel/x' }")
+    eq(assert(pal.load_state(STATE_PATH)).wake, nil, "a relative path is not taken")
+end)
+
 -- ------------------------------------------------------------------ state file
 
 test("state: syntax error, non-table, wrong format, missing file", function()

@@ -214,6 +214,10 @@ write_config() {
     local prolog_lines=""
     if [ -f "$REPO/spank_hooks/pal-prolog.sh" ]; then prolog_lines+="Prolog=$ETC/prolog.sh"$'\n'; fi
     if [ -f "$REPO/spank_hooks/pal-epilog.sh" ]; then prolog_lines+="Epilog=$ETC/epilog.sh"$'\n'; fi
+    # and the controller's job-end hook that wakes the placer (its wake-up file in $PAL_STATE_DIR)
+    if [ -f "$REPO/spank_hooks/pal-epilog-slurmctld.sh" ]; then
+        prolog_lines+="EpilogSlurmctld=$ETC/epilog-slurmctld.sh"$'\n'
+    fi
     # JWT beside munge only for slurmrestd (PAL_TEST_SLURM_REST=1): otherwise slurm.conf is unchanged.
     local auth_alt_lines=""
     if [ "$REST" = 1 ]; then
@@ -320,6 +324,16 @@ EOF
             chmod 755 "$ETC/$kind.sh"
         fi
     done
+    if [ -f "$REPO/spank_hooks/pal-epilog-slurmctld.sh" ]; then
+        cat >"$ETC/epilog-slurmctld.sh" <<EOF
+#!/bin/sh
+# wrapper written by tests/services/slurm-cluster.sh: this cluster's placer wake-up file, then the real hook
+PAL_WAKE_FILE="$PAL_STATE_DIR/placer-wake"
+export PAL_WAKE_FILE
+exec /bin/sh "$REPO/spank_hooks/pal-epilog-slurmctld.sh" "\$@"
+EOF
+        chmod 755 "$ETC/epilog-slurmctld.sh"
+    fi
 }
 
 build_spank() {

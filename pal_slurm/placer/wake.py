@@ -1,0 +1,140 @@
+"""Waking the placer at once: a poke file beside the filter state.
+
+Why a plain file that grows by one byte per poke, and not a FIFO or a socket: the submit
+filter runs inside slurmctld, in Lua 5.1 with only `io`, and must never block it. Opening a
+FIFO for writing with `io.open` blocks until a reader opens it (a dead placer would stall
+every submission), and plain Lua has no sockets. Appending one byte to a regular file on a
+local disk cannot block and cannot fail the submission (a missing file or directory only
+makes `io.open` return nil). The placer looks at the file's size and change time every
+`poll_s` (a `stat` every 20 ms by default: about 50 system calls a second, nothing next to
+one squeue) and runs a cycle when they moved. The size grows with every poke, so two pokes
+within one tick of the file system's coarse clock are still seen.
+
+Who pokes (docs/admin-guide.md, "Waking the placer"): job_submit.lua when it holds a job (the
+path comes from the filter state file, so only a placer that publishes a heartbeat is poked),
+and `spank_hooks/pal-epilog-slurmctld.sh` (EpilogSlurmctld, on the controller, where the
+placer runs) when a job ends. The timed cycle stays as it was: a lost poke costs at most
+one interval, and with the placer dead nothing waits on the file (the holds end by
+themselves, as before).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["WAKE_NAME", "WakeWatch", "default_path", "ensure", "poke"]
+
+log = logging.getLogger(__name__)
+
+#: the poke file's name beside the filter state file, unless placer.wake_file names another
+WAKE_NAME = "placer-wake"
+#: the placer empties the file once it is this large (a dead placer leaves it growing by a
+#: byte per held job or job end; a running one keeps it small)
+TRUNCATE_AT = 65536
+
+
+def default_path(state_file: str | os.PathLike[str]) -> str:
+    """The poke file for a placer whose filter state file is `state_file`."""
+    return str(Path(state_file).with_name(WAKE_NAME))
+
+
+def ensure(path: str | os.PathLike[str]) -> bool:
+    """Create the poke file as an empty regular file if it is missing (mode 0664; an existing
+    file keeps its owner and mode, which the admin sets so slurmctld's SlurmUser may write
+    it). False, with an error logged, when the path is anything but a regular file: the
+    filter would block on a FIFO, so the placer then publishes no poke path at all."""
+    p = Path(path)
+    try:
+        st = p.lstat()
+    except FileNotFoundError:
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o664)
+            os.close(fd)
+            return True
+        except FileExistsError:
+            return ensure(path)
+        except OSError as exc:
+            log.error("wake-up file %s not created (%s): jobs wait for the next cycle", p, exc)
+            return False
+    except OSError as exc:
+        log.error("wake-up file %s not readable (%s): jobs wait for the next cycle", p, exc)
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        log.error("wake-up file %s is not a regular file: not published (the filter must never open a "
+                  "FIFO or device); jobs wait for the next cycle", p)
+        return False
+    return True
+
+
+def poke(path: str | os.PathLike[str]) -> bool:
+    """Append one byte to the poke file; never blocks, never raises. True when written.
+    (What the filter and the EpilogSlurmctld hook do, for Python callers and tests.)"""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        return os.write(fd, b"1") == 1
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class WakeWatch:
+    """Waits for the next cycle: the interval's end, a poke, or a stop."""
+
+    path: str
+    poll_s: float = 0.02
+
+    def __post_init__(self) -> None:
+        self._seen = self._look()
+        self._truncate_if_large(self._seen)
+
+    def _look(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _truncate_if_large(self, seen: tuple[int, int, int] | None) -> None:
+        if seen is None or seen[1] < TRUNCATE_AT:
+            return
+        try:
+            os.truncate(self.path, 0)
+        except OSError as exc:
+            log.warning("wake-up file %s not emptied (%s)", self.path, exc)
+        self._seen = self._look()
+
+    def poked(self) -> bool:
+        """Whether the file changed since the last look (and remember this look)."""
+        now = self._look()
+        if now == self._seen:
+            return False
+        self._seen = now
+        self._truncate_if_large(now)
+        return now is not None
+
+    def wait(self, timeout: float, stop: threading.Event) -> bool:
+        """Sleep up to `timeout` s in `poll_s` steps; True as soon as the file was poked,
+        False when the time ran out or `stop` was set."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while not stop.is_set():
+            if self.poked():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            stop.wait(min(self.poll_s, left))
+        return False
