@@ -45,6 +45,8 @@ PURE = (
     "placer/cluster_view.py",
     "placer/shapes.py",
     "placer/slurm_updates.py",
+    "placer/ledger.py",
+    "savings.py",
 )
 
 #: Imports a pure module may not reach, directly or through the pal_slurm modules it imports,

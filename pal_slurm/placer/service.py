@@ -81,6 +81,8 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
                  policy: str | None = None, state_file: str | None = None) -> Placer:
     """A Placer wired to the configured Slurm backend, database and class rules; `engine` is
     called only when the database is first needed (the fail-safe path reads none)."""
+    from pal_slurm.db.accounting_store import AccountingSink
+    from pal_slurm.placer.accounting import Accounting
     from pal_slurm.placer.audit import AuditSink
     from pal_slurm.placer.daemon import Placer
     from pal_slurm.placer.factors import FactorCache
@@ -107,8 +109,10 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
         with session_scope(engine()) as session:
             return learned_runtimes(session, history=cfg.jobs.history)
 
+    accounting = Accounting(AccountingSink(engine), pc.mode)
     return Placer(backend, pc, factors, AuditSink(engine), classes=list(cfg.job_classes),
-                  resolve_class=rules.resolve, rules=rules.filter_rules, identities=identities, history=history)
+                  resolve_class=rules.resolve, rules=rules.filter_rules, identities=identities, history=history,
+                  accounting=accounting)
 
 
 def run_forever(p: Placer, interval: float) -> None:
