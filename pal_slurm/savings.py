@@ -16,74 +16,118 @@ tax and saving are computed). Definitions, as the report prints them:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 BY = ("partition", "account", "user", "class")
+MODES = ("observe", "enforce")
 
 
-class Row(Protocol):
-    job_id: str
+@dataclass(frozen=True)
+class Cell:
+    """The sums over the jobs that share a group (`--by`; "" without), a mode and whether
+    they are accounted: what the database aggregates (pal_slurm.db.accounting_store), so the
+    report reads a few hundred cells, not 100,000 rows."""
+
+    group: str
+    mode: str
+    accounted: bool
+    jobs: int
+    gpu_hours: float
+    lost_gpu_hours: float  # the positive taxes only
+    net_tax_gpu_hours: float
+    saved_gpu_hours: float  # over the jobs with an alternative
+    compared_jobs: int
+
+
+@dataclass(frozen=True)
+class PaceCell:
+    """The loss of the jobs whose pace the same GPU(s) set ("node:minor,...")."""
+
+    slowest_gpus: str
+    lost_gpu_hours: float
+    jobs: int
+
+
+class Record(Protocol):
+    """A job record as pal_slurm.placer.ledger.JobAccount has it."""
+
     mode: str
     job_class: str
     partition: str
     account: str
     user: str
-    gpus: list[dict[str, Any]]
-    n_gpus: int
+    gpus: tuple[tuple[str, int, float | None], ...]
     runtime_s: float
-    slowdown: float | None
+    factor: float | None
     tax_gpu_h: float | None
-    alternative: str | None
     saved_gpu_h: float | None
 
-
-@dataclass
-class _Sum:
-    jobs: int = 0
-    gpu_hours: float = 0.0
-    lost: float = 0.0
-    net_tax: float = 0.0
-    unaccounted: int = 0
-    unaccounted_gpu_hours: float = 0.0
-    saved: dict[str, float] = field(default_factory=lambda: {"observe": 0.0, "enforce": 0.0})
-    compared: dict[str, int] = field(default_factory=lambda: {"observe": 0, "enforce": 0})
-    lost_compared: dict[str, float] = field(default_factory=lambda: {"observe": 0.0, "enforce": 0.0})
-
-    def add(self, r: Row) -> None:
-        self.jobs += 1
-        gpu_h = r.n_gpus * r.runtime_s / 3600.0
-        if r.slowdown is None or r.tax_gpu_h is None:
-            self.unaccounted += 1
-            self.unaccounted_gpu_hours += gpu_h
-            return
-        self.gpu_hours += gpu_h
-        self.net_tax += r.tax_gpu_h
-        loss = max(r.tax_gpu_h, 0.0)
-        self.lost += loss
-        if r.saved_gpu_h is not None and r.mode in self.saved:
-            self.saved[r.mode] += r.saved_gpu_h
-            self.compared[r.mode] += 1
-            self.lost_compared[r.mode] += loss
-
-    def as_dict(self) -> dict[str, Any]:
-        accounted = self.jobs - self.unaccounted
-        return {
-            "jobs": self.jobs, "accounted_jobs": accounted, "unaccounted_jobs": self.unaccounted,
-            "unaccounted_gpu_hours": self.unaccounted_gpu_hours,
-            "gpu_hours": self.gpu_hours, "lost_gpu_hours": self.lost,
-            "lost_share": self.lost / self.gpu_hours if self.gpu_hours > 0 else None,
-            "net_tax_gpu_hours": self.net_tax,
-            **{f"{m}_saved_gpu_hours": self.saved[m] for m in ("observe", "enforce")},
-            **{f"{m}_compared_jobs": self.compared[m] for m in ("observe", "enforce")},
-            "saved_gpu_hours": self.saved["observe"] + self.saved["enforce"],
-            "saved_share": ((self.saved["observe"] + self.saved["enforce"]) / self.lost if self.lost > 0 else None),
-        }
+    def slowest_text(self) -> str: ...
 
 
-def savings(rows: Iterable[Row], *, by: str | None = None, since: str | None = None,
-            gpu_names: Mapping[tuple[str, int], str] | None = None,
+def group_of(r: Record, by: str | None) -> str:
+    if by is None:
+        return ""
+    return str({"partition": r.partition, "account": r.account, "user": r.user, "class": r.job_class}[by])
+
+
+def cells_of(records: Iterable[Record], by: str | None = None) -> tuple[list[Cell], list[PaceCell]]:
+    """The cells of job records, summed in Python: the same sums the database query makes
+    (the tests hold the two to each other on every database)."""
+    sums: dict[tuple[str, str, bool], list[float]] = {}
+    pace: dict[str, list[float]] = {}
+    for r in records:
+        acc = r.factor is not None and r.tax_gpu_h is not None
+        cell = sums.setdefault((group_of(r, by), r.mode, acc), [0, 0.0, 0.0, 0.0, 0.0, 0])
+        cell[0] += 1
+        cell[1] += len(r.gpus) * r.runtime_s / 3600.0
+        if acc:
+            tax = float(r.tax_gpu_h)  # type: ignore[arg-type]
+            cell[2] += max(tax, 0.0)
+            cell[3] += tax
+            if r.saved_gpu_h is not None:
+                cell[4] += r.saved_gpu_h
+                cell[5] += 1
+            text = r.slowest_text()
+            if tax > 0 and text:
+                p = pace.setdefault(text, [0.0, 0])
+                p[0] += tax
+                p[1] += 1
+    return ([Cell(g, m, a, int(v[0]), v[1], v[2], v[3], v[4], int(v[5])) for (g, m, a), v in sums.items()],
+            [PaceCell(k, v[0], int(v[1])) for k, v in pace.items()])
+
+
+def _sums(cells: Iterable[Cell]) -> dict[str, Any]:
+    """The totals of some cells, in the contract's keys."""
+    out: dict[str, Any] = {"jobs": 0, "accounted_jobs": 0, "unaccounted_jobs": 0, "unaccounted_gpu_hours": 0.0,
+                           "gpu_hours": 0.0, "lost_gpu_hours": 0.0, "lost_share": None, "net_tax_gpu_hours": 0.0}
+    for m in MODES:
+        out[f"{m}_saved_gpu_hours"] = 0.0
+        out[f"{m}_compared_jobs"] = 0
+    for c in cells:
+        out["jobs"] += c.jobs
+        if not c.accounted:
+            out["unaccounted_jobs"] += c.jobs
+            out["unaccounted_gpu_hours"] += c.gpu_hours
+            continue
+        out["accounted_jobs"] += c.jobs
+        out["gpu_hours"] += c.gpu_hours
+        out["lost_gpu_hours"] += c.lost_gpu_hours
+        out["net_tax_gpu_hours"] += c.net_tax_gpu_hours
+        if c.mode in MODES:
+            out[f"{c.mode}_saved_gpu_hours"] += c.saved_gpu_hours
+            out[f"{c.mode}_compared_jobs"] += c.compared_jobs
+    lost = out["lost_gpu_hours"]
+    out["lost_share"] = lost / out["gpu_hours"] if out["gpu_hours"] > 0 else None
+    out["saved_gpu_hours"] = sum(out[f"{m}_saved_gpu_hours"] for m in MODES)
+    out["saved_share"] = out["saved_gpu_hours"] / lost if lost > 0 else None
+    return out
+
+
+def savings(cells: Sequence[Cell], pace: Sequence[PaceCell] = (), *, by: str | None = None,
+            since: str | None = None, gpu_names: Mapping[tuple[str, int], str] | None = None,
             actions: Mapping[str, Mapping[str, Any]] | None = None, top: int = 10) -> dict[str, Any]:
     """The report's data (JSON contract): totals, the headline, per-group rows, the top GPUs.
 
@@ -91,39 +135,40 @@ def savings(rows: Iterable[Row], *, by: str | None = None, since: str | None = N
     graded action (``{"action", "reason"}``) for the GPUs the classification flags."""
     if by is not None and by not in BY:
         raise ValueError(f"by: one of {', '.join(BY)}, not {by!r}")
-    total = _Sum()
-    groups: dict[str, _Sum] = {}
-    per_gpu: dict[tuple[str, int], list[float]] = {}  # -> [lost GPU-hours, jobs]
-    key_of = {"partition": "partition", "account": "account", "user": "user", "class": "job_class"}
-    for r in rows:
-        total.add(r)
-        if by is not None:
-            groups.setdefault(str(getattr(r, key_of[by])), _Sum()).add(r)
-        if r.tax_gpu_h is None or r.tax_gpu_h <= 0 or not r.gpus:
-            continue
-        worst = [g for g in r.gpus if g.get("slowdown") == r.slowdown] or r.gpus
-        share = r.tax_gpu_h / len(worst)
-        for g in worst:
-            acc = per_gpu.setdefault((str(g.get("node")), int(g.get("minor", -1))), [0.0, 0])
-            acc[0] += share
-            acc[1] += 1
-    out = total.as_dict()
+    out = _sums(cells)
     out["since"] = since
     out["by"] = by
     out["headline"] = headline(out, since)
-    out["groups"] = [{"name": name, **s.as_dict()} for name, s in
-                     sorted(groups.items(), key=lambda kv: (-kv[1].lost, kv[0]))]
-    names = gpu_names or {}
-    acts = actions or {}
-    ranked = sorted(per_gpu.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
-    out["gpus"] = []
-    for (node, minor), (lost, jobs) in ranked:
+    out["groups"] = []
+    if by is not None:
+        per: dict[str, list[Cell]] = {}
+        for c in cells:
+            per.setdefault(c.group, []).append(c)
+        groups = [{"name": name, **_sums(cs)} for name, cs in per.items()]
+        out["groups"] = sorted(groups, key=lambda g: (-g["lost_gpu_hours"], g["name"]))
+    out["gpus"] = _responsible(pace, out["lost_gpu_hours"], gpu_names or {}, actions or {}, top)
+    return out
+
+
+def _responsible(pace: Sequence[PaceCell], lost: float, names: Mapping[tuple[str, int], str],
+                 actions: Mapping[str, Mapping[str, Any]], top: int) -> list[dict[str, Any]]:
+    """Each job's loss to the GPU(s) that set its pace, split evenly; the `top` GPUs by loss."""
+    per_gpu: dict[str, list[float]] = {}
+    for p in pace:
+        gpus = [g for g in p.slowest_gpus.split(",") if g]
+        for g in gpus:
+            acc = per_gpu.setdefault(g, [0.0, 0])
+            acc[0] += p.lost_gpu_hours / len(gpus)
+            acc[1] += p.jobs
+    out: list[dict[str, Any]] = []
+    for name, (gpu_lost, jobs) in sorted(per_gpu.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]:
+        node, _, minor_text = name.rpartition(":")
+        minor = int(minor_text) if minor_text.lstrip("-").isdigit() else -1
         uuid = names.get((node, minor))
-        act = acts.get(uuid) if uuid is not None else None
-        out["gpus"].append({"node": node, "minor": minor, "uuid": uuid, "lost_gpu_hours": lost, "jobs": int(jobs),
-                            "share_of_lost": lost / total.lost if total.lost > 0 else None,
-                            "action": act.get("action") if act else None,
-                            "reason": act.get("reason") if act else None})
+        act = actions.get(uuid) if uuid is not None else None
+        out.append({"node": node, "minor": minor, "uuid": uuid, "lost_gpu_hours": gpu_lost, "jobs": int(jobs),
+                    "share_of_lost": gpu_lost / lost if lost > 0 else None,
+                    "action": act.get("action") if act else None, "reason": act.get("reason") if act else None})
     return out
 
 
@@ -164,4 +209,4 @@ def _when(since: str) -> str:
     return f"since {text}"
 
 
-__all__ = ["BY", "headline", "savings"]
+__all__ = ["BY", "MODES", "Cell", "PaceCell", "cells_of", "group_of", "headline", "savings"]

@@ -331,6 +331,7 @@ CREATE TABLE job_accounting (
     "user" VARCHAR(128) NOT NULL, 
     gpus JSON NOT NULL, 
     n_gpus INTEGER NOT NULL, 
+    slowest_gpus VARCHAR(1024) NOT NULL, 
     started_at TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
     ended_at TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
     runtime_s DOUBLE PRECISION NOT NULL, 

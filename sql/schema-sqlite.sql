@@ -329,6 +329,7 @@ CREATE TABLE job_accounting (
     user VARCHAR(128) NOT NULL, 
     gpus JSON NOT NULL, 
     n_gpus INTEGER NOT NULL, 
+    slowest_gpus VARCHAR(1024) NOT NULL, 
     started_at DATETIME NOT NULL, 
     ended_at DATETIME NOT NULL, 
     runtime_s DOUBLE NOT NULL, 

@@ -10,24 +10,25 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import replace
+from dataclasses import astuple, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, select
 
 from pal_slurm.cli.main import cli
 from pal_slurm.config import PlacerConfig
-from pal_slurm.db.accounting_store import AccountingSink, load_accounts
+from pal_slurm.db.accounting_store import AccountingSink, load_cells
+from pal_slurm.db.models import JobAccounting
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.placer.accounting import Accounting
 from pal_slurm.placer.audit import AuditSink
 from pal_slurm.placer.daemon import Placer
 from pal_slurm.placer.factors import Factors
 from pal_slurm.placer.ledger import Alternative, JobAccount, Ledger, job_gpus
-from pal_slurm.savings import savings
+from pal_slurm.savings import cells_of, savings
 from pal_slurm.slurm.model import SlurmJob
 from tests.test_placer_holds import CLASSES, NOW, Recorder, StaticFactors, held, node
 
@@ -105,7 +106,7 @@ def test_unknown_gpus_or_factors_are_unaccounted_never_zero_tax() -> None:
     recs = ledger.cycle([], by_slot(["n1"]), NOW + 60, 7, lambda _j: "A")
     assert sorted(r.job_id for r in recs) == ["1", "2"]
     assert all(r.factor is None and r.tax_gpu_h is None and not r.accounted for r in recs)
-    data = savings(recs_as_rows(recs))
+    data = report(recs)
     assert data["unaccounted_jobs"] == 2 and data["accounted_jobs"] == 0 and data["lost_share"] is None
     assert "no accounted GPU job; 2 jobs unaccounted" in data["headline"]
 
@@ -196,17 +197,15 @@ def record(job_id: str, *, factor: float | None, alt: float | None = None, mode:
                       alternative_factor=alt, saved_gpu_h=saved, version=1)
 
 
-def recs_as_rows(recs: list[JobAccount]) -> list:
-    """JobAccounts as the report reads rows (the same shape load_accounts returns)."""
-    from pal_slurm.db.accounting_store import AccountRow, _row
+def report(recs: list[JobAccount], by: str | None = None, **kw: object) -> dict:
+    """The savings report of some records, summed in Python (cells_of)."""
+    cells, pace = cells_of(recs, by)
+    return savings(cells, pace, by=by, **kw)  # type: ignore[arg-type]
 
-    out = []
-    for r in recs:
-        d = _row(r)
-        out.append(AccountRow(r.job_id, r.mode, r.job_class, r.partition, r.account, r.user, d["gpus"],  # type: ignore[arg-type]
-                              len(r.gpus), r.ended_at, r.runtime_s, r.factor, r.tax_gpu_h, r.alternative,
-                              r.saved_gpu_h))
-    return out
+
+def norm(items: list) -> list[tuple]:
+    """Dataclasses as sorted tuples, floats to 9 digits (SUM over another order on a server)."""
+    return sorted(tuple(round(v, 9) if isinstance(v, float) else v for v in astuple(x)) for x in items)
 
 
 def test_records_round_trip_and_wait_in_memory_while_the_database_is_down(engine, tmp_path: Path) -> None:
@@ -219,13 +218,19 @@ def test_records_round_trip_and_wait_in_memory_while_the_database_is_down(engine
     assert sink.flush() == 0 and len(sink.pending) == 3 and sink.last_error
     state["up"] = True
     assert sink.flush() == 3 and not sink.pending
-    rows = load_accounts(engine)
-    assert [r.job_id for r in rows] == ["3", "1", "2"]  # oldest first
-    one = rows[1]
-    assert one.slowdown == 1.3 and one.tax_gpu_h == pytest.approx(1 - 1 / 1.3) and one.n_gpus == 1
-    assert one.gpus == [{"node": "n1", "minor": 0, "slowdown": 1.3}] and one.ended_at.tzinfo is not None
-    assert rows[2].slowdown is None and rows[2].tax_gpu_h is None
-    assert [r.job_id for r in load_accounts(engine, datetime.now(UTC) - timedelta(days=7))] == ["1", "2"]
+    week = datetime.now(UTC) - timedelta(days=7)
+    for by in (None, "partition", "class"):
+        for since in (None, week):
+            kept = [r for r in (record("1", factor=1.3, alt=1.0), record("2", factor=None),
+                                record("3", factor=1.1, ended=old)) if since is None or r.ended_at >= since]
+            cells, pace = load_cells(engine, since, by)
+            want_cells, want_pace = cells_of(kept, by)
+            assert norm(cells) == norm(want_cells) and cells, (by, since)
+            assert norm(pace) == norm(want_pace) and pace
+    with engine.connect() as conn:  # the full record: every GPU with its factor, timestamps in UTC
+        row = conn.execute(select(JobAccounting).where(JobAccounting.slurm_job_id == "1")).one()
+    assert row.gpus == [{"node": "n1", "minor": 0, "slowdown": 1.3}] and row.ended_at.tzinfo is not None
+    assert (row.mode, row.alternative, row.alternative_slowdown) == ("observe", "placer", 1.0)
 
 
 # --------------------------------------------------------------------------- the report
@@ -237,7 +242,7 @@ def test_savings_totals_groups_and_responsible_gpus() -> None:
             record("3", factor=0.95, alt=1.0, hours=1, partition="b"),  # fast GPU: no loss; placer worse: -0.0526
             record("4", factor=1.1, alt=1.0, mode="enforce", hours=1, partition="a", node_name="n2"),
             record("5", factor=None, hours=3, partition="a")]
-    data = savings(recs_as_rows(recs), by="partition", since="7d",
+    data = report(recs, by="partition", since="7d",
                    gpu_names={("n1", 0): "GPU-aaa"}, actions={"GPU-aaa": {"action": "drain", "reason": "slow"}})
     assert data["jobs"] == 5 and data["accounted_jobs"] == 4 and data["unaccounted_jobs"] == 1
     assert data["unaccounted_gpu_hours"] == pytest.approx(3)

@@ -69,15 +69,15 @@ def savings(app: AppContext, since: str, by: str | None, top: int, fmt: str) -> 
     from datetime import UTC, datetime
 
     from pal_slurm.cli.report_cmd import _since
-    from pal_slurm.db.accounting_store import load_accounts
+    from pal_slurm.db.accounting_store import load_cells
     from pal_slurm.db.migrate import require_current
     from pal_slurm.savings import savings as build
 
     cutoff = _since(since, datetime.now(UTC))
     require_current(app.engine)
-    rows = load_accounts(app.engine, cutoff)
-    names, actions = _gpu_context(app) if rows else ({}, {})
-    data = build(rows, by=by, since=since, gpu_names=names, actions=actions, top=top)
+    cells, pace = load_cells(app.engine, cutoff, by)
+    names, actions = _gpu_context(app) if pace and top else ({}, {})
+    data = build(cells, pace, by=by, since=since, gpu_names=names, actions=actions, top=top)
     if fmt == "json":
         emit_json(data)
         return

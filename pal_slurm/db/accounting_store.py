@@ -10,15 +10,15 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import insert, select
+from sqlalchemy import String, and_, case, func, insert, literal, select
 from sqlalchemy.engine import Engine
 
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.models import JobAccounting
 from pal_slurm.placer.ledger import JobAccount
+from pal_slurm.savings import Cell, PaceCell
 
 log = logging.getLogger(__name__)
 
@@ -58,43 +58,41 @@ def _row(r: JobAccount) -> dict[str, object]:
     return {"slurm_job_id": r.job_id, "mode": r.mode, "job_class": r.job_class, "partition": r.partition[:128],
             "account": r.account[:128], "user": r.user[:128],
             "gpus": [{"node": n, "minor": m, "slowdown": None if f is None else round(f, 6)} for n, m, f in r.gpus],
-            "n_gpus": len(r.gpus), "started_at": r.started_at, "ended_at": r.ended_at, "runtime_s": r.runtime_s,
-            "slowdown": r.factor, "tax_gpu_h": r.tax_gpu_h, "alternative": r.alternative,
-            "alternative_slowdown": r.alternative_factor, "saved_gpu_h": r.saved_gpu_h,
-            "classification_version": r.version}
+            "n_gpus": len(r.gpus), "slowest_gpus": r.slowest_text(), "started_at": r.started_at,
+            "ended_at": r.ended_at, "runtime_s": r.runtime_s, "slowdown": r.factor, "tax_gpu_h": r.tax_gpu_h,
+            "alternative": r.alternative, "alternative_slowdown": r.alternative_factor,
+            "saved_gpu_h": r.saved_gpu_h, "classification_version": r.version}
 
 
-@dataclass(frozen=True)
-class AccountRow:
-    """What the savings report reads of one record (plain columns: 100,000 of them load fast)."""
-
-    job_id: str
-    mode: str
-    job_class: str
-    partition: str
-    account: str
-    user: str
-    gpus: list[dict[str, object]]
-    n_gpus: int
-    ended_at: datetime
-    runtime_s: float
-    slowdown: float | None
-    tax_gpu_h: float | None
-    alternative: str | None
-    saved_gpu_h: float | None
-
-
-def load_accounts(engine: Engine, since: datetime | None = None) -> list[AccountRow]:
-    """Every record whose job ended at or after `since` (all with None), oldest first."""
-    cols = (JobAccounting.slurm_job_id, JobAccounting.mode, JobAccounting.job_class, JobAccounting.partition,
-            JobAccounting.account, JobAccounting.user, JobAccounting.gpus, JobAccounting.n_gpus,
-            JobAccounting.ended_at, JobAccounting.runtime_s, JobAccounting.slowdown, JobAccounting.tax_gpu_h,
-            JobAccounting.alternative, JobAccounting.saved_gpu_h)
-    stmt = select(*cols).order_by(JobAccounting.ended_at, JobAccounting.id)
+def load_cells(engine: Engine, since: datetime | None = None,
+               by: str | None = None) -> tuple[list[Cell], list[PaceCell]]:
+    """The savings report's sums of every job that ended at or after `since` (all with None),
+    aggregated by the database: per group (`by`), mode and accounted-or-not, and the loss per
+    set of pace-setting GPUs (100,000 jobs in a fraction of a second)."""
+    t = JobAccounting.__table__
+    key = {"partition": t.c.partition, "account": t.c.account, "user": t.c.user, "class": t.c.job_class,
+           None: literal("", String)}[by]
+    accounted = and_(t.c.slowdown.is_not(None), t.c.tax_gpu_h.is_not(None))
+    acc = case((accounted, 1), else_=0)
+    compared = and_(accounted, t.c.saved_gpu_h.is_not(None))
+    sums = (func.count(), func.sum(t.c.n_gpus * t.c.runtime_s),
+            func.sum(case((t.c.tax_gpu_h > 0, t.c.tax_gpu_h), else_=0.0)),
+            func.sum(func.coalesce(t.c.tax_gpu_h, 0.0)),
+            func.sum(case((compared, t.c.saved_gpu_h), else_=0.0)),
+            func.sum(case((compared, 1), else_=0)))
+    groups = (t.c.mode, acc) if by is None else (key, t.c.mode, acc)
+    stmt = select(key, t.c.mode, acc, *sums).group_by(*groups)
+    pace = (select(t.c.slowest_gpus, func.sum(t.c.tax_gpu_h), func.count())
+            .where(t.c.tax_gpu_h > 0, t.c.slowest_gpus != "").group_by(t.c.slowest_gpus))
     if since is not None:
-        stmt = stmt.where(JobAccounting.ended_at >= since)
-    with session_scope(engine) as session:
-        return [AccountRow(*row) for row in session.execute(stmt)]
+        stmt = stmt.where(t.c.ended_at >= since)
+        pace = pace.where(t.c.ended_at >= since)
+    with engine.connect() as conn:
+        cells = [Cell(str(g), str(m), bool(a), int(n), float(h or 0) / 3600.0, float(lost or 0), float(net or 0),
+                      float(saved or 0), int(cmp or 0))
+                 for g, m, a, n, h, lost, net, saved, cmp in conn.execute(stmt)]
+        paces = [PaceCell(str(k), float(v or 0), int(n)) for k, v, n in conn.execute(pace)]
+    return cells, paces
 
 
-__all__ = ["AccountRow", "AccountingSink", "load_accounts"]
+__all__ = ["AccountingSink", "load_cells"]

@@ -285,6 +285,9 @@ class JobAccounting(Base):
     #: [{"node", "minor", "slowdown"}] of the GPUs it ran on
     gpus: Mapped[list[Any]] = mapped_column(JSON)
     n_gpus: Mapped[int] = mapped_column(Integer)
+    #: "node:minor,..." of the GPU(s) that set its pace (the slowest): the report's per-GPU loss
+    #: reads this column, not the JSON (100,000 jobs in well under 2 s)
+    slowest_gpus: Mapped[str] = mapped_column(String(1024))
     started_at: Mapped[datetime] = mapped_column(UtcDateTime)
     ended_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
     runtime_s: Mapped[float] = mapped_column(Double)

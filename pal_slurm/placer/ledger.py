@@ -79,6 +79,19 @@ class JobAccount:
     def accounted(self) -> bool:
         return self.factor is not None
 
+    def slowest_text(self, limit: int = 1024) -> str:
+        """"node:minor,..." of the GPUs at the job's factor (the ones that set its pace), cut at a
+        whole GPU to fit `limit` characters; "" when unaccounted."""
+        out = ""
+        for n, m, f in self.gpus:
+            if self.factor is None or f != self.factor:
+                continue
+            item = f"{n}:{m}"
+            if len(out) + len(item) + 1 > limit:
+                break
+            out = f"{out},{item}" if out else item
+        return out
+
 
 @dataclass
 class _Run:

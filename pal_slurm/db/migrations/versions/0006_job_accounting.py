@@ -31,6 +31,7 @@ def upgrade() -> None:
     sa.Column('user', sa.String(length=128), nullable=False),
     sa.Column('gpus', sa.JSON(), nullable=False),
     sa.Column('n_gpus', sa.Integer(), nullable=False),
+    sa.Column('slowest_gpus', sa.String(length=1024), nullable=False),
     sa.Column('started_at', TIMESTAMP, nullable=False),
     sa.Column('ended_at', TIMESTAMP, nullable=False),
     sa.Column('runtime_s', sa.Double(), nullable=False),
