@@ -105,7 +105,7 @@ class PlacerMetrics(Collector):
         bins = GaugeMetricFamily("pal_gpu_bin", "Performance bin of the GPU for a job class (0 = fastest)",
                                  labels=[*labels, "class"])
         action = GaugeMetricFamily("pal_gpu_outlier_action", "1 for an outlier GPU's graded action "
-                                   "(placement, reprofile, drain; pal gpus --actions)", labels=[*labels, "action"])
+                                   "(placement, re-profile, drain; pal gpus --actions)", labels=[*labels, "action"])
         for g in st.gpus:
             base = [g.hostname, "" if g.minor is None else str(g.minor), g.uuid]
             for cls, f in sorted(g.slowdown.items()):
