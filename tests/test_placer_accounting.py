@@ -311,3 +311,34 @@ def test_an_empty_database_says_so(sqlite_url: str) -> None:
     got = pal(sqlite_url)
     assert got.exit_code == 0 and got.stdout.splitlines()[0] == "last 7 days: no accounted GPU job"
     assert json.loads(pal(sqlite_url, "--format", "json").stdout)["jobs"] == 0
+
+
+def test_the_html_report_and_the_savings_report_name_the_gpus_from_the_classification(tmp_path: Path) -> None:
+    """On the demo's classified fleet: a job slowed by one of its GPUs is blamed on that GPU, by UUID,
+    in `pal report savings` and in the HTML report's section."""
+    from pal_slurm.db.engine import make_engine
+    from pal_slurm.demo.on_slurm import make_db
+    from pal_slurm.placer.factors import load_factors
+
+    url = make_db(tmp_path)
+    engine = make_engine(url)
+    factors = load_factors(engine, CLASSES)
+    (node_name, minor), slow = max(factors.by_slot.items(), key=lambda kv: kv[1].slowdown["A"])
+    ledger = Ledger(mode="observe")
+    ledger.chose("1", Alternative("placer", "A", 1.0, factors.version))
+    start = datetime.now(UTC).timestamp() - 3600
+    ledger.cycle([running(job("1", tres_per_node="gres:gpu:1"), node_name, (minor,), start)], factors.by_slot,
+                 start, factors.version, lambda _j: "A")
+    sink = AccountingSink(lambda: engine)
+    sink.add(ledger.cycle([], factors.by_slot, start + 3600, factors.version, lambda _j: "A"))
+    assert sink.flush() == 1
+    got = pal(url, "--format", "json")
+    assert got.exit_code == 0, got.output
+    top = json.loads(got.stdout)["gpus"][0]
+    assert (top["node"], top["minor"]) == (node_name, minor) and top["uuid"] == slow.uuid
+    assert top["lost_gpu_hours"] == pytest.approx(1 - 1 / slow.slowdown["A"], rel=1e-3)
+    html = tmp_path / "r.html"
+    out = CliRunner().invoke(cli, ["--db", url, "report", "--html", str(html)], env={"PAL_CONFIG": ""})
+    assert out.exit_code == 0, out.output
+    text = html.read_text()
+    assert '<h2 id="savings">Variability tax</h2>' in text and f"<td>{slow.uuid}</td>" in text

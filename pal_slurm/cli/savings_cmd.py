@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from pal_slurm.cli.context import AppContext
@@ -72,11 +70,12 @@ def savings(app: AppContext, since: str, by: str | None, top: int, fmt: str) -> 
     from pal_slurm.db.accounting_store import load_cells
     from pal_slurm.db.migrate import require_current
     from pal_slurm.savings import savings as build
+    from pal_slurm.services import gpu_context
 
     cutoff = _since(since, datetime.now(UTC))
     require_current(app.engine)
     cells, pace = load_cells(app.engine, cutoff, by)
-    names, actions = _gpu_context(app) if pace and top else ({}, {})
+    names, actions = gpu_context(app.engine, app.cfg) if pace and top else ({}, {})
     data = build(cells, pace, by=by, since=since, gpu_names=names, actions=actions, top=top)
     if fmt == "json":
         emit_json(data)
@@ -91,25 +90,6 @@ def savings(app: AppContext, since: str, by: str | None, top: int, fmt: str) -> 
                     "placer's choice")
     if data["gpus"]:
         emit_rows(data["gpus"], GPU_COLUMNS, fmt, title="GPUs responsible for the most loss (action: pal gpus --actions)")
-
-
-def _gpu_context(app: AppContext) -> tuple[dict[tuple[str, int], str], dict[str, dict[str, Any]]]:
-    """(node, minor) -> UUID and UUID -> graded action from the latest classification; empty
-    when there is none (the report still shows the loss, only without names and actions)."""
-    from pal_slurm.db.engine import session_scope
-    from pal_slurm.db.variability_store import load_variability
-    from pal_slurm.errors import PalError
-    from pal_slurm.services import load_report
-
-    try:
-        with session_scope(app.engine) as session:
-            stored = load_variability(session, list(app.cfg.job_classes))
-        names = {(str(v.node), int(v.minor)): str(v.uuid) for v in stored.gpus
-                 if v.node is not None and v.minor is not None and v.uuid is not None}
-        data = load_report(app.engine, app.cfg)
-    except PalError:
-        return {}, {}
-    return names, {a["uuid"]: {"action": a["action"], "reason": a["reason"]} for a in data["actions"]}
 
 
 __all__ = ["savings"]
