@@ -121,6 +121,21 @@ def test_requeued_and_cancelled_jobs_and_cpu_jobs_leave_no_record() -> None:
     assert "9" not in ledger.choices  # cancelled while pending: forgotten
 
 
+def test_a_completing_job_ends_when_slurm_says_and_is_accounted_once() -> None:
+    ledger = Ledger()
+    j = running(job("1"), "n1", (0,), NOW)
+    ledger.cycle([j], by_slot(["n1"]), NOW + 1, 7, lambda _j: "A")
+    completing = replace(j, state="COMPLETING", end_time=NOW + 600)
+    [rec] = ledger.cycle([completing], by_slot(["n1"]), NOW + 602.7, 7, lambda _j: "A")
+    assert rec.runtime_s == 600 and rec.ended_at == datetime.fromtimestamp(NOW + 600, UTC)
+    assert ledger.cycle([completing], by_slot(["n1"]), NOW + 603, 7, lambda _j: "A") == []  # not again
+    assert ledger.cycle([], by_slot(["n1"]), NOW + 604, 7, lambda _j: "A") == [] and not ledger.closed
+    # first seen completing (a job shorter than a cycle): accounted from Slurm's own times
+    short = replace(running(job("2"), "n1", (1,), NOW + 10), state="COMPLETING", end_time=NOW + 12)
+    [rec2] = ledger.cycle([short], by_slot(["n1"]), NOW + 13, 7, lambda _j: "A")
+    assert rec2.runtime_s == 2 and rec2.factor == 1.2
+
+
 def test_gpus_of_a_running_job_from_per_slot_types_or_indices() -> None:
     typed = running(job(), "n1", (1, 3), NOW)
     assert job_gpus(typed) == (("n1", 1), ("n1", 3))

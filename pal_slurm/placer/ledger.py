@@ -19,8 +19,9 @@ other choice gives.
 - A job whose GPUs or their factors are unknown (no per-GPU record in Slurm's answer, a GPU
   never classified for its class) is *unaccounted*: it gets no tax, never a tax of zero.
 
-Run time is from Slurm's start time to the first cycle that no longer lists the job (so
-within one cycle of the truth, as the placement records' `ended_at`).
+Run time is from Slurm's start time to its end time when a cycle sees the job COMPLETING
+(to the second), else to the first cycle that no longer lists it (within one cycle of the
+truth, as the placement records' `ended_at`).
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ class Ledger:
     mode: str = "observe"
     choices: dict[str, Alternative] = field(default_factory=dict)
     running: dict[str, _Run] = field(default_factory=dict)
+    #: jobs closed while Slurm still lists them (COMPLETING), so they are not followed again
+    closed: dict[str, None] = field(default_factory=dict)
 
     def chose(self, job_id: str, alternative: Alternative) -> None:
         """Note the other choice for a pending job (the first one noted wins: the moment the
@@ -124,7 +127,7 @@ class Ledger:
         `class_of` names a job's class when no choice was noted for it (asked once per job)."""
         active = {j.job_id: j for j in jobs}
         for job in jobs:
-            if not job.running or job.job_id in self.running:
+            if not job.running or job.job_id in self.running or job.job_id in self.closed:
                 continue
             gpus = job_gpus(job)
             if not gpus and not _asks_gpus(job):
@@ -133,13 +136,22 @@ class Ledger:
             cls = alt.job_class if alt is not None else class_of(job)
             self.running[job.job_id] = _Run(job, cls, gpus, job.start_time or now)
         done: list[JobAccount] = []
-        for job_id in [j for j in self.running if j not in active or not active[j].running]:
-            run = self.running.pop(job_id)
+        for job_id in list(self.running):
             still = active.get(job_id)
+            if still is not None and still.running and still.state != "COMPLETING":
+                continue
+            run = self.running.pop(job_id)
             if still is not None and still.pending:  # requeued: it runs again later, as a new run
                 continue
-            done.append(account(run.job, run.job_class, run.gpus, run.started, now, factors, version,
+            end = now
+            if still is not None:  # COMPLETING: Slurm knows when it ended, to the second
+                end = still.end_time if still.end_time is not None and run.started <= still.end_time <= now + 1 \
+                    else now
+                self.closed[job_id] = None
+            done.append(account(run.job, run.job_class, run.gpus, run.started, end, factors, version,
                                 self.choices.pop(job_id, None), self.mode))
+        for job_id in [j for j in self.closed if j not in active]:
+            del self.closed[job_id]  # gone from Slurm's list too
         for job_id in [j for j in self.choices if j not in active]:
             del self.choices[job_id]  # cancelled or gone while pending: nothing to account
         return done
