@@ -89,6 +89,7 @@ sql: venv
 	for d in postgresql mysql sqlite; do $(PAL) db sql --dialect $$d > sql/schema-$$d.sql; done
 
 bench: venv
+	$(VENV)/bin/python bench/cli_startup.py
 	$(VENV)/bin/python bench/import_speed.py
 	$(VENV)/bin/python bench/placement_speed.py
 	$(VENV)/bin/python bench/fidelity.py
@@ -99,7 +100,7 @@ bench: venv
 	$(VENV)/bin/python bench/placer_cycle.py
 	$(SLURM_CLUSTER) install && $(VENV)/bin/python bench/placer_latency.py
 
-# bench/replay.py: issue 10's real-Slurm evidence (docs/evaluation.md); its own cluster, ports and state dir
+# bench/replay.py: the real-Slurm evidence of docs/evaluation.md; its own cluster, ports and state dir
 REPLAY_ARGS ?=
 replay: venv
 	$(SLURM_CLUSTER) install && $(VENV)/bin/python bench/replay.py --out replay-out $(REPLAY_ARGS)

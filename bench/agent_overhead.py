@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Node agent overhead: CPU as % of one core and memory over a simulated hour, 8 GPUs x 1 Hz.
 
-Target (issue 5): under 1 % of one core at 8 GPUs x 1 Hz, memory flat over an hour.
+Target: under 1 % of one core (a node agent must not slow the jobs it watches) at 8 GPUs x 1 Hz, memory flat over an hour.
 
 Part 1, simulated hour: the agent's real code paths (mapping-directory scan, one sample per
 GPU through the simulated GPU backend, per-job aggregates, drift checks, job profiles

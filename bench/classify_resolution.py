@@ -3,7 +3,7 @@
 
 Compares the three classification methods (`pal classify --method`, docs/classification.md):
 
-  bic     K chosen by BIC, one factor per bin (pal-slurm before issue 12)
+  bic     K chosen by BIC, one factor per bin (what pal-slurm did before shrink)
   pal-k2  K = 2 plus outliers, one factor per bin (the PAL artifact)
   shrink  BIC's K split further until every bin is within measurement noise, and each GPU's
           own PerfVar shrunk toward its bin by its own noise (the default)
@@ -25,7 +25,7 @@ the simulator charges). The policies still rank by the stored factors, as the pl
              Classified from every other run of each GPU (min_runs 2); truth = the PerfVar of
              the other runs. A GPU with no held-out run keeps its measured PerfVar.
 
-Also prints the resolution check of issue 12: 12 GPUs measured evenly over 0.871-1.139
+Also prints the resolution check (can the factors tell apart GPUs a few percent apart?): 12 GPUs measured evenly over 0.871-1.139
 (5 runs each, 1 % noise): distinct factors per method (target: at least 3).
 
 An "oracle" arm ranks by the true PerfVar itself: the most any factors could give.
@@ -236,7 +236,7 @@ def main() -> int:
                     default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared" / "data" / "pal-artifact")))
     args = ap.parse_args()
 
-    from pal_slurm.ingest.artifact_csv import parse_artifact_file
+    from pal_slurm.ingest.artifact_csv import parse_file as parse_artifact_file
     from pal_slurm.simulate.synthetic import generate
 
     seeds = [int(x) for x in args.seeds.split(",")]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time `pal profile import` of the four Longhorn CSVs (PAL artifact, MIT) into a fresh database.
 
-Target (foundation issue): all four files in under 10 s on the 2-core CI machine.
+Target: all four files in under 10 s on the 2-core CI machine.
 Usage: bench/import_speed.py [--db URL] [--artifact DIR]. Prints one line per file and the total;
 the parse and database phases are timed separately, in-process (no interpreter start-up counted),
 and also the whole CLI as a user runs it (subprocess, start-up included).
@@ -37,7 +37,7 @@ def main() -> int:
     from pal_slurm.db import migrate
     from pal_slurm.db.engine import make_engine, session_scope
     from pal_slurm.db.measurement_store import import_records
-    from pal_slurm.ingest.artifact_csv import parse_artifact_file
+    from pal_slurm.ingest.artifact_csv import parse_file as parse_artifact_file
 
     with tempfile.TemporaryDirectory() as tmp:
         url = args.db or f"sqlite:///{tmp}/bench.db"

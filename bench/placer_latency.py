@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Submit-to-start delay that pal-slurm adds: 200 GPU jobs through plain sbatch on the test cluster.
 
-Target (issues 4 and 11): all 200 jobs complete, none lost or left held, and the delay from
+Target: all 200 jobs complete, none lost or left held, and the delay from
 submit to start with the filter in enforce mode and `pal placer` running at a 1 s cycle
 exceeds the delay of the same jobs with pal-slurm off by less than 2 s (median). Jobs that
 the placer kept waiting on purpose for better GPUs (a "waiting" record in its audit) are

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Does profiling + classification recover a simulated fleet's true classes?
 
-Target (profiler issue): on a simulated fleet of 64 GPUs (16 nodes x 4),
+Target: on a simulated fleet of 64 GPUs (16 nodes x 4),
 `pal profile run --backend sim` then `pal classify` puts no GPU more than one bin away
 from its true class. For each seed this runs both commands as a user would (separate
 processes, a fresh SQLite database), then prints per benchmark the confusion matrix

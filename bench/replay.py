@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Replay a trace on a real Slurm cluster, plain Slurm against pal-slurm, with the
-simulator's prediction of each arm beside the measurement (issue 10; docs/evaluation.md).
+simulator's prediction of each arm beside the measurement (docs/evaluation.md).
 
 The cluster is this machine's test cluster (tests/services/slurm-cluster.sh) in its own
 state directory and ports, by default 16 nodes x 4 fake GPUs (slurmd processes on

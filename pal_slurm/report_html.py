@@ -20,8 +20,8 @@ above the panels, outside every axes, so they never cover data; every colour on 
 page is named in a legend, a caption or the key under the tables.
 
 :func:`render_html` is pure (the same input gives the same page; no clock, no I/O);
-:func:`write_html` writes it atomically (temporary file in the same directory, then
-``os.replace``) and turns every failure into one :class:`PalError` line.
+:func:`write_html` writes it atomically (:mod:`pal_slurm.atomic_write`) and turns every
+failure into one :class:`PalError` line.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pal_slurm.atomic_write import write_atomically
 from pal_slurm.db.classification_store import ResultRow, StoredClassification
 from pal_slurm.errors import PalError
 from pal_slurm.numfmt import fmt_num, mpl_text
@@ -705,17 +705,6 @@ def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
     return "\n".join(body)
 
 
-def _umask() -> int:
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
-
-
 def write_html(path: Path, stored: StoredClassification, report: dict[str, Any]) -> None:
     """Render the page and write it to ``path`` atomically; PalError (one line) on failure."""
     path = Path(path)
@@ -728,21 +717,7 @@ def write_html(path: Path, stored: StoredClassification, report: dict[str, Any])
     if not os.access(parent, os.W_OK | os.X_OK):
         raise PalError(f"cannot write HTML report {path}: directory {parent} is not writable")
     text = render_html(stored, report)
-    tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-        tmp = None
+        write_atomically(path, text)
     except OSError as exc:
         raise PalError(f"cannot write HTML report {path}: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass

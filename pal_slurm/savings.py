@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 BY = ("partition", "account", "user", "class")
@@ -50,30 +51,38 @@ class PaceCell:
     jobs: int
 
 
-class Record(Protocol):
-    """A job record as pal_slurm.placer.ledger.JobAccount has it."""
+class JobRecord(Protocol):
+    """One finished job's record, as pal_slurm.placer.ledger.JobAccount has it (the placer
+    writes it, the database stores it, this module sums it: the protocol keeps the storage
+    layer from importing the placer)."""
 
+    job_id: str
     mode: str
     job_class: str
     partition: str
     account: str
     user: str
     gpus: tuple[tuple[str, int, float | None], ...]
+    started_at: datetime
+    ended_at: datetime
     runtime_s: float
     factor: float | None
     tax_gpu_h: float | None
+    alternative: str | None
+    alternative_factor: float | None
     saved_gpu_h: float | None
+    version: int | None
 
     def slowest_text(self) -> str: ...
 
 
-def group_of(r: Record, by: str | None) -> str:
+def group_of(r: JobRecord, by: str | None) -> str:
     if by is None:
         return ""
     return str({"partition": r.partition, "account": r.account, "user": r.user, "class": r.job_class}[by])
 
 
-def cells_of(records: Iterable[Record], by: str | None = None) -> tuple[list[Cell], list[PaceCell]]:
+def cells_of(records: Iterable[JobRecord], by: str | None = None) -> tuple[list[Cell], list[PaceCell]]:
     """The cells of job records, summed in Python: the same sums the database query makes
     (the tests hold the two to each other on every database)."""
     sums: dict[tuple[str, str, bool], list[float]] = {}
@@ -209,4 +218,4 @@ def _when(since: str) -> str:
     return f"since {text}"
 
 
-__all__ = ["BY", "MODES", "Cell", "PaceCell", "cells_of", "group_of", "headline", "savings"]
+__all__ = ["BY", "MODES", "Cell", "JobRecord", "PaceCell", "cells_of", "group_of", "headline", "savings"]

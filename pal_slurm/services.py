@@ -41,13 +41,13 @@ def read_profile_file(path: Path, fmt: ImportFormat, *, benchmark: str | None, m
 
     `notes` receives what the parser wants the user told (e.g. a device column it ignores)."""
     if fmt == "pal-artifact":
-        from pal_slurm.ingest.artifact_csv import parse_artifact_file
+        from pal_slurm.ingest.artifact_csv import parse_file as parse_artifact_file
 
         if not benchmark or not model:
             raise InputError("--format pal-artifact needs --benchmark NAME and --model NAME (the CSV has neither)")
         return parse_artifact_file(path, benchmark=benchmark, model=model, unit=unit or "ms", notes=notes)
     if fmt == "jsonl":
-        from pal_slurm.ingest.jsonl import parse_jsonl_file
+        from pal_slurm.ingest.jsonl import parse_file as parse_jsonl_file
 
         if benchmark or model:
             raise InputError("--benchmark/--model are for --format pal-artifact; JSON-lines files carry both")
@@ -173,7 +173,8 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
     return summary
 
 
-def _stored(engine: Engine, version: int | None, with_clocks: bool) -> cstore.StoredClassification:
+def _stored(engine: Engine, version: int | None) -> cstore.StoredClassification:
+    """A stored classification with its GPUs' clocks (every report reads them)."""
     require_current(engine)
     with session_scope(engine) as session:
         run = cstore.get_run(session, version)
@@ -181,13 +182,13 @@ def _stored(engine: Engine, version: int | None, with_clocks: bool) -> cstore.St
             if version is None:
                 raise PalError("no classification yet: run `pal classify` first")
             raise PalError(f"classification version {version} does not exist")
-        return cstore.load_classification(session, run, with_clocks=with_clocks)
+        return cstore.load_classification(session, run, with_clocks=True)
 
 
 def load_report(engine: Engine, cfg: PalConfig, version: int | None = None) -> dict[str, Any]:
     from pal_slurm.report import build_report
 
-    return build_report(_stored(engine, version, True), policy=cfg.report.policy(), identity=identity_summary(engine))
+    return build_report(_stored(engine, version), policy=cfg.report.policy(), identity=identity_summary(engine))
 
 
 def load_gpu_rows(engine: Engine, version: int | None = None, cfg: PalConfig | None = None) -> list[dict[str, Any]]:
@@ -196,7 +197,7 @@ def load_gpu_rows(engine: Engine, version: int | None = None, cfg: PalConfig | N
 
     from pal_slurm.report import gpu_rows, grade_outliers
 
-    stored = _stored(engine, version, True)
+    stored = _stored(engine, version)
     actions = None if cfg is None else grade_outliers(stored, cfg.report.policy(), datetime.now(UTC))
     return gpu_rows(stored, actions)
 
@@ -206,7 +207,7 @@ def load_for_html(engine: Engine, cfg: PalConfig,
     """The stored classification (with clocks, for the plots) and the report built from it."""
     from pal_slurm.report import build_report
 
-    stored = _stored(engine, version, True)
+    stored = _stored(engine, version)
     report = build_report(stored, policy=cfg.report.policy(), identity=identity_summary(engine))
     tax = load_savings(engine, cfg, since="7d", by="partition")
     return stored, report if tax is None else {**report, "savings": tax}

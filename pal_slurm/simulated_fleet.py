@@ -2,8 +2,8 @@
 
 Why simulate physics instead of drawing random PerfVars: the PAL artifact assigns every
 GPU a random row of measured data, so a GPU's ResNet-50 speed has nothing to do with its
-SGEMM speed, and nothing explains *why* it is slow. Real fleets are different (design
-notes, section 1): on Longhorn's V100s SGEMM time tracks the SM clock at Spearman -0.98,
+SGEMM speed, and nothing explains *why* it is slow. Real fleets are different: on Longhorn's V100s
+(the PAL artifact's measurements) SGEMM time tracks the SM clock at Spearman -0.98,
 because every GPU runs at the highest clock its 300 W cap allows, and that clock depends
 on how much power the silicon needs and how hot it runs. Modelling that mechanism gives
 us, for free, the properties the rest of pal-slurm relies on: compute-bound benchmarks

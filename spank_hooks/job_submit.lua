@@ -18,8 +18,10 @@ What it does to a job at submit time, and nothing else:
 
 It never rejects a job: every callback returns slurm.SUCCESS, all logic runs
 under pcall, and on any error the job is left exactly as submitted.  A
-kill-switch file turns it off entirely.  The contract with the placer is in
-the project's notes ("Filter state file", "job_submit.lua behaviour").
+kill-switch file turns it off entirely.  The contract with the placer (what
+the filter state file holds, what the filter does with it) is in
+docs/admin-guide.md ("slurm.conf, job_submit.lua, plugstack.conf") and
+docs/architecture.md ("Placement on Slurm").
 
 The pure logic lives in the local table `pal`.  When the global
 PAL_FILTER_TEST is set before this chunk runs, the chunk returns that table so

@@ -1,4 +1,4 @@
-"""Anchoring factors to the typical GPU (issue 12 item 3) divides every factor of a class by
+"""Anchoring factors to the typical GPU divides every factor of a class by
 one constant. docs/classification.md says the placement policies then decide exactly as
 before, because they compare factors only with each other (ranks, and PAL's sf against
 lambda * sf); this checks that claim on seeded random clusters and queues.

@@ -1,4 +1,4 @@
-"""Issue 12 items 2-4 in pal_slurm.classify: factors anchored to the typical GPU, fast
+"""pal_slurm.classify (docs/classification.md): factors anchored to the typical GPU, fast
 outliers that move nobody, and a resolution that serves placement (method shrink).
 
 Pure and fast: hand-made fleets whose answers are known.
@@ -128,7 +128,7 @@ def others(r: GroupResult, planted: str) -> list[tuple]:
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize(("planted", "runs"), [
     ("ten-times-fast", [0.1, 0.1, 0.1]),
-    ("tiny", [1e-300, 1e-300, 1e-300]),  # the issue's "three runs at 1e-300"
+    ("tiny", [1e-300, 1e-300, 1e-300]),  # three runs at 1e-300: a score that underflows every ratio
     ("huge", [1e300, 1e300, 1e300]),
     ("nan", [math.nan] * 3),
     ("negative", [-1.0, -2.0, -3.0]),
@@ -190,7 +190,7 @@ def test_twelve_gpus_evenly_spread_get_at_least_three_factors() -> None:
     assert len({round(f, 3) for f in factors}) >= 3
     assert r.k_regular >= 3
     assert factors == sorted(factors)  # faster GPUs keep lower factors
-    # what the issue saw: BIC alone makes one bin, so every GPU reads 1.000
+    # the failure this method fixes: BIC alone makes one bin, so every GPU reads 1.000
     bic = classify_group(runs, lower_is_better=True, params=ClassifyParams(method="bic"))
     assert bic.k_regular == 1 and {g.slowdown for g in bic.gpus} == {1.0}
     k2 = classify_group(runs, lower_is_better=True, params=ClassifyParams(method="pal-k2"))

@@ -1,4 +1,4 @@
-"""`pal report fairness` (issue 11): GPU-hours per speed tier against the fleet's share, and
+"""`pal report fairness`: GPU-hours per speed tier against the fleet's share, and
 the wait pal-slurm added, per account and user; from the placer's records on every backend."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12, items 1 and 2: one physical GPU is one row, and a planted bad score moves nothing.
+"""One physical GPU is one row (docs/import-formats.md), and a planted bad score moves nothing.
 
 Small synthetic files in the PAL artifact's two styles: "resnet style" names a GPU by its slot
 (uuid column ``c001-1-2``, node ``1``), "pagerank style" by its NVML UUID (node ``001``).

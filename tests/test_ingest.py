@@ -258,11 +258,6 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
         jsonl.parse_file(binary)
 
 
-def test_service_entry_point_names() -> None:
-    assert artifact_csv.parse_artifact_file is artifact_csv.parse_file
-    assert jsonl.parse_jsonl_file is jsonl.parse_file
-
-
 def test_benchmark_from_filename() -> None:
     assert artifact_csv.benchmark_from_filename("x/resnet-longhorn-agg.csv") == "resnet"
     assert parse_fixture("bert")[0].benchmark == "bert"

@@ -18,7 +18,7 @@ from pal_slurm.placement.model import (
     PlacementError,
     Snapshot,
 )
-from pal_slurm.placement.policies import POLICIES, Policy, class_sorted_prefix, get_policy
+from pal_slurm.placement.policies import POLICIES, Policy, get_policy
 
 #: The PAL artifact's six policies; every other registered policy is ours.
 ARTIFACT = ("packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky", "pm-first", "pal")
@@ -173,9 +173,12 @@ def test_class_sorted_prefix_places_a_before_b_before_c_before_d(name: str) -> N
 
 
 def test_class_sorted_prefix_keeps_the_rest_in_queue_order_and_ranks_unknown_as_a() -> None:
+    """PM-First's order on 5 free GPUs: the prefix that fits (5 GPUs) sorted by class, unknown
+    classes ranked as A, the rest in queue order."""
     queue = [job("d", 1, "D"), job("x", 1, None), job("b", 1, "B"), job("z", 2, "Z"), job("big", 9, "A"),
              job("c", 1, "C")]
-    assert [j.id for j in class_sorted_prefix(queue, 5)] == ["x", "z", "b", "d", "big", "c"]
+    ordered, guard = get_policy("pm-first").placement_order(queue, Snapshot.empty(cluster([5])))
+    assert [j.id for j in ordered] == ["x", "z", "b", "d", "big", "c"] and guard == 0
 
 
 # --------------------------------------------------------------------------- packed

@@ -1,5 +1,5 @@
 """A job keeps its shape: every registered policy, on fragmented clusters, gives each job
-exactly the node count, GPUs per node and total Slurm would give it (issue 11).
+exactly the node count, GPUs per node and total Slurm would give it.
 
 The cases are the ones found on a real 3-node cluster: one-node `--gres=gpu:2` jobs were
 split across two nodes (Slurm then ran them with 1 GPU on each, or stranded them), and
@@ -29,7 +29,7 @@ def one_node(jid: str, gpus: int, cls: str | None = "A", **kw: object) -> JobReq
 
 
 def fragmented() -> Snapshot:
-    """The issue's layout: 3 nodes x 4 GPUs; free: gpu1 2 (ids 0, 1), gpu2 1 (4), gpu3 1 (8).
+    """A fragmented layout: 3 nodes x 4 GPUs; free: gpu1 2 (ids 0, 1), gpu2 1 (4), gpu3 1 (8).
     The slowest GPUs for class A are the two free ones on gpu1, so a variability policy that
     may split would rather take 4 and 8."""
     sf = [1.3, 1.3, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]

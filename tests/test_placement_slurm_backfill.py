@@ -1,8 +1,9 @@
-"""slurm-backfill, the Slurm-as-shipped baseline (issue 10): cons_tres's variability-blind first
+"""slurm-backfill, the Slurm-as-shipped baseline: cons_tres's variability-blind first
 fit, sched/backfill's EASY reservation on time limits, and never waiting for better GPUs."""
 
 from __future__ import annotations
 
+from pal_slurm.placement.index import cluster_index
 from pal_slurm.placement.model import PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
 from tests.test_placement_policies import cluster, free_only, job
@@ -54,7 +55,7 @@ def test_the_estimate_is_the_time_limit_whatever_the_gpus() -> None:
 
     pol = POLICIES["slurm-backfill"]()
     c = cluster([2], {"A": [SLOW, SLOW]})
-    ix = c.placement_index
+    ix = cluster_index(c)
     assert pol.estimate(ix, job("a", 1, remaining_s=600), (0,), 1.7) == 600.0
     assert POLICIES["pal-backfill"]().estimate(ix, job("a", 1, remaining_s=600), (0,), 1.7) == 900.0
 

@@ -1,4 +1,4 @@
-"""The placer's cycle over a recording backend (issue 11): shapes kept, Slurm's order kept,
+"""The placer's cycle over a recording backend: shapes kept, Slurm's order kept,
 nobody stranded, waiting for better GPUs bounded and audited, re-plans restore first.
 
 What Slurm itself does with these commands is shown on the real test cluster
@@ -29,7 +29,7 @@ def placed_slots(rec: Recorder, job_id: str) -> tuple[str, list[str]]:
 
 
 def fragmented() -> list:
-    """The issue's layout on 3 nodes x 4 GPUs: n1 has 2 free (minors 2, 3), n2 and n3 one each (minor 0,
+    """A fragmented layout on 3 nodes x 4 GPUs: n1 has 2 free (minors 2, 3), n2 and n3 one each (minor 0,
     the fastest GPU for every class in these factors, so a splitting policy would take them)."""
     return [node("n1", used=(0, 1)), node("n2", used=(1, 2, 3)), node("n3", used=(1, 2, 3))]
 
@@ -102,7 +102,7 @@ def test_the_placer_releases_unchanged_what_would_change_shape(tmp_path: Path, m
 def test_held_jobs_are_served_in_slurms_order(tmp_path: Path) -> None:
     """Three free GPUs, six held jobs of different priority (as --nice gives them) and one in a
     PriorityTier=10 partition: the tier job and the two highest priorities are placed, and the
-    best GPU goes to the first of them (the issue saw the three lowest placed in submit order)."""
+    best GPU goes to the first of them (an earlier placer placed the three lowest, in submit order)."""
     nodes = [node(f"n{i}", used=(1, 2, 3)) for i in (1, 2, 3)]  # minor 0 free on each
     nodes[0] = node("n1", used=(0, 2, 3))  # n1: minor 1 free (slower than minor 0)
     jobs = [held(str(i), priority=prio, submit_time=NOW - 60 + i) for i, prio in

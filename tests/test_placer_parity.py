@@ -1,4 +1,4 @@
-"""One policy engine, one truth: the simulator and the placement daemon decide alike (issue 11).
+"""One policy engine, one truth: the simulator and the placement daemon decide alike.
 
 The event simulator runs a small trace and records every decision it makes (its snapshot,
 queue and result). Each recorded moment is then rendered the way Slurm would show it to

@@ -1,4 +1,4 @@
-"""`pal profile inventory|run|submit` through the CLI, and the issue's target on a 64-GPU simulated fleet:
+"""`pal profile inventory|run|submit` through the CLI, and the recovery target on a 64-GPU simulated fleet:
 `pal profile run --backend sim` then `pal classify` puts no GPU more than one bin away from its true class."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12, items 5-7: one story in every report, graded outlier actions, tables that fit 80 columns."""
+"""One story in every report, graded outlier actions, tables that fit 80 columns."""
 
 from __future__ import annotations
 

@@ -236,7 +236,7 @@ def test_write_failure_is_pal_error_and_cleans_up(tmp_path: Path, monkeypatch: p
     assert list(tmp_path.iterdir()) == []
 
 
-# --------------------------------------------------------------------------- layout (issue 12, item 9)
+# --------------------------------------------------------------------------- layout
 
 
 @pytest.fixture(scope="module")

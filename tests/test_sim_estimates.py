@@ -1,4 +1,4 @@
-"""What policies are told about runtimes in the event simulator (`--runtime-estimate`, issue 10):
+"""What policies are told about runtimes in the event simulator (`--runtime-estimate`):
 policies see only the estimate; jobs still run for their true time."""
 
 from __future__ import annotations

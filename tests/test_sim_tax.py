@@ -19,7 +19,7 @@ from pal_slurm.simulate.metrics import JobOutcome, run_metrics
 from pal_slurm.simulate.result import SimResult
 from pal_slurm.simulate.round import RoundOptions, simulate_rounds
 from pal_slurm.simulate.runner import FixedVariability, SimulationSpec, run_simulations
-from pal_slurm.simulate.tax import compare_tax, pooled_comparison, tax_lower_bound
+from pal_slurm.simulate.tax import compare_tax, pooled_comparison, best_free_tax
 from pal_slurm.simulate.traces import Trace, TraceJob
 
 
@@ -76,21 +76,21 @@ def test_locality_is_not_part_of_the_tax() -> None:
     assert res.metrics.tax_gpu_s == pytest.approx(200)
 
 
-def test_the_lower_bound_gives_each_job_the_best_free_gpus() -> None:
+def test_the_best_free_reference_gives_each_job_the_best_free_gpus() -> None:
     # a at 0 gets GPU 0; b at 10 the best of 1, 2, 3: GPUs 1 and 2 (no tax); c at 20 only GPU 3 is
     # left: 1 x 100 x 0.5. The actual schedule paid 100.
     res = backfill_run()
-    assert tax_lower_bound(res.outcomes, cluster(SLOW_LAST)) == pytest.approx(50)
-    assert res.tax_lower_bound_gpu_s == pytest.approx(50)
-    assert res.tax_lower_bound_gpu_s <= res.metrics.tax_gpu_s
+    assert best_free_tax(res.outcomes, cluster(SLOW_LAST)) == pytest.approx(50)
+    assert res.tax_best_free_gpu_s == pytest.approx(50)
+    assert res.tax_best_free_gpu_s <= res.metrics.tax_gpu_s
 
 
-def test_the_lower_bound_frees_gpus_at_a_jobs_finish() -> None:
+def test_the_best_free_reference_frees_gpus_at_a_jobs_finish() -> None:
     # one node of two GPUs, one slow: each job in turn gets the fast one back
     outs = tuple(JobOutcome(f"j{i}", 1, 0, 100 * i, 100 * (i + 1), job_class="A", nominal_s=100) for i in range(3))
-    assert tax_lower_bound(outs, cluster([1.0, 2.0], nodes=1)) == 0
+    assert best_free_tax(outs, cluster([1.0, 2.0], nodes=1)) == 0
     overlapping = outs + (JobOutcome("k", 1, 0, 50, 150, job_class="A", nominal_s=100),)
-    assert tax_lower_bound(overlapping, cluster([1.0, 2.0], nodes=1)) == pytest.approx(100)
+    assert best_free_tax(overlapping, cluster([1.0, 2.0], nodes=1)) == pytest.approx(100)
 
 
 def test_the_greedy_bound_is_not_always_below_the_actual_tax() -> None:
@@ -101,13 +101,13 @@ def test_the_greedy_bound_is_not_always_below_the_actual_tax() -> None:
     late = JobOutcome("late", 1, 1, 1, 50, gpu_ids=(0,), job_class="A", nominal_s=100)
     actual = run_metrics((early, late), busy_gpu_seconds=150, cluster_gpus=2).tax_gpu_s
     assert actual == 10
-    assert tax_lower_bound((early, late), slow) == pytest.approx(100)
+    assert best_free_tax((early, late), slow) == pytest.approx(100)
 
 
 def test_outcomes_holding_more_gpus_than_the_cluster_are_refused() -> None:
     outs = (JobOutcome("a", 2, 0, 0, 10, job_class="A", nominal_s=10), JobOutcome("b", 1, 0, 5, 10))
     with pytest.raises(ValueError, match="job b starts at 5"):
-        tax_lower_bound(outs, cluster([1.0, 1.0], nodes=1))
+        best_free_tax(outs, cluster([1.0, 1.0], nodes=1))
 
 
 def test_round_mode_charges_the_work_done_not_the_rounded_up_time() -> None:
@@ -118,7 +118,7 @@ def test_round_mode_charges_the_work_done_not_the_rounded_up_time() -> None:
     assert one.outcomes[0].finish_time == 360
     assert one.metrics.tax_gpu_s == pytest.approx(50)
     assert one.metrics.tax_share == pytest.approx(50 / 360)
-    assert one.tax_lower_bound_gpu_s is None
+    assert one.tax_best_free_gpu_s is None
     # 1000 nominal s over 5 rounds (240 + 240 + 240 + 240 + 40): 2 GPUs x 1000 x 0.5
     many = simulate_rounds(Trace("t", (job("y", 2, 0, 1000),)), every_slow, get_policy("slurm-backfill"), opts)
     assert many.outcomes[0].finish_time == 5 * 360
@@ -166,7 +166,7 @@ def test_a_zero_tax_run_on_a_uniform_fleet_serialises_without_nan() -> None:
     text = json.dumps(report.as_dict(), allow_nan=False)  # raises on a NaN
     data = json.loads(text)
     assert {r["tax_gpu_s"] for r in data["runs"]} == {0.0}
-    assert {r["tax_lower_bound_gpu_s"] for r in data["runs"]} == {0.0}
+    assert {r["tax_best_free_gpu_s"] for r in data["runs"]} == {0.0}
     assert data["summary"]["pal"]["tax_removed"] == 0.0
     base = data["summary"]["slurm-backfill"]
     assert base["added_wait_s"] == 0.0 and base["added_wait_share"] == pytest.approx(0.0)
@@ -198,7 +198,7 @@ def test_cli_reports_the_tax_in_table_json_and_csv(tmp_path: Path) -> None:
     data = json.loads(res.stdout, parse_constant=_no_nan)
     runs = {r["policy"]: r for r in data["runs"]}
     for r in runs.values():
-        assert r["tax_gpu_s"] >= 0 and 0 <= r["tax_share"] < 1 and r["tax_lower_bound_gpu_s"] is not None
+        assert r["tax_gpu_s"] >= 0 and 0 <= r["tax_share"] < 1 and r["tax_best_free_gpu_s"] is not None
         assert r["variability_gpu_s_signed"] <= r["tax_gpu_s"]
     summary = data["summary"]["pm-first"]
     tax_p, tax_b = runs["pm-first"]["tax_gpu_s"], runs["slurm-backfill"]["tax_gpu_s"]
@@ -213,4 +213,4 @@ def test_cli_reports_the_tax_in_table_json_and_csv(tmp_path: Path) -> None:
     assert "tax removed" in table.stdout and "added wait" in table.stdout
     csv = runner.invoke(cli, [*base, "--format", "csv"])
     assert csv.stdout.splitlines()[0].endswith(",skipped,tax_gpu_s,variability_gpu_s_signed,tax_share,"
-                                               "tax_lower_bound_gpu_s")
+                                               "tax_best_free_gpu_s")

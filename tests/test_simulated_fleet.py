@@ -1,7 +1,7 @@
 """The simulated fleet: reproducible, valid records, and physics that could be wrong.
 
-The physics checks reproduce what real fleets show (design notes, section 1): SGEMM time
-follows the SM clock, compute-bound work varies more than memory-bound work, power-capped
+The physics checks reproduce what real fleets show (the Longhorn V100s of the PAL artifact,
+pal_slurm.simulated_fleet says more): SGEMM time follows the SM clock, compute-bound work varies more than memory-bound work, power-capped
 runs sit at the cap and say so, planted defects are slow and visible in the telemetry.
 """
 

@@ -11,11 +11,12 @@ import pytest
 
 from pal_slurm.errors import SlurmError
 from pal_slurm.slurm import filter_state, parse_json
+from pal_slurm.slurm.backend import CliBackend
+from pal_slurm.slurm.model import BLOCKING_FLAGS, DRAIN_FLAGS, OUT_OF_SERVICE
 from pal_slurm.slurm.tres import (
     parse_gres_alloc,
     parse_tres,
     typed_gpu_request,
-    used_gpu_indices,
 )
 
 DATA = Path(__file__).parent / "data" / "slurm"
@@ -52,14 +53,13 @@ def test_gres_alloc_strings() -> None:
     u = parse_gres_alloc(used)
     assert [(x.type, x.count, x.indices) for x in u] == [
         ("v100_g0", 1, (0,)), ("v100_g1", 0, ()), ("v100_g2", 1, (2,)), ("v100_g3", 0, ())]
-    assert used_gpu_indices("gpu:a100:3(IDX:0-1,3)") == frozenset({0, 1, 3})
+    assert [x.indices for x in parse_gres_alloc("gpu:a100:3(IDX:0-1,3)")] == [(0, 1, 3)]
     assert parse_gres_alloc("gpu:v100_g0:1,gpu:v100_g1:1")[1].type == "v100_g1"
     assert parse_gres_alloc(None) == ()
 
 
 def test_squeue_22_05() -> None:
     doc = parse_json.load((DATA / "22.05" / "squeue.json").read_text(), "squeue --json")
-    assert parse_json.slurm_version(doc) == (22, 5)
     jobs = {j.job_id: j for j in parse_json.jobs_from_doc(doc)}
     run = jobs["323"]
     assert run.running and run.nodes == "pal-n2" and run.tres_per_node == "gres:gpu:v100_g1:1,gres:gpu:v100_g2:1"
@@ -78,7 +78,7 @@ def test_sinfo_22_05() -> None:
     n2 = nodes["pal-n2"]
     assert n2.state == "MIXED" and n2.schedulable and n2.cpus == 8 and n2.alloc_cpus == 2
     assert n2.features == frozenset({"v100"}) and n2.partitions == ("gpu",)
-    assert used_gpu_indices(n2.gres_used) == frozenset({0, 1, 2, 3})
+    assert sorted(i for x in parse_gres_alloc(n2.gres_used) for i in x.indices) == [0, 1, 2, 3]
     assert n2.free_memory_mb == 16000 - 2000
 
 
@@ -91,7 +91,6 @@ def _v2411(name: str) -> Path:
 
 def test_squeue_24_11() -> None:
     doc = parse_json.load(_v2411("squeue.json").read_text(), "squeue --json")
-    assert parse_json.slurm_version(doc) == (24, 11)
     jobs = parse_json.jobs_from_doc(doc)
     running = [j for j in jobs if j.running]
     held = [j for j in jobs if j.pending]
@@ -135,6 +134,30 @@ def test_node_states_both_spellings() -> None:
     b = parse_json.node_from_json({"name": "n", "state": ["IDLE", "DRAIN"]})
     c = parse_json.node_from_json({"name": "n", "state": ["MIXED"]})
     assert not a.schedulable and not b.schedulable and c.schedulable
+
+
+def test_node_state_sets_nest_and_say_what_a_node_is() -> None:
+    """The one definition of node states: a drain is out of service, out of service keeps new
+    jobs off; a node only passing through (a reboot asked for) keeps new jobs off for now but is
+    not out of service, so a job pinned to it is not rescued for that."""
+    assert DRAIN_FLAGS < OUT_OF_SERVICE < BLOCKING_FLAGS
+    drained = parse_json.node_from_json({"name": "n", "state": ["IDLE", "DRAIN"]})
+    down = parse_json.node_from_json({"name": "n", "state": "down", "state_flags": []})
+    failing = parse_json.node_from_json({"name": "n", "state": ["MIXED", "FAIL"]})
+    rebooting = parse_json.node_from_json({"name": "n", "state": ["IDLE", "REBOOT_REQUESTED"]})
+    assert drained.out_of_service == {"DRAIN"} and down.out_of_service == {"DOWN"}
+    assert failing.out_of_service == {"FAIL"} and not rebooting.out_of_service
+    assert drained.drained_or_down and down.drained_or_down
+    assert not failing.drained_or_down and not rebooting.drained_or_down
+    assert not any(n.schedulable for n in (drained, down, failing, rebooting))
+
+
+@pytest.mark.parametrize("name", ["ALL", "all", "n[1-4]", "n1,n2", "", "n1 n2", "-n1", "NodeName=n1"])
+def test_a_drain_names_exactly_one_node(name: str) -> None:
+    """`NodeName=` also takes ALL, NodeSets and hostlists: the adapter refuses them before
+    anything runs (no scontrol is needed to see the refusal)."""
+    with pytest.raises(SlurmError, match="not the name of one Slurm node"):
+        CliBackend(env={"PATH": "/nonexistent"}).drain_node(name, "pal: test")
 
 
 def test_filter_state_escapes_everything() -> None:

@@ -3,7 +3,9 @@
 Pure logic (placement, classification, the parsers, the simulator's core) never imports the
 database layer, the CLI or `subprocess`: the simulator and the placement daemon call the same
 code, the tests run it without a database or a cluster, and importing it stays cheap. Only the
-CLI imports the CLI: everything else is reachable without click.
+CLI imports the CLI: everything else is reachable without click. Imports go one way: no module
+imports one of a higher layer (LAYERS), and no chain of imports comes back to where it began,
+so every module can be read, tested and imported knowing only what lies below it.
 
 The modules are read with `ast`, never imported, so a violation is reported even when the
 import sits inside a function or under `if TYPE_CHECKING:`, and checking costs no imports.
@@ -45,6 +47,8 @@ PURE = (
     "placer/cluster_view.py",
     "placer/shapes.py",
     "placer/slurm_updates.py",
+    "placer/refresh.py",
+    "slurm/hostlist.py",
     "placer/ledger.py",
     "savings.py",
 )
@@ -67,6 +71,35 @@ PURE_RULE = (
 CLI_RULE = (
     "only pal_slurm/cli/ imports pal_slurm.cli: the CLI calls the rest of the package, never the "
     "other way round; move what is shared out of cli/ (services, or the module that owns it)"
+)
+
+#: The layers, bottom first, each with the modules in it (a name covers the modules under it; the
+#: longest name that covers a module decides). A module imports its own layer or lower ones.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # the package root and what every layer uses
+    ("base", ("pal_slurm", "pal_slurm.errors", "pal_slurm.numfmt", "pal_slurm.systemd_notify",
+              "pal_slurm.atomic_write")),
+    # what needs neither configuration nor a database: the placement vocabulary and policies, the
+    # import parsers, classification, the simulated fleet, the Slurm and GPU adapters
+    ("core", ("pal_slurm.placement", "pal_slurm.ingest", "pal_slurm.classify", "pal_slurm.classify_fleet",
+              "pal_slurm.actions", "pal_slurm.fairness", "pal_slurm.savings", "pal_slurm.simulated_fleet",
+              "pal_slurm.slurm", "pal_slurm.gpu")),
+    ("configuration", ("pal_slurm.config",)),
+    ("storage", ("pal_slurm.db",)),
+    # the placer, the simulator and replay, the profiler, the agent, reports, the demo
+    ("use cases", ("pal_slurm.jobs", "pal_slurm.placer", "pal_slurm.simulate", "pal_slurm.replay",
+                   "pal_slurm.profiler", "pal_slurm.agent", "pal_slurm.report", "pal_slurm.report_html",
+                   "pal_slurm.services", "pal_slurm.demo")),
+    ("command line", ("pal_slurm.cli", "pal_slurm.__main__")),
+)
+
+LAYER_RULE = (
+    "a module imports only its own layer or lower ones (LAYERS in tests/test_structure.py, "
+    "docs/architecture.md 'Rules we keep'): move what both need down, or pass it in from above"
+)
+CIRCLE_RULE = (
+    "imports go one way (docs/architecture.md, 'Rules we keep'): move what both modules need into "
+    "one of them, or into a module below both"
 )
 
 #: Modules outside pal_slurm/cli/ allowed to import it, and why.
@@ -182,3 +215,82 @@ def test_only_the_cli_imports_the_cli() -> None:
         lines = sorted({line for line, imported in _imports(path) if _matches(imported, "pal_slurm.cli")})
         violations.extend(f"{name} imports pal_slurm.cli (the CLI) at line {line}" for line in lines)
     assert not violations, "\n".join(violations) + f"\nrule: {CLI_RULE}"
+
+
+def _all_modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _import_graph() -> dict[str, dict[str, int]]:
+    """module -> {pal_slurm module it imports: first line}, at any depth (inside functions and
+    under TYPE_CHECKING too: such an import is still a dependency a reader has to follow)."""
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in _all_modules().items():
+        edges: dict[str, int] = {}
+        for line, imported in _imports(path):
+            if imported != name and imported.startswith("pal_slurm") and _module_path(imported):
+                edges.setdefault(imported, line)
+        graph[name] = edges
+    return graph
+
+
+def _layer_of(module: str) -> int | None:
+    best: tuple[int, int] | None = None  # (length of the covering name, layer)
+    for rank, (_, names) in enumerate(LAYERS):
+        for prefix in names:
+            if _matches(module, prefix) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), rank)
+    return None if best is None else best[1]
+
+
+def test_layer_list_is_current() -> None:
+    """Every module has a layer, and every name in LAYERS still names a module or a package."""
+    modules = _all_modules()
+    unplaced = sorted(m for m in modules if _layer_of(m) is None)
+    assert not unplaced, f"modules in no layer of LAYERS (tests/test_structure.py): {unplaced}"
+    stale = [p for _, names in LAYERS for p in names if not any(_matches(m, p) for m in modules)]
+    assert not stale, f"names in LAYERS that no module has any more: {stale}"
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    violations = []
+    for module, edges in sorted(_import_graph().items()):
+        own = _layer_of(module)
+        for imported, line in sorted(edges.items()):
+            theirs = _layer_of(imported)
+            if own is not None and theirs is not None and theirs > own:
+                violations.append(f"{module} (layer {LAYERS[own][0]!r}) imports {imported} "
+                                  f"(layer {LAYERS[theirs][0]!r}) at line {line}")
+    assert not violations, "\n".join(violations) + f"\nrule: {LAYER_RULE}"
+
+
+def _circle(graph: dict[str, dict[str, int]]) -> list[str] | None:
+    """One import circle (its modules in import order, the first repeated at the end), or None.
+    A depth-first walk: a module met again while still on the walk's path closes a circle."""
+    done: set[str] = set()
+    for start in sorted(graph):
+        if start in done:
+            continue
+        path, pending = [start], [iter(sorted(graph[start]))]
+        while pending:
+            nxt = next(pending[-1], None)
+            if nxt is None:
+                done.add(path.pop())
+                pending.pop()
+            elif nxt in path:
+                return path[path.index(nxt):] + [nxt]
+            elif nxt not in done:
+                path.append(nxt)
+                pending.append(iter(sorted(graph[nxt])))
+    return None
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    circle = _circle(_import_graph())
+    assert circle is None, "import circle: " + " -> ".join(circle or ()) + f"\nrule: {CIRCLE_RULE}"
+
+
+def test_the_circle_check_finds_one() -> None:
+    """The check itself, on a small graph: a -> b -> c -> a is found, a diamond is not a circle."""
+    assert _circle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {}}) == ["a", "b", "c", "a"]
+    assert _circle({"a": {"b": 1, "c": 1}, "b": {"d": 1}, "c": {"d": 1}, "d": {}}) is None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from pal_slurm.agent.jobmap import JobMapDir, JobMapEntry, expand_dir
 from pal_slurm.agent.metrics import AgentHealth, MetricsServer, render
 from pal_slurm.agent.pending import Backoff, PendingQueue
 from pal_slurm.agent.procmap import read_job_id
+from pal_slurm.atomic_write import write_atomically
 from pal_slurm.agent.job_profile_store import GpuFlagRecord, WriteItem
 from pal_slurm.config import AgentConfig
 from pal_slurm.errors import PalError
@@ -56,15 +56,13 @@ class RunSummary:
 
 
 def save_state(path: Path, pending: list[WriteItem], jobs: dict[str, JobAggregate]) -> None:
-    """Atomically write what a restart needs (tmp + rename in the same directory)."""
+    """Atomically write what a restart needs (synced: a crash leaves the old state or the new)."""
     items = [{"kind": "profile", **i.to_dict()} if isinstance(i, JobProfileRecord) else {"kind": "flag", **i.to_dict()}
              for i in pending]
     data = {"format": STATE_FORMAT, "saved_at": time.time(), "pending": items,
             "jobs": {name: agg.to_dict() for name, agg in jobs.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")))
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data, separators=(",", ":")))
 
 
 def load_state(path: Path) -> tuple[list[WriteItem], dict[tuple[str, str, float], JobAggregate]]:

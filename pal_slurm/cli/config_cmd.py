@@ -7,7 +7,6 @@ import tomli_w
 
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import emit_json
-from pal_slurm.config import config_as_dict
 
 
 @click.group()
@@ -20,6 +19,8 @@ def config() -> None:
 @click.pass_obj
 def show(app: AppContext, fmt: str) -> None:
     """Print the effective configuration, defaults included, with the database password masked."""
+    from pal_slurm.config import config_as_dict
+
     data = config_as_dict(app.cfg)
     if fmt == "json":
         emit_json(data)

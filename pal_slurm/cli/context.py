@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
-from pal_slurm.config import PalConfig, load_config
+    from pal_slurm.config import PalConfig
 
 
 @dataclass
@@ -25,6 +27,8 @@ class AppContext:
     @property
     def cfg(self) -> PalConfig:
         if self._cfg is None:
+            from pal_slurm.config import load_config
+
             self._cfg = load_config(self.config_path, db_url=self.db_url)
             if self.on_config is not None:
                 self.on_config(self._cfg)

@@ -5,13 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import emit_json
-from pal_slurm.config import mask_url
-from pal_slurm.db import migrate
 
 
 @click.group()
@@ -26,6 +22,9 @@ def upgrade(app: AppContext) -> None:
 
     A SQLite file's missing directories are created, and said so on stderr (a mistyped
     path shows at once)."""
+    from pal_slurm.config import mask_url
+    from pal_slurm.db import migrate
+
     missing = _missing_sqlite_dir(app.cfg.db_url)
     engine = app.creating_engine()  # the one command that may create a SQLite database
     if missing is not None and missing.is_dir():
@@ -41,6 +40,9 @@ def upgrade(app: AppContext) -> None:
 
 def _missing_sqlite_dir(url: str) -> Path | None:
     """The outermost directory a SQLite URL's file needs that does not exist yet (None: none)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -61,6 +63,9 @@ def _missing_sqlite_dir(url: str) -> Path | None:
 @click.pass_obj
 def current(app: AppContext, as_json: bool) -> None:
     """Show the database's schema revision and whether it is up to date (exit 1 when not)."""
+    from pal_slurm.config import mask_url
+    from pal_slurm.db import migrate
+
     state = migrate.schema_state(app.engine)
     data = {"url": mask_url(app.cfg.db_url), "current": state.current, "head": state.head,
             "up_to_date": state.up_to_date}
@@ -77,4 +82,6 @@ def current(app: AppContext, as_json: bool) -> None:
 @click.option("--dialect", type=click.Choice(["postgresql", "mysql", "sqlite"]), required=True)
 def sql(dialect: str) -> None:
     """Print the schema as SQL for one dialect, generated from the migrations (what sql/ holds)."""
+    from pal_slurm.db import migrate
+
     click.echo(migrate.offline_sql(dialect), nl=False)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from sqlalchemy.exc import SQLAlchemyError
 
 from pal_slurm import __version__
 from pal_slurm.cli import classify_cmd, config_cmd, db_cmd, demo_cmd, profile_cmd, report_cmd, simulate_cmd
@@ -20,8 +19,10 @@ from pal_slurm.cli import slurm_cmd
 from pal_slurm.cli import agent_cmd, jobs_cmd
 from pal_slurm.cli import placer_cmd, savings_cmd
 from pal_slurm.cli.context import AppContext
-from pal_slurm.config import PalConfig
 from pal_slurm.errors import PalError
+
+if TYPE_CHECKING:
+    from pal_slurm.config import PalConfig
 
 
 class PalFailure(click.ClickException):
@@ -49,17 +50,25 @@ class PalGroup(click.Group):
             if _debug(ctx):
                 raise
             raise PalFailure(str(exc)) from exc
-        except SQLAlchemyError as exc:
-            if _debug(ctx):
-                raise
-            from pal_slurm.db.engine import describe_error
-
-            raise PalFailure(f"database error: {describe_error(exc)}") from exc
         except OSError as exc:
             if _debug(ctx):
                 raise
             name = f" {exc.filename}" if getattr(exc, "filename", None) else ""
             raise PalFailure(f"{exc.strerror or exc}:{name}".rstrip(":")) from exc
+        except Exception as exc:
+            if not _is_database_error(exc) or _debug(ctx):
+                raise
+            from pal_slurm.db.engine import describe_error
+
+            raise PalFailure(f"database error: {describe_error(exc)}") from exc
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    """Whether `exc` is a SQLAlchemy error. Asked of the already imported module, so that
+    `pal --help` and every command that opens no database never import SQLAlchemy (about a
+    second of start-up): a command that never imported it cannot have raised its errors."""
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    return sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError)
 
 
 EXIT_BROKEN_PIPE = 141

@@ -1,4 +1,8 @@
-"""Output for every listing: a rich table for people, JSON and CSV for scripts."""
+"""Output for every listing: a rich table for people, JSON and CSV for scripts.
+
+rich is imported by the functions that draw, not here: every command module imports this one,
+and `pal --help` then starts without it.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,15 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich import box
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+    from rich.text import Text
 
 FORMATS = ("table", "json", "csv")
 format_option = click.option(
@@ -60,6 +65,8 @@ def terminal_width(env: Mapping[str, str] | None = None) -> int | None:
 
 def console(width: int | None = None) -> Console:
     """A terminal (or COLUMNS) gives the width; a pipe or file without COLUMNS gets 200 columns."""
+    from rich.console import Console
+
     width = width or terminal_width()
     if width is not None:
         return Console(soft_wrap=False, highlight=False, width=width)
@@ -88,6 +95,9 @@ def emit_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], fmt:
 
 
 def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], title: str | None) -> Table:
+    from rich import box
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     cells = [[_cell(c.value(row)) for c in columns] for row in rows]
     for i, c in enumerate(columns):
@@ -105,6 +115,8 @@ def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *,
                 wide: bool = False, out: Console | None = None) -> None:
     """A table that fits the console: optional columns go, rightmost first, until the columns'
     minimum widths fit; with `wide`, every column stays and the lines are as long as they need."""
+    from rich.console import Console
+
     out = out or console()
     cols = list(columns)
     table = _table(rows, cols, title)
@@ -124,6 +136,8 @@ def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *,
 
 def _measure(out: Console, table: Table) -> Measurement:
     """The table's own minimum and natural widths (not clamped to the console's width)."""
+    from rich.measure import Measurement
+
     table.title, title = None, table.title  # a long title wraps; it must not widen the table
     try:
         return Measurement.get(out, out.options.update_width(100_000), table)
@@ -133,6 +147,8 @@ def _measure(out: Console, table: Table) -> Measurement:
 
 def _cell(value: Any) -> Text:
     """Plain Text, never markup: node names and UUIDs come from files and users."""
+    from rich.text import Text
+
     if value is None:
         return Text("-")
     if isinstance(value, float):

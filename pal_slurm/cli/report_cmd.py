@@ -11,7 +11,20 @@ from pal_slurm.cli.context import AppContext
 from pal_slurm.actions import short_uuid
 from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option, wide_option
 from pal_slurm.numfmt import fmt_num
-from pal_slurm.report import bins_text, regular_bins
+
+
+def _bins_text(row: dict[str, Any]) -> str:
+    """The report's bins cell (pal_slurm.report says how; imported here, when a table is drawn,
+    because the report module reads the database's records: `pal report --help` stays light)."""
+    from pal_slurm.report import bins_text as text
+
+    return text(row)
+
+
+def _regular_bins_text(row: dict[str, Any]) -> str | None:
+    from pal_slurm.report import regular_bins
+
+    return _bins_text(row) if regular_bins(row) else None
 
 
 def _pv(key: str):  # type: ignore[no-untyped-def]
@@ -34,7 +47,7 @@ def benchmark_columns(wide: bool) -> list[Column]:
         Column("GPUs", lambda r: r["gpus"], "right"),
         Column("unprofiled", lambda r: r["unprofiled"], "right", optional=not wide),
         *_perfvar_columns(wide),
-        Column("bins", bins_text, wrap=True),
+        Column("bins", _bins_text, wrap=True),
         Column("outliers", lambda r: len(r["outliers"]), "right"),
     ]
 
@@ -49,7 +62,7 @@ CSV_COLUMNS = [Column("job_class", lambda r: r.get("job_class")), Column("model"
                *[Column(h, lambda r, k=k: None if r["perfvar"] is None else r["perfvar"][k])
                  for h, k in (("PerfVar min", "min"), ("p5", "p5"), ("median", "median"), ("p95", "p95"),
                               ("max", "max"))],
-               Column("bins", lambda r: bins_text(r) if regular_bins(r) else None),  # empty, as every missing cell
+               Column("bins", _regular_bins_text),  # empty, as every missing cell
                Column("outliers", lambda r: " ".join(r["outliers"]))]
 
 
@@ -252,7 +265,6 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     from pal_slurm.errors import PalError
     from pal_slurm.services import load_report
     from pal_slurm.slurm.backend import CliBackend
-    from pal_slurm.slurm.command import run_command
 
     data = load_report(app.engine, app.cfg, version)
     full = drain_plan([_action_of(a) for a in data["actions"]])
@@ -262,9 +274,9 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     if not plan:
         click.echo("nothing to drain: no outlier GPU is graded `drain`" + (" on those nodes" if nodes else ""))
         return
-    timeout = app.cfg.placer.command_timeout_s
+    slurm = CliBackend(timeout=app.cfg.placer.command_timeout_s)
     try:  # Slurm's own node names: NodeName= also takes ALL, NodeSets and hostlists
-        slurm_nodes = {n.name: n for n in CliBackend(timeout=timeout).nodes()}
+        slurm_nodes = {n.name: n for n in slurm.nodes()}
     except PalError as exc:
         if apply:
             raise PalError(f"Slurm's node list not read ({exc}); nothing drained") from exc
@@ -279,7 +291,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
             failed += 1
             click.echo(f"pal: error: {node_name}: not a node Slurm knows; not drained", err=True)
             continue
-        if known is not None and (known.flags & _DRAINED or known.state == "DOWN"):
+        if known is not None and known.drained_or_down:
             state = "+".join([known.state, *sorted(known.flags)])
             click.echo(f"{node_name}: already {state}; its state and reason are left as they are")
             continue
@@ -287,8 +299,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
             click.echo(f"would run: {shown}")
             continue
         try:
-            run_command(["scontrol", "update", f"NodeName={node_name}", "State=DRAIN", f"Reason={reason}"],
-                        timeout=timeout)
+            slurm.drain_node(node_name, reason)
         except PalError as exc:
             failed += 1
             click.echo(f"pal: error: {node_name}: not drained: {exc}", err=True)
@@ -298,10 +309,6 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
         click.echo("dry run: nothing changed; add --apply to drain these nodes", err=True)
     if failed:
         raise PalError(f"{failed} of {len(plan)} node(s) not drained (see above)")
-
-
-#: node state flags that mean someone (maybe not pal) already took the node out of service
-_DRAINED = frozenset({"DRAIN", "DRAINING", "DRAINED"})
 
 
 def _action_of(a: dict[str, Any]) -> Any:

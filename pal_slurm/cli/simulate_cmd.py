@@ -57,7 +57,7 @@ RUN_COLUMNS = [
 CSV_COLUMNS = [Column(k, lambda r, k=k: r[k]) for k in (
     "trace", "policy", "mode", "order", "jobs", "avg_jct_s", "median_jct_s", "p99_jct_s", "avg_queue_delay_s",
     "makespan_s", "utilization", "skipped", "tax_gpu_s", "variability_gpu_s_signed", "tax_share",
-    "tax_lower_bound_gpu_s")]
+    "tax_best_free_gpu_s")]
 
 
 def _percent(share: float | None) -> str | None:

@@ -30,7 +30,6 @@ __all__ = [
     "benchmark_from_filename",
     "canonical_node",
     "parse_artifact_csv",
-    "parse_artifact_file",
     "parse_file",
 ]
 
@@ -91,8 +90,6 @@ def parse_file(
     except OSError as exc:
         raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
 
-
-parse_artifact_file = parse_file  # the name pal_slurm.services imports
 
 
 def _number(column: str, raw: str, src: str, line: int) -> float:

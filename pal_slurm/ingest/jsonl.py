@@ -27,7 +27,6 @@ __all__ = [
     "dump_record",
     "parse_file",
     "parse_jsonl",
-    "parse_jsonl_file",
     "run_key_for",
 ]
 
@@ -286,8 +285,6 @@ def parse_file(path: str | Path) -> list[ProfileRecord]:
     except OSError as exc:
         raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
 
-
-parse_jsonl_file = parse_file  # the name pal_slurm.services imports
 
 
 def _iso_utc(when: datetime) -> str:

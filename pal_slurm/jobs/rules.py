@@ -2,8 +2,8 @@
 
 Two consumers, one source of truth:
 
-* `filter_rules` gives the `rules` list of the filter state file (contract in
-  notes/slurm-contract.md): dicts with `class`, `id` and the optional exact-match keys
+* `filter_rules` gives the `rules` list of the filter state file (docs/admin-guide.md,
+  "The filter state file"): dicts with `class`, `id` and the optional exact-match keys
   `user`, `name`, `account`, `partition` (absent = any). job_submit.lua takes the first
   match. Admin rules come first, the most specific first (more match fields set), then
   the oldest; their id is `rule-<id>`. Then the learned classes, as exact

@@ -6,7 +6,7 @@ policies differ in typed class attributes and overridden methods only:
 - `sticky` tells the *caller* how to call it: True means running jobs keep their GPUs
   (it passes only waiting jobs and the GPUs they do not hold); False means the caller may
   re-place everything each round (it passes every job with every GPU free).
-- `class_sorted_prefix` selects PM-First's queue treatment (see `class_sorted_prefix`).
+- `class_sorted_prefix` selects PM-First's queue treatment (see `InOrderPolicy.placement_order`).
 - `pick` / `pick_split` choose GPUs for one job.
 - A policy that does more than walk the queue and stop at the first job that does not
   fit (pal-backfill) overrides `place` and reuses `placement_order` and `choose`.
@@ -49,13 +49,6 @@ def prefix_that_fits(queue: Sequence[JobRequest], capacity: int) -> int:
         if total > capacity:
             return i
     return len(queue)
-
-
-def class_sorted_prefix(queue: Sequence[JobRequest], capacity: int) -> list[JobRequest]:
-    """PM-First's queue treatment: the longest prefix whose total GPU demand fits
-    `capacity`, stable-sorted by class A < B < C < D, then the rest in queue order."""
-    cut = prefix_that_fits(queue, capacity)
-    return sorted(queue[:cut], key=lambda j: class_rank(j.job_class)) + list(queue[cut:])
 
 
 def _splits_freely(job: JobRequest) -> bool:

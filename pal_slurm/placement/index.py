@@ -1,6 +1,6 @@
 """Array views of a cluster and of one decision's free GPUs, so policies stay fast at scale.
 
-A `ClusterIndex` is built once per `Cluster` (cached on it as `Cluster.placement_index`)
+A `ClusterIndex` is built once per `Cluster` (`cluster_index` keeps it in `Cluster.derived`)
 and holds numpy arrays: the node of every GPU and, per job class, every GPU's slowdown
 factor and its *level* (the rank of its factor among the class's distinct factors, so
 "sf <= s" becomes an integer comparison and equal factors compare equal exactly).
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 
@@ -91,11 +92,22 @@ class ClusterIndex:
         return ids[np.lexsort((ids, self.node_of[ids]))]
 
 
+def cluster_index(cluster: Cluster) -> ClusterIndex:
+    """The cluster's `ClusterIndex`, built on first use and kept with the cluster: every decision
+    on it (each simulator round, each placer cycle's policy) reads the same arrays. The index
+    lives here, not on `Cluster`, so that the placement vocabulary (placement.model) stays free of
+    numpy and nothing in it imports this module back."""
+    ix = cluster.derived.get("placement_index")
+    if ix is None:
+        ix = cluster.derived["placement_index"] = ClusterIndex(cluster)
+    return cast(ClusterIndex, ix)
+
+
 class FreeState:
     """Free GPUs of one decision, shrinking as the policy assigns them."""
 
     def __init__(self, snapshot: Snapshot) -> None:
-        ix = snapshot.cluster.placement_index
+        ix = cluster_index(snapshot.cluster)
         self.index = ix
         mask = np.zeros(ix.n, dtype=bool)
         if snapshot.free:
@@ -108,6 +120,9 @@ class FreeState:
         self.count = np.bincount(ix.node_of[mask], minlength=ix.n_nodes).astype(np.int64)
         self.n_free = int(mask.sum())
         self._allowed_masks: dict[frozenset[int], np.ndarray] = {}
+        # candidates() per allowed-nodes set until the next take/release: one decision asks
+        # first fit, the guard's bound and its search the same question in a row
+        self._cand: dict[frozenset[int] | None, np.ndarray] = {}
 
     def node_mask(self, allowed: frozenset[int] | None) -> np.ndarray | None:
         """Boolean per node for an allowed-nodes set (None = every node)."""
@@ -122,11 +137,15 @@ class FreeState:
         return m
 
     def candidates(self, allowed: frozenset[int] | None) -> np.ndarray:
-        """Free GPU ids on allowed nodes, ascending."""
+        """Free GPU ids on allowed nodes, ascending (read-only: shared until the state changes)."""
+        hit = self._cand.get(allowed)
+        if hit is not None:
+            return hit
         nm = self.node_mask(allowed)
-        if nm is None:
-            return np.flatnonzero(self.mask)
-        return np.flatnonzero(self.mask & nm[self.index.node_of])
+        ids = self.mask.nonzero()[0] if nm is None else (self.mask & nm[self.index.node_of]).nonzero()[0]
+        ids.flags.writeable = False
+        self._cand[allowed] = ids
+        return ids
 
     def free_on(self, allowed: frozenset[int] | None) -> int:
         nm = self.node_mask(allowed)
@@ -137,7 +156,21 @@ class FreeState:
         nm = self.node_mask(allowed)
         return self.count if nm is None else np.where(nm, self.count, 0)
 
+    #: above this many GPUs, take/release work on arrays (per-GPU numpy indexing costs more)
+    _VECTOR_AT = 8
+
     def take(self, gpus: tuple[int, ...]) -> None:
+        if self._cand:
+            self._cand = {}
+        if len(gpus) > self._VECTOR_AT:
+            g = np.fromiter(gpus, dtype=np.int64, count=len(gpus))
+            if not self.mask[g].all() or np.unique(g).size != g.size:
+                bad = next(int(x) for i, x in enumerate(g) if not self.mask[x] or x in g[:i])
+                raise AssertionError(f"GPU {bad} assigned twice or not free")  # a policy bug
+            self.mask[g] = False
+            self.count -= np.bincount(self.index.node_of[g], minlength=self.count.size)
+            self.n_free -= int(g.size)
+            return
         for g in gpus:
             if not self.mask[g]:
                 raise AssertionError(f"GPU {g} assigned twice or not free")  # a policy bug
@@ -147,6 +180,16 @@ class FreeState:
 
     def release(self, gpus: Iterable[int]) -> None:
         """Mark `gpus` free (those already free are left alone)."""
+        if self._cand:
+            self._cand = {}
+        if isinstance(gpus, (tuple, list, np.ndarray)) and len(gpus) > self._VECTOR_AT:
+            g = np.asarray(gpus, dtype=np.int64)
+            g = np.unique(g[~self.mask[g]])
+            if g.size:
+                self.mask[g] = True
+                self.count += np.bincount(self.index.node_of[g], minlength=self.count.size)
+                self.n_free += int(g.size)
+            return
         for g in gpus:
             if not self.mask[g]:
                 self.mask[g] = True
@@ -160,4 +203,5 @@ class FreeState:
         twin.count = self.count.copy()
         twin.n_free = self.n_free
         twin._allowed_masks = self._allowed_masks
+        twin._cand = dict(self._cand)
         return twin

@@ -16,12 +16,8 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from pal_slurm.errors import PalError
-
-if TYPE_CHECKING:
-    from pal_slurm.placement.index import ClusterIndex
 
 #: The job classes, most variability-sensitive first (PAL's A-D). The one definition: the
 #: configuration, the policies and the trace readers use it, and tests check the submit
@@ -63,6 +59,10 @@ class Cluster:
     gpus: tuple[GpuRef, ...]
     slowdown: Mapping[str, tuple[float, ...]]
     perfvar: Mapping[str, tuple[float, ...]]
+    #: What other modules derive from the cluster once and keep with it, by name (the numpy
+    #: views policies rank by: `placement.index.cluster_index`). Not part of the cluster's value:
+    #: equal clusters compare equal whatever has been derived from them.
+    derived: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.gpus)
@@ -95,14 +95,6 @@ class Cluster:
     @cached_property
     def max_gpus_per_node(self) -> int:
         return max((len(ids) for ids in self.node_gpus), default=0)
-
-    @cached_property
-    def placement_index(self) -> "ClusterIndex":
-        """Numpy views policies rank by, built once per cluster (imported lazily so this
-        module stays free of numpy)."""
-        from pal_slurm.placement.index import ClusterIndex
-
-        return ClusterIndex(self)
 
     def class_key(self, job_class: str | None) -> str:
         """The class whose factors apply: unknown or unmeasured classes fall back to A."""

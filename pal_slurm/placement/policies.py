@@ -12,11 +12,10 @@ from pal_slurm.placement import artifact as _artifact  # noqa: F401  (registers 
 from pal_slurm.placement import backfill as _backfill  # noqa: F401  (registers pal-backfill)
 from pal_slurm.placement import slurm_backfill as _slurm  # noqa: F401  (registers slurm-backfill)
 from pal_slurm.placement import guarded as _guarded  # noqa: F401  (registers pal-guard, the default)
-from pal_slurm.placement.base import POLICIES, Choice, InOrderPolicy, Policy, class_sorted_prefix, register
+from pal_slurm.placement.base import POLICIES, Choice, InOrderPolicy, Policy, register
 from pal_slurm.placement.model import PlacementError
 
-__all__ = ["POLICIES", "Choice", "InOrderPolicy", "Policy", "class_sorted_prefix", "get_policy", "policy_names",
-           "register"]
+__all__ = ["POLICIES", "Choice", "InOrderPolicy", "Policy", "get_policy", "policy_names", "register"]
 
 
 def policy_names() -> list[str]:

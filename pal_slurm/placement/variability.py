@@ -10,7 +10,7 @@ Pure: no database, no files.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,23 +30,27 @@ class GpuVariability:
     minor: int | None = None
 
 
+def worst_factor(known: Iterable[float | None]) -> float:
+    """The factor a GPU nobody measured gets for a class: the worst (largest) of the class's
+    known factors, 1.0 when none is known. A GPU we know nothing about must not attract
+    sensitive jobs; the placer's cluster view and `from_classification` both apply it."""
+    values = [float(x) for x in known if x is not None]
+    return max(values) if values else 1.0
+
+
 def from_classification(stored_gpu_rows: Sequence[Mapping[str, Any]],
                         classes: Sequence[str]) -> list[GpuVariability]:
     """Variability of real GPUs from rows shaped like `pal_slurm.report.gpu_rows` output
     (``{"uuid", "node", "classes": {cls: {"slowdown", "perfvar"?, ...}}}``), in row order.
 
     An unprofiled GPU (slowdown None, or the class missing) gets the **worst** (largest)
-    slowdown of that class among the rows: a GPU we know nothing about must not attract
-    sensitive jobs. When no row of a class is profiled, every GPU gets 1.0 for it. A
-    missing PerfVar is taken equal to the (filled) slowdown.
+    slowdown of that class among the rows (`worst_factor`; 1.0 when no row of the class is
+    profiled). A missing PerfVar is taken equal to the (filled) slowdown.
     """
     def entry(row: Mapping[str, Any], cls: str) -> Mapping[str, Any]:
         return (row.get("classes") or {}).get(cls) or {}
 
-    worst: dict[str, float] = {}
-    for cls in classes:
-        known = [float(entry(r, cls)["slowdown"]) for r in stored_gpu_rows if entry(r, cls).get("slowdown") is not None]
-        worst[cls] = max(known) if known else 1.0
+    worst = {cls: worst_factor(entry(r, cls).get("slowdown") for r in stored_gpu_rows) for cls in classes}
     out: list[GpuVariability] = []
     for row in stored_gpu_rows:
         sf: dict[str, float] = {}

@@ -12,7 +12,8 @@ Rules (docs/admin-guide.md, "What the placer touches"):
   jobs are never steered onto one slot. A job that waits for something other than GPUs
   (a begin time, a dependency, a hold) keeps its placement, but not its slots.
 - A GPU we know nothing about gets the worst factor of its class: unknown GPUs must not
-  attract sensitive jobs.
+  attract sensitive jobs (placement.variability.worst_factor, the rule the simulator's
+  loader applies too).
 """
 
 from __future__ import annotations
@@ -22,21 +23,15 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 import numpy as np
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from pal_slurm.placement.model import Cluster, GpuRef
-from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.placement.variability import GpuVariability, worst_factor
 from pal_slurm.placer.holds import is_placed_by_pal
 from pal_slurm.slurm.gresconf import natural_key as _natural
 from pal_slurm.slurm.gresconf import slot_of_type
+from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
-from pal_slurm.slurm.tres import parse_gres_alloc, parse_tres
-
-# The same GRES and TRES strings come back for most nodes and jobs, cycle after cycle (one
-# node layout per node type, a handful of request forms); the parsers are pure and return
-# frozen values, so each distinct string is parsed once (bench/placer_cycle.py).
-_gres_alloc = lru_cache(maxsize=16384)(parse_gres_alloc)
-parsed_tres = lru_cache(maxsize=16384)(parse_tres)
+from pal_slurm.slurm.tres import parsed_gres_alloc, parsed_tres
 
 
 @dataclass(frozen=True)
@@ -113,25 +108,6 @@ class NodeTable:
         return out
 
 
-def expand_nodes(expr: str) -> list[str]:
-    """Node names of a Slurm hostlist (`n[1-3],gpu7`), in order."""
-    if not expr or expr in ("(null)", "None"):
-        return []
-    return list(_expand(expr))
-
-
-@lru_cache(maxsize=4096)
-def _expand(expr: str) -> tuple[str, ...]:
-    if not any(c in expr for c in "[@ "):
-        # a plain list (what a placed job's NodeList reads back as): no NodeSet parse,
-        # which costs more than the rest of verifying a placement
-        return tuple(sorted(dict.fromkeys(n for n in expr.split(",") if n), key=_natural))
-    try:
-        return tuple(NodeSet(expr))
-    except NodeSetParseError:
-        return tuple(n for n in expr.split(",") if n)
-
-
 def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
                factors: Mapping[tuple[str, int], GpuVariability], classes: Sequence[str]) -> View:
     """Steerable GPUs (nodes whose GPUs carry per-slot types), their factors, and which are free."""
@@ -155,14 +131,13 @@ def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
     promised = promised_slots(jobs)
     if promised:
         free = [i for i in free if (slots[i].node, slots[i].gres_type) not in promised]
-    # a GPU we know nothing about gets the worst factor of its class: unknown GPUs must not
-    # attract sensitive jobs (the rule of placement.variability.from_classification); worked
-    # out only when some GPU needs it (a scan of every factor)
+    # a GPU we know nothing about gets the worst factor of its class (worst_factor); worked out
+    # only when some GPU needs it (a scan of every factor)
     worst: dict[tuple[str, str], float] = {}
 
     def fallback(kind: str, c: str) -> float:
         if (kind, c) not in worst:
-            worst[(kind, c)] = _worst(factors.values(), kind, c)
+            worst[(kind, c)] = worst_factor(getattr(v, kind).get(c) for v in factors.values())
         return worst[(kind, c)]
 
     known = [factors.get((s.node, s.minor)) for s in slots]
@@ -186,7 +161,7 @@ def running_gpus(jobs: Iterable[SlurmJob], by_slot: Mapping[tuple[str, str], int
             continue
         held: list[int] = []
         for node, detail in zip(expand_nodes(job.nodes), job.gres_detail):
-            for use in _gres_alloc(detail):
+            for use in parsed_gres_alloc(detail):
                 if use.name == "gpu" and use.count > 0 and use.type is not None:
                     g = by_slot.get((node, use.type))
                     if g is not None:
@@ -199,19 +174,14 @@ def running_gpus(jobs: Iterable[SlurmJob], by_slot: Mapping[tuple[str, str], int
 @lru_cache(maxsize=1024)
 def node_slots(gres: str) -> tuple[tuple[int, str], ...]:
     """(minor, GRES type) of a node's per-slot GPU types, by minor (one string per node layout)."""
-    return tuple(sorted({(m, str(u.type)) for u in _gres_alloc(gres)
+    return tuple(sorted({(m, str(u.type)) for u in parsed_gres_alloc(gres)
                          if u.name == "gpu" and (m := slot_of_type(u.type)) is not None}))
 
 
 @lru_cache(maxsize=16384)
 def _used_types(gres_used: str) -> frozenset[str]:
     """GPU GRES types in use according to a node's gres_used."""
-    return frozenset(str(u.type) for u in _gres_alloc(gres_used) if u.name == "gpu" and u.count > 0)
-
-
-def _worst(values: Iterable[GpuVariability], kind: str, cls: str) -> float:
-    known = [x for v in values if (x := getattr(v, kind).get(cls)) is not None]
-    return float(max(known)) if known else 1.0
+    return frozenset(str(u.type) for u in parsed_gres_alloc(gres_used) if u.name == "gpu" and u.count > 0)
 
 
 #: pending reasons of a job that waits for something other than GPUs (a begin time, another

@@ -1,15 +1,16 @@
 """Per-GPU slowdown factors for the placer, from the latest classification (database adapter).
 
-Why a cache: the placer must keep placing when the database is down (design: "place with
-the classes already in memory"). `FactorCache.get()` returns the last good load and says
-how old it is; only when nothing was ever loaded does the daemon release jobs unchanged.
+Why a cache: the placer must keep placing when the database is down, with the classes
+already in memory (docs/admin-guide.md, "Failure modes"). `FactorCache.get()` returns the last
+good load, stamped with the time of the clock the cycle runs on; only when nothing was ever
+loaded does the daemon release jobs unchanged.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from pal_slurm.db.engine import session_scope
 from pal_slurm.db.migrate import require_current
 from pal_slurm.db.variability_store import load_variability
 from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.placer.refresh import Refreshed
 
 log = logging.getLogger(__name__)
 
@@ -36,42 +38,48 @@ class Factors:
         return cls(by_slot={}, version=None, loaded_at=0.0)
 
 
-def load_factors(engine: Engine, classes: Sequence[str]) -> Factors:
+def load_factors(engine: Engine, classes: Sequence[str], *, loaded_at: float | None = None) -> Factors:
     """Read the latest classification (the loader the simulator uses too); GPUs without a
     node or minor number cannot be steered and are skipped. A schema behind this pal is an
     error here (its placements could not be recorded): the daemon then places nothing and
-    says to run `pal db upgrade`."""
+    says to run `pal db upgrade`. `loaded_at`: the time to stamp (the cache's clock; now when
+    not given)."""
     require_current(engine)
     with session_scope(engine) as session:
         stored = load_variability(session, classes)
     out = {(v.node, int(v.minor)): v for v in stored.gpus if v.node is not None and v.minor is not None}
-    return Factors(by_slot=out, version=stored.version, loaded_at=time.time())
+    return Factors(by_slot=out, version=stored.version, loaded_at=time.time() if loaded_at is None else loaded_at)
 
 
 class FactorCache:
-    """Reload at most every `refresh_s`; on a database error keep the previous factors."""
+    """Reload at most every `refresh_s` of `clock`; on a database error keep the previous
+    factors and try again within 10 s."""
 
-    def __init__(self, engine_factory: Any, refresh_s: float = 60.0, classes: Sequence[str] = ("A", "B", "C", "D")) -> None:
+    def __init__(self, engine_factory: Any, refresh_s: float = 60.0, classes: Sequence[str] = ("A", "B", "C", "D"),
+                 clock: Callable[[], float] = time.time) -> None:
         self._engine_factory = engine_factory
         self.classes = tuple(classes)
         self.refresh_s = refresh_s
-        self.factors = Factors.empty()
-        self.last_error: str | None = None
-        self._next = 0.0
+        self._cache: Refreshed[Factors] = Refreshed(self._load, refresh_s, initial=Factors.empty(), clock=clock,
+                                                    retry_s=min(refresh_s, 10.0), on_error=self._kept)
+
+    @property
+    def factors(self) -> Factors:
+        return self._cache.value
+
+    @property
+    def last_error(self) -> str | None:
+        return self._cache.last_error
 
     def get(self, now: float | None = None) -> Factors:
-        now = time.time() if now is None else now
-        if now >= self._next:
-            self._next = now + self.refresh_s
-            try:
-                loaded = load_factors(self._engine_factory(), self.classes)
-                if loaded.version != self.factors.version:
-                    log.info("classes loaded: version %s, %d steerable GPUs", loaded.version, len(loaded.by_slot))
-                self.factors = loaded
-                self.last_error = None
-            except Exception as exc:  # noqa: BLE001 - any database failure: keep what we have
-                self.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                self._next = now + min(self.refresh_s, 10.0)
-                log.warning("classes not reloaded (%s); placing with %s", self.last_error,
-                            f"version {self.factors.version} from memory" if self.factors.by_slot else "none")
-        return self.factors
+        return self._cache.get(now)
+
+    def _load(self, now: float) -> Factors:
+        loaded = load_factors(self._engine_factory(), self.classes, loaded_at=now)
+        if loaded.version != self.factors.version:
+            log.info("classes loaded: version %s, %d steerable GPUs", loaded.version, len(loaded.by_slot))
+        return loaded
+
+    def _kept(self, error: str) -> None:
+        log.warning("classes not reloaded (%s); placing with %s", error,
+                    f"version {self.factors.version} from memory" if self.factors.by_slot else "none")

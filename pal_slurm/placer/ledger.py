@@ -35,11 +35,12 @@ from pal_slurm.placement.model import Decision, PlacementContext, Snapshot
 from pal_slurm.placement.orders import QueueOrder
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.placement.variability import GpuVariability
-from pal_slurm.placer.cluster_view import View, expand_nodes
+from pal_slurm.placer.cluster_view import View
 from pal_slurm.placer.shapes import Planned
 from pal_slurm.slurm.gresconf import slot_of_type
 from pal_slurm.slurm.model import SlurmJob
-from pal_slurm.slurm.tres import parse_gres_alloc
+from pal_slurm.slurm.hostlist import expand_nodes
+from pal_slurm.slurm.tres import parsed_gres_alloc
 
 #: the most pending choices remembered (a queue of jobs that never start must not grow memory)
 MAX_CHOICES = 200_000
@@ -230,7 +231,7 @@ def job_gpus(job: SlurmJob) -> tuple[tuple[str, int], ...]:
     said nothing about them."""
     out: list[tuple[str, int]] = []
     for node, detail in zip(expand_nodes(job.nodes), job.gres_detail):
-        for use in parse_gres_alloc(detail):
+        for use in parsed_gres_alloc(detail):
             if use.name != "gpu" or use.count <= 0:
                 continue
             minor = slot_of_type(use.type) if use.type else None

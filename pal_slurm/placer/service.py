@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pal_slurm.placer.refresh import Refreshed
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
@@ -36,29 +38,26 @@ FAILURES_BEFORE_RELEASE = 5
 
 class ClassRules:
     """The job-class rules, reloaded from the database at most every `refresh_s`; the last
-    table is kept while the database is down (placement goes on with what it knew)."""
+    table is kept while the database is down (placement goes on with what it knew), and a
+    failed reload is tried again within 10 s, as the classes are (placer/factors.py)."""
 
     def __init__(self, engine: Callable[[], Engine], refresh_s: float, default_class: str,
                  clock: Callable[[], float] = time.time) -> None:
         self._engine = engine
-        self._refresh_s = refresh_s
         self._default = default_class
-        self._clock = clock
-        self._table: ClassRuleTable | None = None
-        self._at = 0.0
+        self._cache: Refreshed[ClassRuleTable | None] = Refreshed(
+            self._load, refresh_s, initial=None, clock=clock, retry_s=min(refresh_s, 10.0),
+            on_error=lambda error: log.warning("class rules not reloaded: %s", error))
 
-    def table(self) -> ClassRuleTable | None:
+    def _load(self, _now: float) -> ClassRuleTable:
         from pal_slurm.db.engine import session_scope
         from pal_slurm.jobs.rules import load_class_rules
 
-        if self._table is None or self._clock() - self._at > self._refresh_s:
-            try:
-                with session_scope(self._engine()) as session:
-                    self._table = load_class_rules(session)
-            except Exception as exc:  # noqa: BLE001 - keep the last table when the database is down
-                log.warning("class rules not reloaded: %s", str(exc).splitlines()[0][:200])
-            self._at = self._clock()
-        return self._table
+        with session_scope(self._engine()) as session:
+            return load_class_rules(session)
+
+    def table(self) -> ClassRuleTable | None:
+        return self._cache.get()
 
     def resolve(self, job: Any) -> tuple[str, str]:
         """(class, why) for a job; the configured default class when no table was ever read."""

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pal_slurm.placement.model import JobRequest
-from pal_slurm.placer.cluster_view import View, expand_nodes, parsed_tres
+from pal_slurm.placer.cluster_view import View
+from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob
-from pal_slurm.slurm.tres import TresList
+from pal_slurm.slurm.tres import TresList, parsed_tres
 
 _SIMPLE_FEATURES = re.compile(r"^[\w.-]+(&[\w.-]+)*$")
 

@@ -24,12 +24,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from pal_slurm.placer.cluster_view import Slot, View, expand_nodes, node_slots, parsed_tres
+from pal_slurm.placer.cluster_view import Slot, View, node_slots
 from pal_slurm.placer.holds import HELD_BY_SOMEONE, PLACED_TAG, is_placed_by_pal, original_request
 from pal_slurm.placer.shapes import Shape, allowed_mask, request_shape
 from pal_slurm.slurm.gresconf import natural_key as _natural
+from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
-from pal_slurm.slurm.tres import typed_gpu_request
+from pal_slurm.slurm.tres import parsed_tres, typed_gpu_request
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,6 @@ def matches(job: SlurmJob, update: Update) -> bool:
     return got == want and set(expand_nodes(job.required_nodes)) == set(update.node_list.split(","))
 
 
-#: node flags that keep a job pinned to the node from ever starting there
-_NODE_GONE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "INVALID", "INVALID_REG",
-                        "FUTURE", "MAINTENANCE", "POWERED_DOWN", "POWER_DOWN"})
-
-
 def check_update(shape: Shape, update: Update) -> str | None:
     """Why `update` would give the job another shape than the user asked for (None: same).
 
@@ -126,15 +122,16 @@ def stranded(job: SlurmJob, nodes: Mapping[str, SlurmNode]) -> str | None:
     pinned = expand_nodes(job.required_nodes)
     most = job.max_nodes or max(job.node_count, 1)
     if len(pinned) > most:
-        # a placement of another shape (what placers before issue 11 could make): Slurm
-        # turns it into a job it will refuse to start (BadConstraints) or runs it reshaped
+        # a placement of another shape (what earlier placers made of a `--gpus=N -N1` job: one
+        # per-slot GPU on each of N nodes): Slurm turns it into a job it will refuse to start
+        # (BadConstraints, on 22.05) or runs it reshaped (24.11)
         return f"pinned to {len(pinned)} nodes, the job may span {most}"
     types = [i.type for i in parsed_tres(job.tres_per_node).gpu_items if i.type]
     for name in pinned:
         node = nodes.get(name)
         if node is None:
             return f"its node {name} no longer exists"
-        gone = (node.flags | {node.state}) & _NODE_GONE
+        gone = node.out_of_service
         if gone:
             return f"its node {name} is {','.join(sorted(gone)).lower()}"
         have = {t for _m, t in node_slots(node.gres)}

@@ -38,7 +38,7 @@ from pal_slurm.simulate.result import SimResult
 ARMS = ("slurm", "pal")
 BASELINE_POLICY = "slurm-backfill"
 METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "tax_share")
-TOLERANCE = 0.10  # predicted within 10 % of real: the target
+TOLERANCE = 0.10  # the simulator's prediction counts as right within 10 % of the real run (docs/evaluation.md)
 
 
 @dataclass(frozen=True)

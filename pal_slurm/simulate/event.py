@@ -27,7 +27,7 @@ from pal_slurm.placement.policies import Policy
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics, variability_gpu_s
 from pal_slurm.simulate.result import SimResult
-from pal_slurm.simulate.tax import tax_lower_bound
+from pal_slurm.simulate.tax import best_free_tax
 from pal_slurm.simulate.traces import Trace, TraceJob, slurm_shape
 
 Progress = Callable[[int], None]  # called with the number of jobs finished so far
@@ -171,7 +171,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     return SimResult(trace=trace.name, policy=policy.name, mode="event", order=options.order, outcomes=ordered,
                      metrics=metrics, busy_timeline=busy_curve(ordered),
                      cluster_gpus=cluster.size, skipped=len(trace.skipped),
-                     tax_lower_bound_gpu_s=tax_lower_bound(ordered, cluster))
+                     tax_best_free_gpu_s=best_free_tax(ordered, cluster))
 
 
 def _outcome(job: TraceJob, gpus: tuple[int, ...], start: float, finish: float, cluster: Cluster) -> JobOutcome:

@@ -29,7 +29,7 @@ class JobOutcome:
     submit_time: float
     start_time: float  # first start
     finish_time: float
-    # What the variability tax and its lower bound are computed from. Defaults keep outcomes
+    # What the variability tax and its best-free reference are computed from. Defaults keep outcomes
     # built without them (a replay's, a test's) valid: they count as paying no tax.
     gpu_ids: tuple[int, ...] = ()  # the GPUs it ran on (event mode; () where it moved, in round mode)
     job_class: str | None = None

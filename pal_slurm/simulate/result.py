@@ -20,9 +20,9 @@ class SimResult:
     skipped: int = 0  # invalid trace rows skipped with --skip-invalid
     #: the tax a best-free reassignment of this schedule would pay (pal_slurm.simulate.tax);
     #: None in round mode, where jobs move between rounds and hold no one set of GPUs
-    tax_lower_bound_gpu_s: float | None = None
+    tax_best_free_gpu_s: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {"trace": self.trace, "policy": self.policy, "mode": self.mode, "order": self.order,
                 **self.metrics.as_dict(), "skipped": self.skipped,
-                "tax_lower_bound_gpu_s": self.tax_lower_bound_gpu_s}
+                "tax_best_free_gpu_s": self.tax_best_free_gpu_s}

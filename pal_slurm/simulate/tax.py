@@ -23,7 +23,7 @@ from pal_slurm.simulate.metrics import JobOutcome, variability_gpu_s
 from pal_slurm.simulate.result import SimResult
 
 
-def tax_lower_bound(outcomes: Sequence[JobOutcome], cluster: Cluster) -> float:
+def best_free_tax(outcomes: Sequence[JobOutcome], cluster: Cluster) -> float:
     """The tax the schedule's own timeline allows when every job gets the best GPUs free.
 
     Every job keeps its start and finish time; jobs are taken in start order (ties in the
@@ -31,7 +31,7 @@ def tax_lower_bound(outcomes: Sequence[JobOutcome], cluster: Cluster) -> float:
     job running at that moment holds in this reassignment; the result is the tax those
     GPUs would have charged. A job ending at t frees its GPUs for a job starting at t.
 
-    An approximation twice over, and named for what it is meant to show rather than proven:
+    A reference, not a bound (hence its name), for two reasons:
     - durations are kept from the actual schedule, though a job on other GPUs would have run
       for another time (and so would have freed them at another time);
     - the greedy choice is not an optimum: giving an early job the fastest GPUs can leave a
@@ -43,7 +43,7 @@ def tax_lower_bound(outcomes: Sequence[JobOutcome], cluster: Cluster) -> float:
     moment is the schedule's own, so the free GPUs always suffice.
 
     Outcomes need `gpus`, `job_class` and `nominal_s`; `gpu_ids` is not read (event-mode
-    outcomes carry it; round mode has no one set of GPUs per job and reports no bound).
+    outcomes carry it; round mode has no one set of GPUs per job and reports no reference).
     """
     pv = {key: cluster.pv(key) for key in {cluster.class_key(o.job_class) for o in outcomes}}
     # one heap of (PerfVar, GPU, version) per class; an entry is current while its GPU is free

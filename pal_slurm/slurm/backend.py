@@ -6,7 +6,7 @@ when its version matches. What the placer needs is small: read jobs and nodes, u
 pending job, hold and release (both kinds of hold: priority 0 through `release`/`hold`, a
 begin time through `start_now`/`set_begin`). Writes always go through scontrol, because slurmrestd's
 v0.0.38 job update has no AdminComment or required-node field and clears `gres` only to
-`TresPerNode=gres:` (checked on 22.05.8; design notes, section 3).
+`TresPerNode=gres:`, so a GPU request cannot be retyped through it (checked on 22.05.8).
 """
 
 from __future__ import annotations
@@ -66,6 +66,10 @@ class SlurmBackend(Protocol):
 
     def partition_tiers(self) -> dict[str, int]:
         """Partition name -> PriorityTier (Slurm's first sort key)."""
+        ...
+
+    def drain_node(self, name: str, reason: str) -> None:
+        """Drain one node, named exactly (never ALL, a NodeSet or a hostlist), with `reason`."""
         ...
 
     def priority_config(self) -> PriorityConfig:
@@ -130,6 +134,10 @@ class CliBackend:
 
     def start_now(self, job_id: str) -> None:
         self.update_job(job_id, [("StartTime", "now")])
+
+    def drain_node(self, name: str, reason: str) -> None:
+        _check_node_name(name)
+        self._run(["scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}"])
 
     def partition_tiers(self) -> dict[str, int]:
         return parse_partition_tiers(self._run(["scontrol", "show", "partition", "-o"]))
@@ -372,3 +380,8 @@ def _check_job_id(job_id: str) -> None:
     if not re.fullmatch(r"\d+(_\d+)?(\+\d+)?", job_id):
         raise SlurmError(f"not a Slurm job id: {job_id!r}")
 
+
+def _check_node_name(name: str) -> None:
+    # NodeName= also takes ALL, NodeSets and hostlists (`n[1-4]`, `n1,n2`): a write names one node
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or name.upper() == "ALL":
+        raise SlurmError(f"not the name of one Slurm node: {name!r}")

@@ -12,11 +12,12 @@ the filter's default 90) is how far ahead the filter sets a held job's begin tim
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pal_slurm.atomic_write import write_atomically
 
 FORMAT = 1
 MODES = ("observe", "enforce")
@@ -78,21 +79,12 @@ def render(state: FilterState) -> str:
 
 
 def write(path: str | os.PathLike[str], state: FilterState) -> None:
-    """Atomically replace the file (tmp in the same directory + rename), mode 0644."""
+    """Atomically replace the file, mode 0644 (slurmctld reads it while the placer rewrites it).
+    Not synced to disk: the next cycle rewrites it, and until then its stale heartbeat makes
+    the filter hold nothing."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".filter-state.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(render(state))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomically(target, render(state), encoding="ascii", mode=0o644, durable=False)
 
 
 def rules_from(entries: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:

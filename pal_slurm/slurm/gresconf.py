@@ -110,7 +110,7 @@ class InventoryGpu:
 
     @property
     def gres_type(self) -> str:
-        return f"{self.token}_g{self.minor}"
+        return slot_type(self.model, self.minor)
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,20 @@ from pal_slurm.slurm.tres import TresList, parse_tres
 
 #: node states in which a node can take new jobs (flags such as DRAIN are checked separately)
 SCHEDULABLE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING", "PLANNED"})
-#: flags that keep new jobs off a node
-BLOCKING_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "MAINTENANCE",
-                            "RESERVED", "NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN",
-                            "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID", "INVALID_REG", "FUTURE",
-                            "UNKNOWN", "NO_RESPOND", "POWERING_UP", "REBOOT"})
+
+# Which node states and flags mean what: the one definition (the cluster view, the rescue of
+# stranded placements and `pal gpus drain` ask these questions). Each set holds the one before.
+#: a drain asked for, under way or done: someone (an admin, `pal gpus drain`, a health check)
+#: took the node out of service, with a reason of their own
+DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
+#: states and flags of a node that stays out of service until someone acts: a job pinned to it
+#: never starts there
+OUT_OF_SERVICE = DRAIN_FLAGS | {"DOWN", "FAIL", "FAILING", "INVALID", "INVALID_REG", "FUTURE", "MAINTENANCE",
+                                "POWERED_DOWN", "POWER_DOWN"}
+#: flags that keep new jobs off a node: out of service, or for now (reserved, not responding,
+#: rebooting, powering up or down, in an unknown state)
+BLOCKING_FLAGS = OUT_OF_SERVICE | {"RESERVED", "NOT_RESPONDING", "NO_RESPOND", "POWERING_DOWN", "POWERING_UP",
+                                   "REBOOT", "REBOOT_REQUESTED", "REBOOT_ISSUED", "UNKNOWN"}
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,18 @@ class SlurmNode:
     @property
     def schedulable(self) -> bool:
         return self.state in SCHEDULABLE_STATES and not (self.flags & BLOCKING_FLAGS)
+
+    @property
+    def out_of_service(self) -> frozenset[str]:
+        """Its state and flags that keep it out of service until someone acts (OUT_OF_SERVICE);
+        empty when there are none."""
+        return (self.flags | {self.state}) & OUT_OF_SERVICE
+
+    @property
+    def drained_or_down(self) -> bool:
+        """Taken out of service already, maybe by someone other than pal: a drain asked for,
+        under way or done, or down."""
+        return bool(self.flags & DRAIN_FLAGS) or self.state == "DOWN"
 
     @property
     def free_cpus(self) -> int:

@@ -51,17 +51,6 @@ def load(text: str, what: str) -> dict[str, Any]:
     return doc
 
 
-def slurm_version(doc: Mapping[str, Any]) -> tuple[int, int] | None:
-    """(major, minor) from `meta` in either spelling (`Slurm` 22.05 / `slurm` 24.11)."""
-    meta = doc.get("meta") or {}
-    s = meta.get("slurm") or meta.get("Slurm") or {}
-    ver = s.get("version") or {}
-    try:
-        return int(ver.get("major")), int(ver.get("minor"))
-    except (TypeError, ValueError):
-        return None
-
-
 def number(value: Any, default: int | None = None) -> int | None:
     """Plain int, numeric string, or 24.11's {set, infinite, number}; None/default when unset."""
     if isinstance(value, bool):

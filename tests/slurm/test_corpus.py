@@ -1,4 +1,4 @@
-"""A corpus of unusual submissions: each ends exactly as it would without pal-slurm (issue 4).
+"""A corpus of unusual submissions: each ends exactly as it would without pal-slurm.
 
 Every case is submitted twice on the real test cluster, in two batches:
   off  the filter's kill switch present and no placer: plain Slurm;
@@ -64,7 +64,7 @@ class Case:
 
 
 #: a job that exits with (its GPUs x 10 + its nodes): the corpus compares exit codes, so the
-#: pal run must give the job exactly the shape plain Slurm gives it (issue 11)
+#: pal run must give the job exactly the shape plain Slurm gives it
 SHAPE = 'n=$(echo "$SLURM_JOB_GPUS" | tr "," "\\n" | grep -c .); exit $(( n * 10 + SLURM_JOB_NUM_NODES ))'
 
 CASES = [

@@ -1,4 +1,4 @@
-"""Fail-open paths of the placement daemon on the real test cluster (issue 4, "Fail-open").
+"""Fail-open paths of the placement daemon on the real test cluster (docs/admin-guide.md, "Failure modes").
 
 Each test runs its own `pal placer` (enforce mode, 0.5 s cycle, stale_after 5 s) as systemd
 would, with the filter's kill switch removed; the `rig` fixture always stops the placer,

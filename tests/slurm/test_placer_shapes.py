@@ -1,4 +1,4 @@
-"""Issue 11 on the real test cluster: every job keeps its shape, nobody is stranded, held
+"""Shapes on the real test cluster: every job keeps its shape, nobody is stranded, held
 jobs are served in Slurm's order, and a long job waits for a fast GPU that frees soon.
 
 Each test fills GPUs with `sleep` jobs that name their node and slot types (never held,
@@ -27,7 +27,7 @@ def show(seconds: float) -> str:
     return ("echo NODES=$SLURM_JOB_NUM_NODES; echo NODE=$SLURMD_NODENAME; echo GPUS=${SLURM_JOB_GPUS:-none}; "
             f"sleep {seconds}")
 
-#: the issue's layouts, as the slots filled on each node: pal-n1 keeps 2 free (minors 2, 3);
+#: fragmented layouts, as the slots filled on each node: pal-n1 keeps 2 free (minors 2, 3);
 #: pal-n2 and pal-n3 keep one each, at different slots or at the same slot (where the old
 #: placer's two-node split ran a job with one GPU on each node); pal-n4 is full
 LAYOUTS = {
@@ -100,7 +100,7 @@ def test_repeated_gres_entries_run_with_one_gpu_as_under_plain_slurm(rig: Rig) -
 
 
 def old_placement(rig: Rig, jobid: str) -> None:
-    """Place a `--gpus=2 -N1` job the way the old placer did (issue 11): one per-slot GPU on
+    """Place a `--gpus=2 -N1` job the way earlier placers did: one per-slot GPU on
     each of two nodes, tagged as placed. Slurm accepts the update; once the job is eligible,
     22.05 sets it BadConstraints at priority 0 for good, and 24.11 runs it on one node with
     one GPU (both found on the real clusters). The placer must get to it first."""

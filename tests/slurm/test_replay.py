@@ -1,4 +1,4 @@
-"""A short replay on the real test cluster (issue 10), so the harness cannot rot: 20 jobs,
+"""A short replay on the real test cluster (docs/evaluation.md), so the harness cannot rot: 20 jobs,
 plain Slurm and pal-slurm, each measured by the jobs themselves; and the replay's bad
 paths on real Slurm: a job that dies, a job that overruns, and Ctrl-C.
 

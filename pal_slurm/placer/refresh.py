@@ -1,0 +1,56 @@
+"""A value the placer reads again at most every so many seconds, and keeps while its source is down.
+
+Why one: the placer reads the GPU classes and the job-class rules from the database (and
+Slurm's partition tiers, its priority settings and the learned runtimes from elsewhere), each
+of which can be unavailable for a while, and it must go on placing with what it read last
+(docs/admin-guide.md, "Failure modes": "placing continues with the classes already in memory").
+Every refresh runs on the clock the cycle runs on, injected, so that a test or a replay that
+moves its clock moves every refresh with it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Refreshed(Generic[T]):
+    """`read(now)` again once `refresh_s` have passed since the last read; when a read fails
+    with one of `keep_on`, the value read last stays (`initial` before any), `last_error` says
+    why in one line, `on_error` is told, and the next read comes after `retry_s` (default
+    `refresh_s`). Other exceptions propagate."""
+
+    def __init__(self, read: Callable[[float], T], refresh_s: float, *, initial: T,
+                 clock: Callable[[], float] = time.time, retry_s: float | None = None,
+                 keep_on: tuple[type[Exception], ...] = (Exception,),
+                 on_error: Callable[[str], None] | None = None) -> None:
+        self._read = read
+        self.refresh_s = refresh_s
+        self.retry_s = refresh_s if retry_s is None else retry_s
+        self._clock = clock
+        self._keep_on = keep_on
+        self._on_error = on_error
+        self.value = initial
+        #: when the value was last read (the clock's time), None before the first good read
+        self.loaded_at: float | None = None
+        self.last_error: str | None = None
+        self._due = float("-inf")
+
+    def get(self, now: float | None = None) -> T:
+        """The value, read again first when it is due (`now` defaults to the clock's)."""
+        now = self._clock() if now is None else now
+        if now >= self._due:
+            try:
+                value = self._read(now)
+            except self._keep_on as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                self._due = now + self.retry_s
+                if self._on_error is not None:
+                    self._on_error(self.last_error)
+            else:
+                self.value, self.loaded_at, self.last_error = value, now, None
+                self._due = now + self.refresh_s
+        return self.value

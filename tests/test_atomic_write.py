@@ -1,0 +1,54 @@
+"""pal_slurm.atomic_write: a reader sees the old file or the new one, and a failed write leaves
+the old one and no temporary file behind."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from pal_slurm.atomic_write import current_umask, write_atomically
+
+
+def test_a_reader_of_the_old_file_keeps_it_and_a_new_reader_gets_the_new(tmp_path: Path) -> None:
+    target = tmp_path / "state.lua"
+    target.write_text("old\n")
+    with open(target, encoding="utf-8") as reader:
+        write_atomically(target, "new\n")
+        assert reader.read() == "old\n"  # the rename left the open file whole
+    assert target.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.lua"]
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_the_mode_is_what_open_gives_unless_told(tmp_path: Path, durable: bool) -> None:
+    plain, told = tmp_path / "plain", tmp_path / "told"
+    write_atomically(plain, "x", durable=durable)
+    write_atomically(told, "x", mode=0o640, durable=durable)
+    assert stat.S_IMODE(plain.stat().st_mode) == 0o666 & ~current_umask()
+    assert stat.S_IMODE(told.stat().st_mode) == 0o640
+
+
+def test_the_umask_is_read_without_changing_it() -> None:
+    old = os.umask(0o027)
+    try:
+        assert current_umask() == 0o027
+        assert current_umask() == 0o027
+    finally:
+        os.umask(old)
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path: Path) -> None:
+    target = tmp_path / "filter-state.lua"
+    target.write_text("return { mode = 'enforce' }\n")
+    with pytest.raises(UnicodeEncodeError):
+        write_atomically(target, "mode = 'é'", encoding="ascii")
+    assert target.read_text() == "return { mode = 'enforce' }\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["filter-state.lua"]
+
+
+def test_a_missing_directory_is_the_callers_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        write_atomically(tmp_path / "no" / "such" / "file", "x")
