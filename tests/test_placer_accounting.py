@@ -79,9 +79,10 @@ def test_observe_tax_and_saving_are_gpu_hours_beyond_typical_and_beyond_the_plac
     ledger.chose("1", Alternative("placer", "A", 1.0, 7))
     j = running(job(), "n1", (0, 1), NOW)
     assert ledger.cycle([j], by_slot(["n1"]), NOW + 5, 7, lambda _j: "B") == []
-    [rec] = ledger.cycle([], by_slot(["n1"]), NOW + 3600, 7, lambda _j: "B")
+    ledger.cycle([j], by_slot(["n1"]), NOW + 3598, 7, lambda _j: "B")  # last seen running
+    [rec] = ledger.cycle([], by_slot(["n1"]), NOW + 3602, 7, lambda _j: "B")
     assert rec.job_class == "A" and rec.gpus == (("n1", 0, 1.3), ("n1", 1, 1.2)) and rec.factor == 1.3
-    assert rec.runtime_s == 3600
+    assert rec.runtime_s == 3600  # it ended between the two cycles: halfway
     assert rec.tax_gpu_h == pytest.approx(2 * (1 - 1 / 1.3))  # 2 GPU-hours; typical GPUs: 2 / 1.3
     assert rec.saved_gpu_h == pytest.approx(2 * (1 - 1.0 / 1.3))  # the placer's GPUs: as typical ones
     assert (rec.alternative, rec.alternative_factor, rec.partition, rec.account, rec.user) == \
@@ -92,7 +93,9 @@ def test_observe_tax_and_saving_are_gpu_hours_beyond_typical_and_beyond_the_plac
 def test_enforce_saving_is_what_first_fit_would_have_cost() -> None:
     ledger = Ledger(mode="enforce")
     ledger.chose("1", Alternative("first-fit", "A", 1.3, 7))
-    ledger.cycle([running(job(), "n1", (3,), NOW)], by_slot(["n1"]), NOW, 7, lambda _j: "A")
+    j = running(job(), "n1", (3,), NOW)
+    ledger.cycle([j], by_slot(["n1"]), NOW, 7, lambda _j: "A")
+    ledger.cycle([j], by_slot(["n1"]), NOW + 1800, 7, lambda _j: "A")
     [rec] = ledger.cycle([], by_slot(["n1"]), NOW + 1800, 7, lambda _j: "A")
     assert rec.factor == 1.0 and rec.tax_gpu_h == 0.0
     assert rec.saved_gpu_h == pytest.approx(0.5 * (1.3 - 1.0))  # first fit's 1.3x on half a GPU-hour
@@ -156,8 +159,10 @@ def test_observe_mode_records_the_placers_choice_and_what_slurm_gave(tmp_path: P
     backend._jobs = [running(j, "n1", (0,), NOW + 2)]  # Slurm's own first fit: minor 0, 1.3x
     clock.now = NOW + 10
     p.cycle()
+    clock.now = NOW + 7200
+    p.cycle()
     backend._jobs = []
-    clock.now = NOW + 2 + 7200
+    clock.now = NOW + 7204  # it ended between the two cycles: NOW + 7202 (halfway)
     p.cycle()
     [rec] = books.sink.pending
     assert (rec.mode, rec.factor, rec.alternative, rec.alternative_factor) == ("observe", 1.3, "placer", 1.0)
@@ -175,8 +180,9 @@ def test_enforce_mode_records_what_first_fit_would_have_given(tmp_path: Path) ->
     backend._jobs = [running(backend.jobs()[0], "n1", (3,), NOW + 1)]
     clock.now = NOW + 20
     p.cycle()
+    clock.now = NOW + 3601
+    p.cycle()
     backend._jobs = []
-    clock.now = NOW + 1 + 3600
     p.cycle()
     [rec] = books.sink.pending
     assert (rec.mode, rec.factor, rec.tax_gpu_h) == ("enforce", 1.0, 0.0)
@@ -342,8 +348,9 @@ def test_the_html_report_and_the_savings_report_name_the_gpus_from_the_classific
     ledger = Ledger(mode="observe")
     ledger.chose("1", Alternative("placer", "A", 1.0, factors.version))
     start = datetime.now(UTC).timestamp() - 3600
-    ledger.cycle([running(job("1", tres_per_node="gres:gpu:1"), node_name, (minor,), start)], factors.by_slot,
-                 start, factors.version, lambda _j: "A")
+    j = running(job("1", tres_per_node="gres:gpu:1"), node_name, (minor,), start)
+    for at in (start, start + 3600):
+        ledger.cycle([j], factors.by_slot, at, factors.version, lambda _j: "A")
     sink = AccountingSink(lambda: engine)
     sink.add(ledger.cycle([], factors.by_slot, start + 3600, factors.version, lambda _j: "A"))
     assert sink.flush() == 1

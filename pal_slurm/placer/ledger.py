@@ -20,8 +20,8 @@ other choice gives.
   never classified for its class) is *unaccounted*: it gets no tax, never a tax of zero.
 
 Run time is from Slurm's start time to its end time when a cycle sees the job COMPLETING
-(to the second), else to the first cycle that no longer lists it (within one cycle of the
-truth, as the placement records' `ended_at`).
+(to the second), else to halfway between the last cycle that saw it running and the first
+that no longer lists it (within half a cycle of the truth).
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ class _Run:
     job_class: str
     gpus: tuple[tuple[str, int], ...]
     started: float
+    seen: float  # the last cycle that saw it running
 
 
 @dataclass
@@ -135,16 +136,17 @@ class Ledger:
                 continue
             alt = self.choices.get(job.job_id)
             cls = alt.job_class if alt is not None else class_of(job)
-            self.running[job.job_id] = _Run(job, cls, gpus, job.start_time or now)
+            self.running[job.job_id] = _Run(job, cls, gpus, job.start_time or now, now)
         done: list[JobAccount] = []
         for job_id in list(self.running):
             still = active.get(job_id)
             if still is not None and still.running and still.state != "COMPLETING":
+                self.running[job_id].seen = now
                 continue
             run = self.running.pop(job_id)
             if still is not None and still.pending:  # requeued: it runs again later, as a new run
                 continue
-            end = now
+            end = (max(run.seen, run.started) + now) / 2  # it ended between the last sighting and now
             if still is not None:  # COMPLETING: Slurm knows when it ended, to the second
                 end = still.end_time if still.end_time is not None and run.started <= still.end_time <= now + 1 \
                     else now

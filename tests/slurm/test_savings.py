@@ -30,7 +30,7 @@ from tests.slurm.conftest import SlurmCluster
 pytestmark = pytest.mark.slurm
 
 SLOW = 2.0
-WORK_S = 20.0
+WORK_S = 30.0
 JOBS = 4
 
 
