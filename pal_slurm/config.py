@@ -199,6 +199,10 @@ class PlacerConfig(_Section):
     command_timeout_s: float = Field(default=20.0, gt=0)
     classes_refresh_s: float = Field(default=60.0, gt=0)
     models: list[str] = Field(default_factory=list, description="GPU model features; empty: from the nodes' features")
+    metrics_port: int = Field(default=9478, ge=0, le=65535,
+                              description="Prometheus metrics of the placer (per-GPU factors, the variability tax); "
+                                          "0: off")
+    metrics_address: str = Field(default="", description="address the metrics port listens on; empty: every one")
 
     @field_validator("policy")
     @classmethod

@@ -558,6 +558,60 @@ def _params_table(params: Any) -> str:
     return f'<div class="wrap"><table><tbody>{body}</tbody></table></div>'
 
 
+def _savings_plot(savings: dict[str, Any]) -> tuple[str, str]:
+    """Per partition (and in all): GPU-hours lost to slow GPUs and the part the placer's choice
+    saves or would have saved, as horizontal bars."""
+    rows = [("all", savings), *[(g["name"], g) for g in savings.get("groups", [])]]
+    rows = [(name, r) for name, r in rows if r.get("accounted_jobs")]
+    if not rows:
+        return "", "No accounted job in this window: nothing to plot."
+    height = 0.9 + 0.45 * len(rows)
+    fig = _new_figure(FIG_WIDTH_IN, height)
+    fig.subplots_adjust(left=1.6 / FIG_WIDTH_IN, right=1 - 0.3 / FIG_WIDTH_IN, bottom=0.55 / height,
+                        top=1 - 0.35 / height)
+    ax = fig.add_subplot(1, 1, 1)
+    ys = list(range(len(rows)))[::-1]
+    lost = [float(r["lost_gpu_hours"]) for _n, r in rows]
+    saved = [float(r["saved_gpu_hours"]) for _n, r in rows]
+    ax.barh([y + 0.18 for y in ys], lost, height=0.36, color="#c0392b", label="lost to slow GPUs")
+    ax.barh([y - 0.18 for y in ys], saved, height=0.36, color="#27ae60", label="saved by the placer's choice")
+    ax.set_yticks(ys, [mpl_text(n) for n, _r in rows], fontsize=MIN_FONT_PT)
+    ax.set_xlabel("GPU-hours", fontsize=_LABEL_PT)
+    ax.tick_params(labelsize=MIN_FONT_PT)
+    ax.axvline(0, color="#555", linewidth=0.8)
+    ax.legend(loc="lower right", fontsize=_LABEL_PT, frameon=False)
+    data, w, h = _png(fig)
+    return _img(data, w, h, "GPU-hours lost to slow GPUs and saved, per partition"), ""
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f} %"
+
+
+def _savings_section(savings: dict[str, Any] | None) -> str:
+    """The savings section: the headline, a plot per partition, the GPUs responsible."""
+    if savings is None:
+        return ('<h2 id="savings">Variability tax</h2><p class="note">No job accounting recorded yet: the placer '
+                "records each finished GPU job (observe or enforce mode); see `pal report savings`.</p>")
+    img, note = _safe_plot(_savings_plot, savings)
+    parts = [_figure("Variability tax", "savings",
+                     f"{savings['headline']}. Red: GPU-hours finished jobs took beyond typical GPUs; green: the "
+                     "part the placer's choice saves (enforce mode, against Slurm's first fit) or would have "
+                     "saved (observe mode).", img, note)]
+    gpus = savings.get("gpus", [])
+    if gpus:
+        head = "<tr><th>node</th><th>GPU</th><th>UUID</th><th>lost GPU-h</th><th>of lost</th><th>jobs</th>" \
+               "<th>action</th></tr>"
+        body = "".join(
+            f"<tr><td>{_e(g['node'])}</td><td>{_e(g['minor'])}</td><td>{_e(g['uuid'] or '–')}</td>"
+            f"<td>{_e(fmt_num(g['lost_gpu_hours']))}</td>"
+            f"<td>{_e(_pct(g['share_of_lost']))}</td>"
+            f"<td>{_e(g['jobs'])}</td><td>{_e(g['action'] or '–')}</td></tr>" for g in gpus)
+        parts.append(f"<p>GPUs responsible for the most loss (their action: <code>pal gpus --actions</code>)</p>"
+                     f"<table>{head}{body}</table>")
+    return "\n".join(parts)
+
+
 def _figure(title: str, anchor: str, caption: str, img: str, note: str) -> str:
     parts = [f'<h2 id="{anchor}">{title}</h2>']
     if img:
@@ -625,7 +679,8 @@ def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
         "slowdown is the bin's factor used for placement.</p>",
         '<nav><a href="#summary">Summary</a><a href="#classes">Job classes</a><a href="#outliers">Outliers</a>'
         '<a href="#dist">Distributions</a><a href="#nodes">Nodes</a><a href="#clocks">Clocks</a>'
-        '<a href="#unprofiled">Unprofiled</a><a href="#params">Parameters</a></nav>',
+        '<a href="#unprofiled">Unprofiled</a><a href="#savings">Variability tax</a>'
+        '<a href="#params">Parameters</a></nav>',
         f'<div class="cards">{cards}</div>',
         '<h2 id="summary">Per model × benchmark</h2>',
         _summary_table(report.get("benchmarks", []), job_class=False),
@@ -650,6 +705,7 @@ def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
                 "(power or thermal).", clock_img, clock_note),
         '<h2 id="unprofiled">Unprofiled GPUs</h2>',
         _unprofiled_table(stored),
+        _savings_section(report.get("savings")),
         '<h2 id="params">Classification parameters</h2>',
         f'<details><summary>The parameters classification version {_e(version)} ran with</summary>'
         f'{_params_table(params)}</details>',

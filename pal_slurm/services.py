@@ -239,4 +239,44 @@ def load_for_html(engine: Engine, cfg: PalConfig,
     from pal_slurm.report import build_report
 
     stored = _stored(engine, version)
-    return stored, build_report(stored, policy=cfg.report.policy(), identity=identity_summary(engine))
+    report = build_report(stored, policy=cfg.report.policy(), identity=identity_summary(engine))
+    tax = load_savings(engine, cfg, since="7d", by="partition")
+    return stored, report if tax is None else {**report, "savings": tax}
+
+
+def load_savings(engine: Engine, cfg: PalConfig, *, since: str = "7d", by: str | None = None,
+                 top: int = 10) -> dict[str, Any] | None:
+    """`pal report savings`' data for the jobs that ended in the last `since` (an age: 7d, 12h);
+    None when no job was ever accounted (the HTML report then says so instead of plotting zeros)."""
+    import re
+    from datetime import UTC, datetime, timedelta
+
+    from pal_slurm.db.accounting_store import load_cells
+    from pal_slurm.savings import savings
+
+    m = re.fullmatch(r"(\d+)([dhms])", since)
+    if m is None:
+        raise ValueError(f"since: an age like 7d, not {since!r}")
+    unit = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[m.group(2)]
+    cells, pace = load_cells(engine, datetime.now(UTC) - timedelta(**{unit: int(m.group(1))}), by)
+    if not cells and not load_cells(engine, None, None)[0]:
+        return None
+    names, actions = gpu_context(engine, cfg) if pace and top else ({}, {})
+    return savings(cells, pace, by=by, since=since, gpu_names=names, actions=actions, top=top)
+
+
+def gpu_context(engine: Engine, cfg: PalConfig) -> tuple[dict[tuple[str, int], str], dict[str, dict[str, Any]]]:
+    """(node, minor) -> UUID and UUID -> graded action from the latest classification, for
+    naming the GPUs the savings report blames; empty when there is no classification."""
+    from pal_slurm.db.engine import session_scope
+    from pal_slurm.db.variability_store import load_variability
+
+    try:
+        with session_scope(engine) as session:
+            stored = load_variability(session, list(cfg.job_classes))
+        names = {(str(v.node), int(v.minor)): str(v.uuid) for v in stored.gpus
+                 if v.node is not None and v.minor is not None and v.uuid is not None}
+        data = load_report(engine, cfg)
+    except PalError:
+        return {}, {}
+    return names, {a["uuid"]: {"action": a["action"], "reason": a["reason"]} for a in data["actions"]}

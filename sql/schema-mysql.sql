@@ -317,3 +317,34 @@ ALTER TABLE profile_runs ADD COLUMN quarantine VARCHAR(255);
 
 UPDATE alembic_version SET version_num='0005' WHERE alembic_version.version_num = '0004';
 
+-- Running upgrade 0005 -> 0006
+
+CREATE TABLE job_accounting (
+    id BIGINT NOT NULL AUTO_INCREMENT, 
+    slurm_job_id VARCHAR(64) NOT NULL, 
+    mode VARCHAR(16) NOT NULL, 
+    job_class VARCHAR(16) NOT NULL, 
+    `partition` VARCHAR(128) NOT NULL, 
+    account VARCHAR(128) NOT NULL, 
+    user VARCHAR(128) NOT NULL, 
+    gpus JSON NOT NULL, 
+    n_gpus INTEGER NOT NULL, 
+    slowest_gpus VARCHAR(1024) NOT NULL, 
+    started_at DATETIME(6) NOT NULL, 
+    ended_at DATETIME(6) NOT NULL, 
+    runtime_s DOUBLE NOT NULL, 
+    slowdown DOUBLE, 
+    tax_gpu_h DOUBLE, 
+    alternative VARCHAR(16), 
+    alternative_slowdown DOUBLE, 
+    saved_gpu_h DOUBLE, 
+    classification_version INTEGER, 
+    CONSTRAINT pk_job_accounting PRIMARY KEY (id)
+);
+
+CREATE INDEX ix_job_accounting_ended_at ON job_accounting (ended_at);
+
+CREATE INDEX ix_job_accounting_slurm_job_id ON job_accounting (slurm_job_id);
+
+UPDATE alembic_version SET version_num='0006' WHERE alembic_version.version_num = '0005';
+

@@ -79,13 +79,13 @@ def test_two_clear_groups():
     assert members(r, 0) == set(a) and members(r, 1) == set(b)
     fleet_median = (1.009 + 1.100) / 2
     assert r.fleet_median_score == pytest.approx(fleet_median)
-    # centroids: mean raw value / fleet median; slowdown: centroid / centroid of the bin holding
-    # the median GPU (the lower middle of 20, a09)
+    # centroids: mean raw value / fleet median; slowdown: centroid / the middle half's mean
+    # (ranks 6-15 of 20: five GPUs of each bin, so halfway between the two centroids)
     mean_a, mean_b = 1.0045, 1.1045
     assert r.bins[0].centroid == pytest.approx(mean_a / fleet_median)
     assert r.bins[1].centroid == pytest.approx(mean_b / fleet_median)
-    assert r.bins[0].slowdown == 1.0
-    assert r.bins[1].slowdown == pytest.approx(mean_b / mean_a)  # 1.0996
+    assert r.bins[0].slowdown == pytest.approx(mean_a / ((mean_a + mean_b) / 2))  # 0.9526
+    assert r.bins[1].slowdown == pytest.approx(mean_b / ((mean_a + mean_b) / 2))  # 1.0474
     assert r.bins[0].low == pytest.approx(1.000 / fleet_median)
     assert r.bins[1].high == pytest.approx(1.109 / fleet_median)
     assert not any(g.outlier for g in r.gpus)
@@ -100,10 +100,10 @@ def test_three_clear_groups():
     assert r.k_regular == 3
     assert [members(r, i) for i in range(3)] == [set(a), set(b), set(c)]
     means = [1.007, 1.107, 1.257]
-    # the middle centroid is the median of three, so slowdown_i = mean_i / mean_b
+    # the middle half (ranks 7-18 of 24): two GPUs of a, all eight of b, two of c
+    anchor = (2 * means[0] + 8 * means[1] + 2 * means[2]) / 12
     for i in range(3):
-        assert r.bins[i].slowdown == pytest.approx(means[i] / means[1])
-    assert r.bins[1].slowdown == 1.0
+        assert r.bins[i].slowdown == pytest.approx(means[i] / anchor)
 
 
 def test_four_clear_groups_bic_picks_four_not_two():
@@ -115,9 +115,9 @@ def test_four_clear_groups_bic_picks_four_not_two():
     assert r.k_regular == 4
     for j in range(4):
         assert members(r, j) == {u for u in values if u.startswith(f"g{j}")}
-    # the median GPU (24th of 48) is in the second tier: it is the reference
+    # the middle half (ranks 13-36 of 48) is the second and third tier, all of each
     means = [start + 0.0015 * 5.5 for start in [1.00, 1.08, 1.16, 1.24]]
-    ref = means[1]
+    ref = (means[1] + means[2]) / 2
     assert [b.slowdown for b in r.bins] == pytest.approx([m / ref for m in means])
 
 

@@ -60,11 +60,55 @@ def test_longhorn_pagerank_shape_the_big_bin_is_one() -> None:
     assert bins[1].slowdown == 1.0 and bins[0].slowdown == pytest.approx(0.971 / 1.0002, abs=2e-4)
 
 
-def test_anchor_is_the_bin_of_the_lower_middle_gpu_for_an_even_count() -> None:
-    # 10 fast, 10 slow: the 10th GPU in PerfVar order (the lower middle) is fast, so fast = 1.0
+def test_a_fleet_split_in_halves_is_anchored_between_them() -> None:
+    # 10 fast, 10 slow: no bin holds the typical GPU; the middle half is five of each
     values = {**{f"f{i}": 1.0 for i in range(10)}, **{f"s{i}": 1.08 for i in range(10)}}
     r = classify_group(fleet(values), lower_is_better=True, params=ClassifyParams(method="bic"))
-    assert [(b.gpus, b.slowdown) for b in r.bins] == [(10, 1.0), (10, pytest.approx(1.08))]
+    assert [(b.gpus, b.slowdown) for b in r.bins] == [(10, pytest.approx(1.0 / 1.04)), (10, pytest.approx(1.08 / 1.04))]
+    # one fast GPU less: 9 fast, 10 slow; the window (ranks 4.75-14.25) holds 4.25 fast, 5.25 slow
+    fewer = classify_group(fleet({u: v for u, v in values.items() if u != "f0"}), lower_is_better=True,
+                           params=ClassifyParams(method="bic"))
+    anchor = (4.25 * 1.0 + 5.25 * 1.08) / 9.5
+    assert [b.slowdown for b in fewer.bins] == [pytest.approx(1.0 / anchor), pytest.approx(1.08 / anchor)]
+    assert abs(fewer.bins[0].slowdown / r.bins[0].slowdown - 1) < 0.005  # gap / n = 0.4 %
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("seed", range(6))
+def test_one_gpu_more_or_less_moves_no_factor_by_half_a_percent(method: str, seed: int) -> None:
+    # three tiers whose sizes put the median near a tier boundary, 20-60 GPUs, noisy runs: every
+    # single removal and one added GPU keep every other GPU's factor within 0.5 % -- every GPU whose
+    # bin keeps its other members (a bin that splits or merges moves its own members, as any binning
+    # must; the scale under everyone else must not move)
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(6, 21, size=3)
+    values = {f"t{t}g{i:02d}": level + 0.001 * i for t, (level, size) in enumerate(zip((1.0, 1.03, 1.07), sizes))
+              for i in range(size)}
+    runs = noisy(values, runs=4, noise=0.003, seed=seed)
+    params = ClassifyParams(method=method)
+    first = classify_group(runs, lower_is_better=True, params=params)
+    base = {g.uuid: g.slowdown for g in first.gpus}
+    variants = [{u: r for u, r in runs.items() if u != drop} for drop in runs]
+    variants.append({**runs, "extra": noisy({"extra": 1.03}, runs=4, noise=0.003, seed=99)["extra"]})
+    kept_bins = 0
+    for variant in variants:
+        got = classify_group(variant, lower_is_better=True, params=params)
+        common = set(runs) & set(variant)
+        before, after = _bin_mates(first, common), _bin_mates(got, common)
+        steady = [g for g in got.gpus if g.uuid in common and before[g.uuid] == after[g.uuid]]
+        kept_bins += len(steady)
+        moved = max(abs(g.slowdown / base[g.uuid] - 1) for g in steady)
+        assert moved <= 0.005, (sorted(set(runs) ^ set(variant)), moved)
+    assert kept_bins >= 0.9 * len(runs) * len(variants)  # the bound was checked on nearly everyone
+
+
+def _bin_mates(r: GroupResult, among: set[str]) -> dict[str, frozenset[str]]:
+    """Each GPU's bin, as the set of its members among `among`."""
+    members: dict[int, set[str]] = {}
+    for g in r.gpus:
+        if g.uuid in among and g.bin is not None:
+            members.setdefault(g.bin, set()).add(g.uuid)
+    return {u: frozenset(ms) for ms in members.values() for u in ms}
 
 
 # ----------------------------------------------------------------------------- fast outliers

@@ -320,3 +320,23 @@ def test_outlier_table_escapes_benchmark_node_and_uuid() -> None:
     assert "<script" not in section.lower() and f"{OUTLIER_UUID}<b>" not in section
     assert "<th>&lt;script&gt;alert(1)&lt;/script&gt;&amp;</th>" in section
     assert f"<td>&lt;script&gt;alert(1)&lt;/script&gt;&amp;</td><td class=\"mono\">{OUTLIER_UUID}&lt;b&gt;</td>" in section
+
+
+def test_the_variability_tax_section_plots_and_escapes() -> None:
+    """The savings section: the headline, a fourth PNG (lost and saved per partition), the GPUs
+    responsible with their action; names from the cluster are escaped; none recorded says so."""
+    from pal_slurm.savings import Cell, PaceCell, savings
+
+    cells = [Cell("gpu", "observe", True, 10, 100.0, 12.0, 11.0, 9.0, 10),
+             Cell("<big>", "observe", True, 4, 40.0, 2.0, 2.0, 1.5, 4), Cell("gpu", "observe", False, 1, 2.0, 0, 0, 0, 0)]
+    tax = savings(cells, [PaceCell("node<1>:2", 8.0, 5)], by="partition", since="7d",
+                  gpu_names={("node<1>", 2): "GPU-x"}, actions={"GPU-x": {"action": "drain", "reason": "slow"}})
+    stored = _stored()
+    page = render_html(stored, {**build_report(stored, outlier_action=ACTION), "savings": tax})
+    assert len(PNG_RE.findall(page)) == 4
+    assert '<h2 id="savings">Variability tax</h2>' in page and '<a href="#savings">' in page
+    assert "last 7 days: 14 GPU-hours (10.0 %) lost to slow GPUs; pal-slurm would have saved 10 of them" in page
+    assert "<td>node&lt;1&gt;</td><td>2</td><td>GPU-x</td><td>8.000</td><td>57.1 %</td><td>5</td><td>drain</td>" in page
+    assert "<big>" not in page
+    none = render_html(stored, build_report(stored, outlier_action=ACTION))
+    assert "No job accounting recorded yet" in none and len(PNG_RE.findall(none)) == 3

@@ -49,6 +49,8 @@ PURE = (
     "placer/slurm_updates.py",
     "placer/refresh.py",
     "slurm/hostlist.py",
+    "placer/ledger.py",
+    "savings.py",
 )
 
 #: Imports a pure module may not reach, directly or through the pal_slurm modules it imports,
@@ -80,8 +82,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # what needs neither configuration nor a database: the placement vocabulary and policies, the
     # import parsers, classification, the simulated fleet, the Slurm and GPU adapters
     ("core", ("pal_slurm.placement", "pal_slurm.ingest", "pal_slurm.classify", "pal_slurm.classify_fleet",
-              "pal_slurm.actions", "pal_slurm.fairness", "pal_slurm.simulated_fleet", "pal_slurm.slurm",
-              "pal_slurm.gpu", "pal_slurm.jobs.sensitivity")),
+              "pal_slurm.actions", "pal_slurm.fairness", "pal_slurm.savings", "pal_slurm.simulated_fleet",
+              "pal_slurm.slurm", "pal_slurm.gpu", "pal_slurm.jobs.sensitivity")),
     ("configuration", ("pal_slurm.config",)),
     ("storage", ("pal_slurm.db",)),
     # the placer, the simulator and replay, the profiler, the agent, reports, the demo

@@ -33,7 +33,8 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
     (4 nodes x 4 fake V100s; state dir $PAL_TEST_SLURM_DIR, default /var/tmp/pal-test-slurm),
     classifies its GPUs into DIR/slurm/pal.db, runs `pal placer` in enforce mode with the
     submit filter on, submits a class-A job, a class-D job and a 2-GPU job with plain sbatch
-    and shows which GPU each got and how good it is for the job's class, then `pal explain`.
+    and shows which GPU each got and how good it is for the job's class, then `pal explain`
+    and `pal report savings` (what the jobs' GPUs cost them, what the placer saved).
     Afterwards the filter is off and the placer stopped; the cluster keeps running.
     """
     if on_slurm:
@@ -113,5 +114,9 @@ def _slurm_demo(app: AppContext, out_dir: Path, as_json: bool) -> None:
         click.echo("")
         click.echo(f"$ pal --db {result.db_url} explain {result.explain_job}")
         click.echo(result.explain)
+    if result.savings:
+        click.echo("")
+        click.echo(f"$ pal --db {result.db_url} report savings --since 1d")
+        click.echo(result.savings)
     click.echo("")
     click.echo(f"The cluster keeps running (state in {result.cluster_dir}); stop it with: {result.stop_hint}")

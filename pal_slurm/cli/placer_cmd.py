@@ -33,10 +33,11 @@ def placer(ctx: click.Context, once: bool, mode: str | None, policy: str | None,
     app = ctx.find_object(AppContext)
     assert app is not None
     from pal_slurm.placer.daemon import tune_gc
-    from pal_slurm.placer.service import build_placer, run_forever
+    from pal_slurm.placer.service import build_placer, run_forever, start_metrics
 
     app.engine  # noqa: B018 - a mistyped SQLite URL stops the daemon here, with the path, before it holds anything
-    p = build_placer(app.cfg, lambda: app.engine, mode=mode, policy=policy, state_file=state_file)
+    metrics = None if once else start_metrics(app.cfg, lambda: app.engine)
+    p = build_placer(app.cfg, lambda: app.engine, mode=mode, policy=policy, state_file=state_file, metrics=metrics)
     tune_gc()
     if once:
         report = p.cycle()

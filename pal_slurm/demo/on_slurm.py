@@ -204,11 +204,12 @@ class SlurmDemoResult:
     stop_hint: str
     placer_log: str
     free: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)  # at submission
+    savings: str = ""  # `pal report savings` after the jobs
 
     def as_dict(self) -> dict[str, Any]:
         return {"db_url": self.db_url, "cluster_dir": self.cluster_dir, "jobs": [j.as_dict() for j in self.jobs],
                 "explain_job": self.explain_job, "explain": self.explain, "stop_hint": self.stop_hint,
-                "placer_log": self.placer_log,
+                "placer_log": self.placer_log, "savings": self.savings,
                 "free_at_submission": [{"node": n, "minor": m, "slowdown": {c: round(v, 6) for c, v in sf.items()}}
                                        for (n, m), sf in sorted(self.free.items())]}
 
@@ -248,6 +249,7 @@ def run_slurm_demo(out_dir: Path, *, say: Say = print, job_timeout_s: float = 90
         ids = [(j, _submit(cluster, work, j)) for j in DEMO_JOBS]
         say("5/6 submitted with plain sbatch: " + ", ".join(f"{jid} ({j.label})" for j, jid in ids))
         jobs = [_collect(cluster, work, j, jid, free_before, job_timeout_s) for j, jid in ids]
+        _wait_accounted(db_url, len(ids))
     finally:
         cluster.kill_switch.touch()
         rc = placer.stop()
@@ -258,9 +260,31 @@ def run_slurm_demo(out_dir: Path, *, say: Say = print, job_timeout_s: float = 90
     say(f"6/6 submit filter off again (kill switch {cluster.kill_switch}); placer stopped")
     explain_job = next((j.job_id for j in jobs if j.job_class == "A"), jobs[0].job_id if jobs else None)
     explain = _explain(config, explain_job) if explain_job else ""
+    savings = _pal(config, "report", "savings", "--since", "1d")
     return SlurmDemoResult(db_url=db_url, cluster_dir=str(cluster.dir), jobs=jobs, explain_job=explain_job,
                            explain=explain, stop_hint=cluster.stop_hint(), placer_log=str(placer_log),
-                           free=free_before)
+                           free=free_before, savings=savings)
+
+
+def _wait_accounted(db_url: str, jobs: int, timeout_s: float = 15.0) -> None:
+    """Until the placer has written the finished jobs' accounting (it sees a job end within a cycle
+    or two) or `timeout_s` passed: `pal report savings` then counts every demo job."""
+    from sqlalchemy import func, select
+
+    from pal_slurm.db.engine import make_engine
+    from pal_slurm.db.models import JobAccounting
+
+    engine = make_engine(db_url)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                if conn.execute(select(func.count()).select_from(JobAccounting)).scalar_one() >= jobs:
+                    return
+            time.sleep(0.5)
+        log.warning("the placer has not accounted all %d demo jobs after %.0f s", jobs, timeout_s)
+    finally:
+        engine.dispose()
 
 
 def _refuse_busy(cluster: DemoCluster) -> None:

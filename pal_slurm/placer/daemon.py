@@ -37,6 +37,7 @@ from pal_slurm.placement.model import Decision, PlacementContext, Snapshot
 from pal_slurm.placement.orders import get_order
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.placer import cluster_view, holds, shapes, slurm_updates
+from pal_slurm.placer.accounting import Accounting
 from pal_slurm.placer.audit import AuditSink, Record
 from pal_slurm.placer.factors import FactorCache, Factors
 from pal_slurm.slurm import filter_state
@@ -98,7 +99,8 @@ class Placer:
                  classes: Sequence[str], resolve_class: ClassResolver | None = None,
                  rules: Callable[[], list[dict[str, object]]] | None = None,
                  identities: Callable[[Sequence[SlurmJob]], None] | None = None,
-                 clock: Callable[[], float] = time.time, history: RuntimeHistory | None = None) -> None:
+                 clock: Callable[[], float] = time.time, history: RuntimeHistory | None = None,
+                 accounting: Accounting | None = None) -> None:
         self.backend = backend
         self.cfg = cfg
         self.factors = factors
@@ -108,6 +110,8 @@ class Placer:
         self.rules = rules
         self.identities = identities
         self.history = history
+        #: per-job tax records (pal_slurm.placer.accounting); None: none kept
+        self.accounting = accounting
         self._identified: set[str] = set()
         self.clock = clock
         self.policy = get_policy(cfg.policy)
@@ -182,6 +186,8 @@ class Placer:
         self._unheld = self._classes_left_to_slurm(factors)  # published from the next heartbeat on
         self._record_identities(jobs)
         self._track_runs(jobs, now)
+        if self.accounting is not None:
+            self.accounting.cycle(jobs, factors, now, lambda j: self._class_of(j)[0])
         held = [j for j in jobs if holds.is_held_by_pal(j, now)]
         report.held = len(held)
         self._note_lapsed(jobs, now)
@@ -385,6 +391,8 @@ class Placer:
             report.waiting = list(planned.waiting)
             return
         decision = decide(self.policy, self.order, snap, planned.requests, self.ctx)
+        if self.accounting is not None:
+            self.accounting.placed(view, planned, decision, snap, self.order, self.ctx, factors.version)
         for job_id, why in decision.refused:
             log.error("job %s: policy %s broke the job's shape (%s); not placed this cycle", job_id,
                       self.policy.name, why)
@@ -658,6 +666,8 @@ class Placer:
             return
         view, planned, snap = self._problem(fresh, jobs, nodes, factors, now)
         decision = decide(self.policy, self.order, snap, planned.requests, self.ctx)
+        if self.accounting is not None:
+            self.accounting.observed(view, planned, decision, factors.version)
         for a in decision.assignments:
             h = planned.held[a.job_id]
             self.audit.add(Record(job_id=a.job_id, policy=self.policy.name, job_class=h.job_class,

@@ -28,7 +28,9 @@ log = logging.getLogger(__name__)
 def write_config(tmp: Path, db_url: str, state_file: Path, *, mode: str = "enforce", interval: float = 0.5,
                  stale_after: int = 30, replan_after: float = 120.0, max_hold: float = 600.0,
                  policy: str = DEFAULT_POLICY, hold_s: int | None = None, **placer: object) -> Path:
-    """A pal.toml for a placer on the test cluster (`<tmp>/pal.toml`); `placer` adds [placer] keys."""
+    """A pal.toml for a placer on the test cluster (`<tmp>/pal.toml`); `placer` adds [placer] keys.
+    Metrics are off unless `metrics_port` is given: several test placers share one machine."""
+    placer.setdefault("metrics_port", 0)
     path = tmp / "pal.toml"
     path.write_text("\n".join([
         "[database]", f"url = {json.dumps(db_url)}", "connect_timeout_s = 2",

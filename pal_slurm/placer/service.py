@@ -27,9 +27,11 @@ if TYPE_CHECKING:
     from pal_slurm.config import PalConfig
     from pal_slurm.jobs.rules import ClassRuleTable
     from pal_slurm.placer.daemon import Placer
+    from pal_slurm.placer.exporter import PlacerMetrics
     from pal_slurm.placer.wake import WakeWatch
 
-__all__ = ["ClassRules", "build_placer", "release_on_stop", "release_stale", "run_forever", "wake_watch"]
+__all__ = ["ClassRules", "build_placer", "release_on_stop", "release_stale", "run_forever", "start_metrics",
+           "wake_watch"]
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +81,12 @@ class ClassRules:
 
 
 def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | None = None,
-                 policy: str | None = None, state_file: str | None = None) -> Placer:
+                 policy: str | None = None, state_file: str | None = None,
+                 metrics: PlacerMetrics | None = None) -> Placer:
     """A Placer wired to the configured Slurm backend, database and class rules; `engine` is
     called only when the database is first needed (the fail-safe path reads none)."""
+    from pal_slurm.db.accounting_store import AccountingSink
+    from pal_slurm.placer.accounting import Accounting
     from pal_slurm.placer.audit import AuditSink
     from pal_slurm.placer.daemon import Placer
     from pal_slurm.placer.factors import FactorCache
@@ -108,8 +113,37 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
         with session_scope(engine()) as session:
             return learned_runtimes(session, history=cfg.jobs.history)
 
+    accounting = Accounting(AccountingSink(engine), pc.mode, on_record=metrics.add_records if metrics else None)
     return Placer(backend, pc, factors, AuditSink(engine), classes=list(cfg.job_classes),
-                  resolve_class=rules.resolve, rules=rules.filter_rules, identities=identities, history=history)
+                  resolve_class=rules.resolve, rules=rules.filter_rules, identities=identities, history=history,
+                  accounting=accounting)
+
+
+def start_metrics(cfg: PalConfig, engine: Callable[[], Engine]) -> PlacerMetrics | None:
+    """The placer's Prometheus endpoint (`[placer] metrics_port`, 0: none), its GPU facts read
+    from the database every classes_refresh_s by a thread of its own; None when off or when
+    the port cannot be opened (logged: the placer runs on without metrics)."""
+    from pal_slurm.placer.exporter import Exporter, PlacerMetrics, gpu_facts
+
+    pc = cfg.placer
+    if not pc.metrics_port:
+        return None
+
+    def load() -> list[Any]:
+        from sqlalchemy import select
+
+        from pal_slurm.db.engine import session_scope
+        from pal_slurm.db.models import Gpu
+        from pal_slurm.services import load_gpu_rows
+
+        eng = engine()
+        with session_scope(eng) as session:
+            minors = {u: m for u, m in session.execute(select(Gpu.uuid, Gpu.minor_number))}
+        return gpu_facts(load_gpu_rows(eng, None, cfg), minors)
+
+    metrics = PlacerMetrics(load)
+    exporter = Exporter(metrics, pc.metrics_port, pc.metrics_address, refresh_s=pc.classes_refresh_s)
+    return metrics if exporter.start() else None
 
 
 def run_forever(p: Placer, interval: float) -> None:

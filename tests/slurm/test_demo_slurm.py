@@ -97,6 +97,10 @@ def test_demo_on_the_cluster(slurm_cluster, tmp_path: Path) -> None:
         for m in j["gpus"]:
             del left[(j["node"], m)]
     assert f"job {a['job_id']}" in out["explain"] and "applied" in out["explain"]
+    # the report after the jobs: every demo job accounted, against Slurm's first fit (enforce mode)
+    headline = out["savings"].splitlines()[0]
+    assert headline.startswith("last 1 day: ") and "lost to slow GPUs" in headline, out["savings"]
+    assert "against Slurm's first fit" in headline and "unaccounted" not in headline, out["savings"]
     assert slurm_cluster.kill_switch.exists()  # the filter is off again
     assert "heartbeat = 0" in slurm_cluster.filter_state.read_text(encoding="utf-8")  # the placer said goodbye
     print(f"pal demo --slurm took {took:.1f} s")
