@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option
+from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, prose
 from pal_slurm.numfmt import fmt_num
 
 SINCE_HELP = ("Only jobs that ended since WHEN: an age like 7d, 12h, 30m, 90s or an ISO date/time (UTC when it "
@@ -83,8 +83,7 @@ def savings(app: AppContext, since: str, by: str | None, top: int, fmt: str) -> 
     if fmt == "csv":
         emit_rows([{"name": "total", **data}, *data["groups"]], GROUP_CSV, fmt)
         return
-    out = console()
-    out.print(data["headline"], markup=False, highlight=False)
+    prose(data["headline"])  # one line in a pipe (scripts grep it), wrapped between words on a terminal
     emit_rows([{"name": "total", **data}, *data["groups"]], GROUP_COLUMNS, fmt,
               title=f"GPU-hours lost to slower-than-typical GPUs{f' by {by}' if by else ''} and saved by the "
                     "placer's choice")
