@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import func, inspect, select
+from sqlalchemy import func, inspect, select, text
 
 from fleetgen import T0, records, two_tier_fleet
 from pal_slurm.config import load_config
@@ -42,8 +42,18 @@ def test_migrations_from_empty(db_url: str) -> None:
         assert diff == [], f"models and migrations differ: {diff}"
         assert migrate.upgrade(eng).current == state.current  # idempotent
         migrate.require_current(eng)
+        with eng.begin() as conn:  # stamped one behind: the fast path must not let it through
+            conn.execute(text("UPDATE alembic_version SET version_num = '0005'"))
+        with pytest.raises(DatabaseError, match="at 0005, this pal needs"):
+            migrate.require_current(eng)
     finally:
         eng.dispose()
+
+
+def test_the_fast_schema_check_knows_the_newest_migration() -> None:
+    """require_current passes a current database without Alembic (SCHEMA_HEAD): a new
+    migration must move the constant, or every command would take the slow path."""
+    assert migrate.SCHEMA_HEAD == migrate.head_revision()
 
 
 def test_import_is_idempotent(engine) -> None:
