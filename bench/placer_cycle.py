@@ -427,8 +427,8 @@ def main() -> int:
         seen_before = {str(j["job_id"]) for j in backend.doc["jobs"] if not (j.get("admin_comment") or "").startswith("pal:held") or args.scenario == "steady"}
         # time the daemon's own steps where they are called (restored afterwards)
         saved = (cluster_view.build_view, shapes.plan_requests)
-        daemon_mod.cluster_view.build_view = phases.wrap("view", cluster_view.build_view)  # type: ignore[attr-defined]
-        daemon_mod.shapes.plan_requests = phases.wrap("plan", shapes.plan_requests)  # type: ignore[attr-defined]
+        cluster_view.build_view = phases.wrap("view", cluster_view.build_view)  # type: ignore[assignment]
+        shapes.plan_requests = phases.wrap("plan", shapes.plan_requests)  # type: ignore[assignment]
         placer.policy.place = phases.wrap("place", placer.policy.place)  # type: ignore[method-assign]
         placer.publish = phases.wrap("publish", placer.publish)  # type: ignore[method-assign]
         audit.flush = phases.wrap("audit", audit.flush)  # type: ignore[method-assign]
@@ -436,7 +436,7 @@ def main() -> int:
         try:
             for c in range(args.cycles + 1):  # cycle 0 warms up (imports, first publish)
                 backend.reset()
-                placer._identified = set(seen_before)
+                placer.seen.identified = set(seen_before)
                 # the stand-in's documents (a million Python objects the real daemon does not
                 # hold) would otherwise make every full garbage collection in the cycle slower
                 gc.collect()
@@ -466,7 +466,7 @@ def main() -> int:
                 pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(35)
                 print(buf.getvalue())
         finally:
-            daemon_mod.cluster_view.build_view, daemon_mod.shapes.plan_requests = saved  # type: ignore[attr-defined]
+            cluster_view.build_view, shapes.plan_requests = saved  # type: ignore[assignment]
 
     print(f"{args.cycles} cycles, scenario {args.scenario}, policy {args.policy}, audit {'in memory' if args.no_audit_db else 'SQLite'}; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

@@ -1,4 +1,4 @@
-"""How the placer ends and keeps holds (pal_slurm/placer/daemon.py), over a recording backend.
+"""How the placer ends and keeps holds (pal_slurm/placer/writer.py and failopen.py), over a recording backend.
 
 The real cluster runs (tests/slurm/test_placer*.py) show the commands work; this shows which
 command each kind of hold gets: a begin-time hold ends with StartTime=now and is moved on

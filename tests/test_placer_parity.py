@@ -5,7 +5,7 @@ queue and result). Each recorded moment is then rendered the way Slurm would sho
 the daemon: nodes with per-slot GPU types and the slots in use, running jobs with their
 gres_detail and EndTime, held jobs with their request, time limit and the filter's tag.
 The daemon's own path (cluster_view.build_view -> shapes.plan_requests -> decide, through
-`Placer._problem`) must reach exactly the simulator's decision: the same GPUs (node and
+`Placer.problem.build`) must reach exactly the simulator's decision: the same GPUs (node and
 slot) for the same jobs, the same jobs waiting on purpose.
 """
 
@@ -109,9 +109,9 @@ def daemon_decision(policy: str, snap: Snapshot, queue: Sequence[JobRequest], tm
     placer = Placer(Recorder(jobs, nodes), cfg, StaticFactors(factors), AuditSink(None), classes=CLASSES,  # type: ignore[arg-type]
                     clock=lambda: snap.now or 0.0)
     held = [j for j in jobs if j.pending]
-    view, planned, dsnap = placer._problem(held, jobs, nodes, factors, snap.now or 0.0)
-    assert not planned.skips, planned.skips
-    return decide(placer.policy, placer.order, dsnap, planned.requests, placer.ctx), list(view.slots)
+    prob = placer.problem.build(held, jobs, nodes, factors, snap.now or 0.0)
+    assert not prob.planned.skips, prob.planned.skips
+    return decide(placer.policy, placer.order, prob.snapshot, prob.planned.requests, placer.ctx), list(prob.view.slots)
 
 
 @pytest.mark.parametrize("policy", ["pal-guard", "slurm-backfill", "pal-match", "pal-backfill", "pal", "pm-first",

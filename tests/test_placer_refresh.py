@@ -86,3 +86,20 @@ def test_the_factor_cache_stamps_its_clocks_time(tmp_path: Path) -> None:
     factors = cache.get()
     assert factors.loaded_at == 1234.0 and set(factors.by_slot) == set(A_PERFVAR)
     assert cache.get(1290.0) is factors and cache.get(1294.0) is not factors
+
+
+def test_an_error_in_raise_on_propagates_and_the_next_get_reads_again() -> None:
+    """Slurm being unreachable stops the cycle (a SlurmError the cache would keep on otherwise)."""
+    from pal_slurm.errors import SlurmError, SlurmUnavailable
+
+    calls: list[float] = []
+
+    def read(now: float) -> int:
+        calls.append(now)
+        raise (SlurmUnavailable if len(calls) == 1 else SlurmError)("no")
+
+    cache = Refreshed(read, 60.0, initial=7, clock=lambda: 0.0, keep_on=(SlurmError,), raise_on=(SlurmUnavailable,))
+    with pytest.raises(SlurmUnavailable):
+        cache.get(10.0)
+    assert cache.get(11.0) == 7 and calls == [10.0, 11.0], "not due later: read again at once, then kept"
+    assert cache.get(70.0) == 7 and calls == [10.0, 11.0], "a kept error waits retry_s"

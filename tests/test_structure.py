@@ -48,6 +48,7 @@ PURE = (
     "placer/shapes.py",
     "placer/slurm_updates.py",
     "placer/refresh.py",
+    "placer/cycle_report.py",
     "slurm/hostlist.py",
     "placer/ledger.py",
     "savings.py",

@@ -380,6 +380,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     drained. Resume a node with `scontrol update NodeName=N State=RESUME` after its diagnostics pass."""
     from pal_slurm.actions import drain_plan
     from pal_slurm.errors import PalError
+    from pal_slurm.placer.writer import drain
     from pal_slurm.services import load_report
     from pal_slurm.slurm.backend import CliBackend
 
@@ -422,7 +423,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
             click.echo(f"would run: {shown}")
             continue
         try:
-            slurm.drain_node(node_name, reason)
+            drain(slurm, node_name, reason)
         except PalError as exc:
             failed += 1
             click.echo(f"pal: error: {node_name}: not drained: {exc}", err=True)

@@ -1,1 +1,1 @@
-"""The placement daemon: held GPU jobs in, per-GPU-slot GRES requests out (see daemon.py)."""
+"""The placement daemon: held GPU jobs in, per-GPU-slot GRES requests out (its cycle: cycle.py)."""

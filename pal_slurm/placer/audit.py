@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.models import Placement
 from pal_slurm.fairness import PlacedJob
+from pal_slurm.slurm.model import SlurmJob
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,62 @@ class Record:
     user: str | None = None
     account: str | None = None
     submitted_at: datetime | None = None
+
+    # One constructor per outcome, each from the job itself, so every record carries the job's
+    # user, account and submit time (`pal report fairness` counts by them).
+    @classmethod
+    def _of(cls, job: SlurmJob, outcome: str, *, policy: str, job_class: str | None, reason: str,
+            decided_at: datetime, applied_at: datetime | None = None, version: int | None = None,
+            gpus: list[dict[str, Any]] | None = None, alternatives: list[Any] | None = None) -> Record:
+        return cls(job_id=job.job_id, policy=policy, job_class=job_class, version=version, gpus=gpus or [],
+                   alternatives=alternatives, reason=reason, outcome=outcome, decided_at=decided_at,
+                   applied_at=applied_at, user=job.user or None, account=job.account or None,
+                   submitted_at=datetime.fromtimestamp(job.submit_time, UTC) if job.submit_time else None)
+
+    @classmethod
+    def applied(cls, job: SlurmJob, *, policy: str, job_class: str, version: int | None,
+                gpus: list[dict[str, Any]], alternatives: list[Any], reason: str, at: datetime) -> Record:
+        """A placement decided and about to be written (`applied_at` is set once Slurm shows it)."""
+        return cls._of(job, "applied", policy=policy, job_class=job_class, version=version, gpus=gpus,
+                       alternatives=alternatives, reason=reason, decided_at=at)
+
+    @classmethod
+    def released(cls, job: SlurmJob, *, policy: str, job_class: str, reason: str, at: datetime) -> Record:
+        """A held job released as its user submitted it."""
+        return cls._of(job, "released-unchanged", policy=policy, job_class=job_class, reason=reason,
+                       decided_at=at, applied_at=at)
+
+    @classmethod
+    def restored(cls, job: SlurmJob, *, policy: str, job_class: str, reason: str, at: datetime) -> Record:
+        """A placed job that could not start, given its request back and released."""
+        return cls._of(job, "restored", policy=policy, job_class=job_class, reason=reason, decided_at=at,
+                       applied_at=at)
+
+    @classmethod
+    def replanned(cls, job: SlurmJob, *, policy: str, job_class: str, reason: str, at: datetime) -> Record:
+        """A placed job that did not start, held again to be placed anew."""
+        return cls._of(job, "replanned", policy=policy, job_class=job_class, reason=reason, decided_at=at)
+
+    @classmethod
+    def waiting(cls, job: SlurmJob, *, policy: str, job_class: str, gpus: list[dict[str, Any]], reason: str,
+                at: datetime) -> Record:
+        """A held job kept waiting on purpose for the GPUs in `gpus`."""
+        return cls._of(job, "waiting", policy=policy, job_class=job_class, gpus=gpus, reason=reason, decided_at=at)
+
+    @classmethod
+    def observed(cls, job: SlurmJob, *, policy: str, job_class: str, version: int | None,
+                 gpus: list[dict[str, Any]], reason: str, at: datetime) -> Record:
+        """Observe mode: where the job would have been placed (nothing written)."""
+        return cls._of(job, "observe", policy=policy, job_class=job_class, version=version, gpus=gpus,
+                       reason=reason, decided_at=at)
+
+    def confirmed(self, at: datetime) -> Record:
+        """This placement, read back from Slurm as written."""
+        return replace(self, applied_at=at)
+
+    def failed(self, reason: str | None = None) -> Record:
+        """This placement, not taken (`reason` replaces the record's when given)."""
+        return replace(self, outcome="failed", reason=self.reason if reason is None else reason)
 
 
 @dataclass(frozen=True)

@@ -202,3 +202,11 @@ def promised_slots(jobs: Iterable[SlurmJob]) -> set[tuple[str, str]]:
             out |= {(node, t) for t in types}
     return out
 
+
+def same_slots(view: View, gpus: Sequence[int]) -> bool:
+    """Whether `gpus` are the same slots (device minors) on every node they lie on: what one
+    per-node GRES request can name."""
+    per_node: dict[str, set[int]] = {}
+    for g in gpus:
+        per_node.setdefault(view.slots[g].node, set()).add(view.slots[g].minor)
+    return len({frozenset(m) for m in per_node.values()}) == 1

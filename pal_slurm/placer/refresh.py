@@ -21,17 +21,20 @@ class Refreshed(Generic[T]):
     """`read(now)` again once `refresh_s` have passed since the last read; when a read fails
     with one of `keep_on`, the value read last stays (`initial` before any), `last_error` says
     why in one line, `on_error` is told, and the next read comes after `retry_s` (default
-    `refresh_s`). Other exceptions propagate."""
+    `refresh_s`). Other exceptions propagate, and so do those of `keep_on` that are also one
+    of `raise_on` (a subclass that must stop the caller, such as Slurm being unreachable)."""
 
     def __init__(self, read: Callable[[float], T], refresh_s: float, *, initial: T,
                  clock: Callable[[], float] = time.time, retry_s: float | None = None,
                  keep_on: tuple[type[Exception], ...] = (Exception,),
+                 raise_on: tuple[type[Exception], ...] = (),
                  on_error: Callable[[str], None] | None = None) -> None:
         self._read = read
         self.refresh_s = refresh_s
         self.retry_s = refresh_s if retry_s is None else retry_s
         self._clock = clock
         self._keep_on = keep_on
+        self._raise_on = raise_on
         self._on_error = on_error
         self.value = initial
         #: when the value was last read (the clock's time), None before the first good read
@@ -46,6 +49,8 @@ class Refreshed(Generic[T]):
             try:
                 value = self._read(now)
             except self._keep_on as exc:
+                if isinstance(exc, self._raise_on):
+                    raise
                 self.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 self._due = now + self.retry_s
                 if self._on_error is not None:

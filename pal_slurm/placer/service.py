@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from pal_slurm.config import PalConfig
     from pal_slurm.jobs.rules import ClassRuleTable
-    from pal_slurm.placer.daemon import Placer
+    from pal_slurm.placer.cycle import Placer
     from pal_slurm.placer.exporter import PlacerMetrics
     from pal_slurm.placer.wake import WakeWatch
 
@@ -88,7 +88,7 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
     from pal_slurm.db.accounting_store import AccountingSink
     from pal_slurm.placer.accounting import Accounting
     from pal_slurm.placer.audit import AuditSink
-    from pal_slurm.placer.daemon import Placer
+    from pal_slurm.placer.cycle import Placer
     from pal_slurm.placer.factors import FactorCache
     from pal_slurm.slurm.backend import make_backend
 

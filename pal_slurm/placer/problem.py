@@ -1,0 +1,128 @@
+"""The cycle's placement problem, in the simulators' terms (placement/model.py).
+
+What the policy is given: the steerable GPUs and their factors, the free ones, the running
+jobs with their expected ends, and the held jobs with their class, Slurm rank and runtime
+estimate. Slurm's ranks (partition tiers, priority settings) and the learned runtimes are
+re-read every `classes_refresh_s` and kept while their source is down (placer/refresh.py):
+the order and the estimates degrade, placement goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pal_slurm.errors import SlurmError, SlurmUnavailable
+from pal_slurm.jobs.fingerprint import fingerprint
+from pal_slurm.placement.model import Snapshot
+from pal_slurm.placer import cluster_view, holds, shapes, slurm_updates
+from pal_slurm.placer.factors import Factors
+from pal_slurm.placer.refresh import Refreshed
+from pal_slurm.slurm.backend import SlurmBackend
+from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from pal_slurm.slurm.priority import PriorityConfig, job_rank
+
+log = logging.getLogger(__name__)
+
+ClassResolver = Callable[[SlurmJob], tuple[str, str]]
+#: fingerprint -> learned runtime estimate in seconds (pal_slurm.jobs.sensitivity_store.learned_runtimes)
+RuntimeHistory = Callable[[], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One cycle's problem. `planned` holds each job as it is planned from (a re-planned one
+    with its user's request); `as_read` holds the same jobs as Slurm showed them, by id:
+    what a write starts from and a failed write restores."""
+
+    view: cluster_view.View
+    planned: shapes.Planned
+    snapshot: Snapshot
+    as_read: Mapping[str, SlurmJob]
+
+
+def plan_from(job: SlurmJob) -> SlurmJob:
+    """The job as planning must see it: a re-planned job with the GPU request the user made
+    (recorded in its tag) instead of our last per-slot one, and no node pinned."""
+    if holds.held_class(job)[1] != "replan":
+        return job
+    return slurm_updates.as_submitted(job)
+
+
+def estimate_s(job: SlurmJob, learned: Mapping[str, float]) -> float:
+    """How long `job` is expected to run: what its past runs learned (never more than its
+    time limit), else its time limit; 0 when neither is known (the policy then never
+    makes it wait and backfills it only off reserved GPUs)."""
+    mine = learned.get(fingerprint(job.user, job.name, job.command)) if learned else None
+    limit = job.time_limit_s
+    if mine is not None and mine > 0:
+        return min(mine, limit) if limit else mine
+    return limit or 0.0
+
+
+def expected_end(job: SlurmJob, learned: Mapping[str, float], now: float) -> float | None:
+    """When a running job is expected to end: its start + learned estimate when that is
+    still ahead, else Slurm's EndTime (start + time limit); None when neither is known."""
+    if job.start_time and learned:
+        mine = learned.get(fingerprint(job.user, job.name, job.command))
+        if mine and job.start_time + mine > now and (job.end_time is None or job.start_time + mine < job.end_time):
+            return job.start_time + mine
+    return job.end_time
+
+
+class ProblemBuilder:
+    """Builds each cycle's Problem; keeps Slurm's ranks and the learned runtimes between cycles."""
+
+    def __init__(self, backend: SlurmBackend, classes: Sequence[str], *, refresh_s: float,
+                 resolve_class: ClassResolver | None = None, history: RuntimeHistory | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.backend = backend
+        self.classes = tuple(classes)
+        self.resolve_class = resolve_class
+        self._ranks: Refreshed[tuple[dict[str, int], PriorityConfig]] = Refreshed(
+            lambda _now: (self.backend.partition_tiers(), self.backend.priority_config()), refresh_s,
+            initial=({}, PriorityConfig()), clock=clock, retry_s=refresh_s, keep_on=(SlurmError, AttributeError),
+            raise_on=(SlurmUnavailable,),
+            on_error=lambda e: log.warning("partition tiers / priority settings not read (%s); "
+                                           "ordering by what is known", e))
+        self._learned: Refreshed[dict[str, float]] | None = None if history is None else Refreshed(
+            lambda _now: history(), refresh_s, initial={}, clock=clock, retry_s=refresh_s,
+            on_error=lambda e: log.warning("learned runtimes not reloaded (%s)", e[:200]))
+
+    def class_of(self, job: SlurmJob) -> tuple[str, str]:
+        """(class, source): the filter's tag when it names a known class, else the rules
+        (`resolve_class`), else the first class."""
+        cls, src = holds.held_class(job)
+        if cls.upper() in self.classes:
+            return cls.upper(), src
+        if self.resolve_class is not None:
+            try:
+                return self.resolve_class(job)
+            except Exception as exc:  # noqa: BLE001 - fall back to the default class
+                log.warning("job %s: class lookup failed (%s); default class", job.job_id, exc)
+        return self.classes[0], "default"
+
+    def build(self, held: Sequence[SlurmJob], jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode],
+              factors: Factors, now: float, *, replans_as_submitted: bool = True) -> Problem:
+        """The problem for placing `held` among `jobs` on `nodes`; with `replans_as_submitted`
+        a re-planned job is planned from its user's request (see `plan_from`)."""
+        view = cluster_view.build_view(nodes, jobs, factors.by_slot, self.classes)
+        tiers, prio = self._ranks.get(now)
+        learned = self._learned.get(now) if self._learned is not None else {}
+        held_jobs = []
+        for read in held:
+            j = plan_from(read) if replans_as_submitted else read
+            tier, priority = job_rank(j, tiers, prio, now)
+            held_jobs.append(shapes.HeldJob(j, *self.class_of(j), tier=tier, priority=priority,
+                                            estimate_s=estimate_s(j, learned)))
+        by_id = {j.job_id: j for j in jobs}
+        ends = {jid: end for jid in view.running
+                if (end := expected_end(by_id[jid], learned, now)) is not None}
+        snap = Snapshot(cluster=view.cluster, free=view.free, running=view.running, now=now, expected_end=ends)
+        return Problem(view=view, planned=shapes.plan_requests(held_jobs, view), snapshot=snap,
+                       as_read={j.job_id: j for j in held})
+
+
+__all__ = ["ClassResolver", "Problem", "ProblemBuilder", "RuntimeHistory", "estimate_s", "expected_end", "plan_from"]
