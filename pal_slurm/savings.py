@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 BY = ("partition", "account", "user", "class")
 MODES = ("observe", "enforce")
@@ -51,10 +51,11 @@ class PaceCell:
     jobs: int
 
 
-class JobRecord(Protocol):
-    """One finished job's record, as pal_slurm.placer.ledger.JobAccount has it (the placer
-    writes it, the database stores it, this module sums it: the protocol keeps the storage
-    layer from importing the placer)."""
+@dataclass(frozen=True)
+class JobAccount:
+    """One finished GPU job's line in the books (the `job_accounting` table): what
+    pal_slurm.placer.ledger writes, the database stores and this module sums (here, in the
+    core layer, so that the storage layer need not import the placer)."""
 
     job_id: str
     mode: str
@@ -62,27 +63,42 @@ class JobRecord(Protocol):
     partition: str
     account: str
     user: str
-    gpus: tuple[tuple[str, int, float | None], ...]
+    gpus: tuple[tuple[str, int, float | None], ...]  # (node, minor, factor for the class)
     started_at: datetime
     ended_at: datetime
     runtime_s: float
-    factor: float | None
+    factor: float | None  # None: unaccounted
     tax_gpu_h: float | None
     alternative: str | None
     alternative_factor: float | None
     saved_gpu_h: float | None
     version: int | None
 
-    def slowest_text(self) -> str: ...
+    @property
+    def accounted(self) -> bool:
+        return self.factor is not None
+
+    def slowest_text(self, limit: int = 1024) -> str:
+        """"node:minor,..." of the GPUs at the job's factor (the ones that set its pace), cut at a
+        whole GPU to fit `limit` characters; "" when unaccounted."""
+        out = ""
+        for n, m, f in self.gpus:
+            if self.factor is None or f != self.factor:
+                continue
+            item = f"{n}:{m}"
+            if len(out) + len(item) + 1 > limit:
+                break
+            out = f"{out},{item}" if out else item
+        return out
 
 
-def group_of(r: JobRecord, by: str | None) -> str:
+def group_of(r: JobAccount, by: str | None) -> str:
     if by is None:
         return ""
     return str({"partition": r.partition, "account": r.account, "user": r.user, "class": r.job_class}[by])
 
 
-def cells_of(records: Iterable[JobRecord], by: str | None = None) -> tuple[list[Cell], list[PaceCell]]:
+def cells_of(records: Iterable[JobAccount], by: str | None = None) -> tuple[list[Cell], list[PaceCell]]:
     """The cells of job records, summed in Python: the same sums the database query makes
     (the tests hold the two to each other on every database)."""
     sums: dict[tuple[str, str, bool], list[float]] = {}
@@ -218,4 +234,4 @@ def _when(since: str) -> str:
     return f"since {text}"
 
 
-__all__ = ["BY", "MODES", "Cell", "JobRecord", "PaceCell", "cells_of", "group_of", "headline", "savings"]
+__all__ = ["BY", "MODES", "Cell", "JobAccount", "PaceCell", "cells_of", "group_of", "headline", "savings"]

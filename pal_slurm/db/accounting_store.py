@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.models import JobAccounting
-from pal_slurm.savings import Cell, JobRecord, PaceCell
+from pal_slurm.savings import Cell, JobAccount, PaceCell
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +25,11 @@ log = logging.getLogger(__name__)
 class AccountingSink:
     def __init__(self, engine_factory: Callable[[], Engine] | None, max_pending: int = 50_000) -> None:
         self._engine_factory = engine_factory
-        self.pending: deque[JobRecord] = deque(maxlen=max_pending)
+        self.pending: deque[JobAccount] = deque(maxlen=max_pending)
         self.dropped = 0
         self.last_error: str | None = None
 
-    def add(self, records: list[JobRecord]) -> None:
+    def add(self, records: list[JobAccount]) -> None:
         for r in records:
             if len(self.pending) == self.pending.maxlen:
                 self.dropped += 1
@@ -53,7 +53,7 @@ class AccountingSink:
         return len(batch)
 
 
-def _row(r: JobRecord) -> dict[str, object]:
+def _row(r: JobAccount) -> dict[str, object]:
     return {"slurm_job_id": r.job_id, "mode": r.mode, "job_class": r.job_class, "partition": r.partition[:128],
             "account": r.account[:128], "user": r.user[:128],
             "gpus": [{"node": n, "minor": m, "slowdown": None if f is None else round(f, 6)} for n, m, f in r.gpus],

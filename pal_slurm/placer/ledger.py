@@ -37,6 +37,7 @@ from pal_slurm.placement.policies import get_policy
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.placer.cluster_view import View
 from pal_slurm.placer.shapes import Planned
+from pal_slurm.savings import JobAccount
 from pal_slurm.slurm.gresconf import slot_of_type
 from pal_slurm.slurm.model import SlurmJob
 from pal_slurm.slurm.hostlist import expand_nodes
@@ -54,45 +55,6 @@ class Alternative:
     job_class: str
     factor: float | None  # the slowest of those GPUs for the class; None when unknown
     version: int | None
-
-
-@dataclass(frozen=True)
-class JobAccount:
-    """One finished GPU job's line in the books (the `job_accounting` table)."""
-
-    job_id: str
-    mode: str
-    job_class: str
-    partition: str
-    account: str
-    user: str
-    gpus: tuple[tuple[str, int, float | None], ...]  # (node, minor, factor for the class)
-    started_at: datetime
-    ended_at: datetime
-    runtime_s: float
-    factor: float | None  # None: unaccounted
-    tax_gpu_h: float | None
-    alternative: str | None
-    alternative_factor: float | None
-    saved_gpu_h: float | None
-    version: int | None
-
-    @property
-    def accounted(self) -> bool:
-        return self.factor is not None
-
-    def slowest_text(self, limit: int = 1024) -> str:
-        """"node:minor,..." of the GPUs at the job's factor (the ones that set its pace), cut at a
-        whole GPU to fit `limit` characters; "" when unaccounted."""
-        out = ""
-        for n, m, f in self.gpus:
-            if self.factor is None or f != self.factor:
-                continue
-            item = f"{n}:{m}"
-            if len(out) + len(item) + 1 > limit:
-                break
-            out = f"{out},{item}" if out else item
-        return out
 
 
 @dataclass
