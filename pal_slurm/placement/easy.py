@@ -37,7 +37,7 @@ import heapq
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -350,4 +350,6 @@ def _spans(ix: ClusterIndex, gpus: Sequence[int]) -> bool:
 
 
 def _noted(choice: Choice, why: str) -> Choice:
-    return Choice(gpus=choice.gpus, why=lambda: f"{choice.reason}; {why}", alternatives=choice.alternatives)
+    """The choice with `why` added to its reason (and everything else it says kept: that it
+    is first fit's, or which GPUs first fit would have given)."""
+    return replace(choice, why=lambda: f"{choice.reason}; {why}")
