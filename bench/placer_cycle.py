@@ -35,7 +35,8 @@ slowdown = the level and PerfVar within 1 % of it (as classification makes them)
 Each cycle starts from the same state (cycle 0 warms up and is not counted). Per cycle:
 read/parse (parse_json of both squeue reads and the sinfo read), publish (filter state
 file), identities (job identities to the database), view (cluster_view.build_view), plan
-(shapes.plan_requests), place (policy.place), apply (the rest: class lookup, decisions to
+(shapes.plan_requests), place (policy.place), account (the per-job accounting ledger `pal placer`
+always runs: following the jobs and what first fit would have given them; records kept in memory), apply (the rest: class lookup, decisions to
 updates and admin comments, audit records, verification matching), audit (database flush).
 Wall and CPU time (this thread's) are both shown: on a shared machine wall time includes
 waiting for a core. Also printed: parse_json alone on the squeue document.
@@ -73,6 +74,8 @@ from pal_slurm.config import PlacerConfig
 from pal_slurm.errors import SlurmError
 from pal_slurm.placer import daemon as daemon_mod
 from pal_slurm.placer import cluster_view, shapes
+from pal_slurm.db.accounting_store import AccountingSink
+from pal_slurm.placer.accounting import Accounting
 from pal_slurm.placer.audit import AuditSink
 from pal_slurm.placer.daemon import Placer
 from pal_slurm.placer.factors import Factors
@@ -87,7 +90,7 @@ CLASSES = ("A", "B", "C", "D")
 LEVELS = {"A": (0.93, 1.0, 1.07, 1.21), "B": (0.97, 1.0, 1.03, 1.1), "C": (0.97, 1.0, 1.04, 1.12),
           "D": (0.99, 1.0, 1.01, 1.02)}
 NOW = 1_800_000_000.0
-PHASES = ("read/parse", "publish", "identities", "view", "plan", "place", "apply", "audit")
+PHASES = ("read/parse", "publish", "identities", "view", "plan", "place", "account", "apply", "audit")
 
 
 class Phases:
@@ -419,8 +422,12 @@ def main() -> int:
         tmp = Path(tmpdir)
         cfg = PlacerConfig(mode="enforce", policy=args.policy, state_file=str(tmp / "filter-state.lua"))
         audit, identities = database(tmp, not args.no_audit_db)
+        accounting = Accounting(AccountingSink(None), cfg.mode)
+        accounting.cycle = phases.wrap("account", accounting.cycle)  # type: ignore[method-assign]
+        accounting.placed = phases.wrap("account", accounting.placed)  # type: ignore[method-assign]
         placer = Placer(backend, cfg, StaticFactors(factors), audit, classes=CLASSES,  # type: ignore[arg-type]
-                        identities=phases.wrap("identities", identities) if identities else None, clock=lambda: NOW)
+                        identities=phases.wrap("identities", identities) if identities else None, clock=lambda: NOW,
+                        accounting=accounting)
         daemon_mod.tune_gc()  # as `pal placer` does at start
         # burst: the held jobs have just arrived, their identities are new (the daemon records
         # up to 500 a cycle); steady: every job was seen in an earlier cycle

@@ -46,7 +46,7 @@ def test_a_thirty_percent_difference_moves_it_to_the_faster_gpu_on_the_same_node
     d = one(Snapshot.empty(c), job("j", 1, remaining_s=3600))
     assert d.as_dict() == {"j": (1,)}
     a = d.assignments[0]
-    assert not a.first_fit
+    assert not a.first_fit and a.instead_of == (0,)  # what first fit would have given (the accounting's)
     # the saving that justified it: 1 GPU x 1 h x (1.30 - 1.00) = 0.30 GPU-h
     assert "variability choice" in a.reason and "0.30 GPU-h" in a.reason
 
@@ -56,7 +56,19 @@ def test_a_faster_gpu_on_a_whole_node_is_not_worth_breaking_that_node() -> None:
     # moving would leave no whole node for a waiting 2-GPU job, so pal-guard keeps first fit
     c = a_fleet([1.0, 1.30, 1.0, 1.0])
     d = one(free_only(c, [1, 2, 3]), job("j", 1, remaining_s=3600))
-    assert d.as_dict() == {"j": (1,)} and d.assignments[0].first_fit
+    assert d.as_dict() == {"j": (1,)} and d.assignments[0].first_fit and d.assignments[0].instead_of is None
+
+
+def test_a_job_backfilled_past_the_head_keeps_saying_it_is_first_fit() -> None:
+    # the head (4 GPUs) waits for GPU 0, held until t=1000; a 1-GPU job that ends by then is
+    # backfilled on first fit's GPU: the backfill note must not drop the first-fit mark, or
+    # the daemon would pin a placement it can leave to Slurm
+    c = a_fleet([1.0, 1.0, 1.0, 1.0])
+    snap = Snapshot(cluster=c, free=frozenset({1, 2, 3}), running={"r": (0,)}, now=0.0, expected_end={"r": 1000.0})
+    d = get_policy("pal-guard").place(snap, [job("head", 4, remaining_s=3600), job("small", 1, remaining_s=100)],
+                                      PlacementContext())
+    small = next(a for a in d.assignments if a.job_id == "small")
+    assert "backfilled past head" in small.reason and small.first_fit
 
 
 def test_a_tighter_fit_elsewhere_is_taken_when_it_is_faster() -> None:

@@ -170,9 +170,15 @@ def test_observe_mode_records_the_placers_choice_and_what_slurm_gave(tmp_path: P
     assert not [c for c in backend.calls if c[0] == "update" and c[2] != "AdminComment"]  # observe changes nothing
 
 
-def test_enforce_mode_records_what_first_fit_would_have_given(tmp_path: Path) -> None:
+def test_enforce_mode_records_what_first_fit_would_have_given(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     j = held("1")
     p, backend, clock, books = make_placer(tmp_path, [j], "enforce")
+
+    def second_decision(*_a: object, **_k: object) -> None:
+        raise AssertionError("pal-guard says what first fit would have given: no second decision")
+
+    monkeypatch.setattr("pal_slurm.placer.ledger.decide", second_decision)
     assert p.cycle().placed == ["1"]
     types = [c[3] for c in backend.of("1") if c[0] == "update" and c[2] == "TresPerNode" and c[3]]
     assert types == ["gres:gpu:v100_g3:1"]  # the placer's choice: the 1.0x GPU

@@ -99,6 +99,8 @@ class Choice:
     alternatives: tuple[tuple[tuple[int, ...], float], ...] = ()
     #: the GPUs Slurm's own first fit would give (see Assignment.first_fit)
     first_fit: bool = False
+    #: a variability choice: the GPUs first fit would have given instead (Assignment.instead_of)
+    instead_of: tuple[int, ...] | None = None
 
     @property
     def reason(self) -> str:
@@ -106,7 +108,7 @@ class Choice:
 
     def assignment(self, job_id: str) -> Assignment:
         return Assignment(job_id=job_id, gpus=self.gpus, reason=self.reason, alternatives=self.alternatives,
-                          first_fit=self.first_fit)
+                          first_fit=self.first_fit, instead_of=self.instead_of)
 
 
 def as_gpus(ids: np.ndarray | Sequence[int]) -> tuple[int, ...]:

@@ -131,7 +131,7 @@ class GuardedChooser(FirstFit):
             why=lambda: (f"{self.name}: variability choice: pace {alt_pace:.3f} instead of first fit's {ff_pace:.3f} "
                          f"({describe_gpus(ix, tab, ff_gpus)}); {saving}, {(1 - rt_alt / rt_ff):.1%} of its run "
                          f"time, at no cost in fragmentation or locality; {describe_gpus(ix, tab, gpus)}"),
-            alternatives=((gpus, alt_pace), (ff_gpus, ff_pace)))
+            alternatives=((gpus, alt_pace), (ff_gpus, ff_pace)), instead_of=ff_gpus)
 
     def fastest(self, tab: ClassTable) -> float:
         """The class's smallest PerfVar (cached per class table)."""

@@ -294,6 +294,9 @@ class Assignment:
     #: was made, so the daemon may leave the job to Slurm (a multi-node first fit may use
     #: different slots per node, which one per-node GRES request cannot name)
     first_fit: bool = False
+    #: a variability choice of pal-guard's: the GPUs first fit would have given at the same
+    #: point of the decision (what the enforce-mode accounting compares with, for free)
+    instead_of: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

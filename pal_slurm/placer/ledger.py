@@ -162,17 +162,21 @@ def placer_alternatives(view: View, planned: Planned, decision: Decision,
 
 def first_fit_alternatives(view: View, planned: Planned, decision: Decision, snapshot: Snapshot, order: QueueOrder,
                            ctx: PlacementContext, version: int | None) -> dict[str, Alternative]:
-    """Enforce mode: the factor Slurm's first fit would have given each placed job, from the
-    same snapshot and queue (the slurm-backfill policy: first fit with Slurm's backfill).
-    A placement that is first fit's own needs no second decision; a job first fit would not
-    have started this cycle gets no alternative (its factor unknown, never guessed)."""
+    """Enforce mode: the factor Slurm's first fit would have given each placed job. A
+    placement that is first fit's own is its own answer; a variability choice of pal-guard's
+    carries first fit's GPUs at the same point of the decision (`Assignment.instead_of`); for
+    any other policy, the slurm-backfill decision on the same snapshot and queue is made once
+    (a second decision per cycle), and a job it would not have started this cycle gets no
+    alternative (its factor unknown, never guessed)."""
     out: dict[str, Alternative] = {}
     other: Decision | None = None
     for a in decision.assignments:
         cls = planned.held[a.job_id].job_class
         sf = view.cluster.sf(cls)
         gpus: tuple[int, ...] | None = a.gpus
-        if not a.first_fit:
+        if not a.first_fit and a.instead_of is not None:
+            gpus = a.instead_of
+        elif not a.first_fit:
             if other is None:
                 other = decide(get_policy("slurm-backfill"), order, snapshot, planned.requests, ctx)
             gpus = other.as_dict().get(a.job_id)
