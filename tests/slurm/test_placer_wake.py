@@ -83,7 +83,9 @@ def test_a_jobs_end_wakes_the_placer_for_the_job_waiting_for_gpus(rig: Rig) -> N
 def test_a_placer_killed_while_a_job_is_held_pokes_block_nothing_and_holds_end(rig: Rig) -> None:
     hold_s = 12
     rig.fill_gpus()
-    placer = rig.start_once(rig.config(interval=SLOW_CYCLE_S, hold_s=hold_s))
+    # a heartbeat that stays fresh for a minute after the kill: the filter must still hold (and
+    # poke) the next job whatever its 2 s state cache and a loaded machine make of the timing
+    placer = rig.start_once(rig.config(interval=SLOW_CYCLE_S, hold_s=hold_s, stale_after=60))
     rig.filter_on()
     held = [rig.submit(["--gres=gpu:1"])]
     rig.wait_held(held)
