@@ -138,7 +138,7 @@ def split_runs(records):
 
 def held_out_truth(records) -> dict[str, dict[str, float]]:
     """uuid -> class -> PerfVar of the held-out runs (median run over the median GPU's)."""
-    from pal_slurm.classify import _median_sorted
+    from pal_slurm.classification.classify import _median_sorted
 
     per: dict[str, dict[str, list[float]]] = {}
     lib: dict[str, bool] = {}
@@ -205,7 +205,7 @@ def simulate(gpus, truth, trace, policies):
 
 def resolution_check() -> dict[str, int]:
     """Distinct factors for 12 GPUs measured evenly over 0.871-1.139 (5 runs, 1 % noise)."""
-    from pal_slurm.classify import ClassifyParams, classify_group
+    from pal_slurm.classification.classify import ClassifyParams, classify_group
 
     rng = np.random.default_rng(12)
     runs = {f"g{i:02d}": [v * float(np.exp(rng.normal(0, 0.01))) for _ in range(5)]

@@ -11,8 +11,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from pal_slurm.actions import ACTION_ORDER, ActionPolicy, Finding, GpuAction, grade_gpu
-from pal_slurm.classify import percentile_summary
+from pal_slurm.classification.actions import ACTION_ORDER, ActionPolicy, Finding, GpuAction, grade_gpu
+from pal_slurm.classification.classify import percentile_summary
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 from pal_slurm.numfmt import DIGITS, fmt_num
 

@@ -22,7 +22,7 @@ from pal_slurm.errors import InputError, PalError
 from pal_slurm.ingest.records import ProfileRecord
 
 if TYPE_CHECKING:
-    from pal_slurm.classify import ClassifyParams
+    from pal_slurm.classification.classify import ClassifyParams
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def import_records_now(engine: Engine, records: Sequence[ProfileRecord]) -> Impo
 
 def classify_params(cfg: PalConfig, *, hysteresis: float | None = None, min_runs: int | None = None,
                     method: str | None = None) -> ClassifyParams:
-    from pal_slurm.classify import ClassifyParams
+    from pal_slurm.classification.classify import ClassifyParams
 
     c = cfg.classification
     try:
@@ -134,7 +134,7 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
                        min_runs: int | None = None, models: Sequence[str] | None = None,
                        note: str = "", method: str | None = None) -> ClassifySummary:
     """Classify every (model, benchmark) from all stored runs and store a new versioned run."""
-    from pal_slurm.classify_fleet import assign_job_classes, classify_fleet
+    from pal_slurm.classification.classify_fleet import assign_job_classes, classify_fleet
 
     require_current(engine)
     params = classify_params(cfg, hysteresis=hysteresis, min_runs=min_runs, method=method)

@@ -30,7 +30,7 @@ from pal_slurm.db.models import Benchmark, Gpu, GpuFlag, JobProfile, JobSensitiv
 from pal_slurm.jobs.sensitivity_store import learn, record_identity, sensitivity_rule
 from pal_slurm.gpu.simulated import SimBackend
 from pal_slurm.services import import_records_now, run_classification
-from pal_slurm.simulated_fleet import make_fleet
+from pal_slurm.gpu.simulated_fleet import make_fleet
 
 T0 = 1_796_000_000.0 - 1_796_000_000.0 % 60
 FLEET = make_fleet(nodes=2, gpus_per_node=4, seed=3)

@@ -42,7 +42,7 @@ from pal_slurm.gpu.simulated import SimBackend
 from pal_slurm.profiler.run_store import save_run
 from pal_slurm.profiler.telemetry import reason_names, summarize
 from pal_slurm.services import import_files
-from pal_slurm.simulated_fleet import make_fleet
+from pal_slurm.gpu.simulated_fleet import make_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,8 +27,10 @@ PACKAGE = REPO / "pal_slurm"
 #: Modules that must stay pure, as paths under pal_slurm/ (a directory means every module in it).
 PURE = (
     "placement/",
-    "classify.py",
-    "classify_fleet.py",
+    "classification/classify.py",
+    "classification/classify_fleet.py",
+    "classification/actions.py",
+    "gpu/simulated_fleet.py",
     "ingest/records.py",
     "ingest/artifact_csv.py",
     "ingest/jsonl.py",
@@ -82,8 +84,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "pal_slurm.atomic_write")),
     # what needs neither configuration nor a database: the placement vocabulary and policies, the
     # import parsers, classification, the simulated fleet, the Slurm and GPU adapters
-    ("core", ("pal_slurm.placement", "pal_slurm.ingest", "pal_slurm.classify", "pal_slurm.classify_fleet",
-              "pal_slurm.actions", "pal_slurm.fairness", "pal_slurm.savings", "pal_slurm.simulated_fleet",
+    ("core", ("pal_slurm.placement", "pal_slurm.ingest", "pal_slurm.classification",
+              "pal_slurm.fairness", "pal_slurm.savings",
               "pal_slurm.slurm", "pal_slurm.gpu", "pal_slurm.jobs.sensitivity")),
     ("configuration", ("pal_slurm.config",)),
     ("storage", ("pal_slurm.db",)),

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.actions import short_uuid
+from pal_slurm.classification.actions import short_uuid
 from pal_slurm.cli.filters import expand_hostlist, model_option, node_option, select
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, prose, wide_option
 from pal_slurm.errors import InputError
@@ -378,7 +378,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     drained (never `ALL` or a NodeSet); a node already drained or down keeps its state and its
     reason. Nodes of GPUs graded `placement` or `re-profile`, and unknown nodes, are never
     drained. Resume a node with `scontrol update NodeName=N State=RESUME` after its diagnostics pass."""
-    from pal_slurm.actions import drain_plan
+    from pal_slurm.classification.actions import drain_plan
     from pal_slurm.errors import PalError
     from pal_slurm.placer.writer import drain
     from pal_slurm.services import load_report
@@ -436,7 +436,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
 
 
 def _action_of(a: dict[str, Any]) -> Any:
-    from pal_slurm.actions import GpuAction
+    from pal_slurm.classification.actions import GpuAction
 
     return GpuAction(a["uuid"], a["node"], a["model"], a["action"], a["reason"], tuple(a["benchmarks"]),
                      a["worst_perfvar"], tuple(a["classes_avoiding"]), tuple(a["classes_landing"]))

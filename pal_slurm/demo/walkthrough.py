@@ -62,7 +62,7 @@ def run_demo(opts: DemoOptions, *, app_config_path: str | None = None, say: Say 
     from pal_slurm.report import group_summary
     from pal_slurm.report_html import write_html
     from pal_slurm.services import import_files, load_for_html, open_engine, run_classification
-    from pal_slurm.simulated_fleet import make_fleet
+    from pal_slurm.gpu.simulated_fleet import make_fleet
 
     out = opts.out_dir
     try:

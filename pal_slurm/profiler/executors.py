@@ -332,7 +332,7 @@ class SubprocessExecutor:
 
 
 class SimExecutor:
-    """Plays each benchmark with `pal_slurm.simulated_fleet`'s physics on the simulated GPU.
+    """Plays each benchmark with `pal_slurm.gpu.simulated_fleet`'s physics on the simulated GPU.
 
     Time is virtual: each GPU's runs follow one another from `start` (nodes a few seconds
     apart, like real profiling jobs), taking the simulated durations without sleeping.
