@@ -199,7 +199,7 @@ def _stored(engine: Engine, version: int | None) -> cstore.StoredClassification:
 
 
 def load_report(engine: Engine, cfg: PalConfig, version: int | None = None) -> dict[str, Any]:
-    from pal_slurm.report import build_report
+    from pal_slurm.report.data import build_report
 
     return build_report(_stored(engine, version), policy=cfg.report.policy(), identity=identity_summary(engine))
 
@@ -208,7 +208,7 @@ def load_gpu_rows(engine: Engine, version: int | None = None, cfg: PalConfig | N
     """One row per GPU; with `cfg`, each outlier GPU's graded action and reason too."""
     from datetime import UTC, datetime
 
-    from pal_slurm.report import gpu_rows, grade_outliers
+    from pal_slurm.report.data import gpu_rows, grade_outliers
 
     stored = _stored(engine, version)
     actions = None if cfg is None else grade_outliers(stored, cfg.report.policy(), datetime.now(UTC))
@@ -236,7 +236,7 @@ def fleet_names(engine: Engine) -> tuple[list[str], list[str]]:
 def load_for_html(engine: Engine, cfg: PalConfig,
                   version: int | None = None) -> tuple[cstore.StoredClassification, dict[str, Any]]:
     """The stored classification (with clocks, for the plots) and the report built from it."""
-    from pal_slurm.report import build_report
+    from pal_slurm.report.data import build_report
 
     stored = _stored(engine, version)
     report = build_report(stored, policy=cfg.report.policy(), identity=identity_summary(engine))

@@ -19,8 +19,8 @@ from pal_slurm.cli.report_cmd import show_report
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 from pal_slurm.db.models import Gpu
 from pal_slurm.ingest.jsonl import dump_jsonl
-from pal_slurm.report import build_report, group_summary
-from pal_slurm.report_html import render_html
+from pal_slurm.report.data import build_report, group_summary
+from pal_slurm.report.page import render_html
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 CLASSES = {"A": "resnet50", "B": "bert", "D": "pagerank"}

@@ -54,6 +54,8 @@ PURE = (
     "slurm/hostlist.py",
     "placer/ledger.py",
     "savings.py",
+    "report/fairness.py",
+    "report/numfmt.py",
 )
 
 #: Imports a pure module may not reach, directly or through the pal_slurm modules it imports,
@@ -80,18 +82,18 @@ CLI_RULE = (
 #: longest name that covers a module decides). A module imports its own layer or lower ones.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the package root and what every layer uses
-    ("base", ("pal_slurm", "pal_slurm.errors", "pal_slurm.numfmt", "pal_slurm.systemd_notify",
+    ("base", ("pal_slurm", "pal_slurm.errors", "pal_slurm.report.numfmt", "pal_slurm.systemd_notify",
               "pal_slurm.atomic_write")),
     # what needs neither configuration nor a database: the placement vocabulary and policies, the
     # import parsers, classification, the simulated fleet, the Slurm and GPU adapters
     ("core", ("pal_slurm.placement", "pal_slurm.ingest", "pal_slurm.classification",
-              "pal_slurm.fairness", "pal_slurm.savings",
+              "pal_slurm.report.fairness", "pal_slurm.savings",
               "pal_slurm.slurm", "pal_slurm.gpu", "pal_slurm.jobs.sensitivity")),
     ("configuration", ("pal_slurm.config",)),
     ("storage", ("pal_slurm.db",)),
     # the placer, the simulator and replay, the profiler, the agent, reports, the demo
     ("use cases", ("pal_slurm.jobs", "pal_slurm.placer", "pal_slurm.simulate", "pal_slurm.replay",
-                   "pal_slurm.profiler", "pal_slurm.agent", "pal_slurm.report", "pal_slurm.report_html",
+                   "pal_slurm.profiler", "pal_slurm.agent", "pal_slurm.report",
                    "pal_slurm.services", "pal_slurm.demo")),
     ("command line", ("pal_slurm.cli", "pal_slurm.__main__")),
 )

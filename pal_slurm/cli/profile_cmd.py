@@ -93,7 +93,7 @@ def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str |
 
 
 def _identity_line(ids: dict[str, int]) -> str:
-    from pal_slurm.report import identity_text
+    from pal_slurm.report.data import identity_text
 
     return "database: " + identity_text(ids)
 

@@ -12,19 +12,19 @@ from pal_slurm.classification.actions import short_uuid
 from pal_slurm.cli.filters import expand_hostlist, model_option, node_option, select
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, prose, wide_option
 from pal_slurm.errors import InputError
-from pal_slurm.numfmt import fmt_num
+from pal_slurm.report.numfmt import fmt_num
 
 
 def _bins_text(row: dict[str, Any]) -> str:
-    """The report's bins cell (pal_slurm.report says how; imported here, when a table is drawn,
+    """The report's bins cell (pal_slurm.report.data says how; imported here, when a table is drawn,
     because the report module reads the database's records: `pal report --help` stays light)."""
-    from pal_slurm.report import bins_text as text
+    from pal_slurm.report.data import bins_text as text
 
     return text(row)
 
 
 def _regular_bins_text(row: dict[str, Any]) -> str | None:
-    from pal_slurm.report import regular_bins
+    from pal_slurm.report.data import regular_bins
 
     return _bins_text(row) if regular_bins(row) else None
 
@@ -134,7 +134,7 @@ def report(ctx: click.Context, fmt: str, html_path: Path | None, version: int | 
     from pal_slurm.services import load_for_html, load_report
 
     if html_path is not None:
-        from pal_slurm.report_html import write_html
+        from pal_slurm.report.page import write_html
 
         stored, data = load_for_html(app.engine, app.cfg, version)
         write_html(html_path, stored, data)
@@ -153,7 +153,7 @@ def report(ctx: click.Context, fmt: str, html_path: Path | None, version: int | 
 def show_report(data: dict[str, Any], *, wide: bool = False) -> None:
     """The report as tables for people (also used by `pal demo`): one story with the JSON and
     the HTML -- the same regular bins, the same outlier counts, numbers rounded once (fmt_num)."""
-    from pal_slurm.report import identity_text
+    from pal_slurm.report.data import identity_text
 
     version = data["classification"]["version"]
     if data.get("identity"):
@@ -308,7 +308,7 @@ def _quietly(fn: Any, *args: Any) -> Any:
 
 
 def _explain(app: AppContext, text: str, version: int | None, fmt: str) -> None:
-    from pal_slurm.report import explain_gpu, resolve_gpu
+    from pal_slurm.report.data import explain_gpu, resolve_gpu
     from pal_slurm.services import load_stored
 
     stored = load_stored(app.engine, version)
@@ -483,7 +483,7 @@ def fairness_cmd(app: AppContext, fmt: str, since: str | None) -> None:
     from datetime import UTC, datetime
 
     from pal_slurm.db.migrate import require_current
-    from pal_slurm.fairness import fairness
+    from pal_slurm.report.fairness import fairness
     from pal_slurm.placer.audit import placed_jobs
 
     require_current(app.engine)

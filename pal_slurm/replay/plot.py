@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from pal_slurm.errors import PalError
-from pal_slurm.numfmt import mpl_text
+from pal_slurm.report.numfmt import mpl_text
 from pal_slurm.replay.experiment import ArmReport
 from pal_slurm.replay.plan import ReplayPlan
 
