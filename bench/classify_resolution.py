@@ -162,11 +162,12 @@ def held_out_truth(records) -> dict[str, dict[str, float]]:
 
 def classify_into_db(records, method: str, tmp: Path, min_runs: int):
     """A fresh database with `records`, classified with `method`: what the simulator loads."""
+    from pal_slurm.classification.service import run_classification
     from pal_slurm.config import load_config
-    from pal_slurm.db.engine import session_scope
+    from pal_slurm.db.engine import open_engine, session_scope
     from pal_slurm.db.migrate import upgrade
     from pal_slurm.db.variability_store import load_variability
-    from pal_slurm.services import import_records_now, open_engine, run_classification
+    from pal_slurm.ingest.service import import_records_now
 
     db = tmp / f"{method}.db"
     cfg = load_config(None, db_url=f"sqlite:///{db}", env={"HOME": str(tmp)})

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pal_slurm.report import page as html_page
-from pal_slurm.report import plots, tables
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 from pal_slurm.errors import PalError
+from pal_slurm.report import page as html_page, plots, tables
 from pal_slurm.report.data import build_report
 from pal_slurm.report.page import render_html, write_html
 from pal_slurm.report.plots import MAX_HEATMAP_NODES, clock_plot, heatmap_plot

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from pal_slurm.gpu import simulated_fleet
 from pal_slurm.errors import InputError
+from pal_slurm.gpu import simulated_fleet
 from pal_slurm.ingest.records import ProfileRecord
 from pal_slurm.gpu.simulated_fleet import (
     CLOCKS_EVENT_GPU_IDLE,

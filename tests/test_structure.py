@@ -71,11 +71,11 @@ FORBIDDEN = {
 PURE_RULE = (
     "pure modules never import the database layer (pal_slurm.db, sqlalchemy), the CLI "
     "(pal_slurm.cli, click) or subprocess (docs/architecture.md, 'Rules we keep'); take the "
-    "data as arguments and do the I/O in the caller (services, the CLI, a *_store module)"
+    "data as arguments and do the I/O in the caller (an area's service, the CLI, a *_store module)"
 )
 CLI_RULE = (
     "only pal_slurm/cli/ imports pal_slurm.cli: the CLI calls the rest of the package, never the "
-    "other way round; move what is shared out of cli/ (services, or the module that owns it)"
+    "other way round; move what is shared out of cli/ (an area's service, or the module that owns it)"
 )
 
 #: The layers, bottom first, each with the modules in it (a name covers the modules under it; the
@@ -94,7 +94,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the placer, the simulator and replay, the profiler, the agent, reports, the demo
     ("use cases", ("pal_slurm.jobs", "pal_slurm.placer", "pal_slurm.simulate", "pal_slurm.replay",
                    "pal_slurm.profiler", "pal_slurm.agent", "pal_slurm.report",
-                   "pal_slurm.services", "pal_slurm.demo")),
+                   "pal_slurm.ingest.service", "pal_slurm.classification.service", "pal_slurm.demo")),
     ("command line", ("pal_slurm.cli", "pal_slurm.__main__")),
 )
 

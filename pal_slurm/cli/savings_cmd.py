@@ -69,8 +69,8 @@ def savings(app: AppContext, since: str, by: str | None, top: int, fmt: str) -> 
     from pal_slurm.cli.report_cmd import _since
     from pal_slurm.db.accounting_store import load_cells
     from pal_slurm.db.migrate import require_current
+    from pal_slurm.report.service import gpu_context
     from pal_slurm.savings import savings as build
-    from pal_slurm.services import gpu_context
 
     cutoff = _since(since, datetime.now(UTC))
     require_current(app.engine)

@@ -31,10 +31,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from pal_slurm.gpu.interface import GpuBackend, GpuError, GpuInventory, GpuSample
 from pal_slurm.ingest.jsonl import run_key_for
 from pal_slurm.ingest.records import ProfileRecord
 from pal_slurm.profiler.benchmarks import BenchmarkDef
-from pal_slurm.gpu.interface import GpuBackend, GpuError, GpuInventory, GpuSample
 from pal_slurm.profiler.telemetry import TelemetrySummary, summarize
 
 __all__ = [
