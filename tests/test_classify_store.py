@@ -41,7 +41,7 @@ def test_fast_outlier_is_stored_told_apart_and_not_chased(engine, tmp_path: Path
     assert slow.outlier and not slow.fast and slow.slowdown > 1.5
     assert not any(r.fast for u, r in rows.items() if u != "GPU-liar-00")
     fast_bins = [b for b in stored.bins if b.fast]
-    assert len(fast_bins) == 1 and fast_bins[0].gpus == 1 and fast_bins[0].bin == 0
+    assert len(fast_bins) == 1 and fast_bins[0].gpus == 1 and fast_bins[0].index == 0
     # the placer and the simulator take the suspect GPU as a typical one, not as 20x fast
     assert var["GPU-liar-00"].slowdown["A"] == 1.0 and var["GPU-liar-00"].perfvar["A"] == 1.0
     assert var["GPU-slow-00"].perfvar["A"] == pytest.approx(rows["GPU-slow-00"].perfvar)

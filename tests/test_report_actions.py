@@ -122,8 +122,8 @@ def _stored() -> StoredClassification:
     results = [_row(f"GPU-{i:08x}-0000-1111-2222-333344445555", f"gpu{i:03d}", "resnet50", pv, 1.0)
                for i, pv in enumerate(pvs)]
     results.append(_row("GPU-deadbeef-0000-1111-2222-333344445555", "gpu009", "resnet50", 1.12047, 1.12047, True))
-    bins = (BinRow("V100", "resnet50", 0, 0.996, 1.0, 4, False, 0.98449, 1.01),
-            BinRow("V100", "resnet50", 1, 1.12047, 1.12047, 1, True, 1.12047, 1.12047))
+    bins = (BinRow(0, 0.996, 1.0, 4, False, 0.98449, 1.01, model="V100", benchmark="resnet50"),
+            BinRow(1, 1.12047, 1.12047, 1, True, 1.12047, 1.12047, model="V100", benchmark="resnet50"))
     return StoredClassification(version=3, created_at=NOW, params={}, results=tuple(results), bins=bins,
                                 job_classes={"A": "resnet50"})
 

@@ -50,11 +50,11 @@ def _stored(model_b: str = "H100", node_name: str = "node-a",
     for i, pv in enumerate((0.98, 1.0, 1.03)):
         results.append(_row(f"GPU-h-000{i}", "node-d", model_b, "sgemm", pv, 0, 1.0, clock=1900.0 - 10 * i))
     bins = [
-        BinRow("A100", "sgemm", 0, 1.0, 1.0, 4, False, 0.97, 1.02),
-        BinRow("A100", "sgemm", 1, 1.40, 1.40, 1, True, 1.40, 1.40),
-        BinRow("A100", "resnet", 0, 0.99, 1.0, 4, False, 0.96, 1.01),
-        BinRow("A100", "resnet", 1, 1.386, 1.39, 1, True, 1.386, 1.386),
-        BinRow(model_b, "sgemm", 0, 1.0, 1.0, 3, False, 0.98, 1.03),
+        BinRow(0, 1.0, 1.0, 4, False, 0.97, 1.02, model="A100", benchmark="sgemm"),
+        BinRow(1, 1.40, 1.40, 1, True, 1.40, 1.40, model="A100", benchmark="sgemm"),
+        BinRow(0, 0.99, 1.0, 4, False, 0.96, 1.01, model="A100", benchmark="resnet"),
+        BinRow(1, 1.386, 1.39, 1, True, 1.386, 1.386, model="A100", benchmark="resnet"),
+        BinRow(0, 1.0, 1.0, 3, False, 0.98, 1.03, model=model_b, benchmark="sgemm"),
     ]
     params = note_params if note_params is not None else {"max_bins": 8, "outlier_z": 3.5, "note": "weekly run"}
     return StoredClassification(version=7, created_at=datetime(2024, 11, 1, 12, 0, tzinfo=timezone.utc),

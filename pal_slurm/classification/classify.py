@@ -35,6 +35,7 @@ import numpy as np
 __all__ = [
     "Bin",
     "ClassifyParams",
+    "GpuOutcome",
     "GpuResult",
     "GroupResult",
     "METHODS",
@@ -119,19 +120,19 @@ class ClassifyParams:
 
 
 @dataclass(frozen=True)
-class GpuResult:
-    """Outcome for one GPU of the group.
+class GpuOutcome:
+    """One GPU's classification in one group: what :func:`classify_group` gives it
+    (:class:`GpuResult`) and what a stored classification keeps of it
+    (`db/classification_store.ResultRow`).
 
     ``median_score`` is the median of the GPU's valid runs (also reported for
     an unprofiled GPU that has some valid runs, for information; None when it
     has none). ``perfvar``, ``bin`` and ``slowdown`` are None when the GPU is
-    unprofiled. ``bin`` indexes :attr:`GroupResult.bins`. ``slowdown`` is the
+    unprofiled. ``bin`` indexes the group's bins. ``slowdown`` is the
     GPU's own factor: its bin's for methods ``bic`` and ``pal-k2``, its shrunk
     PerfVar for ``shrink``. ``fast`` marks an outlier that is suspiciously
     *fast* ("fast: check the measurement"; its factor is 1.0, the typical
-    GPU's). ``noise`` is the standard error of its PerfVar from the spread of
-    its runs (None with fewer than two); ``dropped`` counts runs dropped as
-    broken (more than ``run_ratio`` off its own median).
+    GPU's).
     """
 
     uuid: str
@@ -143,6 +144,17 @@ class GpuResult:
     outlier: bool
     profiled: bool
     fast: bool = False
+
+
+@dataclass(frozen=True)
+class GpuResult(GpuOutcome):
+    """Outcome for one GPU of the group, with what only the classification itself knows.
+
+    ``noise`` is the standard error of its PerfVar from the spread of
+    its runs (None with fewer than two); ``dropped`` counts runs dropped as
+    broken (more than ``run_ratio`` off its own median).
+    """
+
     noise: float | None = None
     dropped: int = 0
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 import base64
 import io
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 from pal_slurm.db.classification_store import ResultRow, StoredClassification
 from pal_slurm.report.numfmt import fmt_num, mpl_text
 from pal_slurm.report.tables import UNKNOWN_NODE, count, escape, finite, node_cells, profiled, rows_text
+
+T = TypeVar("T")
 
 #: Rows of the per-node heatmap: the nodes with the worst PerfVar are kept.
 MAX_HEATMAP_NODES = 40
@@ -72,6 +74,14 @@ _CENTROID = "#555555"
 
 
 _MEDIAN_LINE = "#222222"
+
+
+_NO_PERFVAR = "No profiled GPU has a PerfVar yet: nothing to plot."
+
+
+def _capped(items: list[T], limit: int, note: str) -> tuple[list[T], list[str]]:
+    """The first `limit` items and the notes under the plot: `note` when some were left out."""
+    return (items[:limit], [note]) if len(items) > limit else (items, [])
 
 
 def _new_figure(width: float, height: float):  # type: ignore[no-untyped-def]
@@ -138,11 +148,9 @@ def histogram_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[Re
 
     items = [i for i in report.get("benchmarks", []) if profiled(groups.get((i["model"], i["benchmark"]), []))]
     if not items:
-        return "", "No profiled GPU has a PerfVar yet: nothing to plot."
-    notes = []
-    if len(items) > MAX_PANELS:
-        notes.append(f"Showing the first {MAX_PANELS} of {len(items)} model × benchmark groups.")
-        items = items[:MAX_PANELS]
+        return "", _NO_PERFVAR
+    items, notes = _capped(items, MAX_PANELS,
+                           f"Showing the first {MAX_PANELS} of {len(items)} model × benchmark groups.")
     fig, axes = _panel_grid(len(items), top_in=1.05, integer_y=True)
     for ax, item in zip(axes, items):
         prof = profiled(groups[(item["model"], item["benchmark"])])
@@ -194,11 +202,9 @@ def heatmap_plot(stored: StoredClassification) -> tuple[str, str]:
 
     cells, benches, order = node_cells(stored)
     if not cells:
-        return "", "No profiled GPU has a PerfVar yet: nothing to plot."
-    notes = []
-    if len(order) > MAX_HEATMAP_NODES:
-        notes.append(f"Showing the {MAX_HEATMAP_NODES} rows with the worst PerfVar of {rows_text(order)}.")
-        order = order[:MAX_HEATMAP_NODES]
+        return "", _NO_PERFVAR
+    order, notes = _capped(order, MAX_HEATMAP_NODES,
+                           f"Showing the {MAX_HEATMAP_NODES} rows with the worst PerfVar of {rows_text(order)}.")
     if any(not r.node for r in stored.results):
         notes.append(f"GPUs without a known node are grouped as “{UNKNOWN_NODE}”, a row that is not a node.")
     mat = np.full((len(order), len(benches)), np.nan)
@@ -266,10 +272,8 @@ def clock_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[Result
     if not items:
         return "", ("No SM clock readings are known for the profiled GPUs (the profiler records them "
                     "when nvidia-smi/DCGM reports them): clock vs performance plot skipped.")
-    notes = []
-    if len(items) > MAX_PANELS:
-        notes.append(f"Showing the first {MAX_PANELS} of {len(items)} model × benchmark groups with clocks.")
-        items = items[:MAX_PANELS]
+    items, notes = _capped(items, MAX_PANELS,
+                           f"Showing the first {MAX_PANELS} of {len(items)} model × benchmark groups with clocks.")
     fig, axes = _panel_grid(len(items), top_in=0.85, integer_y=False)
     any_out = False
     for ax, (item, pts, total) in zip(axes, items):

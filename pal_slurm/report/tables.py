@@ -97,7 +97,8 @@ def _bins_html(bins: Sequence[dict[str, Any]]) -> str:
     for b in bins:
         title = (f"bin {b.get('bin')}: PerfVar {_fmt(b.get('low'))}–{_fmt(b.get('high'))}, "
                  f"centroid {_fmt(b.get('centroid'))}")
-        parts.append(f'<span class="bin" title="{escape(title)}">{_num(b.get("slowdown"))}×{escape(b.get("gpus"))}</span>')
+        parts.append(f'<span class="bin" title="{escape(title)}">{_num(b.get("slowdown"))}×'
+                     f'{escape(b.get("gpus"))}</span>')
     return "".join(parts)
 
 
@@ -175,7 +176,8 @@ def outlier_table(stored: StoredClassification, report: dict[str, Any]) -> str:
         for b, o in details[uuid]:
             recs.setdefault(str(o.get("recommendation") or ""), []).append(b)
         rec_html = "<br>".join(
-            (f"{escape(rec)}" if len(recs) == 1 else f"{escape(', '.join(bs))}: {escape(rec)}") for rec, bs in recs.items() if rec
+            (f"{escape(rec)}" if len(recs) == 1 else f"{escape(', '.join(bs))}: {escape(rec)}")
+            for rec, bs in recs.items() if rec
         ) or "–"
         rows.append(f"<tr><td>{escape(node)}</td><td class=\"mono\">{escape(uuid)}</td><td>{escape(model)}</td>"
                     + "".join(tds) + f"<td>{rec_html}</td></tr>")
@@ -241,7 +243,8 @@ def params_table(params: Any) -> str:
     if not isinstance(params, dict) or not params:
         return '<p class="note">No parameters recorded.</p>'
     body = "".join(
-        f'<tr><th scope="row">{escape(k)}</th><td class="mono">{escape(json.dumps(v, sort_keys=True, default=str))}</td></tr>'
+        f'<tr><th scope="row">{escape(k)}</th>'
+        f'<td class="mono">{escape(json.dumps(v, sort_keys=True, default=str))}</td></tr>'
         for k, v in sorted(params.items(), key=lambda kv: str(kv[0]))
     )
     return f'<div class="wrap"><table><tbody>{body}</tbody></table></div>'
