@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pal_slurm.placement.base import unheld_classes
 from pal_slurm.placement.decide import decide
 from pal_slurm.placement.guarded import quiet_class
 from pal_slurm.placement.model import Cluster, Decision, JobRequest, PlacementContext, Snapshot
@@ -94,6 +95,16 @@ def test_a_class_with_nothing_to_choose_gets_first_fit_and_is_left_to_slurm() ->
     left = pol.classes_left_to_slurm({"A": c.perfvar["A"], "D": c.perfvar["D"]}, PlacementContext())
     assert left == frozenset({"D"})
     assert get_policy("slurm-backfill").classes_left_to_slurm({"D": [1.0]}, PlacementContext()) == frozenset()
+
+
+def test_the_filter_leaves_classes_to_slurm_all_or_none() -> None:
+    """One class left to Slurm beside held ones would let its jobs take GPUs older held jobs
+    wait for (Slurm's scheduler does not see held jobs): so every class is held, or none."""
+    c = a_fleet([1.30, 1.00, 1.00, 1.00])
+    pol = get_policy("pal-guard")
+    assert unheld_classes(pol, {"A": c.perfvar["A"], "D": c.perfvar["D"]}, PlacementContext()) == frozenset()
+    assert unheld_classes(pol, {"C": [1.0, 1.01], "D": [1.0, 1.02]}, PlacementContext()) == frozenset({"C", "D"})
+    assert unheld_classes(get_policy("slurm-backfill"), {"D": [1.0]}, PlacementContext()) == frozenset()
 
 
 def test_a_multi_node_job_keeps_its_node_count_and_one_slot_set() -> None:

@@ -64,8 +64,16 @@ def test_the_filter_is_told_which_classes_it_need_not_hold(tmp_path: Path) -> No
                AuditSink(None), classes=CLASSES, clock=lambda: NOW)
     p.cycle()
     p.cycle()  # the classes found in one cycle go out with the next heartbeat
-    text = (tmp_path / "state.lua").read_text()
-    assert 'unheld_classes = { "C", "D" }' in text
+    # C and D have nothing to choose, A and B have: all are held (all or none, unheld_classes)
+    assert "unheld_classes = {  }" in (tmp_path / "state.lua").read_text()
+    quiet = {k: GpuVariability(perfvar={"A": 1.0, "B": 1.02, "C": 1.01, "D": 1.0}, slowdown=v.slowdown)
+             for k, v in by_slot.items()}
+    r = Placer(Recorder([], nodes), PlacerConfig(mode="enforce", state_file=str(tmp_path / "quiet.lua")),
+               StaticFactors(Factors(by_slot=quiet, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
+               AuditSink(None), classes=CLASSES, clock=lambda: NOW)
+    r.cycle()
+    r.cycle()
+    assert 'unheld_classes = { "A", "B", "C", "D" }' in (tmp_path / "quiet.lua").read_text()
     cfg_off = PlacerConfig(mode="enforce", policy="pal-match", state_file=str(tmp_path / "other.lua"))
     q = Placer(Recorder([], nodes), cfg_off, StaticFactors(Factors(by_slot=by_slot, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
                AuditSink(None), classes=CLASSES, clock=lambda: NOW)

@@ -186,6 +186,20 @@ class Policy(ABC):
         return frozenset()
 
 
+def unheld_classes(policy: Policy, perfvar: Mapping[str, Sequence[float]], ctx: PlacementContext) -> frozenset[str]:
+    """The classes the submit filter may leave to Slurm: every class, when the policy would give
+    each of them Slurm's own first fit on these PerfVars (class -> one value per GPU); else none.
+
+    All or nothing, because of the two schedulers a partial answer would make: Slurm's does not
+    see held jobs (their begin time lies ahead), so a job of a class left to it could start on
+    GPUs an older held job waits for, and neither Slurm's backfill nor the placer would keep
+    that job's rank. Measured on a real cluster with one class of four left to Slurm: its
+    multi-node jobs waited a fifth of what they wait under plain Slurm, the held 1-GPU jobs
+    twice as long, and the simulator, which keeps one queue, could not predict it."""
+    left = policy.classes_left_to_slurm(perfvar, ctx)
+    return left if left and left >= frozenset(perfvar) else frozenset()
+
+
 def enforce_shapes(snapshot: Snapshot, queue: Sequence[JobRequest], decision: Decision) -> Decision:
     """`decision` without the assignments that break their job's shape, use a GPU that is
     not free or is given twice, or name a job not in the queue (each listed in `refused`)."""

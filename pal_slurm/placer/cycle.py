@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pal_slurm.config import PlacerConfig
+from pal_slurm.placement.base import unheld_classes
 from pal_slurm.placement.decide import decide
 from pal_slurm.placement.model import Decision, PlacementContext
 from pal_slurm.placement.orders import get_order
@@ -103,13 +104,13 @@ class Placer:
         self.heartbeat.publish(alive=alive, nodes=nodes, grace_s=grace_s)
 
     def classes_left_to_slurm(self, factors: Factors) -> frozenset[str]:
-        """Classes the filter need not hold on these factors (the policy's word; none when
-        no GPU is classified, so nothing changes before the first classification)."""
+        """Classes the filter need not hold on these factors (all or none: `unheld_classes`;
+        none when no GPU is classified, so nothing changes before the first classification)."""
         if not factors.by_slot:
             return frozenset()
         gpus = list(factors.by_slot.values())
         perfvar = {c: [g.perfvar.get(c, 1.0) for g in gpus] for c in self.classes}
-        return self.policy.classes_left_to_slurm(perfvar, self.ctx)
+        return unheld_classes(self.policy, perfvar, self.ctx)
 
     @property
     def extend_margin_s(self) -> float:

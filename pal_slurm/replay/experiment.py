@@ -27,6 +27,7 @@ from typing import Any
 
 from pal_slurm.errors import PalError
 from pal_slurm.placement.model import DEFAULT_POLICY, Cluster, PlacementContext
+from pal_slurm.placement.base import unheld_classes
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.replay.harness import ArmRun, run_arm
 from pal_slurm.replay.plan import ReplayPlan, check_cluster
@@ -108,7 +109,7 @@ def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings)
     policy = get_policy(settings.placer_policy if pal else BASELINE_POLICY)
     lat = settings.latencies.get(arm, Latencies())
     # the classes the placer tells the filter not to hold: visible at once, as on the cluster
-    unheld = policy.classes_left_to_slurm(cluster.perfvar, PlacementContext()) if pal else frozenset()
+    unheld = unheld_classes(policy, cluster.perfvar, PlacementContext()) if pal else frozenset()
     opts = EventOptions(unheld_classes=unheld, visible_after_s=plan.to_trace_s(lat.visible_after_s),
                         start_latency_s=plan.to_trace_s(lat.start_latency_s),
                         release_latency_s=plan.to_trace_s(lat.release_latency_s),
