@@ -23,6 +23,7 @@ from pal_slurm.ingest.records import ProfileRecord
 
 if TYPE_CHECKING:
     from pal_slurm.classify import ClassifyParams
+    from pal_slurm.jobs.history_store import HistoryImport
 
 log = logging.getLogger(__name__)
 
@@ -280,3 +281,22 @@ def gpu_context(engine: Engine, cfg: PalConfig) -> tuple[dict[tuple[str, int], s
     except PalError:
         return {}, {}
     return names, {a["uuid"]: {"action": a["action"], "reason": a["reason"]} for a in data["actions"]}
+
+
+def import_history_file(engine: Engine, path: Path, source: str) -> HistoryImport:
+    """Import one `sacct -P` export into the runtime history (pal_slurm.jobs.sacct_history
+    reads it whole first; then one transaction). Returns the jobs' HistoryImport."""
+    from pal_slurm.jobs.history_store import check_source, import_history
+    from pal_slurm.jobs.sacct_history import read_history
+
+    check_source(source)
+    require_current(engine)
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")  # -sig: a BOM from spreadsheet tools
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the export: {exc}", source=str(path)) from exc
+    history = read_history(text.splitlines(keepends=True), source=str(path))
+    with session_scope(engine) as session:
+        result = import_history(session, history, source)
+    log.info("%s: %d jobs, %d added, %d already present", path, result.jobs, result.added, result.already_present)
+    return result

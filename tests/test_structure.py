@@ -52,6 +52,8 @@ PURE = (
     "slurm/hostlist.py",
     "placer/ledger.py",
     "savings.py",
+    "jobs/runtimes.py",
+    "jobs/sacct_history.py",
 )
 
 #: Imports a pure module may not reach, directly or through the pal_slurm modules it imports,

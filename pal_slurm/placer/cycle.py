@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pal_slurm.config import PlacerConfig
+from pal_slurm.jobs.runtimes import SOURCE_FINGERPRINT, SOURCE_HISTORY
 from pal_slurm.placement.decide import decide
 from pal_slurm.placement.model import Decision, PlacementContext
 from pal_slurm.placement.orders import get_order
@@ -44,6 +45,9 @@ from pal_slurm.slurm.backend import SlurmBackend
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
+
+#: estimate sources a placement's reason names (a time limit is what Slurm shows anyway)
+LEARNED_SOURCES = frozenset({SOURCE_FINGERPRINT, SOURCE_HISTORY})
 
 
 class Placer:
@@ -265,6 +269,8 @@ def place(p: Placer, c: Cycle) -> bool:
         why = f"class {h.job_class} ({h.class_source}); {a.reason}"
         if waited is not None:
             why += f"; waited {now - waited[0]:.0f} s for {','.join(waited[1])}"
+        if h.estimate_source in LEARNED_SOURCES:
+            why += f"; runtime estimate {h.estimate_s:.0f} s {h.estimate_source}"
         rec = Record.applied(job, policy=p.policy.name, job_class=h.job_class, version=c.factors.version,
                              gpus=[{"node": s.node, "minor": s.minor, "type": s.gres_type, "slowdown": round(f, 4)}
                                    for s, f in zip(update.slots, sfs)],
