@@ -43,6 +43,7 @@ PURE = (
     "simulate/drain.py",
     "replay/plan.py",
     "replay/fleet.py",
+    "replay/history.py",
     "placer/holds.py",
     "placer/cluster_view.py",
     "placer/shapes.py",

@@ -77,9 +77,14 @@ def import_history(session: Session, history: HistoryFile, source: str,
                          steps=history.steps)
 
 
-def delete_history(session: Session, source: str) -> int:
-    """Remove every row imported under `source`; how many there were."""
-    result = session.execute(delete(JobHistory).where(JobHistory.source == source))
+def delete_history(session: Session, source: str | None = None, *, prefix: str | None = None) -> int:
+    """Remove every row imported under `source`, or under any source starting with `prefix`;
+    how many there were."""
+    if (source is None) == (prefix is None):
+        raise ValueError("delete_history: give exactly one of source and prefix")
+    where = JobHistory.source == source if source is not None else JobHistory.source.startswith(prefix,
+                                                                                                 autoescape=True)
+    result = session.execute(delete(JobHistory).where(where))
     session.flush()
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
