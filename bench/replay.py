@@ -316,17 +316,20 @@ def print_aggregate(trace: str, results: dict, reps: int) -> dict:
     doc: dict = {"trace": trace, "arms": {a: g.as_dict() for a, g in aggs.items()}, "ratios": {},
                  "ratios_by_pair": {f"{a}/{b}": {} for a, b in pairs},
                  "results": {a: [r.get("rep") for r in rs] for a, rs in results.items()}}
-    print(f"   {'metric':<16}" + "".join(f"{a + ' real [range]':>26}{a + ' pred':>11}{'diff':>7}" for a in aggs)
+    width = {a: max(26, len(a) + 15) for a in aggs}  # "pal+history real [range]" keeps a space before it
+    pred_w = {a: max(11, len(a) + 6) for a in aggs}
+    print(f"   {'metric':<16}" + "".join(f"{a + ' real [range]':>{width[a]}}{a + ' pred':>{pred_w[a]}}{'diff':>7}"
+                                      for a in aggs)
           + "".join(f"   {a}/{b} real [range]   pred" for a, b in pairs))
     for m, label in LABELS.items():
         scale = 1.0 if m in ("utilization", "tax_share") else 1 / 3600.0
         line = f"   {label:<16}"
-        for agg in aggs.values():
+        for a, agg in aggs.items():
             mean, lo, hi = agg.real[m]
             pmean = agg.predicted[m][0]
             diff = (pmean - mean) / mean if mean and mean == mean else float("nan")
             cell = f"{mean * scale:.2f} [{lo * scale:.2f}-{hi * scale:.2f}]"
-            line += f"{cell:>26}{pmean * scale:>11.2f}{diff * 100:>6.1f}%"
+            line += f"{cell:>{width[a]}}{pmean * scale:>{pred_w[a]}.2f}{diff * 100:>6.1f}%"
         for a, b in pairs:
             r, lo, hi, n = ratio_range(results[a], results[b], m)
             pr, _plo, _phi, _n = ratio_range(results[a], results[b], m, kind="predicted")
