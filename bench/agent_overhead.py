@@ -86,7 +86,7 @@ def simulated(gpus: int, hours: float, busy: float, seed: int) -> None:
     from pal_slurm.db import migrate
     from pal_slurm.db.engine import make_engine
     from pal_slurm.gpu.simulated import SimBackend
-    from pal_slurm.simulated_fleet import make_fleet
+    from pal_slurm.gpu.simulated_fleet import make_fleet
 
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="pal-agent-bench-"))
@@ -153,7 +153,7 @@ def real_time(gpus: int, seconds: float, seed: int) -> None:
     from pal_slurm.db import migrate
     from pal_slurm.db.engine import make_engine
     from pal_slurm.gpu.simulated import SimBackend
-    from pal_slurm.simulated_fleet import make_fleet
+    from pal_slurm.gpu.simulated_fleet import make_fleet
 
     tmp = Path(tempfile.mkdtemp(prefix="pal-agent-bench-rt-"))
     url = f"sqlite:///{tmp / 'pal.db'}"

@@ -138,7 +138,7 @@ def split_runs(records):
 
 def held_out_truth(records) -> dict[str, dict[str, float]]:
     """uuid -> class -> PerfVar of the held-out runs (median run over the median GPU's)."""
-    from pal_slurm.classify import _median_sorted
+    from pal_slurm.classification.classify import _median_sorted
 
     per: dict[str, dict[str, list[float]]] = {}
     lib: dict[str, bool] = {}
@@ -162,11 +162,12 @@ def held_out_truth(records) -> dict[str, dict[str, float]]:
 
 def classify_into_db(records, method: str, tmp: Path, min_runs: int):
     """A fresh database with `records`, classified with `method`: what the simulator loads."""
+    from pal_slurm.classification.service import run_classification
     from pal_slurm.config import load_config
-    from pal_slurm.db.engine import session_scope
+    from pal_slurm.db.engine import open_engine, session_scope
     from pal_slurm.db.migrate import upgrade
     from pal_slurm.db.variability_store import load_variability
-    from pal_slurm.services import import_records_now, open_engine, run_classification
+    from pal_slurm.ingest.service import import_records_now
 
     db = tmp / f"{method}.db"
     cfg = load_config(None, db_url=f"sqlite:///{db}", env={"HOME": str(tmp)})
@@ -205,7 +206,7 @@ def simulate(gpus, truth, trace, policies):
 
 def resolution_check() -> dict[str, int]:
     """Distinct factors for 12 GPUs measured evenly over 0.871-1.139 (5 runs, 1 % noise)."""
-    from pal_slurm.classify import ClassifyParams, classify_group
+    from pal_slurm.classification.classify import ClassifyParams, classify_group
 
     rng = np.random.default_rng(12)
     runs = {f"g{i:02d}": [v * float(np.exp(rng.normal(0, 0.01))) for _ in range(5)]

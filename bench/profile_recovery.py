@@ -45,9 +45,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from pal_slurm.db.engine import make_engine
-    from pal_slurm.profiler.benchmarks import select_benchmarks
     from pal_slurm.demo.recovery import load_assignments, recovery
-    from pal_slurm.simulated_fleet import make_fleet
+    from pal_slurm.gpu.simulated_fleet import make_fleet
+    from pal_slurm.profiler.benchmarks import select_benchmarks
 
     worst_ok = True
     totals: dict[str, list[int]] = {}

@@ -96,6 +96,9 @@ def main() -> int:
     ap.add_argument("--shake-s", type=float, default=None,
                     help="how far each arrival moves, +- trace seconds (default pal_slurm.simulate.shake.SHAKE_S)")
     ap.add_argument("--jobs", type=int, default=None, help="replay only the first N jobs of each trace")
+    ap.add_argument("--cap-hours", type=float, default=None,
+                    help="cut every job's run time to at most this many trace hours (a short evaluation: "
+                         "docs/evaluation.md)")
     ap.add_argument("--arms", default="slurm,pal",
                     help="of slurm, pal, pal+history (the placer's estimates learned from the sacct exports of the "
                          "earlier runs: this and earlier repetitions' other arms)")
@@ -124,7 +127,7 @@ def main() -> int:
                                          save_export, save_result)
     from pal_slurm.simulate.shake import SHAKE_S, shaken
     from pal_slurm.replay.harness import ReplayInterrupted
-    from pal_slurm.replay.plan import first_jobs, plan_replay
+    from pal_slurm.replay.plan import capped_runtimes, first_jobs, plan_replay
     from pal_slurm.replay.plot import write_replay_plot
     from pal_slurm.simulate.artifact_draw import load_artifact_profiles
     from pal_slurm.simulate.estimates import parse_runtime_estimate
@@ -156,6 +159,8 @@ def main() -> int:
             trace = read_trace_file(path)
             if args.jobs:
                 trace = first_jobs(trace, args.jobs)
+            if args.cap_hours is not None:
+                trace = capped_runtimes(trace, args.cap_hours)
             for rep in range(1, args.reps + 1):
                 plans.append((trace.name, rep, rep, plan_replay(
                     shaken(trace, rep, shake_s), seconds_per_hour=args.seconds_per_hour, estimate=estimate,
@@ -165,7 +170,8 @@ def main() -> int:
         return 2
 
     script = find_cluster_script()
-    inv = out / "inventory.json"
+    # one state per cluster: two replays may share --out, each on its own cluster (side by side)
+    inv = out / f"inventory-{args.ctld_port}.json"
     inv.write_text(json.dumps(inventory(args.nodes, args.gpus_per_node, PREFIX, args.node_port), indent=1))
     env = {**os.environ, "PAL_TEST_SLURM_DIR": args.cluster_dir, "PAL_TEST_SLURM_CTLD_PORT": str(args.ctld_port),
            "PAL_TEST_SLURM_NODE_PORT": str(args.node_port), "PAL_TEST_SLURM_INVENTORY": str(inv), "PAL_TEST_SLURM_REST": "0",
@@ -190,7 +196,7 @@ def main() -> int:
     profiles = load_artifact_profiles(args.variability)
     drawn = draw_fleet(args.fleet, profiles, args.nodes, args.gpus_per_node, args.seed)
     names = [node_name(PREFIX, i, args.nodes) for i in range(args.nodes)]
-    db = out / "pal.db"
+    db = out / f"pal-{args.ctld_port}.db"
     db.unlink(missing_ok=True)
     db_url = f"sqlite:///{db}"
     cluster, factors, cversion = configure_database(

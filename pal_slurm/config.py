@@ -20,7 +20,7 @@ from pal_slurm.errors import ConfigError
 from pal_slurm.placement.model import DEFAULT_POLICY, JOB_CLASSES, NOISE, POLICY_NAMES, WAIT_FRACTION
 
 if TYPE_CHECKING:
-    from pal_slurm.actions import ActionPolicy
+    from pal_slurm.classification.actions import ActionPolicy
 
 DEFAULT_CONFIG_PATH = Path("/etc/pal/pal.toml")
 DEFAULT_JOB_CLASSES: dict[str, dict[str, str]] = {
@@ -95,7 +95,7 @@ class LoggingConfig(_Section):
 
 
 class ReportConfig(_Section):
-    """[report]: the graded action each outlier GPU gets (pal_slurm.actions; docs/admin-guide.md)."""
+    """[report]: the graded action each outlier GPU gets (pal_slurm.classification.actions; docs/admin-guide.md)."""
 
     outlier_action: str = Field(default="run `dcgmi diag -r 3` on it, then re-profile",
                                 description="what the drain action says to do once the node is drained")
@@ -113,7 +113,7 @@ class ReportConfig(_Section):
                                      description="retired memory pages that drain an outlier's node (0: never)")
 
     def policy(self) -> "ActionPolicy":
-        from pal_slurm.actions import ActionPolicy
+        from pal_slurm.classification.actions import ActionPolicy
 
         return ActionPolicy(drain_perfvar=self.drain_perfvar, compute_benchmarks=tuple(self.compute_benchmarks),
                             stale_after_days=self.stale_after_days, noisy_spread=self.noisy_spread,

@@ -1,4 +1,4 @@
-"""Tests of pal_slurm.classify on hand-made fleets whose answers are known.
+"""Tests of pal_slurm.classification.classify on hand-made fleets whose answers are known.
 
 Most fleets give each GPU three identical runs, so its median (and, divided by
 the fleet median, its PerfVar) is known exactly and the expected bins and
@@ -14,14 +14,14 @@ import random
 import numpy as np
 import pytest
 
-from pal_slurm.classify import (
+from pal_slurm.classification.classify import (
     Bin,
     ClassifyParams,
     GpuResult,
     GroupResult,
     percentile_summary,
 )
-from pal_slurm.classify import classify_group as _classify_group
+from pal_slurm.classification.classify import classify_group as _classify_group
 
 #: Most tests here pin down the binning itself (one factor per bin); tests/test_classify_resolution.py
 #: covers the default method, which also shrinks each GPU's own factor.

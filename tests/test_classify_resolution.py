@@ -1,4 +1,4 @@
-"""pal_slurm.classify (docs/classification.md): factors anchored to the typical GPU, fast
+"""pal_slurm.classification.classify (docs/classification.md): factors anchored to the typical GPU, fast
 outliers that move nobody, and a resolution that serves placement (method shrink).
 
 Pure and fast: hand-made fleets whose answers are known.
@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from pal_slurm.classify import METHODS, ClassifyParams, GroupResult, classify_group
+from pal_slurm.classification.classify import METHODS, ClassifyParams, GroupResult, classify_group
 
 
 def fleet(values: dict[str, float], runs: int = 3) -> dict[str, list[float]]:

@@ -11,12 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from fleetgen import records
+from pal_slurm.classification.service import run_classification
 from pal_slurm.cli.main import cli
 from pal_slurm.config import load_config
 from pal_slurm.db import classification_store as cstore
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.variability_store import load_variability
-from pal_slurm.services import import_records_now, load_report, run_classification
+from pal_slurm.ingest.service import import_records_now
+from pal_slurm.report.service import load_report
 
 
 FLEET = {**{f"GPU-ok-{i:02d}": 1.0 + 0.002 * i for i in range(16)}, "GPU-liar-00": 0.3, "GPU-slow-00": 1.6}
@@ -39,7 +41,7 @@ def test_fast_outlier_is_stored_told_apart_and_not_chased(engine, tmp_path: Path
     assert slow.outlier and not slow.fast and slow.slowdown > 1.5
     assert not any(r.fast for u, r in rows.items() if u != "GPU-liar-00")
     fast_bins = [b for b in stored.bins if b.fast]
-    assert len(fast_bins) == 1 and fast_bins[0].gpus == 1 and fast_bins[0].bin == 0
+    assert len(fast_bins) == 1 and fast_bins[0].gpus == 1 and fast_bins[0].index == 0
     # the placer and the simulator take the suspect GPU as a typical one, not as 20x fast
     assert var["GPU-liar-00"].slowdown["A"] == 1.0 and var["GPU-liar-00"].perfvar["A"] == 1.0
     assert var["GPU-slow-00"].perfvar["A"] == pytest.approx(rows["GPU-slow-00"].perfvar)

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from pal_slurm.cli.main import cli
 from pal_slurm.db.engine import make_engine
 from pal_slurm.db.migrate import upgrade
-from pal_slurm.fairness import PlacedJob, fairness, tier
 from pal_slurm.placer.audit import AuditSink, Record, placed_jobs
+from pal_slurm.report.fairness import PlacedJob, fairness, tier
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

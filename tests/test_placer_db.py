@@ -90,10 +90,11 @@ def test_variability_loader_serves_the_placer_and_the_simulator(db_url: str, tmp
     from pal_slurm.config import DatabaseConfig, PalConfig
     from pal_slurm.db.variability_store import load_variability
     from tests.slurm.placer_support import A_PERFVAR, records
+    from pal_slurm.classification.service import run_classification
     from pal_slurm.errors import PalError
     from pal_slurm.ingest.jsonl import dump_jsonl
+    from pal_slurm.ingest.service import import_files
     from pal_slurm.placer.factors import load_factors
-    from pal_slurm.services import import_files, run_classification
 
     engine = make_engine(db_url)
     upgrade(engine)

@@ -80,3 +80,56 @@ def test_every_audit_record_carries_the_jobs_user_and_account(tmp_path: Path) ->
                clock=p.clock)
     assert p.cycle().observed == ["5"]
     assert [(r.outcome, r.user, r.account) for r in p.audit.pending] == [("observe", "u", "acct")]
+
+
+def test_every_write_checks_the_mode() -> None:
+    """Observe mode writes only to fail open: each write that holds or places a job is refused
+    before anything reaches Slurm, and each that ends a hold, restores a request or labels a
+    job goes through (observe mode releases what an enforce run left held or placed)."""
+    job = held("1")
+    view = build_view([node("n1")], [job], {}, ("A",))
+    shape = shapes.request_shape(job, 4)
+    assert not isinstance(shape, str)
+    update = slurm_updates.update_for(job, shape, [0], view)
+    rec = Recorder([job], [node("n1")])
+    w = Writer(rec, AuditSink(None), policy="p", mode="observe", clock=lambda: NOW)  # type: ignore[arg-type]
+    steering = {
+        "apply": lambda: w.apply(job, update, "pal: placed ..."),
+        "verify": lambda: w.verify([]),
+        "set_begin": lambda: w.set_begin("1", NOW + 60),
+        "hold_again": lambda: w.hold_again(job, "pal:held class=A src=replan", NOW + 60),
+    }
+    for name, write in steering.items():
+        with pytest.raises(RuntimeError, match="only in enforce mode, not observe"):
+            write()
+        assert rec.calls == [], f"{name} reached Slurm in observe mode"
+    fail_open = {
+        "update": lambda: w.update("1", [("NodeList", "")]),
+        "release": lambda: w.release("1"),
+        "start_now": lambda: w.start_now("1"),
+        "unhold": lambda: w.unhold(job),
+        "comment": lambda: w.comment("1", "pal: released unchanged: x"),
+        "clear": lambda: w.clear("1"),
+        "retype": lambda: w.retype("1", [("TresPerNode", "gres:gpu:v100_g0:1")]),
+        "restore": lambda: w.restore(job, "x"),
+        "put_back": lambda: w.put_back(placed_job("1")),
+        "release_unchanged": lambda: w.release_unchanged(job, "placer is in observe mode"),
+    }
+    for name, write in fail_open.items():
+        before = len(rec.calls)
+        write()
+        assert len(rec.calls) > before, f"{name} wrote nothing in observe mode"
+    w.mode = "enforce"
+    assert w.hold_again(job, "pal:held class=A src=replan", NOW + 60)
+    assert rec.calls[-2:] == [("update", "1", "AdminComment", "pal:held class=A src=replan"),
+                              ("set_begin", "1", str(int(NOW + 60)))]
+    w.mode = "dry-run"  # a mode no write knows: every write refused
+    for write in (*steering.values(), *fail_open.values()):
+        with pytest.raises(RuntimeError, match="not dry-run"):
+            write()
+
+
+def test_an_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="placer mode 'dry-run': one of enforce, observe"):
+        Writer(Recorder([], []), AuditSink(None), policy="p", mode="dry-run",  # type: ignore[arg-type]
+               clock=lambda: NOW)

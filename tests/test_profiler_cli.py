@@ -14,9 +14,9 @@ from sqlalchemy import func, select
 from pal_slurm.cli.main import cli
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.models import BenchmarkFailure, Gpu, ProfileRun
-from pal_slurm.profiler.benchmarks import select_benchmarks
 from pal_slurm.demo.recovery import load_assignments, recovery
-from pal_slurm.simulated_fleet import make_fleet
+from pal_slurm.gpu.simulated_fleet import make_fleet
+from pal_slurm.profiler.benchmarks import select_benchmarks
 
 SIM = ["--backend", "sim", "--sim-nodes", "2", "--sim-gpus-per-node", "2", "--sim-seed", "3"]
 

@@ -11,10 +11,10 @@ from sqlalchemy import select
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.models import Gpu, Node
 from pal_slurm.gpu.interface import GpuFault, InventoryScan, scan_inventory
-from pal_slurm.profiler.inventory import store_inventory
 from pal_slurm.gpu.simulated import SimBackend
+from pal_slurm.gpu.simulated_fleet import make_fleet
+from pal_slurm.profiler.inventory import store_inventory
 from pal_slurm.profiler.run_store import save_inventory
-from pal_slurm.simulated_fleet import make_fleet
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -149,3 +149,16 @@ def test_the_real_cluster_is_checked_against_the_widest_job():
         check_cluster(plan, {"a": 4, "b": 2, "c": 2})
     with pytest.raises(InputError, match="no schedulable GPU node"):
         check_cluster(plan, {})
+
+
+def test_capped_runtimes_cut_only_the_long_jobs_and_keep_shapes_and_arrivals():
+    from pal_slurm.replay.plan import capped_runtimes
+
+    t = trace(job(1, 8, 0.0, 3600.0), job(2, 16, 5.0, 40 * 3600.0), job(3, 1, 9.0, 8 * 3600.0))
+    c = capped_runtimes(t, 8)
+    assert c.name == "t-cap8h"
+    assert [(j.job_id, j.num_gpus, j.submit_time) for j in c.jobs] == [(j.job_id, j.num_gpus, j.submit_time)
+                                                                       for j in t.jobs]
+    assert [j.nominal_runtime_s for j in c.jobs] == [3600.0, 8 * 3600.0, 8 * 3600.0]
+    with pytest.raises(ValueError, match="runtime cap"):
+        capped_runtimes(t, 0)

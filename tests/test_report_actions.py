@@ -13,14 +13,14 @@ from click.testing import CliRunner
 from sqlalchemy import create_engine, update
 
 from fleetgen import records
-from pal_slurm.actions import DRAIN, PLACEMENT, REPROFILE, ActionPolicy, Finding, drain_plan, grade_gpu, short_uuid
+from pal_slurm.classification.actions import DRAIN, PLACEMENT, REPROFILE, ActionPolicy, Finding, drain_plan, grade_gpu, short_uuid
 from pal_slurm.cli.main import cli
 from pal_slurm.cli.report_cmd import show_report
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 from pal_slurm.db.models import Gpu
 from pal_slurm.ingest.jsonl import dump_jsonl
-from pal_slurm.report import build_report, group_summary
-from pal_slurm.report_html import render_html
+from pal_slurm.report.data import build_report, group_summary
+from pal_slurm.report.page import render_html
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 CLASSES = {"A": "resnet50", "B": "bert", "D": "pagerank"}
@@ -122,8 +122,8 @@ def _stored() -> StoredClassification:
     results = [_row(f"GPU-{i:08x}-0000-1111-2222-333344445555", f"gpu{i:03d}", "resnet50", pv, 1.0)
                for i, pv in enumerate(pvs)]
     results.append(_row("GPU-deadbeef-0000-1111-2222-333344445555", "gpu009", "resnet50", 1.12047, 1.12047, True))
-    bins = (BinRow("V100", "resnet50", 0, 0.996, 1.0, 4, False, 0.98449, 1.01),
-            BinRow("V100", "resnet50", 1, 1.12047, 1.12047, 1, True, 1.12047, 1.12047))
+    bins = (BinRow(0, 0.996, 1.0, 4, False, 0.98449, 1.01, model="V100", benchmark="resnet50"),
+            BinRow(1, 1.12047, 1.12047, 1, True, 1.12047, 1.12047, model="V100", benchmark="resnet50"))
     return StoredClassification(version=3, created_at=NOW, params={}, results=tuple(results), bins=bins,
                                 job_classes={"A": "resnet50"})
 

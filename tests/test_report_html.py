@@ -12,19 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from pal_slurm import report_html
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 from pal_slurm.errors import PalError
-from pal_slurm.report import build_report
-from pal_slurm.report_html import (
-    MAX_HEATMAP_NODES,
-    _clock_plot,
-    _group_rows,
-    _heatmap_plot,
-    _node_table,
-    render_html,
-    write_html,
-)
+from pal_slurm.report import page as html_page, plots, tables
+from pal_slurm.report.data import build_report
+from pal_slurm.report.page import render_html, write_html
+from pal_slurm.report.plots import MAX_HEATMAP_NODES, clock_plot, heatmap_plot
+from pal_slurm.report.tables import group_rows, node_table
 
 HOSTILE = "<script>alert(1)</script>"
 ACTION = "drain <node> & run `dcgmi diag -r 3`"
@@ -56,11 +50,11 @@ def _stored(model_b: str = "H100", node_name: str = "node-a",
     for i, pv in enumerate((0.98, 1.0, 1.03)):
         results.append(_row(f"GPU-h-000{i}", "node-d", model_b, "sgemm", pv, 0, 1.0, clock=1900.0 - 10 * i))
     bins = [
-        BinRow("A100", "sgemm", 0, 1.0, 1.0, 4, False, 0.97, 1.02),
-        BinRow("A100", "sgemm", 1, 1.40, 1.40, 1, True, 1.40, 1.40),
-        BinRow("A100", "resnet", 0, 0.99, 1.0, 4, False, 0.96, 1.01),
-        BinRow("A100", "resnet", 1, 1.386, 1.39, 1, True, 1.386, 1.386),
-        BinRow(model_b, "sgemm", 0, 1.0, 1.0, 3, False, 0.98, 1.03),
+        BinRow(0, 1.0, 1.0, 4, False, 0.97, 1.02, model="A100", benchmark="sgemm"),
+        BinRow(1, 1.40, 1.40, 1, True, 1.40, 1.40, model="A100", benchmark="sgemm"),
+        BinRow(0, 0.99, 1.0, 4, False, 0.96, 1.01, model="A100", benchmark="resnet"),
+        BinRow(1, 1.386, 1.39, 1, True, 1.386, 1.386, model="A100", benchmark="resnet"),
+        BinRow(0, 1.0, 1.0, 3, False, 0.98, 1.03, model=model_b, benchmark="sgemm"),
     ]
     params = note_params if note_params is not None else {"max_bins": 8, "outlier_z": 3.5, "note": "weekly run"}
     return StoredClassification(version=7, created_at=datetime(2024, 11, 1, 12, 0, tzinfo=timezone.utc),
@@ -73,7 +67,7 @@ _FIGURES: list = []  # type: ignore[type-arg]  # the matplotlib Figures `page` d
 
 @pytest.fixture(scope="module")
 def page() -> str:
-    real = report_html._png
+    real = plots._png
 
     def keep(fig):  # type: ignore[no-untyped-def]
         out = real(fig)  # drawn: extents and fonts can be inspected
@@ -83,7 +77,7 @@ def page() -> str:
     _FIGURES.clear()
     stored = _stored()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(report_html, "_png", keep)
+        mp.setattr(plots, "_png", keep)
         return render_html(stored, build_report(stored, outlier_action=ACTION))
 
 
@@ -135,7 +129,7 @@ def test_no_clocks_skips_scatter_with_note() -> None:
     base = _stored()
     stored = replace(base, results=tuple(replace(r, median_sm_clock_mhz=None) for r in base.results))
     report = build_report(stored, outlier_action="x")
-    img, note = _clock_plot(report, _group_rows(stored))
+    img, note = clock_plot(report, group_rows(stored))
     assert img == "" and "clock vs performance plot skipped" in note
 
 
@@ -150,9 +144,9 @@ def test_plot_failure_degrades_to_a_note(monkeypatch: pytest.MonkeyPatch) -> Non
     def boom(*args: object) -> tuple[str, str]:
         raise ValueError("<bad> data")
 
-    monkeypatch.setattr(report_html, "_histogram_plot", boom)
-    monkeypatch.setattr(report_html, "_heatmap_plot", boom)
-    monkeypatch.setattr(report_html, "_clock_plot", boom)
+    monkeypatch.setattr(plots, "histogram_plot", boom)
+    monkeypatch.setattr(plots, "heatmap_plot", boom)
+    monkeypatch.setattr(plots, "clock_plot", boom)
     stored = _stored()
     out = render_html(stored, build_report(stored, outlier_action="x"))
     assert out.count("This plot could not be drawn (ValueError: &lt;bad&gt; data).") == 3
@@ -163,7 +157,7 @@ def test_heatmap_is_capped_with_note() -> None:
     n = MAX_HEATMAP_NODES + 2
     rows = tuple(_row(f"GPU-{i}", f"n{i:03d}", "A100", "sgemm", 1.0 + i / 1000, 0, 1.0) for i in range(n))
     stored = StoredClassification(1, datetime(2024, 1, 1, tzinfo=timezone.utc), {}, rows, (), {})
-    img, note = _heatmap_plot(stored)
+    img, note = heatmap_plot(stored)
     assert img.startswith('<img src="data:image/png;base64,')
     assert note == f"Showing the {MAX_HEATMAP_NODES} rows with the worst PerfVar of {n} nodes."
 
@@ -174,15 +168,15 @@ def test_heatmap_counts_nodes_as_the_cards_do() -> None:
     rows = tuple(_row(f"GPU-{i}", f"n{i:03d}" if i else None, "A100", "sgemm", 1.0 + i / 1000, 0, 1.0)
                  for i in range(n))
     stored = StoredClassification(1, datetime(2024, 1, 1, tzinfo=timezone.utc), {}, rows, (), {})
-    _img, note = _heatmap_plot(stored)
+    _img, note = heatmap_plot(stored)
     assert f"of {n - 1} nodes and the “unknown” row." in note and f"of {n} nodes" not in note
-    assert "All nodes as a table (" + f"{n - 1} nodes and the “unknown” row" in _node_table(stored)
+    assert "All nodes as a table (" + f"{n - 1} nodes and the “unknown” row" in node_table(stored)
 
 
 def test_write_html_is_atomic(tmp_path: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
     stored = _stored()
     report = build_report(stored, outlier_action=ACTION)
-    monkeypatch.setattr(report_html, "render_html", lambda s, r: page)  # rendering is tested above
+    monkeypatch.setattr(html_page, "render_html", lambda s, r: page)  # rendering is tested above
     target = tmp_path / "report.html"
     target.write_text("old")
     write_html(target, stored, report)
@@ -218,7 +212,7 @@ def test_write_html_real_os_refusal_is_pal_error() -> None:
 
 def test_write_html_not_writable_per_access_is_pal_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same check as above, also under root (which may write anywhere): os.access says no."""
-    monkeypatch.setattr(report_html.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(html_page.os, "access", lambda path, mode: False)
     target = tmp_path / "report.html"
     with pytest.raises(PalError) as exc:
         write_html(target, _stored(), {})
@@ -235,7 +229,7 @@ def test_write_failure_is_pal_error_and_cleans_up(tmp_path: Path, monkeypatch: p
     """A failure after the temp file exists (e.g. disk full, EACCES on rename) leaves nothing behind."""
     stored = _stored()
     report = build_report(stored, outlier_action="x")
-    monkeypatch.setattr(report_html, "render_html", lambda s, r: "<!DOCTYPE html><html></html>")
+    monkeypatch.setattr(html_page, "render_html", lambda s, r: "<!DOCTYPE html><html></html>")
 
     def refuse(src: str, dst: str) -> None:
         raise PermissionError(13, "Permission denied")
@@ -278,13 +272,13 @@ def test_plot_text_is_readable_and_figures_use_the_page_width(figures: list) -> 
     from matplotlib.text import Text
 
     for fig in figures:
-        assert fig.get_figwidth() == pytest.approx(report_html.FIG_WIDTH_IN)
+        assert fig.get_figwidth() == pytest.approx(plots.FIG_WIDTH_IN)
         texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
         assert texts
-        small = [(t.get_text(), t.get_fontsize()) for t in texts if t.get_fontsize() < report_html.MIN_FONT_PT]
+        small = [(t.get_text(), t.get_fontsize()) for t in texts if t.get_fontsize() < plots.MIN_FONT_PT]
         assert not small, small
-    assert report_html.MIN_FONT_PT * report_html.CSS_DPI / 72 >= 11  # CSS pixels at 1:1
-    assert re.search(r"figure img \{[^}]*\bwidth: 100%", report_html._CSS)
+    assert plots.MIN_FONT_PT * plots.CSS_DPI / 72 >= 11  # CSS pixels at 1:1
+    assert re.search(r"figure img \{[^}]*\bwidth: 100%", html_page._CSS)
 
 
 def test_outliers_listed_once_per_gpu_with_every_benchmark(page: str) -> None:
@@ -316,7 +310,7 @@ def test_outlier_table_escapes_benchmark_node_and_uuid() -> None:
                             uuid=r.uuid + "<b>" if r.uuid == OUTLIER_UUID else r.uuid) for r in base.results)
     bins = tuple(replace(b, benchmark=evil if b.benchmark == "resnet" else b.benchmark) for b in base.bins)
     stored = replace(base, results=results, bins=bins, job_classes={"compute": "sgemm"})
-    section = report_html._outlier_table(stored, build_report(stored, outlier_action=evil))
+    section = tables.outlier_table(stored, build_report(stored, outlier_action=evil))
     assert "<script" not in section.lower() and f"{OUTLIER_UUID}<b>" not in section
     assert "<th>&lt;script&gt;alert(1)&lt;/script&gt;&amp;</th>" in section
     assert f"<td>&lt;script&gt;alert(1)&lt;/script&gt;&amp;</td><td class=\"mono\">{OUTLIER_UUID}&lt;b&gt;</td>" in section

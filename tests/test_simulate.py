@@ -70,6 +70,26 @@ def test_event_mode_models_a_real_schedulers_latencies() -> None:
     assert res.metrics.avg_jct_s > ideal.metrics.avg_jct_s
 
 
+def test_event_mode_unheld_classes_are_seen_at_submit_and_keep_their_rank() -> None:
+    """A class the filter does not hold pays no hold (visible_after_s), and a job seen
+    earlier for that reason still queues behind older jobs, as Slurm ranks by age."""
+    trace = Trace("t", (job("big", 4, 0, 100, cls="D"), job("held", 4, 1, 10, cls="A"),
+                        job("free", 4, 2, 10, cls="D")))
+    opts = EventOptions(visible_after_s=3.0, unheld_classes=frozenset({"D"}))
+    res = simulate_events(trace, two_node_cluster(slow=1.0), get_policy("pal"), opts)
+    by = {o.job_id: o for o in res.outcomes}
+    assert by["big"].start_time == 0.0 and by["big"].finish_time == pytest.approx(170)  # not held
+    # both wait for big's GPUs; "free" was seen first (at 2, "held" at 4) but "held" is older
+    assert by["held"].start_time == pytest.approx(170)
+    assert by["free"].start_time == pytest.approx(by["held"].finish_time)
+    lone = simulate_events(Trace("t", (job("free", 2, 2, 10, cls="D"),)), two_node_cluster(slow=1.0),
+                           get_policy("pal"), opts)
+    assert lone.outcomes[0].start_time == 2.0  # no hold at all
+    held = simulate_events(Trace("t", (job("held", 2, 1, 10, cls="A"),)), two_node_cluster(slow=1.0),
+                           get_policy("pal"), opts)
+    assert held.outcomes[0].start_time == 4.0
+
+
 def test_event_mode_locality_penalty_applies_across_nodes() -> None:
     trace = Trace("t", (job("x", 4, 0, 100),))
     res = simulate_events(trace, two_node_cluster(slow=1.0), get_policy("packed-sticky"),

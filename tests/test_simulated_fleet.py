@@ -1,7 +1,7 @@
 """The simulated fleet: reproducible, valid records, and physics that could be wrong.
 
 The physics checks reproduce what real fleets show (the Longhorn V100s of the PAL artifact,
-pal_slurm.simulated_fleet says more): SGEMM time follows the SM clock, compute-bound work varies more than memory-bound work, power-capped
+pal_slurm.gpu.simulated_fleet says more): SGEMM time follows the SM clock, compute-bound work varies more than memory-bound work, power-capped
 runs sit at the cap and say so, planted defects are slow and visible in the telemetry.
 """
 
@@ -15,10 +15,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from pal_slurm import simulated_fleet
 from pal_slurm.errors import InputError
+from pal_slurm.gpu import simulated_fleet
 from pal_slurm.ingest.records import ProfileRecord
-from pal_slurm.simulated_fleet import (
+from pal_slurm.gpu.simulated_fleet import (
     CLOCKS_EVENT_GPU_IDLE,
     CLOCKS_EVENT_HW_SLOWDOWN,
     CLOCKS_EVENT_SW_POWER_CAP,

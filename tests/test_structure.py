@@ -27,8 +27,10 @@ PACKAGE = REPO / "pal_slurm"
 #: Modules that must stay pure, as paths under pal_slurm/ (a directory means every module in it).
 PURE = (
     "placement/",
-    "classify.py",
-    "classify_fleet.py",
+    "classification/classify.py",
+    "classification/classify_fleet.py",
+    "classification/actions.py",
+    "gpu/simulated_fleet.py",
     "ingest/records.py",
     "ingest/artifact_csv.py",
     "ingest/jsonl.py",
@@ -53,6 +55,8 @@ PURE = (
     "slurm/hostlist.py",
     "placer/ledger.py",
     "savings.py",
+    "report/fairness.py",
+    "report/numfmt.py",
     "jobs/runtimes.py",
     "jobs/sacct_history.py",
 )
@@ -70,30 +74,30 @@ FORBIDDEN = {
 PURE_RULE = (
     "pure modules never import the database layer (pal_slurm.db, sqlalchemy), the CLI "
     "(pal_slurm.cli, click) or subprocess (docs/architecture.md, 'Rules we keep'); take the "
-    "data as arguments and do the I/O in the caller (services, the CLI, a *_store module)"
+    "data as arguments and do the I/O in the caller (an area's service, the CLI, a *_store module)"
 )
 CLI_RULE = (
     "only pal_slurm/cli/ imports pal_slurm.cli: the CLI calls the rest of the package, never the "
-    "other way round; move what is shared out of cli/ (services, or the module that owns it)"
+    "other way round; move what is shared out of cli/ (an area's service, or the module that owns it)"
 )
 
 #: The layers, bottom first, each with the modules in it (a name covers the modules under it; the
 #: longest name that covers a module decides). A module imports its own layer or lower ones.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the package root and what every layer uses
-    ("base", ("pal_slurm", "pal_slurm.errors", "pal_slurm.numfmt", "pal_slurm.systemd_notify",
+    ("base", ("pal_slurm", "pal_slurm.errors", "pal_slurm.report.numfmt", "pal_slurm.systemd_notify",
               "pal_slurm.atomic_write")),
     # what needs neither configuration nor a database: the placement vocabulary and policies, the
     # import parsers, classification, the simulated fleet, the Slurm and GPU adapters
-    ("core", ("pal_slurm.placement", "pal_slurm.ingest", "pal_slurm.classify", "pal_slurm.classify_fleet",
-              "pal_slurm.actions", "pal_slurm.fairness", "pal_slurm.savings", "pal_slurm.simulated_fleet",
+    ("core", ("pal_slurm.placement", "pal_slurm.ingest", "pal_slurm.classification",
+              "pal_slurm.report.fairness", "pal_slurm.savings",
               "pal_slurm.slurm", "pal_slurm.gpu", "pal_slurm.jobs.sensitivity")),
     ("configuration", ("pal_slurm.config",)),
     ("storage", ("pal_slurm.db",)),
     # the placer, the simulator and replay, the profiler, the agent, reports, the demo
     ("use cases", ("pal_slurm.jobs", "pal_slurm.placer", "pal_slurm.simulate", "pal_slurm.replay",
-                   "pal_slurm.profiler", "pal_slurm.agent", "pal_slurm.report", "pal_slurm.report_html",
-                   "pal_slurm.services", "pal_slurm.demo")),
+                   "pal_slurm.profiler", "pal_slurm.agent", "pal_slurm.report",
+                   "pal_slurm.ingest.service", "pal_slurm.classification.service", "pal_slurm.demo")),
     ("command line", ("pal_slurm.cli", "pal_slurm.__main__")),
 )
 

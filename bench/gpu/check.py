@@ -229,7 +229,7 @@ def print_outcome(o: BenchmarkOutcome) -> None:
 
 def self_test_setup(args: argparse.Namespace) -> tuple[Any, list[BenchmarkDef]]:
     from pal_slurm.gpu.simulated import SimBackend
-    from pal_slurm.simulated_fleet import make_fleet
+    from pal_slurm.gpu.simulated_fleet import make_fleet
 
     backend = SimBackend(make_fleet(nodes=1, gpus_per_node=2, seed=1), load=lambda i, t: 1.0)
     small = {"gemm": ("--framework", "numpy", "--size", "64"), "stream": ("--framework", "numpy", "--elements",

@@ -1,1 +1,2 @@
-"""The `pal` command line: commands parse input, call pal_slurm.services, and render."""
+"""The `pal` command line: commands parse input, call the use cases (each area's `service`:
+ingest/, classification/, report/, placer/), and render."""

@@ -56,7 +56,7 @@ def agent(app: AppContext, backend: str | None, force_sim: bool, node: str | Non
     sim_load = None
     if choice == "sim":
         from pal_slurm.gpu.simulated import SimBackend
-        from pal_slurm.simulated_fleet import make_fleet
+        from pal_slurm.gpu.simulated_fleet import make_fleet
 
         fleet = make_fleet(nodes=sim_nodes, gpus_per_node=sim_gpus, seed=sim_seed)
         node = node or settings.node or fleet.nodes[0]

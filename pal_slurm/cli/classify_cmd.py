@@ -23,7 +23,7 @@ def classify(app: AppContext, hysteresis: float | None, min_runs: int | None, mo
              method: str | None, note: str, fmt: str) -> None:
     """Bin every GPU per model and benchmark (PerfVar, slow and fast outliers, optimal 1-D k-means;
     K by BIC, split down to measurement noise) and store the result as a new classification version."""
-    from pal_slurm.services import run_classification
+    from pal_slurm.classification.service import run_classification
 
     summary = run_classification(app.engine, app.cfg, hysteresis=hysteresis, min_runs=min_runs,
                                  models=list(models) or None, note=note, method=method)

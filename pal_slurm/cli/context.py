@@ -38,7 +38,7 @@ class AppContext:
     def engine(self) -> Engine:
         """The configured database, which must exist (a mistyped SQLite URL is refused, not created)."""
         if self._engine is None:
-            from pal_slurm.services import open_engine
+            from pal_slurm.db.engine import open_engine
 
             self._engine = open_engine(self.cfg, create=False)
         return self._engine
@@ -46,7 +46,7 @@ class AppContext:
     def creating_engine(self) -> Engine:
         """The configured database, creating a SQLite file (only `pal db upgrade` may)."""
         if self._engine is None:
-            from pal_slurm.services import open_engine
+            from pal_slurm.db.engine import open_engine
 
             self._engine = open_engine(self.cfg, create=True)
         return self._engine

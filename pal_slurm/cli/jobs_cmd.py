@@ -74,7 +74,7 @@ def import_history(app: AppContext, file: Path, source: str, as_json: bool) -> N
     its user and job name (at least [jobs] runtime_min_jobs of the last 90 days), never more
     than its time limit; a runtime learned from its job profiles (same command) comes first.
     """
-    from pal_slurm.services import import_history_file
+    from pal_slurm.jobs.service import import_history_file
 
     result = import_history_file(app.engine, file, source)
     data = {"file": str(file), "cluster": result.source, "jobs": result.jobs, "imported": result.added,

@@ -51,7 +51,7 @@ def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str |
 
     See docs/import-formats.md for both formats, the identity rules and the checks.
     """
-    from pal_slurm.services import identity_summary, import_files
+    from pal_slurm.ingest.service import identity_summary, import_files
 
     ing = app.cfg.ingest
     done = import_files(app.engine, list(files), fmt, benchmark=benchmark, model=model, unit=unit,  # type: ignore[arg-type]
@@ -93,7 +93,7 @@ def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str |
 
 
 def _identity_line(ids: dict[str, int]) -> str:
-    from pal_slurm.report import identity_text
+    from pal_slurm.report.data import identity_text
 
     return "database: " + identity_text(ids)
 
@@ -236,9 +236,9 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
     crashes, prints garbage or hangs is recorded as failed with its reason, and the others
     go on. Submit it on every node through Slurm with `pal profile submit`.
     """
+    from pal_slurm.gpu.choose import parse_indices
     from pal_slurm.profiler.benchmarks import select_benchmarks
     from pal_slurm.profiler.executors import RunSettings
-    from pal_slurm.gpu.choose import parse_indices
     from pal_slurm.profiler.service import (
         RunRequest,
         open_requested_backend,

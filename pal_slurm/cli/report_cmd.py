@@ -7,24 +7,24 @@ from typing import Any
 
 import click
 
+from pal_slurm.classification.actions import short_uuid
 from pal_slurm.cli.context import AppContext
-from pal_slurm.actions import short_uuid
 from pal_slurm.cli.filters import expand_hostlist, model_option, node_option, select
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, prose, wide_option
 from pal_slurm.errors import InputError
-from pal_slurm.numfmt import fmt_num
+from pal_slurm.report.numfmt import fmt_num
 
 
 def _bins_text(row: dict[str, Any]) -> str:
-    """The report's bins cell (pal_slurm.report says how; imported here, when a table is drawn,
+    """The report's bins cell (pal_slurm.report.data says how; imported here, when a table is drawn,
     because the report module reads the database's records: `pal report --help` stays light)."""
-    from pal_slurm.report import bins_text as text
+    from pal_slurm.report.data import bins_text as text
 
     return text(row)
 
 
 def _regular_bins_text(row: dict[str, Any]) -> str | None:
-    from pal_slurm.report import regular_bins
+    from pal_slurm.report.data import regular_bins
 
     return _bins_text(row) if regular_bins(row) else None
 
@@ -131,10 +131,10 @@ def report(ctx: click.Context, fmt: str, html_path: Path | None, version: int | 
         return
     app = ctx.find_object(AppContext)
     assert app is not None
-    from pal_slurm.services import load_for_html, load_report
+    from pal_slurm.report.service import load_for_html, load_report
 
     if html_path is not None:
-        from pal_slurm.report_html import write_html
+        from pal_slurm.report.page import write_html
 
         stored, data = load_for_html(app.engine, app.cfg, version)
         write_html(html_path, stored, data)
@@ -153,7 +153,7 @@ def report(ctx: click.Context, fmt: str, html_path: Path | None, version: int | 
 def show_report(data: dict[str, Any], *, wide: bool = False) -> None:
     """The report as tables for people (also used by `pal demo`): one story with the JSON and
     the HTML -- the same regular bins, the same outlier counts, numbers rounded once (fmt_num)."""
-    from pal_slurm.report import identity_text
+    from pal_slurm.report.data import identity_text
 
     version = data["classification"]["version"]
     if data.get("identity"):
@@ -260,7 +260,7 @@ def gpus(ctx: click.Context, fmt: str, models: tuple[str, ...], nodes: tuple[str
     if only_actions:
         _show_actions(app, models, nodes, fmt, version, wide)
         return
-    from pal_slurm.services import load_gpu_rows
+    from pal_slurm.report.service import load_gpu_rows
 
     every = load_gpu_rows(app.engine, version, app.cfg)
     slotted = [r for r in every if holds_slot(r)]
@@ -308,8 +308,8 @@ def _quietly(fn: Any, *args: Any) -> Any:
 
 
 def _explain(app: AppContext, text: str, version: int | None, fmt: str) -> None:
-    from pal_slurm.report import explain_gpu, resolve_gpu
-    from pal_slurm.services import load_stored
+    from pal_slurm.report.data import explain_gpu, resolve_gpu
+    from pal_slurm.report.service import load_stored
 
     stored = load_stored(app.engine, version)
     data = explain_gpu(stored, resolve_gpu(stored, text))
@@ -345,7 +345,7 @@ def _explain(app: AppContext, text: str, version: int | None, fmt: str) -> None:
 def _show_actions(app: AppContext, models: tuple[str, ...], nodes: tuple[str, ...], fmt: str, version: int | None,
                   wide: bool) -> None:
     # the report's graded actions carry their GPU's model and node: one classification load
-    from pal_slurm.services import fleet_names, load_report
+    from pal_slurm.report.service import fleet_names, load_report
 
     data = load_report(app.engine, app.cfg, version)
     known_nodes, known_models = fleet_names(app.engine) if nodes or models else ([], [])
@@ -378,15 +378,15 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     drained (never `ALL` or a NodeSet); a node already drained or down keeps its state and its
     reason. Nodes of GPUs graded `placement` or `re-profile`, and unknown nodes, are never
     drained. Resume a node with `scontrol update NodeName=N State=RESUME` after its diagnostics pass."""
-    from pal_slurm.actions import drain_plan
+    from pal_slurm.classification.actions import drain_plan
     from pal_slurm.errors import PalError
     from pal_slurm.placer.writer import drain
-    from pal_slurm.services import load_report
+    from pal_slurm.report.service import load_report
     from pal_slurm.slurm.backend import CliBackend
 
     data = load_report(app.engine, app.cfg, version)
     if nodes:  # a node the database does not know is a typo: say so before anything is drained
-        from pal_slurm.services import fleet_names
+        from pal_slurm.report.service import fleet_names
 
         known, _models = fleet_names(app.engine)
         select([{"node": n} for n in known], nodes, ())
@@ -436,7 +436,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
 
 
 def _action_of(a: dict[str, Any]) -> Any:
-    from pal_slurm.actions import GpuAction
+    from pal_slurm.classification.actions import GpuAction
 
     return GpuAction(a["uuid"], a["node"], a["model"], a["action"], a["reason"], tuple(a["benchmarks"]),
                      a["worst_perfvar"], tuple(a["classes_avoiding"]), tuple(a["classes_landing"]))
@@ -483,8 +483,8 @@ def fairness_cmd(app: AppContext, fmt: str, since: str | None) -> None:
     from datetime import UTC, datetime
 
     from pal_slurm.db.migrate import require_current
-    from pal_slurm.fairness import fairness
     from pal_slurm.placer.audit import placed_jobs
+    from pal_slurm.report.fairness import fairness
 
     require_current(app.engine)
     now = datetime.now(UTC)

@@ -6,7 +6,7 @@ import click
 
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, prose
-from pal_slurm.numfmt import fmt_num
+from pal_slurm.report.numfmt import fmt_num
 
 SINCE_HELP = ("Only jobs that ended since WHEN: an age like 7d, 12h, 30m, 90s or an ISO date/time (UTC when it "
               "has no zone) [default: 7d].")
@@ -69,8 +69,8 @@ def savings(app: AppContext, since: str, by: str | None, top: int, fmt: str) -> 
     from pal_slurm.cli.report_cmd import _since
     from pal_slurm.db.accounting_store import load_cells
     from pal_slurm.db.migrate import require_current
+    from pal_slurm.report.service import gpu_context
     from pal_slurm.savings import savings as build
-    from pal_slurm.services import gpu_context
 
     cutoff = _since(since, datetime.now(UTC))
     require_current(app.engine)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from pal_slurm.actions import ActionPolicy
+from pal_slurm.classification.actions import ActionPolicy
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import Column, console, emit_json, emit_rows, prose
 from pal_slurm.errors import InputError

@@ -14,6 +14,6 @@ its queries beside its logic, written against these models (never as SQL text):
 - `demo/recovery`: reads a stored classification back to check it against a simulated fleet;
 
 Elsewhere SQLAlchemy appears only as an `Engine` passed around or a `SQLAlchemyError` caught
-(services, cli, placer/factors, agent/dbworker, profiler/service), and `config.mask_url` parses
+(the areas' `service` modules, cli, placer/factors, agent/dbworker, profiler/service), and `config.mask_url` parses
 a URL with it to hide the password. Pure modules never import it (tests/test_structure.py).
 """

@@ -25,7 +25,8 @@ from pal_slurm.db.models import (
     Node,
     ProfileRun,
 )
-from pal_slurm.classify_fleet import ClassAssignment, GroupClassification, PreviousSlowdowns
+from pal_slurm.classification.classify import Bin, GpuOutcome
+from pal_slurm.classification.classify_fleet import ClassAssignment, GroupClassification, PreviousSlowdowns
 
 
 def sync_job_classes(session: Session, class_benchmarks: Mapping[str, tuple[str, str]]) -> None:
@@ -117,45 +118,30 @@ def save_classification(
     return run
 
 
-@dataclass(frozen=True)
-class ResultRow:
-    """One GPU x benchmark of a stored run, joined with what a report shows next to it."""
+@dataclass(frozen=True, kw_only=True)
+class ResultRow(GpuOutcome):
+    """One GPU x benchmark of a stored run (its `GpuOutcome`; `fast` from `is_fast_outlier`),
+    joined with what a report shows next to it."""
 
-    uuid: str
     node: str | None
     model: str
     benchmark: str
-    runs: int
-    median_score: float | None
-    perfvar: float | None
-    bin: int | None
-    slowdown: float | None
-    outlier: bool
-    profiled: bool
     median_sm_clock_mhz: float | None = None
     last_profiled: datetime | None = None
     run_spread: float | None = None  # interquartile range / median of the GPU's stored runs (with_clocks only)
     ecc_uncorrected: int | None = None  # from the node inventory, when it has run
     retired_pages: int | None = None
-    #: a suspiciously fast outlier ("fast: check the measurement"); see `is_fast_outlier`
-    fast: bool = False
     #: the GPU's slot on its node (device minor number, else NVML index), None when no import
     #: placed it in one (a UUID measured without its slot); Slurm schedules GPUs at slots
     slot: int | None = None
 
 
-@dataclass(frozen=True)
-class BinRow:
+@dataclass(frozen=True, kw_only=True)
+class BinRow(Bin):
+    """One bin of a stored run: its `Bin` (`fast` from `is_fast_outlier`), of a model and benchmark."""
+
     model: str
     benchmark: str
-    bin: int
-    centroid: float
-    slowdown: float
-    gpus: int
-    outlier: bool
-    low: float
-    high: float
-    fast: bool = False
 
 
 def is_fast_outlier(outlier: bool, slowdown: float | None) -> bool:
@@ -201,12 +187,13 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
     for (uuid, nname, model, bench, runs, med, pv, b, sf, outl, prof, gid, bid, ecc, retired, minor,
          index) in session.execute(stmt):
         clock, last, spread = extra.get((gid, bid), (None, None, None))
-        results.append(ResultRow(uuid, nname, model, bench, runs, med, pv, b, sf, bool(outl), bool(prof), clock, last,
-                                 spread, ecc, retired, fast=is_fast_outlier(outl, sf),
+        results.append(ResultRow(uuid, runs, med, pv, b, sf, bool(outl), bool(prof), is_fast_outlier(outl, sf),
+                                 node=nname, model=model, benchmark=bench, median_sm_clock_mhz=clock,
+                                 last_profiled=last, run_spread=spread, ecc_uncorrected=ecc, retired_pages=retired,
                                  slot=minor if minor is not None else index))
     bins = [
-        BinRow(m, bn, r.bin, r.centroid, r.slowdown, r.gpus, bool(r.outlier), r.low, r.high,
-               fast=is_fast_outlier(r.outlier, r.slowdown))
+        BinRow(r.bin, r.centroid, r.slowdown, r.gpus, bool(r.outlier), r.low, r.high,
+               is_fast_outlier(r.outlier, r.slowdown), model=m, benchmark=bn)
         for r, m, bn in session.execute(
             select(ClassificationBin, ClassificationBin.model, Benchmark.name)
             .join(Benchmark, Benchmark.id == ClassificationBin.benchmark_id)
@@ -233,7 +220,7 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
 def _run_ratio(run: ClassificationRun) -> float:
     """The run_ratio this classification used (stored with its params); the default for a run
     saved before run_ratio existed."""
-    from pal_slurm.classify import ClassifyParams
+    from pal_slurm.classification.classify import ClassifyParams
 
     value = run.params.get("run_ratio") if isinstance(run.params, dict) else None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -269,7 +256,7 @@ def _clock_and_last(session: Session, run_ratio: float,
         if key not in last or ts > last[key]:
             last[key] = ts
 
-    from pal_slurm.classify import robust_median
+    from pal_slurm.classification.classify import robust_median
 
     def spread(values: list[float] | None) -> float | None:
         if not values or len(values) < 2:

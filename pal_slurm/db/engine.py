@@ -10,7 +10,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -19,6 +19,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pal_slurm.config import mask_url
 from pal_slurm.errors import DatabaseError
+
+if TYPE_CHECKING:
+    from pal_slurm.config import PalConfig
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,12 @@ def make_engine(url: str, *, echo: bool = False, connect_timeout_s: int = 10, cr
         event.listen(engine, "connect", _sqlite_pragmas)
     log.debug("database engine for %s", mask_url(url))
     return engine
+
+
+def open_engine(cfg: PalConfig, *, create: bool = True) -> Engine:
+    """The configured database; create=False refuses a SQLite file that does not exist."""
+    return make_engine(cfg.db_url, echo=cfg.database.echo, connect_timeout_s=cfg.database.connect_timeout_s,
+                       create=create)
 
 
 def describe_error(exc: SQLAlchemyError) -> str:

@@ -17,9 +17,9 @@ from typing import Any
 from sqlalchemy import UniqueConstraint, case, delete, func, select, update
 from sqlalchemy.orm import Session
 
+from pal_slurm.classification.classify_fleet import GroupRuns
 from pal_slurm.db.models import Base, Benchmark, Gpu, Node, ProfileRun, utcnow
 from pal_slurm.errors import InputError
-from pal_slurm.classify_fleet import GroupRuns
 from pal_slurm.ingest.records import SLOT_PREFIX, GpuInfo, ProfileRecord, slot_key
 from pal_slurm.ingest.validate import DEFAULT_MAX_FACTOR, find_suspects
 

@@ -58,11 +58,14 @@ def _recovery(fleet: Any, engine: Any, version: int, job_classes: dict[str, str]
 
 def run_demo(opts: DemoOptions, *, app_config_path: str | None = None, say: Say = print) -> DemoResult:
     """Simulate, profile, import, classify, report; returns what it made (paths and figures)."""
+    from pal_slurm.classification.service import run_classification
+    from pal_slurm.db.engine import open_engine
+    from pal_slurm.gpu.simulated_fleet import make_fleet
     from pal_slurm.ingest.jsonl import dump_jsonl
-    from pal_slurm.report import group_summary
-    from pal_slurm.report_html import write_html
-    from pal_slurm.services import import_files, load_for_html, open_engine, run_classification
-    from pal_slurm.simulated_fleet import make_fleet
+    from pal_slurm.ingest.service import import_files
+    from pal_slurm.report.data import group_summary
+    from pal_slurm.report.page import write_html
+    from pal_slurm.report.service import load_for_html
 
     out = opts.out_dir
     try:

@@ -117,7 +117,7 @@ def open_backend(choice: Literal["nvml", "sim"], *, node: str, sim: SimOptions |
             backend.close()
             raise BackendUnavailable("NVML works but sees no GPU on this node")
         return backend
-    from pal_slurm import simulated_fleet
+    from pal_slurm.gpu import simulated_fleet
     from pal_slurm.gpu.simulated import SimBackend
 
     opts = sim or SimOptions()

@@ -1,4 +1,4 @@
-"""The GPU interface on a simulated fleet (`pal_slurm.simulated_fleet`), for machines without GPUs.
+"""The GPU interface on a simulated fleet (`pal_slurm.gpu.simulated_fleet`), for machines without GPUs.
 
 A backend covers some nodes of one seeded fleet (all of them by default), so tests,
 the demo and CI exercise the same profiler code as a real node, with telemetry that
@@ -20,7 +20,7 @@ from pal_slurm.gpu.interface import (
     GpuQueryError,
     GpuSample,
 )
-from pal_slurm.simulated_fleet import CUDA_VERSION, DRIVER_VERSION, SimFleet, SimGpu
+from pal_slurm.gpu.simulated_fleet import CUDA_VERSION, DRIVER_VERSION, SimFleet, SimGpu
 
 __all__ = ["BUSY_LOAD", "SimBackend", "busy_process"]
 

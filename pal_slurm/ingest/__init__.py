@@ -1,1 +1,2 @@
-"""Reading profile files (PAL artifact CSVs, pal JSON-lines) into ProfileRecords."""
+"""Reading profile files (PAL artifact CSVs, pal JSON-lines) into ProfileRecords, and `service`,
+the import use case that stores them."""

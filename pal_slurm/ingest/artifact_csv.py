@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pal_slurm.errors import InputError
-from pal_slurm.ingest.records import GpuInfo, ProfileRecord, slot_key
+from pal_slurm.ingest.records import GpuInfo, ProfileRecord, parse_path, slot_key
 
 __all__ = [
     "SOURCE",
@@ -70,26 +70,9 @@ def parse_file(
 ) -> list[ProfileRecord]:
     """Open `path` (utf-8, newline='') and parse it; `benchmark` defaults to the file-name prefix."""
     path = Path(path)
-    name = str(path)
-    try:
-        with path.open("r", encoding="utf-8", newline="") as stream:
-            return parse_artifact_csv(
-                stream,
-                source_file=name,
-                benchmark=benchmark if benchmark is not None else benchmark_from_filename(path),
-                model=model,
-                unit=unit,
-                notes=notes,
-            )
-    except FileNotFoundError:
-        raise InputError("file not found", source=name) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a file", source=name) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not valid UTF-8 text ({exc.reason} at byte {exc.start})", source=name) from None
-    except OSError as exc:
-        raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
-
+    bench = benchmark if benchmark is not None else benchmark_from_filename(path)
+    return parse_path(path, lambda stream, name: parse_artifact_csv(stream, source_file=name, benchmark=bench,
+                                                                    model=model, unit=unit, notes=notes))
 
 
 def _number(column: str, raw: str, src: str, line: int) -> float:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pal_slurm.errors import InputError
-from pal_slurm.ingest.records import GpuInfo, ProfileRecord
+from pal_slurm.ingest.records import GpuInfo, ProfileRecord, parse_path
 
 __all__ = [
     "FORMAT",
@@ -271,20 +271,7 @@ def parse_jsonl(lines: Iterable[str], *, source_file: str) -> list[ProfileRecord
 
 def parse_file(path: str | Path) -> list[ProfileRecord]:
     """Open `path` (utf-8, newline='') and parse it with `parse_jsonl`."""
-    path = Path(path)
-    name = str(path)
-    try:
-        with path.open("r", encoding="utf-8", newline="") as stream:
-            return parse_jsonl(stream, source_file=name)
-    except FileNotFoundError:
-        raise InputError("file not found", source=name) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a file", source=name) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not valid UTF-8 text ({exc.reason} at byte {exc.start})", source=name) from None
-    except OSError as exc:
-        raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
-
+    return parse_path(path, lambda stream, name: parse_jsonl(stream, source_file=name))
 
 
 def _iso_utc(when: datetime) -> str:

@@ -1,12 +1,18 @@
 """The one record every import format is parsed into before it touches the database.
 
 Parsers are pure (text in, records out); only `pal_slurm.db.measurement_store` writes them.
+`parse_path` is the one way a format's `parse_file` opens its file.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+from pal_slurm.errors import InputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +76,21 @@ class ProfileRecord:
     throttle_reasons: int | None = None  # NVML clocks-event-reasons bitmask (OR over the run)
     driver_version: str | None = None
     cuda_version: str | None = None
+
+
+def parse_path(path: str | Path, parse: Callable[[TextIO, str], list[ProfileRecord]]) -> list[ProfileRecord]:
+    """Open `path` (utf-8, newline='') and parse the stream with `parse(stream, name)`: the one
+    way every format's `parse_file` opens a file, each failure to read it an InputError naming it."""
+    path = Path(path)
+    name = str(path)
+    try:
+        with path.open("r", encoding="utf-8", newline="") as stream:
+            return parse(stream, name)
+    except FileNotFoundError:
+        raise InputError("file not found", source=name) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a file", source=name) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not valid UTF-8 text ({exc.reason} at byte {exc.start})", source=name) from None
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None

@@ -28,6 +28,7 @@ from pal_slurm.placement.base import (
     describe_gpus,
     free_on_node,
     register,
+    slowest_choice,
 )
 from pal_slurm.placement.index import ClassTable, ClusterIndex, FreeState
 from pal_slurm.placement.model import JobRequest, PlacementContext
@@ -133,23 +134,13 @@ class VariabilityPolicy(InOrderPolicy):
         ix = state.index
         tab = ix.table(job.job_class)
         c = Candidates.build(ix, tab, cand)
-        got = select.best_split(ix, c, per_node, nodes)
-        if got is None:
-            return None
-        gpus = as_gpus(got)
-        worst = float(tab.sf[list(gpus)].max())
-        return Choice(gpus=gpus, why=lambda: f"{self.name}: {per_node} per node on {nodes} node(s), max sf {worst:.3f} "
-                      f"(class {tab.key}); {describe_gpus(ix, tab, gpus)}", alternatives=((gpus, worst),))
+        return slowest_choice(self.name, ix, tab, select.best_split(ix, c, per_node, nodes), lambda worst, _gpus: (
+            f"{per_node} per node on {nodes} node(s), max sf {worst:.3f} (class {tab.key})"))
 
     def pm_first_choice(self, ix: ClusterIndex, tab: ClassTable, c: Candidates, n: int,
                         spare: np.ndarray | None = None) -> Choice | None:
-        got = select.pm_first(c, n, spare=spare)
-        if got is None:
-            return None
-        gpus = as_gpus(got)
-        worst = float(tab.sf[list(gpus)].max())
-        return Choice(gpus=gpus, why=lambda: f"{self.name}: PM-First, max sf {worst:.3f} (class {tab.key}) on "
-                      f"{_nodes_of(ix, gpus)} node(s); {describe_gpus(ix, tab, gpus)}", alternatives=((gpus, worst),))
+        return slowest_choice(self.name, ix, tab, select.pm_first(c, n, spare=spare), lambda worst, gpus: (
+            f"PM-First, max sf {worst:.3f} (class {tab.key}) on {_nodes_of(ix, gpus)} node(s)"))
 
 
 @register

@@ -132,6 +132,19 @@ def describe_gpus(ix: ClusterIndex, tab: ClassTable, gpus: Sequence[int]) -> str
     return text if len(shown) == len(gpus) else f"{text} (slowest {len(shown)} of {len(gpus)})"
 
 
+def slowest_choice(name: str, ix: ClusterIndex, tab: ClassTable, got: np.ndarray | Sequence[int] | None,
+                   how: Callable[[float, tuple[int, ...]], str]) -> Choice | None:
+    """The GPUs a search found (None: it found none) as a Choice rated by its slowest GPU's factor,
+    the one alternative it weighs; `how(worst, gpus)` says how they were chosen, the reason's
+    middle between the policy's name and the GPUs' factors."""
+    if got is None:
+        return None
+    gpus = as_gpus(got)
+    worst = float(tab.sf[list(gpus)].max())
+    return Choice(gpus=gpus, why=lambda: f"{name}: {how(worst, gpus)}; {describe_gpus(ix, tab, gpus)}",
+                  alternatives=((gpus, worst),))
+
+
 class Policy(ABC):
     """One placement policy: `place` is pure (the rng comes in the context).
 
@@ -290,14 +303,10 @@ class InOrderPolicy(Policy):
         factor, the same search for every policy (see select.best_same_slots)."""
         ix = state.index
         tab = ix.table(job.job_class)
-        got = select.best_same_slots(ix, tab, cand, job.gpus_per_node, job.gpus // job.gpus_per_node)
-        if got is None:
-            return None
-        gpus = as_gpus(got)
-        worst = float(tab.sf[list(gpus)].max())
-        return Choice(gpus=gpus, why=lambda: f"{self.name}: {job.gpus_per_node} per node on the same slots of "
-                      f"{job.gpus // job.gpus_per_node} nodes, max sf {worst:.3f} (class {tab.key}); "
-                      f"{describe_gpus(ix, tab, gpus)}", alternatives=((gpus, worst),))
+        nodes = job.gpus // job.gpus_per_node
+        got = select.best_same_slots(ix, tab, cand, job.gpus_per_node, nodes)
+        return slowest_choice(self.name, ix, tab, got, lambda worst, _gpus: (
+            f"{job.gpus_per_node} per node on the same slots of {nodes} nodes, max sf {worst:.3f} (class {tab.key})"))
 
     @abstractmethod
     def pick(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext) -> Choice | None:

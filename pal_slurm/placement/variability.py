@@ -40,7 +40,7 @@ def worst_factor(known: Iterable[float | None]) -> float:
 
 def from_classification(stored_gpu_rows: Sequence[Mapping[str, Any]],
                         classes: Sequence[str]) -> list[GpuVariability]:
-    """Variability of real GPUs from rows shaped like `pal_slurm.report.gpu_rows` output
+    """Variability of real GPUs from rows shaped like `pal_slurm.report.data.gpu_rows` output
     (``{"uuid", "node", "classes": {cls: {"slowdown", "perfvar"?, ...}}}``), in row order.
 
     An unprofiled GPU (slowdown None, or the class missing) gets the **worst** (largest)

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.models import Placement
-from pal_slurm.fairness import PlacedJob
+from pal_slurm.report.fairness import PlacedJob
 from pal_slurm.slurm.model import SlurmJob
 
 log = logging.getLogger(__name__)

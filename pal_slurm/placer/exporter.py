@@ -173,7 +173,7 @@ class Exporter:
 
 
 def gpu_facts(rows: Sequence[dict[str, Any]], minors: dict[str, int | None]) -> list[GpuFacts]:
-    """GpuFacts from `pal gpus` rows (pal_slurm.report.gpu_rows, with actions) and UUID -> minor."""
+    """GpuFacts from `pal gpus` rows (pal_slurm.report.data.gpu_rows, with actions) and UUID -> minor."""
     return [GpuFacts(hostname=str(r.get("node") or ""), minor=minors.get(r["uuid"]), uuid=str(r["uuid"]),
                      slowdown={c: v.get("slowdown") for c, v in r["classes"].items()},
                      bins={c: v.get("bin") for c, v in r["classes"].items()}, action=r.get("action"))

@@ -132,21 +132,12 @@ def replan(writer: Writer, job: SlurmJob, *, hold_s: float, replan_after_s: floa
     held through its begin time (now + hold_s, so it ends by itself if the placer goes),
     with no node pinned; the next cycle plans it from the user's request (see
     slurm_updates.as_submitted) and retypes it. Where Slurm keeps the per-slot request (22.05)
-    the job waits with it until then. The tag goes first: once held, the job is ours to
-    release (next cycle, SIGTERM, release-stale)."""
+    the job waits with it until then."""
     if holds.original_request(job) is None:
         return
     cls, _src = holds.held_class(job)
     tag = f"{holds.HELD_TAG} class={cls} src=replan {job.admin_comment[len(holds.PLACED_TAG):].strip()}"[:900]
-    try:
-        writer.update(job.job_id, [("AdminComment", tag)])
-        writer.set_begin(job.job_id, writer.clock() + hold_s)
-    except SlurmError as exc:
-        log.warning("job %s: not re-planned (%s)", job.job_id, exc)
-        try:
-            writer.update(job.job_id, [("AdminComment", job.admin_comment)])
-        except SlurmError:
-            pass
+    if not writer.hold_again(job, tag, writer.clock() + hold_s):
         return
     restored = writer.put_back(job)
     if not restored:

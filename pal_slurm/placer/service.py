@@ -135,7 +135,7 @@ def start_metrics(cfg: PalConfig, engine: Callable[[], Engine]) -> PlacerMetrics
 
         from pal_slurm.db.engine import session_scope
         from pal_slurm.db.models import Gpu
-        from pal_slurm.services import load_gpu_rows
+        from pal_slurm.report.service import load_gpu_rows
 
         eng = engine()
         with session_scope(eng) as session:

@@ -14,6 +14,8 @@ the log reads as the dry run of a cycle) and records its audit entry. The cycle 
   back where Slurm takes it (`put_back`).
 - An admin comment that cannot be set is logged, never raised: it is a label, the job's
   request is what matters.
+- Each write checks the mode first (`MODES`): holding or placing a job only in enforce
+  mode; ending a hold, giving a job its request back and labelling it in every mode.
 """
 
 from __future__ import annotations
@@ -32,12 +34,24 @@ log = logging.getLogger(__name__)
 
 Fields = Sequence[tuple[str, str]]
 
+#: The writes that steer a job, holding it or placing it: enforce mode only.
+STEER = frozenset({"enforce"})
+#: The writes by which the placer fails open (ending a hold, a job's request back, its label):
+#: every mode. Observe mode releases what an enforce run left held or placed, and SIGTERM and
+#: release-stale release in either mode.
+FAIL_OPEN = frozenset({"observe", "enforce"})
+#: `[placer] mode`: observe logs what the placer would do and writes only to fail open;
+#: enforce also holds and places jobs.
+MODES = FAIL_OPEN | STEER
+
 
 class Writer:
     """The placer's one way to change jobs in Slurm; `audit` receives the entry of each decision."""
 
     def __init__(self, backend: SlurmBackend, audit: AuditSink, *, policy: str, mode: str,
                  clock: Callable[[], float]) -> None:
+        if mode not in MODES:
+            raise ValueError(f"placer mode {mode!r}: one of {', '.join(sorted(MODES))}")
         self.backend = backend
         self.audit = audit
         self.policy = policy
@@ -48,29 +62,41 @@ class Writer:
         """Now, from the injected clock (audit timestamps follow the clock the cycle runs on)."""
         return datetime.fromtimestamp(self.clock(), UTC)
 
+    def _allow(self, job_id: str, what: str, modes: frozenset[str]) -> None:
+        """Refuse a write the mode does not allow (a caller's bug: the cycle's gate stops an
+        observe-mode cycle before anything steers), before anything reaches Slurm."""
+        if self.mode not in modes:
+            raise RuntimeError(f"job {job_id}: {what} is written only in {' or '.join(sorted(modes))} mode, "
+                               f"not {self.mode}")
+
     # -- one write each ------------------------------------------------------------------
     def update(self, job_id: str, fields: Fields) -> None:
         """`scontrol update JobId=job_id Key=Value ...`; raises SlurmError."""
+        self._allow(job_id, "an update", FAIL_OPEN)
         log.debug("job %s: scontrol update %s", job_id, " ".join(f"{k}={v}" for k, v in fields))
         self.backend.update_job(job_id, list(fields))
 
     def set_begin(self, job_id: str, until: float) -> None:
         """Hold the job through `until` (its begin time); raises SlurmError."""
+        self._allow(job_id, "a hold", STEER)
         log.debug("job %s: begin time %.0f", job_id, until)
         self.backend.set_begin(job_id, until)
 
     def release(self, job_id: str) -> None:
         """End a priority-0 hold (`scontrol release`); raises SlurmError."""
+        self._allow(job_id, "a release", FAIL_OPEN)
         log.debug("job %s: scontrol release", job_id)
         self.backend.release(job_id)
 
     def start_now(self, job_id: str) -> None:
         """End a begin-time hold (StartTime=now); raises SlurmError."""
+        self._allow(job_id, "a release", FAIL_OPEN)
         log.debug("job %s: start now", job_id)
         self.backend.start_now(job_id)
 
     def unhold(self, job: SlurmJob) -> None:
         """End the hold `job` has: priority 0 (scontrol release) or its begin time (StartTime=now)."""
+        self._allow(job.job_id, "a release", FAIL_OPEN)
         if holds.held_by_priority(job):
             self.release(job.job_id)
         else:
@@ -78,6 +104,7 @@ class Writer:
 
     def comment(self, job_id: str, text: str) -> None:
         """Set the job's admin comment (900 characters at most); a failure is logged."""
+        self._allow(job_id, "a comment", FAIL_OPEN)
         try:
             self.update(job_id, [("AdminComment", text[:900])])
         except SlurmError as exc:
@@ -85,13 +112,16 @@ class Writer:
 
     def clear(self, job_id: str, keys: Sequence[str] = ("TresPerNode",)) -> None:
         """Empty each GPU field in `keys`, one update each (the first half of `retype`)."""
+        self._allow(job_id, "a request", FAIL_OPEN)
         for key in keys:
             self.update(job_id, [(key, "")])
 
     def retype(self, job_id: str, fields: Fields, clear: Sequence[str] = ("TresPerNode",)) -> None:
         """Give a job another GPU request: clear the fields in `clear`, then set `fields`.
         Clearing first is what makes both Slurm versions end with exactly `fields` (22.05
-        merges a direct set into the old request, 24.11 replaces it)."""
+        merges a direct set into the old request, 24.11 replaces it). A rescue retypes in any
+        mode (a stranded placement onto slots that exist); a placement goes through `apply`."""
+        self._allow(job_id, "a request", FAIL_OPEN)
         self.clear(job_id, clear)
         self.update(job_id, fields)
 
@@ -101,8 +131,7 @@ class Writer:
         (False). `job` is the job as this cycle read it (a re-planned one still carries our
         last slots). The tag changes only once the job is released: a job still held keeps
         `pal:held`, so the next cycle and release-stale still know it is ours."""
-        if self.mode != "enforce":
-            raise RuntimeError(f"job {job.job_id}: a placement is written only in enforce mode, not {self.mode}")
+        self._allow(job.job_id, "a placement", STEER)
         clear = [update.clear_field]
         if update.clear_field != "TresPerNode" and job.tres_per_node:
             clear.append("TresPerNode")
@@ -122,6 +151,7 @@ class Writer:
     def verify(self, applied: Sequence[tuple[SlurmJob, slurm_updates.Update, Record]]) -> tuple[list[str], list[str]]:
         """Read back the jobs `apply` placed: each is audited as applied, or, where Slurm shows
         another request than the one written, restored and audited as failed. (placed, failed) ids."""
+        self._allow(", ".join(job.job_id for job, _u, _r in applied) or "-", "a placement", STEER)
         placed: list[str] = []
         failed: list[str] = []
         if not applied:
@@ -152,6 +182,7 @@ class Writer:
         per-slot types refuses an untyped request afterwards ("with and without type
         identification") and would be left with no GPUs; a re-planned job keeps its last slots.
         Each step is tried even when one before it failed."""
+        self._allow(job.job_id, "a restore", FAIL_OPEN)
         steps: list[Fields] = [[(key, getattr(job, f))] for f, key in slurm_updates.FIELD_KEY.items()
                                if getattr(job, f)]
         steps.append([("NodeList", job.required_nodes)])
@@ -177,6 +208,7 @@ class Writer:
         types ("with and without type identification"; it keeps typed entries with count
         0 after a clear); then the job's per-slot request is set back at once (a clear left
         alone would leave it with no GPUs) and False is returned."""
+        self._allow(job.job_id, "a restore", FAIL_OPEN)
         orig = holds.original_request(job)
         if orig is None:
             return False
@@ -197,10 +229,28 @@ class Writer:
             log.error("job %s: per-slot request not set back after a refused restore: %s", job.job_id, exc)
         return False
 
+    def hold_again(self, job: SlurmJob, tag: str, until: float) -> bool:
+        """Tag a placed job held again (`tag`) and hold it through `until` (a re-plan); False,
+        with its old comment put back, when Slurm refuses either. The tag goes first: once
+        held, the job is ours to release (next cycle, SIGTERM, release-stale)."""
+        self._allow(job.job_id, "a hold", STEER)
+        try:
+            self.update(job.job_id, [("AdminComment", tag)])
+            self.set_begin(job.job_id, until)
+        except SlurmError as exc:
+            log.warning("job %s: not re-planned (%s)", job.job_id, exc)
+            try:
+                self.update(job.job_id, [("AdminComment", job.admin_comment)])
+            except SlurmError:
+                pass
+            return False
+        return True
+
     def release_unchanged(self, job: SlurmJob, why: str) -> bool:
         """End a held job's hold with its request as submitted, tag and audit it; False when
         Slurm refused the release (the job keeps `pal:held`: the next cycle or release-stale
         tries again). Slurm being unreachable is raised: the cycle stops there."""
+        self._allow(job.job_id, "a release", FAIL_OPEN)
         try:
             self.unhold(job)
         except SlurmUnavailable:
@@ -220,4 +270,4 @@ def drain(backend: SlurmBackend, node: str, reason: str) -> None:
     backend.drain_node(node, reason)
 
 
-__all__ = ["Writer", "drain"]
+__all__ = ["FAIL_OPEN", "MODES", "STEER", "Writer", "drain"]

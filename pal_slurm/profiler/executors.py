@@ -31,10 +31,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from pal_slurm.gpu.interface import GpuBackend, GpuError, GpuInventory, GpuSample
 from pal_slurm.ingest.jsonl import run_key_for
 from pal_slurm.ingest.records import ProfileRecord
 from pal_slurm.profiler.benchmarks import BenchmarkDef
-from pal_slurm.gpu.interface import GpuBackend, GpuError, GpuInventory, GpuSample
 from pal_slurm.profiler.telemetry import TelemetrySummary, summarize
 
 __all__ = [
@@ -332,7 +332,7 @@ class SubprocessExecutor:
 
 
 class SimExecutor:
-    """Plays each benchmark with `pal_slurm.simulated_fleet`'s physics on the simulated GPU.
+    """Plays each benchmark with `pal_slurm.gpu.simulated_fleet`'s physics on the simulated GPU.
 
     Time is virtual: each GPU's runs follow one another from `start` (nodes a few seconds
     apart, like real profiling jobs), taking the simulated durations without sleeping.

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pal_slurm.errors import PalError
-from pal_slurm.placement.model import DEFAULT_POLICY, Cluster
+from pal_slurm.placement.model import DEFAULT_POLICY, Cluster, PlacementContext
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.replay.harness import ArmRun, run_arm
 from pal_slurm.replay.plan import ReplayPlan, check_cluster
@@ -122,7 +122,9 @@ def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings,
     estimate = RuntimeEstimate.from_learned(learned or {}) if arm == "pal+history" else RuntimeEstimate(kind="limit")
     policy = get_policy(settings.placer_policy if pal else BASELINE_POLICY)
     lat = settings.latencies.get(arm, Latencies())
-    opts = EventOptions(visible_after_s=plan.to_trace_s(lat.visible_after_s),
+    # the classes the placer tells the filter not to hold: visible at once, as on the cluster
+    unheld = policy.classes_left_to_slurm(cluster.perfvar, PlacementContext()) if pal else frozenset()
+    opts = EventOptions(unheld_classes=unheld, visible_after_s=plan.to_trace_s(lat.visible_after_s),
                         start_latency_s=plan.to_trace_s(lat.start_latency_s),
                         release_latency_s=plan.to_trace_s(lat.release_latency_s),
                         order="fifo", locality_penalty=settings.locality_penalty,
@@ -186,6 +188,17 @@ def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_ur
             notes.append(f"runtime history: {len(history)} earlier runs; learned estimates for {len(learned)} of "
                          f"{len(plan.jobs)} jobs")
             say(f"arm {arm}: learned runtimes for {len(learned)} of {len(plan.jobs)} jobs")
+        if calibrate and arm in PAL_ARMS and "slurm" not in latencies:
+            # no slurm arm before it (the arms run side by side on two clusters): measure
+            # plain Slurm's dispatch here, so the hold is told apart from it
+            with arm_running("slurm", handle, db_url=db_url, work_dir=arm_dir, settings=settings, horizon_s=0.0,
+                             notes=notes, say=say):
+                cal = run_arm(calibration_plan(plan.nodes, plan.gpus_per_node), arm="slurm",
+                              work_dir=arm_dir / "calibration-slurm", factors=factors, env=handle.env,
+                              locality_penalty=settings.locality_penalty, overrun_slack_s=overrun_slack_s)
+            latencies["slurm"] = latencies_from(cal)
+            say(f"arm {arm}: plain Slurm's latencies on this cluster (real s) {latencies['slurm'].as_dict()}")
+            _wait_idle(handle.env)
         with arm_running(arm, handle, db_url=db_url, work_dir=arm_dir, settings=settings, horizon_s=plan.to_real_s(
                 max(j.submit_time for j in plan.trace.jobs)), notes=notes, say=say):
             if calibrate:
@@ -193,9 +206,6 @@ def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_ur
                               work_dir=arm_dir / "calibration", factors=factors, env=handle.env,
                               locality_penalty=settings.locality_penalty, overrun_slack_s=overrun_slack_s)
                 slurm = latencies.get("slurm")
-                if arm in PAL_ARMS and slurm is None:
-                    notes.append("no slurm arm calibrated first: the placer's whole hold is counted as start "
-                                 "latency (GPUs held), none as Slurm's own dispatch")
                 latencies[arm] = latencies_from(cal, dispatch_s=slurm.start_latency_s if arm in PAL_ARMS and slurm
                                                 else None)
                 say(f"arm {arm}: calibrated latencies (real s) {latencies[arm].as_dict()}")

@@ -129,6 +129,21 @@ def first_jobs(trace: Trace, count: int) -> Trace:
     return Trace(name=trace.name, jobs=tuple(jobs), skipped=trace.skipped)
 
 
+def capped_runtimes(trace: Trace, hours: float) -> Trace:
+    """Every job's work cut to at most `hours` on a median GPU: the same jobs, shapes and
+    arrivals, with the few multi-day jobs that decide a Philly trace's makespan (and most of
+    a replay's wall time) shortened; a short evaluation keeps the queue they build."""
+    if not hours > 0:
+        raise ValueError(f"the runtime cap must be > 0 trace hours, got {hours:g}")
+    cap_s = hours * 3600.0
+    jobs = []
+    for j in trace.jobs:
+        if j.nominal_runtime_s > cap_s:
+            j = replace(j, work=j.work * cap_s / j.nominal_runtime_s)
+        jobs.append(j)
+    return Trace(name=f"{trace.name}-cap{hours:g}h", jobs=tuple(jobs), skipped=trace.skipped)
+
+
 def check_cluster(plan: ReplayPlan, node_gpus: dict[str, int]) -> None:
     """InputError naming the widest job and the real cluster when the cluster Slurm has
     (node -> GPUs of schedulable nodes) cannot run every job of the plan."""

@@ -4,7 +4,7 @@ Why: the honest alternative to variability-aware placement is not "do nothing" b
 the bad GPUs and schedule as Slurm does". A policy only earns its keep if it beats Slurm
 on the cluster an operator would be left with after following the drain recommendation.
 
-Rules, the same as the recommendation's (pal_slurm.actions): a GPU whose raw PerfVar for
+Rules, the same as the recommendation's (pal_slurm.classification.actions): a GPU whose raw PerfVar for
 any compute class (A, B, C: ResNet-50 and BERT profiles) is >= ``[report] drain_perfvar``
 drains its whole node, because Slurm drains nodes, not GPUs. The GPUs left keep their
 factors (nobody re-classifies the fleet after a drain). Pure: clusters and traces in.
@@ -17,7 +17,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pal_slurm.actions import ActionPolicy
+from pal_slurm.classification.actions import ActionPolicy
 from pal_slurm.errors import InputError
 from pal_slurm.placement.model import Cluster, GpuRef
 from pal_slurm.simulate.fleets import COMPUTE_CLASSES, VariabilityModel

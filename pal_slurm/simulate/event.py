@@ -60,6 +60,10 @@ class EventOptions:
     visible_after_s: float = 0.0
     start_latency_s: float = 0.0
     release_latency_s: float = 0.0
+    #: job classes the submit filter does not hold (the placer publishes them: nothing to
+    #: choose among their GPUs), so `visible_after_s` does not apply to them; they still
+    #: queue in submission order, as Slurm ranks a released job by its age
+    unheld_classes: frozenset[str] = frozenset()
 
 
 #: called with every decision (snapshot, queue, whether it was a backfill pass, decision):
@@ -77,7 +81,12 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     order = get_order(options.order)
     ctx = PlacementContext(locality_penalty=options.locality_penalty, rng=random.Random(options.seed),
                            wait_fraction=options.wait_fraction, max_wait_s=options.max_wait_s)
-    jobs = sorted(trace.jobs, key=lambda j: j.submit_time)  # stable: file order on ties
+    unheld = options.unheld_classes
+
+    def seen_at(j: TraceJob) -> float:
+        return j.submit_time + (0.0 if j.job_class in unheld else options.visible_after_s)
+
+    jobs = sorted(trace.jobs, key=seen_at if unheld else lambda j: j.submit_time)  # stable: file order on ties
     by_id = {j.job_id: j for j in jobs}
     if len(by_id) != len(jobs):
         raise ValueError(f"{trace.name}: job ids are not unique")
@@ -101,10 +110,10 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     bf_dirty = False  # an arrival or completion since the last backfill pass
     running_view = MappingProxyType(running)
     ends_view = MappingProxyType(ends)
-    visible, dispatch, release = options.visible_after_s, options.start_latency_s, options.release_latency_s
+    dispatch, release = options.start_latency_s, options.release_latency_s
     shaped = _shaper(cluster)
     while i < len(jobs) or finish_heap:
-        t_arr = jobs[i].submit_time + visible if i < len(jobs) else math.inf
+        t_arr = seen_at(jobs[i]) if i < len(jobs) else math.inf
         t_fin = finish_heap[0][0] if finish_heap else math.inf
         # a backfill pass is an event of its own when one is due and could do something
         t_bf = max(next_bf, now) if policy.backfills and bf_dirty and waiting and free else math.inf
@@ -121,15 +130,18 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             if progress is not None:
                 progress(len(outcomes))
         arrived = False
-        while i < len(jobs) and jobs[i].submit_time + visible <= now:
+        while i < len(jobs) and seen_at(jobs[i]) <= now:
             j = jobs[i]
             per_node = j.gpus_per_node
             if per_node is None and options.shapes == "slurm":
                 per_node = shaped(j.num_gpus)
-            waiting.append(JobRequest(id=j.job_id, gpus=j.num_gpus, job_class=j.job_class, submit_time=j.submit_time,
-                                      gpus_per_node=per_node, remaining_s=estimate.before_start(j),
-                                      same_slots=options.same_slots and per_node is not None
-                                      and j.num_gpus > per_node))
+            req = JobRequest(id=j.job_id, gpus=j.num_gpus, job_class=j.job_class, submit_time=j.submit_time,
+                             gpus_per_node=per_node, remaining_s=estimate.before_start(j),
+                             same_slots=options.same_slots and per_node is not None and j.num_gpus > per_node)
+            if unheld:  # seen out of submission order: queue it by its age
+                bisect.insort_right(waiting, req, key=lambda r: r.submit_time)
+            else:
+                waiting.append(req)
             i += 1
             arrived = True
             bf_dirty = True

@@ -153,12 +153,9 @@ _ALLOC = re.compile(r"(?P<body>[^,(]+?)(?:\((?P<paren>[^)]*)\))?(?:,|$)")
 
 
 @dataclass(frozen=True)
-class GresUse:
-    """One entry of gres_used / gres_detail: how many of a (name, type) and at which indices."""
+class GresUse(GresItem):
+    """One entry of gres_used / gres_detail: a `GresItem` and the indices it holds."""
 
-    name: str
-    type: str | None
-    count: int
     indices: tuple[int, ...]
 
 

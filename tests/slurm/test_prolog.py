@@ -90,7 +90,7 @@ def test_agent_profiles_a_real_slurm_job(slurm_cluster, tmp_path: Path) -> None:
     from pal_slurm.db.engine import make_engine, session_scope
     from pal_slurm.db.models import JobProfile
     from pal_slurm.gpu.simulated import SimBackend
-    from pal_slurm.simulated_fleet import make_fleet
+    from pal_slurm.gpu.simulated_fleet import make_fleet
 
     url = f"sqlite:///{tmp_path / 'pal.db'}"
     engine = make_engine(url)

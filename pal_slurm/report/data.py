@@ -11,10 +11,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from pal_slurm.actions import ACTION_ORDER, ActionPolicy, Finding, GpuAction, grade_gpu
-from pal_slurm.classify import percentile_summary
+from pal_slurm.classification.actions import ACTION_ORDER, ActionPolicy, Finding, GpuAction, grade_gpu
+from pal_slurm.classification.classify import percentile_summary
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
-from pal_slurm.numfmt import DIGITS, fmt_num
+from pal_slurm.report.numfmt import DIGITS, fmt_num
 
 __all__ = ["DIGITS", "PERFVAR_MEANING", "REPORT_FORMAT", "SLOWDOWN_MEANING", "bins_text", "build_report",
            "explain_gpu", "fmt_num", "gpu_rows", "grade_outliers", "group_summary", "identity_text", "regular_bins",
@@ -50,7 +50,7 @@ def _group_item(model: str, benchmark: str, rows: Sequence[ResultRow], bins: Seq
         "unprofiled": len(rows) - len(profiled),
         "perfvar": percentile_summary([r.perfvar for r in profiled]) if profiled else None,
         "bins": [
-            {"bin": b.bin, "slowdown": b.slowdown, "gpus": b.gpus, "outlier": b.outlier, "fast": b.fast,
+            {"bin": b.index, "slowdown": b.slowdown, "gpus": b.gpus, "outlier": b.outlier, "fast": b.fast,
              "centroid": b.centroid, "low": b.low, "high": b.high}
             for b in bins
         ],
@@ -225,7 +225,7 @@ def explain_gpu(stored: StoredClassification, uuid: str) -> dict[str, Any]:
         group = bins.get((r.model, r.benchmark), [])
         regular = [b for b in group if not b.outlier and b.slowdown]
         anchor = regular[0].centroid / regular[0].slowdown if regular else None
-        own = next((b for b in group if b.bin == r.bin), None)
+        own = next((b for b in group if b.index == r.bin), None)
         item: dict[str, Any] = {
             "benchmark": r.benchmark, "job_classes": classes_of.get(r.benchmark, []), "runs": r.runs,
             "perfvar": r.perfvar, "bin": r.bin, "bin_slowdown": own.slowdown if own else None,

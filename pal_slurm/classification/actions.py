@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from pal_slurm.numfmt import fmt_num
+from pal_slurm.report.numfmt import fmt_num
 
 PLACEMENT = "placement"
 REPROFILE = "re-profile"

@@ -6,99 +6,28 @@ profile records by model and benchmark and calls :func:`classify_group` once
 per group, so that every model is normalised against its own fleet (an A100
 is never "slow" merely because it is compared with H100s).
 
-Pipeline (docs/classification.md says the same for operators):
+The method, and why each step is as it is, is docs/classification.md. :func:`classify_group`
+runs it as one function per step:
 
-1. **Per-GPU score.** The median of the GPU's *valid* runs. A run is invalid
-   when its score is NaN, infinite, non-positive or not a number at all;
-   invalid runs are dropped, never fatal, because one broken benchmark run
-   must not stop a whole classification. A run more than ``params.run_ratio``
-   times off the GPU's own median is a broken run too (a timer in the wrong
-   unit); it is dropped and the median taken again (:func:`robust_median`).
-   A GPU with fewer than ``params.min_runs`` runs left is *unprofiled*: it
-   gets no PerfVar, bin or slowdown. We never guess a value for it, because a
-   wrong guess would steer jobs onto a GPU we know nothing about.
+1. :func:`_scores`: each GPU's median score; too few valid runs and it is unprofiled.
+2. :func:`_outliers`: slow and fast outliers, by median and MAD.
+3. :func:`_perfvars`: PerfVar against the regular GPUs, and the measurement noise.
+4. :func:`_cluster`: the regular GPUs' bins (optimal 1-D k-means; K by BIC, then by noise).
+5. :func:`_anchored`, :func:`_gpu_factors`: slowdown factors, anchored to the typical GPU.
+6. :func:`_hysteresis`: a GPU near its previous bin keeps it.
 
-2. **Outliers, both sides** (on a first-pass PerfVar against all profiled
-   GPUs). With ``m = median(PerfVar)``, ``MAD = median(|PerfVar - m|)`` and
-   ``t = max(params.outlier_min_excess, params.outlier_z * 1.4826 * MAD)``
-   (the modified z-score test ``0.6745 * (x - m) / MAD > outlier_z`` of
-   Iglewicz & Hoaglin solved for x; median/MAD rather than mean/std, which a
-   few very slow GPUs inflate to hide themselves; ``outlier_min_excess``
-   guards MAD = 0), a GPU is a *slow* outlier iff ``PerfVar - m > t`` and a
-   *fast* outlier iff ``m - PerfVar > t``. A fast outlier is a measurement
-   to check, not a speed-up: its factor is 1.0 (the typical GPU's), so no
-   placement policy chases it. Every outlier gets a bin of its own and is left
-   out of steps 3-6, so no single GPU can move another GPU's factor.
-
-3. **PerfVar.** ``fleet = median(per-GPU medians of the regular GPUs)``;
-   ``PerfVar(g) = median(g) / fleet`` when lower scores are better (times)
-   and ``fleet / median(g)`` when higher is better (throughputs). Either way
-   PerfVar > 1 means "slower than the typical GPU", and a GPU with half the
-   throughput has PerfVar 2.0, exactly as one taking twice the time. Each
-   GPU's *noise* is the standard error of its PerfVar from its runs,
-   ``sqrt(pi/2) * sd / sqrt(runs)`` (a median's); the pooled noise is the mean
-   squared noise of the regular GPUs, each clipped at ``NOISE_CLIP`` x their
-   median (the median of such chi-square-like values is well below their mean
-   and would split fleets of identical GPUs).
-
-4. **Number of bins.** The regular PerfVars are clustered with *optimal* 1-D
-   k-means (``kmeans1d``, an exact dynamic program: no random start). K is
-   first chosen by the Bayesian information criterion over ``K = 1 ..
-   min(max_bins, distinct values)``, as Ckmeans.1d.dp does: each K's hard
-   partition defines a Gaussian mixture (weights ``n_k / n``, the cluster
-   means, the unbiased within-cluster variances; a one-member cluster uses
-   ``d^2`` and a zero-variance one ``d^2 / 36``, ``d`` the gap to the nearest
-   outside value; every variance floored at ``(1e-4 * median)^2``),
-   ``BIC = -2 L + (3K - 1) ln n``, the smallest wins, ties to the smaller K.
-   Only partitions whose adjacent centroids differ by at least
-   ``min_bin_gap`` compete (tiers tighter than benchmark noise are useless to
-   a scheduler). ``method = "pal-k2"`` fixes K = 2 instead (the PAL artifact).
-   ``method = "shrink"`` (the default) then raises K until every bin is
-   within measurement noise (:func:`_resolve_partition`): BIC only asks
-   whether there is more than one hump, and a continuous spread -- what real
-   fleets have -- has one.
-
-5. **Slowdown factors, anchored.** Bins are ordered by centroid (mean PerfVar
-   of their clustering members): fast outliers first, then the regular bins,
-   then the slow outliers. ``slowdown(bin) = centroid / anchor``, the anchor
-   the interquartile mean of the regular GPUs, each counted at its bin's
-   centroid (:func:`_middle_half_mean`): continuous in the fleet, so one GPU
-   more or less never flips the scale, and exactly the typical bin's centroid
-   (that bin reads 1.0) whenever the middle half of the regular GPUs lies in
-   one bin; fast outlier bins read 1.0. With methods ``bic`` and ``pal-k2`` a GPU's factor is
-   its bin's. With ``shrink`` it is its own PerfVar shrunk toward its bin's
-   centroid by its own noise (empirical Bayes): ``c + w (PerfVar - c)``,
-   ``w = tau^2 / (tau^2 + noise^2)``, ``tau^2 = max(0, within-bin variance -
-   pooled noise^2)``, divided by the same anchor. A slow outlier's factor is
-   its PerfVar over the anchor.
-
-6. **Hysteresis** (``params.hysteresis = h > 0`` and ``previous`` given).
-   Re-profiling moves PerfVars a little, and a GPU sitting near a bin
-   boundary would otherwise flip bins at every classification run, which
-   churns the scheduler's placement decisions for no real reason. So a
-   profiled, regular GPU with a previous slowdown factor is kept in the
-   regular bin whose (new) slowdown is closest to its previous slowdown, as
-   long as its new PerfVar lies within that bin's ``[low - h, high + h]``
-   (``low``/``high`` = the bin's member range from the clustering, ``h`` in
-   PerfVar units); otherwise it takes its new bin. After the moves each bin's
-   ``gpus``/``low``/``high`` are recomputed from its final members while
-   centroids, bin factors and the anchor stay those of the clustering, so the
-   scale is stable; a kept GPU's own factor (``shrink``) is shrunk toward the
-   bin it kept. A regular bin left with no member is dropped and the bins are
-   re-indexed (``k_regular`` still reports the K that was chosen).
-
-7. **Determinism.** The same input, in any mapping order and any run order,
-   gives an identical result: GPUs are processed sorted by ``(PerfVar,
-   uuid)``, medians are taken of sorted values, means use ``math.fsum``
-   (exactly rounded, so independent of summation order) and every tie has an
-   explicit rule. Nothing is rounded internally.
+Determinism: the same input, in any mapping order and any run order, gives an
+identical result: GPUs are processed sorted by ``(PerfVar, uuid)``, medians are
+taken of sorted values, means use ``math.fsum`` (exactly rounded, so independent
+of summation order) and every tie has an explicit rule. Nothing is rounded internally.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import kmeans1d
 import numpy as np
@@ -106,6 +35,7 @@ import numpy as np
 __all__ = [
     "Bin",
     "ClassifyParams",
+    "GpuOutcome",
     "GpuResult",
     "GroupResult",
     "METHODS",
@@ -140,7 +70,7 @@ class ClassifyParams:
         outlier_min_excess: an outlier's PerfVar must also exceed the median
             PerfVar by at least this much; guards MAD = 0 (identical GPUs).
         hysteresis: PerfVar margin within which a GPU keeps its previous bin
-            (0 = off); see the module docstring.
+            (0 = off); docs/classification.md, step 7.
         min_bin_gap: adjacent regular bins must have centroids at least this
             far apart (PerfVar units; 0.01 = 1 %): BIC alone splits tiers that
             are tighter than benchmark noise, which a scheduler cannot use.
@@ -148,8 +78,8 @@ class ClassifyParams:
             further until every bin is within measurement noise, and each GPU's
             factor its own PerfVar shrunk toward its bin by its own noise;
             ``bic``: BIC's K, one factor per bin; ``pal-k2``: K = 2 plus
-            outliers, one factor per bin (the PAL artifact). See the module
-            docstring and docs/classification.md for the comparison.
+            outliers, one factor per bin (the PAL artifact). docs/classification.md,
+            "Methods", compares them.
         run_ratio: a run more than this many times off its GPU's own median is a
             broken run and is dropped (0 = keep every valid run).
     """
@@ -190,19 +120,19 @@ class ClassifyParams:
 
 
 @dataclass(frozen=True)
-class GpuResult:
-    """Outcome for one GPU of the group.
+class GpuOutcome:
+    """One GPU's classification in one group: what :func:`classify_group` gives it
+    (:class:`GpuResult`) and what a stored classification keeps of it
+    (`db/classification_store.ResultRow`).
 
     ``median_score`` is the median of the GPU's valid runs (also reported for
     an unprofiled GPU that has some valid runs, for information; None when it
     has none). ``perfvar``, ``bin`` and ``slowdown`` are None when the GPU is
-    unprofiled. ``bin`` indexes :attr:`GroupResult.bins`. ``slowdown`` is the
+    unprofiled. ``bin`` indexes the group's bins. ``slowdown`` is the
     GPU's own factor: its bin's for methods ``bic`` and ``pal-k2``, its shrunk
     PerfVar for ``shrink``. ``fast`` marks an outlier that is suspiciously
     *fast* ("fast: check the measurement"; its factor is 1.0, the typical
-    GPU's). ``noise`` is the standard error of its PerfVar from the spread of
-    its runs (None with fewer than two); ``dropped`` counts runs dropped as
-    broken (more than ``run_ratio`` off its own median).
+    GPU's).
     """
 
     uuid: str
@@ -214,6 +144,17 @@ class GpuResult:
     outlier: bool
     profiled: bool
     fast: bool = False
+
+
+@dataclass(frozen=True)
+class GpuResult(GpuOutcome):
+    """Outcome for one GPU of the group, with what only the classification itself knows.
+
+    ``noise`` is the standard error of its PerfVar from the spread of
+    its runs (None with fewer than two); ``dropped`` counts runs dropped as
+    broken (more than ``run_ratio`` off its own median).
+    """
+
     noise: float | None = None
     dropped: int = 0
 
@@ -458,6 +399,52 @@ def _resolve_partition(values: list[float], segments: list[tuple[int, int]], max
     return best, f"K={len(best)}: bins still wider than measurement noise, limited by {why}"
 
 
+@dataclass(frozen=True)
+class _Scores:
+    """Step 1's outcome: each GPU's median score, the runs it kept, and who is profiled."""
+
+    uuids: list[str]  # every GPU of the group, sorted
+    medians: dict[str, float | None]  # None: no valid run
+    kept: dict[str, list[float]]  # the valid runs left after dropping broken ones, sorted
+    dropped: dict[str, int]  # runs dropped as broken
+    profiled: list[str]  # GPUs with at least min_runs runs kept, sorted
+
+    def unprofiled(self, u: str) -> GpuResult:
+        """A GPU that gets no PerfVar, bin or slowdown: never a guessed value."""
+        return GpuResult(u, len(self.kept[u]), self.medians[u], None, None, None, False, False,
+                         dropped=self.dropped[u])
+
+
+@dataclass(frozen=True)
+class _PerfVar:
+    """Step 3's outcome: PerfVar and noise against the regular GPUs, and the GPUs in order."""
+
+    fleet: float  # the median score of the regular GPUs: what PerfVar is relative to
+    perfvar: dict[str, float]  # every profiled GPU
+    noise: dict[str, float | None]  # its PerfVar's standard error; None with fewer than two runs
+    noise_var: float | None  # the pooled squared noise of the regular GPUs; None when none has two runs
+    order: list[str]  # the profiled GPUs sorted by (PerfVar, uuid)
+    regular: list[str]  # the same order without the outliers
+
+
+@dataclass(frozen=True)
+class _Tiers:
+    """Steps 4 and 5: the bins in ascending centroid (fast outliers, regular bins, slow outliers),
+    each with its clustering members, centroid and slowdown, and the anchor they are divided by."""
+
+    members: list[tuple[list[str], str]]  # (GPUs sorted by PerfVar, "fast" | "" | "slow")
+    centroids: list[float]
+    slowdowns: list[float]
+    anchor: float
+    bin_of: dict[str, int]  # each profiled GPU's bin from the clustering
+    k_regular: int
+    criterion: str
+
+    @property
+    def regular_bins(self) -> list[int]:
+        return [i for i, (_, kind) in enumerate(self.members) if not kind]
+
+
 def classify_group(
     runs: Mapping[str, Sequence[float]],
     *,
@@ -476,52 +463,69 @@ def classify_group(
         previous: uuid -> slowdown factor from the previous classification run,
             used only when ``params.hysteresis > 0``.
 
-    Returns:
-        A :class:`GroupResult`; see the module docstring for the method.
+    The steps the module docstring numbers, in order; each GPU's own factor (step 5) comes
+    after the hysteresis (step 6), so that a GPU kept in its bin is shrunk toward that bin.
     """
-    uuids = sorted(runs)
-    valid = {u: sorted(_valid_scores(runs[u])) for u in uuids}
-    medians: dict[str, float | None] = {}
-    kept_runs: dict[str, list[float]] = {}
-    for u, v in valid.items():
-        if v:
-            medians[u], kept_runs[u] = robust_median(v, params.run_ratio)
-        else:
-            medians[u], kept_runs[u] = None, []
-    dropped = {u: len(valid[u]) - len(kept_runs[u]) for u in uuids}
-    profiled = [u for u in uuids if len(valid[u]) - dropped[u] >= params.min_runs]
-
-    def unprofiled(u: str) -> GpuResult:
-        return GpuResult(u, len(valid[u]) - dropped[u], medians[u], None, None, None, False, False,
-                         dropped=dropped[u])
-
-    if not profiled:
+    scores = _scores(runs, params)
+    if not scores.profiled:
         return GroupResult(None, 0, "no profiled GPU (none has min_runs valid runs)", (),
-                           tuple(unprofiled(u) for u in uuids), method=params.method)
+                           tuple(scores.unprofiled(u) for u in scores.uuids), method=params.method)
 
     def normalise(fleet: float, score: float) -> float:
         return score / fleet if lower_is_better else fleet / score
 
-    # Pass 1: PerfVar against all profiled GPUs, to find the outliers (both sides).
-    fleet = _median_sorted(sorted(medians[u] for u in profiled))  # type: ignore[type-var]
-    pv1 = {u: normalise(fleet, medians[u]) for u in profiled}  # type: ignore[arg-type]
+    slow, fast = _outliers(scores, normalise, params)
+    pv = _perfvars(scores, slow, fast, normalise)
+    tiers = _anchored(pv, slow, fast, *_cluster(pv, params))
+    bin_of = _hysteresis(tiers, pv, params, previous)
+    factor = _gpu_factors(tiers, bin_of, pv, slow, params)
+    return _result(scores, pv, tiers, bin_of, factor, slow, fast, params)
+
+
+def _scores(runs: Mapping[str, Sequence[float]], params: ClassifyParams) -> _Scores:
+    """Step 1: each GPU's median of its valid runs, broken runs dropped (:func:`robust_median`);
+    a GPU with fewer than ``min_runs`` runs left is unprofiled."""
+    uuids = sorted(runs)
+    medians: dict[str, float | None] = {}
+    kept: dict[str, list[float]] = {}
+    dropped: dict[str, int] = {}
+    for u in uuids:
+        valid = sorted(_valid_scores(runs[u]))
+        medians[u], kept[u] = robust_median(valid, params.run_ratio) if valid else (None, [])
+        dropped[u] = len(valid) - len(kept[u])
+    profiled = [u for u in uuids if len(kept[u]) >= params.min_runs]
+    return _Scores(uuids, medians, kept, dropped, profiled)
+
+
+def _outliers(scores: _Scores, normalise: Callable[[float, float], float],
+              params: ClassifyParams) -> tuple[set[str], set[str]]:
+    """Step 2: (slow, fast) outliers, on a first-pass PerfVar against every profiled GPU, by the
+    modified z-score test (median and MAD, which a few very slow GPUs cannot inflate)."""
+    profiled = scores.profiled
+    fleet = _median_sorted(sorted(scores.medians[u] for u in profiled))  # type: ignore[type-var]
+    pv1 = {u: normalise(fleet, scores.medians[u]) for u in profiled}  # type: ignore[arg-type]
     pv_sorted = sorted(pv1.values())
     pv_med = _median_sorted(pv_sorted)
     mad = _median_sorted(sorted(abs(v - pv_med) for v in pv_sorted))
     threshold = max(params.outlier_min_excess, params.outlier_z * MAD_TO_SIGMA * mad)
     slow = {u for u in profiled if pv1[u] - pv_med > threshold}
     fast = {u for u in profiled if pv_med - pv1[u] > threshold}
-    regular_set = [u for u in profiled if u not in slow and u not in fast]
-    if not regular_set:  # only with outlier_z = outlier_min_excess = 0 and no GPU exactly at the median
-        slow, fast, regular_set = set(), set(), list(profiled)
+    if len(slow) + len(fast) == len(profiled):  # only with outlier_z = outlier_min_excess = 0
+        return set(), set()  # and no GPU exactly at the median
+    return slow, fast
 
-    # Pass 2: PerfVar against the regular GPUs only, so an outlier (or a broken measurement)
-    # never rescales the healthy GPUs.
-    fleet = _median_sorted(sorted(medians[u] for u in regular_set))  # type: ignore[type-var]
-    perfvar = {u: normalise(fleet, medians[u]) for u in profiled}  # type: ignore[arg-type]
+
+def _perfvars(scores: _Scores, slow: set[str], fast: set[str],
+              normalise: Callable[[float, float], float]) -> _PerfVar:
+    """Step 3: PerfVar against the regular GPUs only (an outlier, or a broken measurement, never
+    rescales the healthy GPUs), each GPU's noise from its runs and the pooled noise."""
+    profiled = scores.profiled
+    regular_set = [u for u in profiled if u not in slow and u not in fast]
+    fleet = _median_sorted(sorted(scores.medians[u] for u in regular_set))  # type: ignore[type-var]
+    perfvar = {u: normalise(fleet, scores.medians[u]) for u in profiled}  # type: ignore[arg-type]
     noise: dict[str, float | None] = {}
     for u in profiled:
-        kept = [normalise(fleet, s) for s in kept_runs[u]]
+        kept = [normalise(fleet, s) for s in scores.kept[u]]
         med = perfvar[u]
         if len(kept) < 2:
             noise[u] = None
@@ -541,95 +545,123 @@ def classify_group(
     if known:
         cap = NOISE_CLIP * _median_sorted(known)
         noise_var = max(_mean([min(v, cap) for v in known]), floor_var)
+    return _PerfVar(fleet, perfvar, noise, noise_var, order, regular)
 
-    # Cluster the regular GPUs (sorted by (PerfVar, uuid)).
-    reg_values = [perfvar[u] for u in regular]
+
+def _cluster(pv: _PerfVar, params: ClassifyParams) -> tuple[list[tuple[int, int]], str]:
+    """Step 4: the regular GPUs (sorted by (PerfVar, uuid)) as contiguous bins, and how K was
+    chosen: BIC (:func:`_choose_partition`), raised until every bin is within measurement noise
+    for ``shrink`` (:func:`_resolve_partition`), or fixed at 2 for ``pal-k2``."""
+    reg_values = [pv.perfvar[u] for u in pv.regular]
     if params.method == "pal-k2":
         distinct = len(set(reg_values))
         k = min(2, distinct, params.max_bins)
-        segments = [(0, len(regular))] if k == 1 else _segments_from_labels(kmeans1d.cluster(reg_values, 2).clusters)
+        segments = ([(0, len(pv.regular))] if k == 1
+                    else _segments_from_labels(kmeans1d.cluster(reg_values, 2).clusters))
         assert segments is not None
-        criterion = f"K={len(segments)} fixed, as the PAL artifact (method pal-k2)"
-    else:
-        segments, criterion = _choose_partition(reg_values, params.max_bins, params.min_bin_gap)
-        if params.method == "shrink" and noise_var is not None:
-            segments, why = _resolve_partition(reg_values, segments, params.max_bins, params.min_bin_gap, noise_var)
-            criterion = f"{criterion}; {why} (method shrink)"
-    k_regular = len(segments)
-    members: list[tuple[list[str], str]] = [([u], "fast") for u in order if u in fast]
-    members.extend((regular[s:e], "") for s, e in segments)
-    members.extend(([u], "slow") for u in order if u in slow)
+        return segments, f"K={len(segments)} fixed, as the PAL artifact (method pal-k2)"
+    segments, criterion = _choose_partition(reg_values, params.max_bins, params.min_bin_gap)
+    if params.method == "shrink" and pv.noise_var is not None:
+        segments, why = _resolve_partition(reg_values, segments, params.max_bins, params.min_bin_gap, pv.noise_var)
+        criterion = f"{criterion}; {why} (method shrink)"
+    return segments, criterion
 
-    centroids = [_mean([perfvar[u] for u in ms]) for ms, _ in members]
+
+def _anchored(pv: _PerfVar, slow: set[str], fast: set[str], segments: list[tuple[int, int]],
+              criterion: str) -> _Tiers:
+    """Step 5, the bins' factors: every outlier a bin of its own around the regular bins, each
+    bin's factor its centroid over the anchor (:func:`_middle_half_mean` of the regular GPUs at
+    their bins' centroids); a fast outlier's bin reads 1.0."""
+    members: list[tuple[list[str], str]] = [([u], "fast") for u in pv.order if u in fast]
+    members.extend((pv.regular[s:e], "") for s, e in segments)
+    members.extend(([u], "slow") for u in pv.order if u in slow)
+    centroids = [_mean([pv.perfvar[u] for u in ms]) for ms, _ in members]
     bin_of = {u: i for i, (ms, _) in enumerate(members) for u in ms}
-    # The anchor: the middle half of the regular GPUs, each at its bin's centroid (_middle_half_mean).
-    anchor = _middle_half_mean([centroids[bin_of[u]] for u in regular])
+    anchor = _middle_half_mean([centroids[bin_of[u]] for u in pv.regular])
     slowdowns = [1.0 if kind == "fast" else c / anchor for c, (_, kind) in zip(centroids, members)]
+    return _Tiers(members, centroids, slowdowns, anchor, bin_of, len(segments), criterion)
 
-    # Hysteresis: keep a GPU in the regular bin closest to its previous slowdown if still near it.
-    reg_idx = [i for i, (_, kind) in enumerate(members) if not kind]
-    if params.hysteresis > 0 and previous:
-        h = params.hysteresis
-        ranges = [(perfvar[ms[0]], perfvar[ms[-1]]) for ms, _ in members]  # members sorted by PerfVar
-        for u in regular:
-            prev = previous.get(u)
-            try:
-                prev_f = float(prev) if prev is not None else math.nan
-            except (TypeError, ValueError):
-                prev_f = math.nan
-            if not math.isfinite(prev_f):
-                continue
-            new = bin_of[u]
-            # closest slowdown; on a tie prefer the GPU's new bin, then the faster bin
-            target = min(reg_idx, key=lambda i: (abs(slowdowns[i] - prev_f), i != new, i))
-            lo, hi = ranges[target]
-            if lo - h <= perfvar[u] <= hi + h:
-                bin_of[u] = target
 
-    # Per-GPU factors: a bin's factor, or (method shrink) the GPU's PerfVar shrunk toward its bin.
-    factor = {u: slowdowns[bin_of[u]] for u in order}
+def _hysteresis(tiers: _Tiers, pv: _PerfVar, params: ClassifyParams,
+                previous: Mapping[str, float] | None) -> dict[str, int]:
+    """Step 6: each GPU's final bin. A regular GPU with a previous slowdown stays in the regular
+    bin whose slowdown is closest to it while its PerfVar lies within that bin's range widened by
+    ``hysteresis``, so re-profiling does not churn GPUs on a bin boundary."""
+    bin_of = dict(tiers.bin_of)
+    if not (params.hysteresis > 0 and previous):
+        return bin_of
+    h = params.hysteresis
+    reg_idx = tiers.regular_bins
+    ranges = [(pv.perfvar[ms[0]], pv.perfvar[ms[-1]]) for ms, _ in tiers.members]  # members sorted by PerfVar
+    for u in pv.regular:
+        prev = previous.get(u)
+        try:
+            prev_f = float(prev) if prev is not None else math.nan
+        except (TypeError, ValueError):
+            prev_f = math.nan
+        if not math.isfinite(prev_f):
+            continue
+        new = bin_of[u]
+        # closest slowdown; on a tie prefer the GPU's new bin, then the faster bin
+        target = min(reg_idx, key=lambda i: (abs(tiers.slowdowns[i] - prev_f), i != new, i))
+        lo, hi = ranges[target]
+        if lo - h <= pv.perfvar[u] <= hi + h:
+            bin_of[u] = target
+    return bin_of
+
+
+def _gpu_factors(tiers: _Tiers, bin_of: dict[str, int], pv: _PerfVar, slow: set[str],
+                 params: ClassifyParams) -> dict[str, float]:
+    """Step 5, each GPU's own factor: its bin's; with ``shrink`` its PerfVar shrunk toward its
+    bin's centroid by its own noise (empirical Bayes); a slow outlier's its PerfVar over the anchor."""
+    factor = {u: tiers.slowdowns[bin_of[u]] for u in pv.order}
     if params.method == "shrink":
-        for i in reg_idx:
-            ms = members[i][0]
+        for i in tiers.regular_bins:
+            ms = tiers.members[i][0]
             if len(ms) < 2:
                 continue
-            xs = [perfvar[u] for u in ms]
-            within = math.fsum((x - centroids[i]) ** 2 for x in xs) / (len(xs) - 1)
-            tau2 = max(0.0, within - (noise_var or 0.0))
-            for u in order:
+            centroid = tiers.centroids[i]
+            xs = [pv.perfvar[u] for u in ms]
+            within = math.fsum((x - centroid) ** 2 for x in xs) / (len(xs) - 1)
+            tau2 = max(0.0, within - (pv.noise_var or 0.0))
+            for u in pv.order:
                 if bin_of[u] != i:
                     continue
-                s2 = noise[u] ** 2 if noise[u] is not None else (noise_var or 0.0)  # type: ignore[operator]
+                noise = pv.noise[u]
+                s2 = noise ** 2 if noise is not None else (pv.noise_var or 0.0)
                 weight = 1.0 if s2 == 0.0 else tau2 / (tau2 + s2)
-                factor[u] = (centroids[i] + weight * (perfvar[u] - centroids[i])) / anchor
+                factor[u] = (centroid + weight * (pv.perfvar[u] - centroid)) / tiers.anchor
     for u in slow:
-        factor[u] = perfvar[u] / anchor
+        factor[u] = pv.perfvar[u] / tiers.anchor
+    return factor
 
-    # Build bins from final membership; drop bins hysteresis emptied and re-index.
-    final: list[list[str]] = [[] for _ in members]
-    for u in order:
+
+def _result(scores: _Scores, pv: _PerfVar, tiers: _Tiers, bin_of: dict[str, int], factor: dict[str, float],
+            slow: set[str], fast: set[str], params: ClassifyParams) -> GroupResult:
+    """The bins from their final members (a bin hysteresis emptied is dropped and the bins are
+    re-indexed; centroids and factors stay the clustering's), and every GPU's result by uuid."""
+    final: list[list[str]] = [[] for _ in tiers.members]
+    for u in pv.order:
         final[bin_of[u]].append(u)
     bins: list[Bin] = []
     new_index: dict[int, int] = {}
-    for i, ((_, kind), ms) in enumerate(zip(members, final)):
+    for i, ((_, kind), ms) in enumerate(zip(tiers.members, final)):
         if not ms:
             continue
         new_index[i] = len(bins)
-        vals = [perfvar[u] for u in ms]
-        bins.append(Bin(len(bins), centroids[i], slowdowns[i], len(ms), bool(kind), min(vals), max(vals),
+        vals = [pv.perfvar[u] for u in ms]
+        bins.append(Bin(len(bins), tiers.centroids[i], tiers.slowdowns[i], len(ms), bool(kind), min(vals), max(vals),
                         fast=kind == "fast"))
-
-    gpus_out: list[GpuResult] = []
-    for u in uuids:
-        if u in perfvar:
-            gpus_out.append(
-                GpuResult(u, len(valid[u]) - dropped[u], medians[u], perfvar[u], new_index[bin_of[u]], factor[u],
-                          u in slow or u in fast, True, fast=u in fast, noise=noise[u], dropped=dropped[u])
-            )
+    gpus: list[GpuResult] = []
+    for u in scores.uuids:
+        if u in pv.perfvar:
+            gpus.append(GpuResult(u, len(scores.kept[u]), scores.medians[u], pv.perfvar[u], new_index[bin_of[u]],
+                                  factor[u], u in slow or u in fast, True, fast=u in fast, noise=pv.noise[u],
+                                  dropped=scores.dropped[u]))
         else:
-            gpus_out.append(unprofiled(u))
-    return GroupResult(fleet, k_regular, criterion, tuple(bins), tuple(gpus_out), method=params.method,
-                       noise=None if noise_var is None else math.sqrt(noise_var))
+            gpus.append(scores.unprofiled(u))
+    return GroupResult(pv.fleet, tiers.k_regular, tiers.criterion, tuple(bins), tuple(gpus), method=params.method,
+                       noise=None if pv.noise_var is None else math.sqrt(pv.noise_var))
 
 
 def _middle_half_mean(values: Sequence[float]) -> float:

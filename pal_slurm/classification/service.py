@@ -1,0 +1,106 @@
+"""The classification use case: every stored run classified into a new versioned classification
+(docs/classification.md), with the parameters from the configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine
+
+from pal_slurm.config import PalConfig
+from pal_slurm.db import classification_store as cstore
+from pal_slurm.db.engine import session_scope
+from pal_slurm.db.measurement_store import load_group_runs
+from pal_slurm.db.migrate import require_current
+from pal_slurm.errors import InputError, PalError
+
+if TYPE_CHECKING:
+    from pal_slurm.classification.classify import ClassifyParams
+
+log = logging.getLogger(__name__)
+
+def classify_params(cfg: PalConfig, *, hysteresis: float | None = None, min_runs: int | None = None,
+                    method: str | None = None) -> ClassifyParams:
+    from pal_slurm.classification.classify import ClassifyParams
+
+    c = cfg.classification
+    try:
+        return ClassifyParams(
+            min_runs=c.min_runs if min_runs is None else min_runs,
+            max_bins=c.max_bins,
+            outlier_z=c.outlier_z,
+            outlier_min_excess=c.outlier_min_excess,
+            hysteresis=c.hysteresis if hysteresis is None else hysteresis,
+            min_bin_gap=c.min_bin_gap,
+            method=c.method if method is None else method,
+            run_ratio=c.run_ratio,
+        )
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class ClassifySummary:
+    version: int
+    previous_version: int | None
+    groups: list[dict[str, Any]]
+
+
+def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | None = None,
+                       min_runs: int | None = None, models: Sequence[str] | None = None,
+                       note: str = "", method: str | None = None) -> ClassifySummary:
+    """Classify every (model, benchmark) from all stored runs and store a new versioned run."""
+    from pal_slurm.classification.classify_fleet import assign_job_classes, classify_fleet
+
+    require_current(engine)
+    params = classify_params(cfg, hysteresis=hysteresis, min_runs=min_runs, method=method)
+    class_benchmarks = {name: jc.benchmark for name, jc in cfg.job_classes.items()}
+    with session_scope(engine) as session:
+        groups = load_group_runs(session, models=models)
+        if models:  # a model named that has no runs would be classified as nothing, in silence
+            missing = sorted(set(models) - {g.model for g in groups})
+            if missing:
+                from sqlalchemy import select
+
+                from pal_slurm.db.models import Gpu, ProfileRun
+
+                have = sorted(set(session.scalars(select(Gpu.model).join(ProfileRun, ProfileRun.gpu_id == Gpu.id))))
+                raise InputError(f"no profile runs of model {', '.join(map(repr, missing))}; models with runs: "
+                                 f"{', '.join(have) or 'none (import some with `pal profile import`)'}")
+        if not groups:
+            raise PalError("no profile runs in the database: import some with `pal profile import` first")
+        prev_run = cstore.latest_run(session)
+        previous = cstore.previous_slowdowns(session, prev_run) if prev_run and params.hysteresis > 0 else None
+        classified = classify_fleet(groups, params, previous)
+        all_gpus = cstore.gpus_by_model(session)
+        if models:
+            all_gpus = {m: g for m, g in all_gpus.items() if m in models}
+        assignments = assign_job_classes(classified, class_benchmarks, all_gpus)
+        cstore.sync_job_classes(session, {n: (jc.benchmark, jc.description) for n, jc in cfg.job_classes.items()})
+        run = cstore.save_classification(
+            session, classified, assignments,
+            params={**params.as_dict(), "job_classes": class_benchmarks, "models": list(models or [])},
+            previous_version=prev_run.version if prev_run else None, note=note,
+        )
+        summary = ClassifySummary(
+            version=run.version,
+            previous_version=prev_run.version if prev_run else None,
+            groups=[
+                {"model": c.model, "benchmark": c.benchmark, "gpus": sum(1 for g in c.result.gpus if g.profiled),
+                 "unprofiled": sum(1 for g in c.result.gpus if not g.profiled), "k": c.result.k_regular,
+                 # regular bins, as every report counts them; each outlier's own bin is an outlier
+                 "bins": sum(1 for b in c.result.bins if not b.outlier),
+                 "outliers": sum(1 for g in c.result.gpus if g.outlier),
+                 "fast_outliers": sum(1 for g in c.result.gpus if g.fast),
+                 "criterion": c.result.criterion}
+                for c in classified
+            ],
+        )
+    missing = sorted(set(class_benchmarks.values()) - {c.benchmark for c in classified})
+    for bench in missing:
+        log.warning("no runs of benchmark %r: job classes measured by it are unprofiled", bench)
+    return summary

@@ -1,0 +1,93 @@
+"""The import use case: profile files parsed whole, then stored, one transaction per file.
+
+The CLI (`pal profile import`), the profiler, the demo and tests call these; each opens what it
+needs and returns plain data. The formats are docs/import-formats.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from sqlalchemy import Engine
+
+from pal_slurm.db.engine import session_scope
+from pal_slurm.db.measurement_store import ImportResult, import_records
+from pal_slurm.db.migrate import require_current
+from pal_slurm.errors import InputError
+from pal_slurm.ingest.records import ProfileRecord
+
+log = logging.getLogger(__name__)
+
+ImportFormat = Literal["pal-artifact", "jsonl"]
+
+
+def read_profile_file(path: Path, fmt: ImportFormat, *, benchmark: str | None, model: str | None,
+                      unit: str | None, notes: list[str] | None = None) -> list[ProfileRecord]:
+    """Parse one file (no database): the artifact CSV needs --benchmark and --model.
+
+    `notes` receives what the parser wants the user told (e.g. a device column it ignores)."""
+    if fmt == "pal-artifact":
+        from pal_slurm.ingest.artifact_csv import parse_file as parse_artifact_file
+
+        if not benchmark or not model:
+            raise InputError("--format pal-artifact needs --benchmark NAME and --model NAME (the CSV has neither)")
+        return parse_artifact_file(path, benchmark=benchmark, model=model, unit=unit or "ms", notes=notes)
+    if fmt == "jsonl":
+        from pal_slurm.ingest.jsonl import parse_file as parse_jsonl_file
+
+        if benchmark or model:
+            raise InputError("--benchmark/--model are for --format pal-artifact; JSON-lines files carry both")
+        return parse_jsonl_file(path)
+    raise InputError(f"unknown format {fmt!r}")
+
+
+@dataclass(frozen=True)
+class FileImport:
+    path: str
+    result: ImportResult
+
+
+def import_files(engine: Engine, paths: Sequence[Path], fmt: ImportFormat, *, benchmark: str | None = None,
+                 model: str | None = None, unit: str | None = None, max_factor: float | None = None,
+                 keep_suspect: bool = False) -> list[FileImport]:
+    """Each file is parsed whole first, then written in its own transaction (all or nothing).
+
+    A suspect score is left out (or quarantined with `keep_suspect`) and the import goes on;
+    `max_factor` defaults to pal_slurm.ingest.validate.DEFAULT_MAX_FACTOR. What the user should
+    hear about each file is in its result's `warnings` ("FILE:LINE: reason")."""
+    from pal_slurm.ingest.validate import DEFAULT_MAX_FACTOR
+
+    require_current(engine)
+    done = []
+    for path in paths:
+        notes: list[str] = []
+        records = read_profile_file(path, fmt, benchmark=benchmark, model=model, unit=unit, notes=notes)
+        if not records:  # "0 runs" would read as an import that worked
+            raise InputError("no runs in the file (it is empty, or only blank lines): nothing imported",
+                             source=str(path))
+        with session_scope(engine) as session:
+            result = import_records(session, records, keep_suspect=keep_suspect,
+                                    max_factor=DEFAULT_MAX_FACTOR if max_factor is None else max_factor)
+        result.warnings[:0] = notes
+        log.info("%s: %d runs read, %d added, %d already present", path, result.records, result.added,
+                 result.already_present)
+        done.append(FileImport(str(path), result))
+    return done
+
+
+def identity_summary(engine: Engine) -> dict[str, int]:
+    """How the stored GPUs are identified (pal_slurm.db.measurement_store.IdentityCounts), for the import summary."""
+    from pal_slurm.db.measurement_store import identity_counts
+
+    with session_scope(engine) as session:
+        return identity_counts(session).as_dict()
+
+
+def import_records_now(engine: Engine, records: Sequence[ProfileRecord]) -> ImportResult:
+    require_current(engine)
+    with session_scope(engine) as session:
+        return import_records(session, records)
