@@ -225,7 +225,17 @@ def main() -> int:
                 if arm == "pal+history" and args.history is not None:
                     history = [(f"replay:file:{args.history.name}", args.history.resolve())]
                 elif arm == "pal+history":
-                    mine = {a: rs for (t, a), rs in stored.items() if t == name}
+                    mine = {a: list(rs) for (t, a), rs in stored.items() if t == name}
+                    for other in ("slurm", "pal"):  # results another invocation stored (side by side)
+                        have = {int(r["rep"]) for r in mine.get(other, [])}
+                        for r in range(1, rep + 1):
+                            prior = None if r in have else load_done(
+                                result_path(out, name, r, r, other),
+                                fingerprint({**same, "trace": name, "seed": r, "arm": other}))
+                            if prior is not None:
+                                mine.setdefault(other, []).append(prior)
+                                if not export_path(result_path(out, name, r, r, other)).is_file():
+                                    save_export(result_path(out, name, r, r, other), prior, submitting_user())
                     history = [(history_label(name, r, a), export_path(result_path(out, name, r, r, a)))
                                for r, a in earlier_runs(mine, rep)]
                     history = [(label, f) for label, f in history if f.is_file()]
