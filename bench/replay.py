@@ -32,6 +32,16 @@ Longhorn seed 42 is the paper's fleet), `wide` (parametric: up to ~25 % for clas
 GPUs at 1.5x) and `quiet` (each GPU one real Longhorn GPU, its median run: the no-harm check);
 each is stored as the database's classification the placer, the jobs and the simulator read.
 
+Learned runtimes (--arms slurm,pal,pal+history): after each arm, its finished jobs are written
+beside its result as the `sacct -P` export a site would have of that run (<arm>.sacct; the test
+cluster has no slurmdbd, so the replay's own records stand in for sacct:
+pal_slurm.replay.history). The pal+history arm of repetition r first imports, with
+`pal jobs import-history`, the exports of every other arm of repetitions 1..r that completed
+before it (never its own run), so the placer's estimates are the runtimes it learns from them
+([jobs] runtime_min_jobs = 1: one earlier run of each job per export); the pal arm runs with that
+history removed. --history FILE seeds it with one given export instead. Its prediction uses the
+same learned estimates.
+
 Prints per arm the mean [min-max] over the complete repetitions of real and predicted average
 / median / p99 JCT, makespan, utilization (trace hours) and the variability tax, the
 prediction's difference from the real mean, and pal / slurm (ratio of the means, and the range
@@ -41,7 +51,7 @@ this sitting, one PNG into --out.
 Usage: bench/replay.py [--trace workload-1.csv ...] [--nodes 16] [--gpus-per-node 4]
                        [--seconds-per-hour 10] [--lambda 1.7] [--estimate uniform:1:5:42]
                        [--fleet artifact|wide|quiet] [--seed 42] [--reps 3] [--shake-s 300]
-                       [--jobs N] [--arms slurm,pal] [--placer-interval 0.5]
+                       [--jobs N] [--arms slurm,pal[,pal+history]] [--history FILE] [--placer-interval 0.5]
                        [--out DIR] [--keep-cluster] [--cluster-dir D --ctld-port P --node-port P]
 Run as root (it starts Slurm daemons and creates device files). Ctrl-C cancels the
 arm's jobs and leaves the cluster clean; the cluster is stopped at the end.
@@ -89,7 +99,11 @@ def main() -> int:
     ap.add_argument("--cap-hours", type=float, default=None,
                     help="cut every job's run time to at most this many trace hours (a short evaluation: "
                          "docs/evaluation.md)")
-    ap.add_argument("--arms", default="slurm,pal")
+    ap.add_argument("--arms", default="slurm,pal",
+                    help="of slurm, pal, pal+history (the placer's estimates learned from the sacct exports of the "
+                         "earlier runs: this and earlier repetitions' other arms)")
+    ap.add_argument("--history", type=Path, default=None,
+                    help="seed every pal+history arm with this sacct -P export instead of the earlier runs'")
     ap.add_argument("--policy", default="pal-guard", help="the placer's policy in the pal arm")
     ap.add_argument("--placer-interval", type=float, default=0.5,
                     help="placer cycle, real seconds (0.5: its latency is then ~5 trace minutes at k = 10)")
@@ -107,7 +121,10 @@ def main() -> int:
     from pal_slurm.replay.experiment import ArmSettings, ClusterHandle, configure_database, run_arms
     from pal_slurm.replay.experiment import Latencies
     from pal_slurm.replay.fleet import FLEETS, draw_fleet, inventory, name_fleet, node_name
-    from pal_slurm.replay.repeat import fingerprint, finite, load_done, result_path, save_result
+    from pal_slurm.replay.experiment import ARMS, PAL_ARMS, submitting_user
+    from pal_slurm.replay.history import history_label
+    from pal_slurm.replay.repeat import (earlier_runs, export_path, fingerprint, finite, load_done, result_path,
+                                         save_export, save_result)
     from pal_slurm.simulate.shake import SHAKE_S, shaken
     from pal_slurm.replay.harness import ReplayInterrupted
     from pal_slurm.replay.plan import capped_runtimes, first_jobs, plan_replay
@@ -127,6 +144,11 @@ def main() -> int:
     try:
         if args.fleet not in FLEETS:
             raise ValueError(f"unknown fleet {args.fleet!r}: expected one of {', '.join(FLEETS)}")
+        unknown = [a for a in arms if a not in ARMS]
+        if unknown or not arms:
+            raise ValueError(f"--arms {args.arms!r}: expected some of {', '.join(ARMS)}")
+        if args.history is not None and not args.history.is_file():
+            raise ValueError(f"--history {args.history}: no such file")
         if args.reps < 1:
             raise ValueError(f"--reps must be at least 1, got {args.reps}")
         if shake_s < 0:
@@ -199,25 +221,53 @@ def main() -> int:
                   f"fleet {args.fleet}, limits from {plan.estimate} (whole minutes)", flush=True)
             ran = []
             for arm in arms:
-                fp = fingerprint({**same, "trace": name, "seed": seed, "arm": arm})
+                history: list[tuple[str, Path]] = []
+                if arm == "pal+history" and args.history is not None:
+                    history = [(f"replay:file:{args.history.name}", args.history.resolve())]
+                elif arm == "pal+history":
+                    mine = {a: list(rs) for (t, a), rs in stored.items() if t == name}
+                    for other in ("slurm", "pal"):  # results another invocation stored (side by side)
+                        have = {int(r["rep"]) for r in mine.get(other, [])}
+                        for r in range(1, rep + 1):
+                            prior = None if r in have else load_done(
+                                result_path(out, name, r, r, other),
+                                fingerprint({**same, "trace": name, "seed": r, "arm": other}))
+                            if prior is not None:
+                                mine.setdefault(other, []).append(prior)
+                                if not export_path(result_path(out, name, r, r, other)).is_file():
+                                    save_export(result_path(out, name, r, r, other), prior, submitting_user())
+                    history = [(history_label(name, r, a), export_path(result_path(out, name, r, r, a)))
+                               for r, a in earlier_runs(mine, rep)]
+                    history = [(label, f) for label, f in history if f.is_file()]
+                    if not history:
+                        print(f"   arm {arm}: no earlier complete run of {name} to learn runtimes from "
+                              "(run the slurm or pal arm first); skipped", flush=True)
+                        rc = 1
+                        continue
+                fp = fingerprint({**same, "trace": name, "seed": seed, "arm": arm,
+                                  **({"history": _digest([f for _l, f in history])} if history else {})})
                 path = result_path(out, name, rep, seed, arm)
                 done = load_done(path, fp)
                 if done is not None:
                     print(f"   arm {arm}: done in an earlier sitting ({path}), skipped", flush=True)
                     stored.setdefault((name, arm), []).append(done)
+                    if not export_path(path).is_file():
+                        save_export(path, done, submitting_user())
                     continue
                 lat = {}
                 prior = stored.get((name, "slurm"), [])
                 slurm_done = next((r for r in prior if r.get("rep") == rep and r.get("latencies_s")), None)
-                if arm == "pal" and slurm_done is not None:
+                if arm in PAL_ARMS and slurm_done is not None:
                     lat = {"slurm": Latencies(**slurm_done["latencies_s"])}
                 reports = run_arms(plan, cluster, handle, db_url=db_url, work_dir=out / name / f"rep{rep}-seed{seed}",
                                    factors=factors, settings=replace(settings, latencies=lat), arms=[arm],
-                                   calibrate=not args.no_calibrate, say=lambda s: print("   " + s, flush=True))
+                                   calibrate=not args.no_calibrate, say=lambda s: print("   " + s, flush=True),
+                                   history=history)
                 report = reports[0]
                 result = {**report.as_dict(), "trace": name, "rep": rep, "seed": seed, "fingerprint": fp,
-                          "jobs": len(plan.jobs)}
+                          "jobs": len(plan.jobs), "history": [label for label, _f in history]}
                 save_result(path, result)
+                save_export(path, result, submitting_user())
                 stored.setdefault((name, arm), []).append(result)
                 ran.append(report)
                 state = "complete" if result["complete"] else "INCOMPLETE: left out of the mean, rerun to redo it"
@@ -225,7 +275,7 @@ def main() -> int:
                       flush=True)
                 if not result["complete"]:
                     rc = 1
-            if len(ran) == 2:
+            if len(ran) >= 2:
                 png = out / f"replay-{name}-rep{rep}.png"
                 write_replay_plot(png, f"{name} (repetition {rep}, seed {seed})", ran,
                                   subtitle=f"{version}, {args.nodes}x{args.gpus_per_node} GPUs, fleet {args.fleet}, "
@@ -249,13 +299,28 @@ def main() -> int:
     return rc
 
 
+def _digest(files: list[Path]) -> str:
+    """A hash of the history exports an arm learns from: another history, another result."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 LABELS = {"avg_jct_s": "avg JCT (h)", "median_jct_s": "median JCT (h)", "p99_jct_s": "p99 JCT (h)",
           "makespan_s": "makespan (h)", "utilization": "utilization", "tax_share": "variability tax"}
 
 
+#: the ratios printed when both arms ran: each pal arm against plain Slurm, and the history's effect
+PAIRS = (("pal", "slurm"), ("pal+history", "slurm"), ("pal+history", "pal"))
+
+
 def print_aggregate(trace: str, results: dict, reps: int) -> dict:
     """Each arm's mean [min-max] over its complete repetitions, the prediction beside it, and
-    pal / slurm; failed repetitions named and left out. Returns the same as a dict (replay.json)."""
+    pal / slurm (pal+history / slurm, pal+history / pal); failed repetitions named and left out.
+    Returns the same as a dict (replay.json; `ratios` is pal / slurm, `ratios_by_pair` every pair)."""
     from pal_slurm.replay.repeat import aggregate, ratio_range
 
     aggs = {arm: aggregate(arm, rs) for arm, rs in results.items()}
@@ -263,24 +328,31 @@ def print_aggregate(trace: str, results: dict, reps: int) -> dict:
     for arm, agg in aggs.items():
         print(f"   arm {arm}: repetitions {list(agg.reps) or 'none'}"
               + (f"; FAILED, left out: {list(agg.failed)}" if agg.failed else ""))
+    pairs = [(a, b) for a, b in PAIRS if {a, b} <= aggs.keys()]
     doc: dict = {"trace": trace, "arms": {a: g.as_dict() for a, g in aggs.items()}, "ratios": {},
+                 "ratios_by_pair": {f"{a}/{b}": {} for a, b in pairs},
                  "results": {a: [r.get("rep") for r in rs] for a, rs in results.items()}}
-    print(f"   {'metric':<16}" + "".join(f"{a + ' real [range]':>26}{a + ' pred':>11}{'diff':>7}" for a in aggs)
-          + ("   pal/slurm real [range]   pred" if {"pal", "slurm"} <= aggs.keys() else ""))
+    width = {a: max(26, len(a) + 15) for a in aggs}  # "pal+history real [range]" keeps a space before it
+    pred_w = {a: max(11, len(a) + 6) for a in aggs}
+    print(f"   {'metric':<16}" + "".join(f"{a + ' real [range]':>{width[a]}}{a + ' pred':>{pred_w[a]}}{'diff':>7}"
+                                      for a in aggs)
+          + "".join(f"   {a}/{b} real [range]   pred" for a, b in pairs))
     for m, label in LABELS.items():
         scale = 1.0 if m in ("utilization", "tax_share") else 1 / 3600.0
         line = f"   {label:<16}"
-        for agg in aggs.values():
+        for a, agg in aggs.items():
             mean, lo, hi = agg.real[m]
             pmean = agg.predicted[m][0]
             diff = (pmean - mean) / mean if mean and mean == mean else float("nan")
             cell = f"{mean * scale:.2f} [{lo * scale:.2f}-{hi * scale:.2f}]"
-            line += f"{cell:>26}{pmean * scale:>11.2f}{diff * 100:>6.1f}%"
-        if {"pal", "slurm"} <= aggs.keys():
-            r, lo, hi, n = ratio_range(results["pal"], results["slurm"], m)
-            pr, _plo, _phi, _n = ratio_range(results["pal"], results["slurm"], m, kind="predicted")
+            line += f"{cell:>{width[a]}}{pmean * scale:>{pred_w[a]}.2f}{diff * 100:>6.1f}%"
+        for a, b in pairs:
+            r, lo, hi, n = ratio_range(results[a], results[b], m)
+            pr, _plo, _phi, _n = ratio_range(results[a], results[b], m, kind="predicted")
             line += f"   {r:>9.3f} [{lo:.3f}-{hi:.3f}] {pr:>6.3f}"
-            doc["ratios"][m] = {"real": r, "min": lo, "max": hi, "pairs": n, "predicted": pr}
+            doc["ratios_by_pair"][f"{a}/{b}"][m] = {"real": r, "min": lo, "max": hi, "pairs": n, "predicted": pr}
+            if (a, b) == ("pal", "slurm"):
+                doc["ratios"][m] = doc["ratios_by_pair"]["pal/slurm"][m]
         print(line)
     return doc
 

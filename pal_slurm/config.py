@@ -130,6 +130,9 @@ class JobsConfig(_Section):
     )
     min_samples: int = Field(default=300, ge=1, description="GPU-samples a fingerprint needs before it gets a class")
     history: int = Field(default=20, ge=1, description="newest job profiles per fingerprint that count")
+    runtime_min_jobs: int = Field(default=3, ge=1, description="past runs a fingerprint, or a user + job name of "
+                                                               "the imported sacct history, needs before its "
+                                                               "runtime is learned")
     default_class: str = Field(default="A", min_length=1, description="class of a job nothing is known about")
 
     @field_validator("default_class")

@@ -350,5 +350,27 @@ CREATE INDEX ix_job_accounting_slurm_job_id ON job_accounting (slurm_job_id);
 
 UPDATE alembic_version SET version_num='0006' WHERE alembic_version.version_num = '0005';
 
+-- Running upgrade 0006 -> 0007
+
+CREATE TABLE job_history (
+    id BIGSERIAL NOT NULL, 
+    source VARCHAR(128) NOT NULL, 
+    slurm_job_id VARCHAR(64) NOT NULL, 
+    "user" VARCHAR(128) NOT NULL, 
+    name VARCHAR(255) NOT NULL, 
+    started_at TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
+    elapsed_s DOUBLE PRECISION NOT NULL, 
+    state VARCHAR(32) NOT NULL, 
+    gpus INTEGER, 
+    nodes INTEGER, 
+    imported_at TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
+    CONSTRAINT pk_job_history PRIMARY KEY (id), 
+    CONSTRAINT uq_job_history_source_slurm_job_id_started_at UNIQUE (source, slurm_job_id, started_at)
+);
+
+CREATE INDEX ix_job_history_started_at ON job_history (started_at);
+
+UPDATE alembic_version SET version_num='0007' WHERE alembic_version.version_num = '0006';
+
 COMMIT;
 

@@ -292,6 +292,22 @@ def test_learned_runtimes_shorten_estimates_but_never_beyond_the_limit(tmp_path:
     assert p.expected_end(run, {fp: 50.0}, NOW) == NOW + 3500  # overdue by the estimate: the limit
 
 
+def test_a_placement_says_when_its_estimate_was_learned_and_from_what(tmp_path: Path) -> None:
+    """The imported sacct history (by user + job name) gives the held job's estimate; the
+    applied record says it; a learned runtime over the limit is the limit and goes unsaid."""
+    from pal_slurm.jobs.runtimes import LearnedRuntimes
+    from pal_slurm.placer.cycle import Placer
+
+    learned = LearnedRuntimes(by_name={("u", "j"): 120.0, ("u", "long"): 9000.0})
+    p, rec = placer(tmp_path, [held("1", time_limit_s=3600.0), held("2", name="long", time_limit_s=3600.0)],
+                    [node("n1")])
+    p = Placer(rec, p.cfg, p.factors, p.audit, classes=p.classes, clock=p.clock, history=lambda: learned)
+    assert sorted(p.cycle().placed) == ["1", "2"]
+    reasons = {r.job_id: r.reason for r in p.audit.pending if r.outcome == "applied"}
+    assert reasons["1"].endswith("; runtime estimate 120 s learned from sacct history"), reasons
+    assert "runtime estimate" not in reasons["2"], reasons
+
+
 def test_audit_times_follow_the_injected_clock(tmp_path: Path) -> None:
     p, _rec = placer(tmp_path, [held("1")], [node("n1")])
     p.cycle()

@@ -45,6 +45,7 @@ PURE = (
     "simulate/drain.py",
     "replay/plan.py",
     "replay/fleet.py",
+    "replay/history.py",
     "placer/holds.py",
     "placer/cluster_view.py",
     "placer/shapes.py",
@@ -56,6 +57,8 @@ PURE = (
     "savings.py",
     "report/fairness.py",
     "report/numfmt.py",
+    "jobs/runtimes.py",
+    "jobs/sacct_history.py",
 )
 
 #: Imports a pure module may not reach, directly or through the pal_slurm modules it imports,

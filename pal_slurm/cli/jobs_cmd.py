@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from pal_slurm.cli.context import AppContext
@@ -17,6 +19,7 @@ def jobs() -> None:
     pal jobs classes               what was learned, from what evidence
     pal jobs rule add --class D --user alice --name etl
     pal jobs rule list | delete ID | export
+    pal jobs import-history FILE   runtimes from an `sacct -P` export (the placer's estimates)
     """
 
 
@@ -46,6 +49,49 @@ def learn(app: AppContext, as_json: bool) -> None:
     click.echo(f"learned {summary.classified} of {summary.fingerprints} job fingerprints from {summary.profiles} "
                f"job profiles ({per_class}); {summary.unidentified} profiles without a job identity; "
                f"{summary.removed} stale classes removed")
+
+
+@jobs.command("import-history")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--cluster", "source", default="default", show_default=True, metavar="NAME",
+              help="The cluster the export is from (job ids are per cluster; the same id from two clusters "
+                   "is two jobs).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
+@click.pass_obj
+def import_history(app: AppContext, file: Path, source: str, as_json: bool) -> None:
+    """Import finished jobs from an `sacct -P` export: the placer learns runtimes from them.
+
+    \b
+    Export on a host with Slurm accounting (slurmdbd):
+      sacct -P -a -X -S now-30days \\
+        --format=JobID,JobName,User,Submit,Start,End,Elapsed,State,AllocTRES,NodeList > jobs.txt
+      pal jobs import-history jobs.txt --cluster NAME
+
+    Required columns: JobID, JobName, User, Start, State and End or Elapsed (AllocTRES: GPUs,
+    NNodes or NodeList: nodes, optional). Job steps, jobs that never started or have not ended
+    and jobs without GPUs are skipped; importing the same export again adds nothing. A job's
+    estimate is then the 0.9 quantile of the newest [jobs] history COMPLETED or TIMEOUT runs of
+    its user and job name (at least [jobs] runtime_min_jobs of the last 90 days), never more
+    than its time limit; a runtime learned from its job profiles (same command) comes first.
+    """
+    from pal_slurm.jobs.service import import_history_file
+
+    result = import_history_file(app.engine, file, source)
+    data = {"file": str(file), "cluster": result.source, "jobs": result.jobs, "imported": result.added,
+            "already_present": result.already_present, "imported_by_state": result.by_state,
+            "skipped": sum(result.skipped.values()), "skipped_by_reason": result.skipped,
+            "job_steps_skipped": result.steps}
+    if as_json:
+        emit_json(data)
+        return
+    by_state = ", ".join(f"{k}: {v}" for k, v in result.by_state.items()) or "none"
+    click.echo(f"{file}: imported {result.added} jobs into cluster {result.source!r} ({by_state}); "
+               f"{result.already_present} already present; {result.steps} job steps skipped")
+    if result.skipped:
+        click.echo(f"skipped {sum(result.skipped.values())} jobs: "
+                   + "; ".join(f"{v} {k}" for k, v in result.skipped.items()))
+    if result.jobs and not any(k in result.by_state for k in ("COMPLETED", "TIMEOUT")) and result.added:
+        click.echo("note: no COMPLETED or TIMEOUT job among them: nothing to learn runtimes from")
 
 
 @jobs.command()

@@ -372,6 +372,35 @@ class JobSensitivity(Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
+class JobHistory(Base):
+    """One finished Slurm job from an `sacct -P` export (`pal jobs import-history`, migration
+    0007): what the placer learns runtimes from by (user, job name) when no job profile knows
+    the job's fingerprint (sacct has no command line). Only COMPLETED and TIMEOUT runs are
+    learned from (pal_slurm.jobs.runtimes.LEARNED_STATES); the other ended states are kept.
+
+    (source, slurm_job_id, started_at) is unique, so importing the same export again adds
+    nothing; `source` is the cluster's name (or another label), as job ids are per cluster,
+    and the start tells apart the ids a cluster reuses after its state is reset."""
+
+    __tablename__ = "job_history"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    source: Mapped[str] = mapped_column(String(128))
+    slurm_job_id: Mapped[str] = mapped_column(String(64))
+    user: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(255))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    elapsed_s: Mapped[float] = mapped_column(Double)
+    #: sacct's state code (COMPLETED, TIMEOUT, FAILED, CANCELLED, ...)
+    state: Mapped[str] = mapped_column(String(32))
+    #: from AllocTRES; NULL when the export had no AllocTRES
+    gpus: Mapped[int | None] = mapped_column(Integer)
+    #: from NNodes or NodeList; NULL when the export had neither
+    nodes: Mapped[int | None] = mapped_column(Integer)
+    imported_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("source", "slurm_job_id", "started_at"),)
+
+
 class ClassRule(Base):
     """An admin override: jobs matching every non-NULL field get `job_class` (exact string equality)."""
 

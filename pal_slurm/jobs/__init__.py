@@ -1,1 +1,2 @@
-"""Job sensitivity: fingerprints that survive resubmission, classes learned from job profiles, rules."""
+"""Job sensitivity: fingerprints that survive resubmission, classes learned from job profiles, rules;
+learned runtimes (from job profiles and imported sacct exports), and `service`, the import use case."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,6 +20,7 @@ from pal_slurm.db.models import ClassRule, JobIdentity, JobProfile, JobSensitivi
 from pal_slurm.errors import InputError
 from pal_slurm.jobs.fingerprint import fingerprint
 from pal_slurm.jobs.rules import AdminRule, load_class_rules
+from pal_slurm.jobs.runtimes import RuntimeRule, learn_runtimes
 from pal_slurm.jobs.sensitivity import (
     ProfileMetrics,
     SensitivityRule,
@@ -233,14 +234,14 @@ def learned_runtimes(session: Session, *, min_jobs: int = 3, history: int = 20, 
     """fingerprint -> a runtime estimate in seconds learned from the job profiles of past
     jobs with that fingerprint (the agent writes one profile per job and node when it ends).
 
-    A job's runtime is its longest node's duration; the estimate is the `quantile` of the
-    newest `history` jobs, only for fingerprints with at least `min_jobs` of them. A high
-    quantile because the estimate is used like a time limit (backfilling trusts it not
-    to run longer), only tighter: the placer never uses more than the job's time limit.
-    Only profiles of the last `max_age_days` are read: the placer reloads this every
-    minute, and job_profiles grows by a row per job and node for ever.
+    A job's runtime is its longest node's duration; the estimate is the rule of
+    pal_slurm.jobs.runtimes (the `quantile` of the newest `history` jobs, only for
+    fingerprints with at least `min_jobs` of them). Only profiles of the last `max_age_days`
+    are read: the placer reloads this every minute, and job_profiles grows by a row per job
+    and node for ever.
     """
-    cutoff = (now or datetime.now(UTC)) - timedelta(days=max_age_days)
+    rule = RuntimeRule(min_jobs=min_jobs, history=history, quantile=quantile, max_age_days=max_age_days)
+    cutoff = rule.cutoff(now or datetime.now(UTC))
     rows = session.execute(select(JobProfile.fingerprint, JobProfile.slurm_job_id, JobProfile.started_at,
                                   JobProfile.duration_s)
                            .where(JobProfile.fingerprint.is_not(None), JobProfile.started_at >= cutoff)).all()
@@ -250,14 +251,4 @@ def learned_runtimes(session: Session, *, min_jobs: int = 3, history: int = 20, 
         prev = per_job.get(key)
         if prev is None or duration > prev[1]:
             per_job[key] = (started, float(duration))
-    by_fp: dict[str, list[tuple[datetime, float]]] = {}
-    for (fp, _job), value in per_job.items():
-        by_fp.setdefault(fp, []).append(value)
-    out: dict[str, float] = {}
-    for fp, runs in by_fp.items():
-        newest = sorted(runs, key=lambda r: r[0], reverse=True)[:history]
-        if len(newest) < min_jobs:
-            continue
-        durations = sorted(d for _t, d in newest)
-        out[fp] = durations[min(len(durations) - 1, int(quantile * len(durations)))]
-    return out
+    return learn_runtimes(((fp, started, duration) for (fp, _job), (started, duration) in per_job.items()), rule)

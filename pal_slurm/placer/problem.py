@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.jobs.fingerprint import fingerprint
+from pal_slurm.jobs.runtimes import SOURCE_LIMIT, SOURCE_NONE, Estimate, LearnedRuntimes
 from pal_slurm.placement.model import Snapshot
 from pal_slurm.placer import cluster_view, holds, shapes, slurm_updates
 from pal_slurm.placer.factors import Factors
@@ -27,8 +28,9 @@ from pal_slurm.slurm.priority import PriorityConfig, job_rank
 log = logging.getLogger(__name__)
 
 ClassResolver = Callable[[SlurmJob], tuple[str, str]]
-#: fingerprint -> learned runtime estimate in seconds (pal_slurm.jobs.sensitivity_store.learned_runtimes)
-RuntimeHistory = Callable[[], dict[str, float]]
+#: what was learned about runtimes (pal_slurm.jobs.history_store.learned_runtimes_all; a plain
+#: mapping is fingerprint -> seconds)
+RuntimeHistory = Callable[[], "LearnedRuntimes | Mapping[str, float]"]
 
 
 @dataclass(frozen=True)
@@ -51,22 +53,33 @@ def plan_from(job: SlurmJob) -> SlurmJob:
     return slurm_updates.as_submitted(job)
 
 
-def estimate_s(job: SlurmJob, learned: Mapping[str, float]) -> float:
-    """How long `job` is expected to run: what its past runs learned (never more than its
-    time limit), else its time limit; 0 when neither is known (the policy then never
-    makes it wait and backfills it only off reserved GPUs)."""
-    mine = learned.get(fingerprint(job.user, job.name, job.command)) if learned else None
-    limit = job.time_limit_s
-    if mine is not None and mine > 0:
-        return min(mine, limit) if limit else mine
-    return limit or 0.0
+Learned = LearnedRuntimes | Mapping[str, float]
 
 
-def expected_end(job: SlurmJob, learned: Mapping[str, float], now: float) -> float | None:
+def estimate_of(job: SlurmJob, learned: Learned | None) -> Estimate:
+    """How long `job` is expected to run, and where that comes from: what its past runs
+    learned (its fingerprint's job profiles, else its user + name's imported sacct history;
+    never more than its time limit), else its time limit; 0 when neither is known (the policy
+    then never makes it wait and backfills it only off reserved GPUs). A plain mapping is
+    fingerprint -> seconds."""
+    table = LearnedRuntimes.of(learned)
+    fp = fingerprint(job.user, job.name, job.command) if table.by_fingerprint else ""
+    return table.estimate(fp, job.user, job.name, job.time_limit_s)
+
+
+def estimate_s(job: SlurmJob, learned: Learned | None) -> float:
+    """`estimate_of(job, learned)` in seconds."""
+    return estimate_of(job, learned).seconds
+
+
+def expected_end(job: SlurmJob, learned: Learned | None, now: float) -> float | None:
     """When a running job is expected to end: its start + learned estimate when that is
     still ahead, else Slurm's EndTime (start + time limit); None when neither is known."""
-    if job.start_time and learned:
-        mine = learned.get(fingerprint(job.user, job.name, job.command))
+    table = LearnedRuntimes.of(learned)
+    if job.start_time and table:
+        fp = fingerprint(job.user, job.name, job.command) if table.by_fingerprint else ""
+        found = table.learned(fp, job.user, job.name)
+        mine = found.seconds if found is not None else None
         if mine and job.start_time + mine > now and (job.end_time is None or job.start_time + mine < job.end_time):
             return job.start_time + mine
     return job.end_time
@@ -87,9 +100,24 @@ class ProblemBuilder:
             raise_on=(SlurmUnavailable,),
             on_error=lambda e: log.warning("partition tiers / priority settings not read (%s); "
                                            "ordering by what is known", e))
-        self._learned: Refreshed[dict[str, float]] | None = None if history is None else Refreshed(
-            lambda _now: history(), refresh_s, initial={}, clock=clock, retry_s=refresh_s,
-            on_error=lambda e: log.warning("learned runtimes not reloaded (%s)", e[:200]))
+        self._learned: Refreshed[LearnedRuntimes] | None = None if history is None else Refreshed(
+            lambda _now: LearnedRuntimes.of(history()), refresh_s, initial=LearnedRuntimes(), clock=clock,
+            retry_s=refresh_s, on_error=lambda e: log.warning("learned runtimes not reloaded (%s)", e[:200]))
+        self._told: dict[str, str] = {}  # job -> the estimate last logged for it
+
+    def _say_estimate(self, job: SlurmJob, est: Estimate) -> None:
+        """Log a learned estimate once per job and value (the placement log says where each
+        learned estimate came from; a time limit is what Slurm shows anyway)."""
+        if est.source in (SOURCE_LIMIT, SOURCE_NONE):
+            return
+        said = f"{est.seconds:.0f} s {est.source}"
+        if self._told.get(job.job_id) == said:
+            return
+        if len(self._told) > 10_000:
+            self._told.clear()
+        self._told[job.job_id] = said
+        limit = f"{job.time_limit_s:.0f} s" if job.time_limit_s else "none"
+        log.info("job %s (%s, %s): runtime estimate %s (time limit %s)", job.job_id, job.user, job.name, said, limit)
 
     def class_of(self, job: SlurmJob) -> tuple[str, str]:
         """(class, source): the filter's tag when it names a known class, else the rules
@@ -110,13 +138,15 @@ class ProblemBuilder:
         a re-planned job is planned from its user's request (see `plan_from`)."""
         view = cluster_view.build_view(nodes, jobs, factors.by_slot, self.classes)
         tiers, prio = self._ranks.get(now)
-        learned = self._learned.get(now) if self._learned is not None else {}
+        learned = self._learned.get(now) if self._learned is not None else LearnedRuntimes()
         held_jobs = []
         for read in held:
             j = plan_from(read) if replans_as_submitted else read
             tier, priority = job_rank(j, tiers, prio, now)
+            est = estimate_of(j, learned)
+            self._say_estimate(j, est)
             held_jobs.append(shapes.HeldJob(j, *self.class_of(j), tier=tier, priority=priority,
-                                            estimate_s=estimate_s(j, learned)))
+                                            estimate_s=est.seconds, estimate_source=est.source))
         by_id = {j.job_id: j for j in jobs}
         ends = {jid: end for jid in view.running
                 if (end := expected_end(by_id[jid], learned, now)) is not None}
@@ -125,4 +155,5 @@ class ProblemBuilder:
                        as_read={j.job_id: j for j in held})
 
 
-__all__ = ["ClassResolver", "Problem", "ProblemBuilder", "RuntimeHistory", "estimate_s", "expected_end", "plan_from"]
+__all__ = ["ClassResolver", "Problem", "ProblemBuilder", "RuntimeHistory", "estimate_of", "estimate_s", "expected_end",
+           "plan_from"]

@@ -27,9 +27,11 @@ log = logging.getLogger(__name__)
 
 def write_config(tmp: Path, db_url: str, state_file: Path, *, mode: str = "enforce", interval: float = 0.5,
                  stale_after: int = 30, replan_after: float = 120.0, max_hold: float = 600.0,
-                 policy: str = DEFAULT_POLICY, hold_s: int | None = None, **placer: object) -> Path:
-    """A pal.toml for a placer on the test cluster (`<tmp>/pal.toml`); `placer` adds [placer] keys.
-    Metrics are off unless `metrics_port` is given: several test placers share one machine."""
+                 policy: str = DEFAULT_POLICY, hold_s: int | None = None, jobs: Mapping[str, object] | None = None,
+                 **placer: object) -> Path:
+    """A pal.toml for a placer on the test cluster (`<tmp>/pal.toml`); `placer` adds [placer] keys,
+    `jobs` a [jobs] section. Metrics are off unless `metrics_port` is given: several test placers
+    share one machine."""
     placer.setdefault("metrics_port", 0)
     path = tmp / "pal.toml"
     path.write_text("\n".join([
@@ -38,7 +40,8 @@ def write_config(tmp: Path, db_url: str, state_file: Path, *, mode: str = "enfor
         f"interval_s = {interval}", f"stale_after_s = {stale_after}", f"replan_after_s = {replan_after}",
         f"max_hold_s = {max_hold}", f"policy = {json.dumps(policy)}", "classes_refresh_s = 5",
         "command_timeout_s = 10", *([f"hold_s = {int(hold_s)}"] if hold_s is not None else []),
-        *(f"{k} = {json.dumps(v)}" for k, v in placer.items()), ""]),
+        *(f"{k} = {json.dumps(v)}" for k, v in placer.items()),
+        *(["[jobs]", *(f"{k} = {json.dumps(v)}" for k, v in jobs.items())] if jobs else []), ""]),
         encoding="utf-8")
     return path
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from pal_slurm.config import PalConfig
     from pal_slurm.jobs.rules import ClassRuleTable
+    from pal_slurm.jobs.runtimes import LearnedRuntimes
     from pal_slurm.placer.cycle import Placer
     from pal_slurm.placer.exporter import PlacerMetrics
     from pal_slurm.placer.wake import WakeWatch
@@ -106,12 +107,12 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
         with session_scope(engine()) as session:
             record_identities(session, [(j.job_id, j.user, j.name, j.command) for j in jobs])
 
-    def history() -> dict[str, float]:
+    def history() -> LearnedRuntimes:
         from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.sensitivity_store import learned_runtimes
+        from pal_slurm.jobs.history_store import learned_runtimes_all, runtime_rule
 
         with session_scope(engine()) as session:
-            return learned_runtimes(session, history=cfg.jobs.history)
+            return learned_runtimes_all(session, runtime_rule(cfg))
 
     accounting = Accounting(AccountingSink(engine), pc.mode, on_record=metrics.add_records if metrics else None)
     return Placer(backend, pc, factors, AuditSink(engine), classes=list(cfg.job_classes),

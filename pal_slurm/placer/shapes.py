@@ -47,6 +47,8 @@ class HeldJob:
     tier: int = 0
     priority: float = 0.0
     estimate_s: float = 0.0
+    #: where the estimate came from (pal_slurm.jobs.runtimes SOURCE_*; "" when not said)
+    estimate_source: str = ""
 
 
 @dataclass(frozen=True)

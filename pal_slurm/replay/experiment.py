@@ -5,14 +5,20 @@ Arms:
 - ``slurm``: plain Slurm. The submit filter's kill switch is on and no placer runs, so
   sched/backfill and cons_tres place every job as shipped (time limits, first fit).
 - ``pal``: pal-slurm enforcing with the configured policy. The placer runs against the
-  same database the jobs' factors come from; the filter holds GPU jobs at submit.
+  same database the jobs' factors come from; the filter holds GPU jobs at submit. No
+  runtime history: its estimates are the time limits.
+- ``pal+history``: the same, with the database's runtime history seeded first from the
+  `sacct -P` exports of earlier runs (pal_slurm.replay.history), each imported with
+  `pal jobs import-history`, so the placer's estimates are the runtimes it learns from them.
 
 The prediction of each arm is the event simulator on exactly the replay's inputs: the
 shaped trace with the limits the jobs asked for (``--runtime-estimate limit``), the
 cluster from the same classification rows, the same locality penalty; the Slurm arm with
 `slurm-backfill` and a backfill pass every bf_interval (1 s on the test cluster), the
-pal arm with the placer's policy, a pass every placer cycle, and the same GPU slots on
-every node of a multi-node job (all the daemon can steer).
+pal arms with the placer's policy, a pass every placer cycle, and the same GPU slots on
+every node of a multi-node job (all the daemon can steer); the pal+history arm with the
+estimates the placer learns (read from the seeded database by the placer's own function and
+rule: min(learned, limit) per job, the limit where nothing was learned).
 """
 
 from __future__ import annotations
@@ -36,7 +42,9 @@ from pal_slurm.simulate.event import EventOptions, busy_curve, simulate_events
 from pal_slurm.simulate.metrics import RunMetrics, run_metrics
 from pal_slurm.simulate.result import SimResult
 
-ARMS = ("slurm", "pal")
+ARMS = ("slurm", "pal", "pal+history")
+#: the arms the placer runs in
+PAL_ARMS = ("pal", "pal+history")
 BASELINE_POLICY = "slurm-backfill"
 METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "tax_share")
 TOLERANCE = 0.10  # the simulator's prediction counts as right within 10 % of the real run (docs/evaluation.md)
@@ -53,6 +61,9 @@ class ArmSettings:
     wait_fraction: float = 0.5
     max_wait_s: float | None = None
     hold_s: int = 300  # the filter's fail-safe begin-time hold (real seconds)
+    #: [jobs] runtime_min_jobs of the pal arms: a replay has one earlier run of each job per
+    #: exported arm, where a site has many
+    history_min_jobs: int = 1
     #: each arm's latencies, real seconds (measured by `calibrate` on the cluster before the
     #: replay); the simulator adds them when it predicts the arm
     latencies: Mapping[str, Latencies] = field(default_factory=dict)
@@ -101,11 +112,15 @@ class ArmReport:
                 "run": self.run.as_dict() if self.run else None}
 
 
-def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings) -> SimResult:
-    """The simulator's run of one arm on the replay's exact inputs (trace seconds)."""
+def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings,
+            learned: Mapping[str, float] | None = None) -> SimResult:
+    """The simulator's run of one arm on the replay's exact inputs (trace seconds); `learned`
+    (trace job id -> learned runtime, trace seconds) is what the pal+history arm's placer
+    estimates from."""
     if arm not in ARMS:
         raise PalError(f"unknown arm {arm!r}: expected one of {', '.join(ARMS)}")
-    pal = arm == "pal"
+    pal = arm in PAL_ARMS
+    estimate = RuntimeEstimate.from_learned(learned or {}) if arm == "pal+history" else RuntimeEstimate(kind="limit")
     policy = get_policy(settings.placer_policy if pal else BASELINE_POLICY)
     lat = settings.latencies.get(arm, Latencies())
     # the classes the placer tells the filter not to hold: visible at once, as on the cluster
@@ -118,7 +133,7 @@ def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings)
                                                             else settings.bf_interval_s),
                         same_slots=pal, wait_fraction=settings.wait_fraction,
                         max_wait_s=math.inf if settings.max_wait_s is None else plan.to_trace_s(settings.max_wait_s),
-                        runtime_estimate=RuntimeEstimate(kind="limit"))
+                        runtime_estimate=estimate)
     return simulate_events(plan.trace, cluster, policy, opts)
 
 
@@ -140,24 +155,41 @@ class ClusterHandle:
 
 def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_url: str, work_dir: Path,
              factors: Mapping[str, Mapping[str, Mapping[str, float]]], settings: ArmSettings,
-             arms: Sequence[str] = ARMS, say: Callable[[str], None] = print, calibrate: bool = False,
-             overrun_slack_s: float = 30.0) -> list[ArmReport]:
+             arms: Sequence[str] = ("slurm", "pal"), say: Callable[[str], None] = print, calibrate: bool = False,
+             overrun_slack_s: float = 30.0, history: Sequence[tuple[str, Path]] = ()) -> list[ArmReport]:
     """Run each arm in turn on the real cluster (the queue drained in between) and predict it.
 
     With `calibrate`, each arm first runs `calibration_plan` in the same set-up and the
     prediction uses the latencies it shows (`latencies_from`); otherwise those given in
-    `settings` (none: an ideal scheduler)."""
+    `settings` (none: an ideal scheduler). `history` is the (label, sacct export) of each
+    earlier run the pal+history arm is seeded with (required for that arm); the pal arm
+    runs with every replay history removed from the database."""
     reports = []
     latencies = dict(settings.latencies)
     check_cluster(plan, cluster_gpus(handle.env))
     for arm in arms:
         if arm not in ARMS:
             raise PalError(f"unknown arm {arm!r}: expected one of {', '.join(ARMS)}")
+        if arm == "pal+history" and not history:
+            raise PalError("arm pal+history needs the sacct exports of earlier runs to learn from (none given)")
+    for arm in arms:
         arm_dir = work_dir / arm
         arm_dir.mkdir(parents=True, exist_ok=True)
         _wait_idle(handle.env)
         notes: list[str] = []
-        if calibrate and arm == "pal" and "slurm" not in latencies:
+        learned: dict[str, float] | None = None
+        if arm in PAL_ARMS:
+            removed = clear_history(db_url)
+            if removed:
+                say(f"arm {arm}: removed {removed} jobs of earlier replay histories from the database")
+        if arm == "pal+history":
+            for line in seed_history(db_url, history):
+                say(f"arm {arm}: {line}")
+            learned = learned_estimates(db_url, plan, settings)
+            notes.append(f"runtime history: {len(history)} earlier runs; learned estimates for {len(learned)} of "
+                         f"{len(plan.jobs)} jobs")
+            say(f"arm {arm}: learned runtimes for {len(learned)} of {len(plan.jobs)} jobs")
+        if calibrate and arm in PAL_ARMS and "slurm" not in latencies:
             # no slurm arm before it (the arms run side by side on two clusters): measure
             # plain Slurm's dispatch here, so the hold is told apart from it
             with arm_running("slurm", handle, db_url=db_url, work_dir=arm_dir, settings=settings, horizon_s=0.0,
@@ -166,7 +198,7 @@ def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_ur
                               work_dir=arm_dir / "calibration-slurm", factors=factors, env=handle.env,
                               locality_penalty=settings.locality_penalty, overrun_slack_s=overrun_slack_s)
             latencies["slurm"] = latencies_from(cal)
-            say(f"arm pal: plain Slurm's latencies on this cluster (real s) {latencies['slurm'].as_dict()}")
+            say(f"arm {arm}: plain Slurm's latencies on this cluster (real s) {latencies['slurm'].as_dict()}")
             _wait_idle(handle.env)
         with arm_running(arm, handle, db_url=db_url, work_dir=arm_dir, settings=settings, horizon_s=plan.to_real_s(
                 max(j.submit_time for j in plan.trace.jobs)), notes=notes, say=say):
@@ -175,14 +207,14 @@ def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_ur
                               work_dir=arm_dir / "calibration", factors=factors, env=handle.env,
                               locality_penalty=settings.locality_penalty, overrun_slack_s=overrun_slack_s)
                 slurm = latencies.get("slurm")
-                latencies[arm] = latencies_from(cal, dispatch_s=slurm.start_latency_s if arm == "pal" and slurm
+                latencies[arm] = latencies_from(cal, dispatch_s=slurm.start_latency_s if arm in PAL_ARMS and slurm
                                                 else None)
                 say(f"arm {arm}: calibrated latencies (real s) {latencies[arm].as_dict()}")
                 _wait_idle(handle.env)
             run = run_arm(plan, arm=arm, work_dir=arm_dir, factors=factors, env=handle.env,
                           locality_penalty=settings.locality_penalty, say=say, overrun_slack_s=overrun_slack_s)
-        predicted = predict(plan, cluster, arm, replace(settings, latencies=latencies))
-        rep = ArmReport(arm=arm, policy=predicted.policy if arm == "pal" else "slurm (sched/backfill, cons_tres)",
+        predicted = predict(plan, cluster, arm, replace(settings, latencies=latencies), learned=learned)
+        rep = ArmReport(arm=arm, policy=predicted.policy if arm in PAL_ARMS else "slurm (sched/backfill, cons_tres)",
                         predicted=predicted, plan=plan, run=run, notes=notes,
                         latencies=latencies.get(arm, Latencies()))
         rep.real, rep.real_busy = measured(plan, run)
@@ -207,7 +239,7 @@ def arm_running(arm: str, handle: ClusterHandle, *, db_url: str, work_dir: Path,
     config = write_config(work_dir, db_url, handle.state_file, mode="enforce", interval=settings.placer_interval_s,
                           policy=settings.placer_policy, hold_s=settings.hold_s, max_hold=max(3600.0, 2 * horizon_s + 600),
                           restart_grace_s=0, locality_penalty=settings.locality_penalty,
-                          wait_fraction=settings.wait_fraction,
+                          wait_fraction=settings.wait_fraction, jobs={"runtime_min_jobs": settings.history_min_jobs},
                           **({"max_wait_s": settings.max_wait_s} if settings.max_wait_s is not None else {}))
     log = work_dir / "placer.log"
     log.unlink(missing_ok=True)
@@ -215,13 +247,82 @@ def arm_running(arm: str, handle: ClusterHandle, *, db_url: str, work_dir: Path,
     try:
         wait_heartbeat(handle.state_file, placer)
         handle.kill_switch.unlink(missing_ok=True)
-        say(f"arm pal: pal placer enforcing {settings.placer_policy} (log {log})")
+        say(f"arm {arm}: pal placer enforcing {settings.placer_policy} (log {log})")
         yield
     finally:
         handle.kill_switch.touch()
         rc = placer.stop()
         if rc not in (0, -15):
             notes.append(f"pal placer exited with status {rc} (log {log})")
+
+
+def clear_history(db_url: str) -> int:
+    """Remove every runtime history a replay imported (labels HISTORY_PREFIX...); how many jobs."""
+    from pal_slurm.db.engine import make_engine, session_scope
+    from pal_slurm.jobs.history_store import delete_history
+    from pal_slurm.replay.history import HISTORY_PREFIX
+
+    engine = make_engine(db_url)
+    try:
+        with session_scope(engine) as session:
+            return delete_history(session, prefix=HISTORY_PREFIX)
+    finally:
+        engine.dispose()
+
+
+def seed_history(db_url: str, history: Sequence[tuple[str, Path]]) -> list[str]:
+    """Import each (label, sacct export) with the command a site runs,
+    `pal jobs import-history FILE --cluster LABEL`; one line per export saying what it did."""
+    import json
+    import sys
+
+    from pal_slurm.replay.history import HISTORY_PREFIX
+    from pal_slurm.slurm.command import run_command
+
+    lines = []
+    for label, path in history:
+        if not label.startswith(HISTORY_PREFIX):
+            raise PalError(f"replay history label {label!r} must start with {HISTORY_PREFIX!r}")
+        proc = run_command([sys.executable, "-m", "pal_slurm", "--db", db_url, "jobs", "import-history", str(path),
+                            "--cluster", label, "--json"], timeout=120, check=False)
+        if proc.returncode != 0:
+            raise PalError(f"pal jobs import-history {path} failed: {(proc.stderr or proc.stdout).strip()[:300]}")
+        doc = json.loads(proc.stdout)
+        lines.append(f"imported {doc['imported']} jobs of {path.name} as {label} "
+                     f"({doc['already_present']} already present, {doc['skipped']} skipped)")
+    return lines
+
+
+def learned_estimates(db_url: str, plan: ReplayPlan, settings: ArmSettings) -> dict[str, float]:
+    """Trace job id -> the learned runtime (trace seconds) the pal+history arm's placer reads
+    from the database: the placer's own function (history_store.learned_runtimes_all) on the
+    rule of its configuration, looked up by the user and job name each job is submitted as."""
+    from pal_slurm.config import PalConfig
+    from pal_slurm.db.engine import make_engine, session_scope
+    from pal_slurm.jobs.history_store import learned_runtimes_all, runtime_rule
+
+    cfg = PalConfig.model_validate({"jobs": {"runtime_min_jobs": settings.history_min_jobs}})
+    engine = make_engine(db_url)
+    try:
+        with session_scope(engine) as session:
+            learned = learned_runtimes_all(session, runtime_rule(cfg))
+    finally:
+        engine.dispose()
+    me = submitting_user()
+    out = {}
+    for j in plan.jobs:
+        found = learned.learned("", me, j.name)
+        if found is not None:
+            out[j.job.job_id] = plan.to_trace_s(found.seconds)
+    return out
+
+
+def submitting_user() -> str:
+    """The user the replay's sbatch runs as (every replayed job's Slurm user)."""
+    import os
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
 
 
 def cluster_gpus(env: Mapping[str, str]) -> dict[str, int]:

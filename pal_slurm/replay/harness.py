@@ -110,7 +110,7 @@ class ArmRun:
 
     def as_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "complete": self.complete, "problems": list(self.problems),
-                "wall_s": round(self.wall_s, 1),
+                "wall_s": round(self.wall_s, 1), "t0": self.t0,
                 "jobs": [{"trace_id": t.plan.job.job_id, "slurm_id": t.slurm_id, "submitted": t.submitted_at - self.t0,
                           "gpus": t.plan.job.num_gpus, "nodes": t.plan.nodes, "class": t.plan.job.job_class,
                           "limit_min": t.plan.limit_min, "work_s": t.plan.work_s,

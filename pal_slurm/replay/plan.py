@@ -34,6 +34,11 @@ from pal_slurm.simulate.traces import Trace, TraceJob, slurm_shape as job_shape
 _MAX_LIMIT_MIN = 99_999
 
 
+def job_name(trace_id: str) -> str:
+    """The Slurm job name a trace job is submitted under (what the runtime history keys by)."""
+    return f"replay-{trace_id}"
+
+
 @dataclass(frozen=True)
 class ReplayJob:
     """One trace job as submitted: its shape, when, for how long, with which limit."""
@@ -47,7 +52,7 @@ class ReplayJob:
 
     @property
     def name(self) -> str:
-        return f"replay-{self.job.job_id}"
+        return job_name(self.job.job_id)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from typing import Any
 
 from pal_slurm.atomic_write import write_atomically
 
-__all__ = ["Aggregate", "aggregate", "fingerprint", "finite", "load_done", "ratio_range", "result_path", "save_result"]
+__all__ = ["Aggregate", "aggregate", "earlier_runs", "export_path", "fingerprint", "finite", "load_done", "ratio_range",
+           "result_path", "save_result", "save_export"]
 
 #: the figures averaged over repetitions (real and predicted, per arm)
 FIGURES = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "tax_share")
@@ -38,6 +39,39 @@ def fingerprint(settings: Mapping[str, Any]) -> str:
 def result_path(out: Path, trace: str, rep: int, seed: int, arm: str) -> Path:
     """Where one trace x repetition x arm result lives."""
     return out / trace / f"rep{rep}-seed{seed}" / f"{arm}.json"
+
+
+def export_path(result: Path) -> Path:
+    """Where the `sacct -P` stand-in of one arm x repetition's finished jobs lives (beside its result)."""
+    return result.with_suffix(".sacct")
+
+
+def save_export(result_file: Path, result: Mapping[str, Any], user: str) -> Path | None:
+    """Write the arm's finished jobs as an sacct export beside its result (pal_slurm.replay.history);
+    None, and nothing written, when the arm did not complete (its runtimes are not a run's) or
+    its result predates exports (no start time stored)."""
+    from pal_slurm.errors import PalError
+    from pal_slurm.replay.history import arm_export
+
+    if not result.get("complete"):
+        return None
+    try:
+        text = arm_export(result, user=user)
+    except PalError:
+        return None
+    path = export_path(result_file)
+    write_atomically(path, text)
+    return path
+
+
+def earlier_runs(results: Mapping[str, Sequence[Mapping[str, Any]]], rep: int,
+                 learner: str = "pal+history") -> list[tuple[int, str]]:
+    """(repetition, arm) of the stored complete results the `learner` arm of repetition `rep`
+    learns from: every other arm's of repetitions up to `rep` that exist when it starts (the
+    arms run before it in this repetition, and all of earlier ones: other shake seeds). Never
+    the learner's own results, so no run learns from itself or from another learning run."""
+    return sorted((int(r["rep"]), arm) for arm, rs in results.items() if arm != learner
+                  for r in rs if r.get("complete") and int(r.get("rep", 0)) <= rep)
 
 
 def save_result(path: Path, result: Mapping[str, Any]) -> None:

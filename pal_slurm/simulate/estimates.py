@@ -11,7 +11,13 @@ figure must not let a policy see exact runtimes, so the event simulator hands po
 - ``xF`` (e.g. ``x2``): F times the truth, for every job (a uniformly cautious site);
 - ``uniform:LO:HI[:SEED]``: each job's own factor drawn from U[LO, HI] (seeded by the job id,
   so every policy of a run sees the same estimates), like users who pad their limits by
-  different amounts.
+  different amounts;
+- ``learned`` (built in code, `RuntimeEstimate.from_learned`, no command-line form): what the
+  placer estimates from learned runtimes, per job id (trace seconds), never more than the
+  job's time limit; the limit for a job nothing was learned about. The replay's pal+history
+  arm is predicted with it. A running job is expected to end its estimate after its start
+  (the placer switches to the limit once a job outlives its learned runtime; the simulator
+  keeps the estimate: policies see such a job as due).
 
 For the factor models the estimate of a waiting job is F x its nominal runtime (on a
 median GPU, in one node), and a running job is expected to end F x its true runtime after
@@ -22,14 +28,14 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pal_slurm.errors import InputError
 from pal_slurm.simulate.traces import TraceJob
 
-Kind = Literal["exact", "limit", "factor", "uniform"]
+Kind = Literal["exact", "limit", "factor", "uniform", "learned"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,13 @@ class RuntimeEstimate:
     lo: float = 1.0
     hi: float = 1.0
     seed: int = 0
+    #: kind "learned": job id -> learned runtime (trace seconds)
+    learned: Mapping[str, float] = field(default_factory=dict, hash=False, compare=False)
+
+    @classmethod
+    def from_learned(cls, learned: Mapping[str, float]) -> RuntimeEstimate:
+        """The placer's estimates: `learned` (job id -> trace seconds) capped by each job's limit."""
+        return cls(kind="learned", learned=dict(learned))
 
     def factor_of(self, job: TraceJob) -> float:
         if self.kind == "factor":
@@ -51,13 +64,22 @@ class RuntimeEstimate:
         """The runtime a policy is told for a waiting job (seconds on a median GPU)."""
         if self.kind == "limit":
             return self._limit(job)
+        if self.kind == "learned":
+            return self._learned(job)
         return job.nominal_runtime_s * self.factor_of(job)
 
     def after_start(self, job: TraceJob, true_runtime_s: float) -> float:
         """How long after its start a running job is expected to end."""
         if self.kind == "limit":
             return self._limit(job)
+        if self.kind == "learned":
+            return self._learned(job)
         return true_runtime_s * self.factor_of(job)
+
+    def _learned(self, job: TraceJob) -> float:
+        limit = self._limit(job)
+        mine = self.learned.get(job.job_id)
+        return min(mine, limit) if mine is not None and mine > 0 else limit
 
     def _limit(self, job: TraceJob) -> float:
         if job.limit_s is None:
@@ -68,13 +90,14 @@ class RuntimeEstimate:
 
     def check(self, jobs: Iterable[TraceJob]) -> None:
         """InputError naming the first job this model cannot give an estimate for (before any run)."""
-        if self.kind == "limit":
+        if self.kind in ("limit", "learned"):
             for job in jobs:
                 self._limit(job)
 
     def describe(self) -> str:
         return {"exact": "exact", "limit": "limit", "factor": f"x{self.factor:g}",
-                "uniform": f"uniform:{self.lo:g}:{self.hi:g}:{self.seed}"}[self.kind]
+                "uniform": f"uniform:{self.lo:g}:{self.hi:g}:{self.seed}",
+                "learned": f"learned ({len(self.learned)} jobs, else limit)"}[self.kind]
 
 
 EXACT = RuntimeEstimate()

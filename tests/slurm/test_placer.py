@@ -166,6 +166,33 @@ def test_explain_and_placements_show_the_decision(live: Live) -> None:
     assert rows and rows[0]["outcome"] == "applied" and rows[0]["gpus"][0]["minor"] == minor
 
 
+def test_a_held_jobs_estimate_comes_from_imported_sacct_history(live: Live) -> None:
+    """An export of earlier runs of the same user + job name, imported with `pal jobs
+    import-history`: the placer's estimate for the held job is their learned runtime (the
+    placement's reason and the placer's log say so), not its 10-minute limit."""
+    import os
+    import pwd
+
+    from pal_slurm.jobs.sacct_history import ExportJob, write_export
+
+    user, name = pwd.getpwuid(os.getuid()).pw_name, f"hist-{os.getpid()}"
+    now = time.time()
+    export = live.tmp / f"{name}.sacct"
+    export.write_text(write_export([ExportJob(str(900_000 + i), name, user, now - 3600 * (i + 1), now - 3600 * (i + 1),
+                                              now - 3600 * (i + 1) + 40 + i, "COMPLETED", 1, ["pal-n1"])
+                                    for i in range(3)]))
+    out = live.pal("jobs", "import-history", str(export), "--cluster", "earlier")
+    assert out.returncode == 0 and "imported 3 jobs" in out.stdout, out.stdout + out.stderr
+    time.sleep(5.5)  # the placer re-reads learned runtimes every classes_refresh_s (5 s in write_config)
+    jid, _env, _info = live.run_job(["--gres=gpu:1", "--pal-class=A", f"--job-name={name}", "--time=10"])
+    rows = json.loads(live.pal("placements", "--job", jid, "--format", "json").stdout)
+    applied = [r for r in rows if r["outcome"] == "applied"]
+    assert applied and "runtime estimate 42 s learned from sacct history" in applied[0]["reason"], rows
+    assert "runtime estimate 42 s learned from sacct history" in live.pal("explain", jid).stdout
+    log = live.placer.output()
+    assert f"job {jid} ({user}, {name}): runtime estimate 42 s learned from sacct history (time limit 600 s)" in log
+
+
 def test_observe_mode_changes_no_job(slurm_cluster: SlurmCluster, tmp_path: Path, live: Live) -> None:
     live.placer.stop()
     placer = _start(slurm_cluster, tmp_path, live.db_url, "observe")

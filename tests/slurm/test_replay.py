@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pal_slurm.placement.variability import GpuVariability
-from pal_slurm.replay.experiment import ArmSettings, ClusterHandle, configure_database, run_arms
+from pal_slurm.replay.experiment import ArmSettings, ClusterHandle, configure_database, run_arms, submitting_user
 from pal_slurm.replay.fleet import name_fleet
 from pal_slurm.replay.harness import run_arm
 from pal_slurm.replay.plan import plan_replay
@@ -110,6 +110,28 @@ def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_fil
                 for t in reports[1].run.jobs}
     assert all(o & {"applied", "released-unchanged"} for _c, o in outcomes.values()), outcomes
     assert any("applied" in o for _c, o in outcomes.values()), outcomes
+
+    # pal+history: the slurm arm's finished jobs as its sacct export, imported before the arm
+    # with `pal jobs import-history`; the placer's estimates then come from it
+    from pal_slurm.replay.history import history_label
+    from pal_slurm.replay.repeat import save_export
+
+    export = save_export(tmp_path / "slurm.json", reports[0].as_dict(), submitting_user())
+    assert export is not None and len(export.read_text().splitlines()) == 21
+    [learned] = run_arms(plan, cluster, handle(slurm_filter), db_url=url, work_dir=tmp_path / "replay",
+                         factors=factors, settings=ArmSettings(locality_penalty=PENALTY, placer_interval_s=0.5),
+                         say=lambda s: None, arms=["pal+history"], history=[(history_label("short", 1, "slurm"),
+                                                                             export)])
+    slurm_filter.submitted.extend(t.slurm_id for t in learned.run.jobs)
+    assert learned.run.complete, learned.notes
+    assert any("learned estimates for 20 of 20 jobs" in n for n in learned.notes), learned.notes
+    reasons = [p.get("reason") or "" for t in learned.run.jobs for p in placements_for(engine, t.slurm_id)
+               if p["outcome"] == "applied"]
+    assert reasons and all("learned from sacct history" in r for r in reasons), reasons
+    # a pal arm after it runs without: it removes the replay's histories first
+    from pal_slurm.replay.experiment import clear_history
+
+    assert clear_history(url) == 20 and clear_history(url) == 0
 
 
 def test_a_job_that_dies_is_reported_and_the_arm_is_incomplete(slurm_cluster: SlurmCluster, tmp_path: Path):

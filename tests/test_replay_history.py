@@ -1,0 +1,112 @@
+"""The replay's runtime history without a cluster: an arm's finished jobs as an sacct export that
+the importer reads back, which earlier runs a pal+history arm learns from, and its prediction
+with the learned estimates (pal_slurm.replay.history, repeat, experiment.predict)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from pal_slurm.db.engine import session_scope
+from pal_slurm.errors import PalError
+from pal_slurm.jobs.history_store import import_history, learned_runtimes_all
+from pal_slurm.jobs.runtimes import RuntimeRule
+from pal_slurm.jobs.sacct_history import read_history
+from pal_slurm.placement.variability import GpuVariability, cluster_from_gpus
+from pal_slurm.replay.experiment import ArmSettings, predict
+from pal_slurm.replay.fleet import name_fleet
+from pal_slurm.replay.harness import ArmRun, Tracked
+from pal_slurm.replay.history import arm_export, history_label
+from pal_slurm.replay.plan import plan_replay
+from pal_slurm.replay.repeat import earlier_runs, export_path, save_export
+from pal_slurm.simulate.estimates import RuntimeEstimate, parse_runtime_estimate
+from pal_slurm.simulate.traces import Trace, TraceJob
+
+T0 = float(int(time.time()) - 86400)  # a day ago: inside the learning window
+
+
+def tj(i: int, gpus: int, submit: float, work: float) -> TraceJob:
+    return TraceJob(job_id=str(i), num_gpus=gpus, submit_time=submit, work=work, work_unit="seconds", model="m",
+                    job_class="A", iter_time_s=1.0, line=i + 2, source="t.csv")
+
+
+def plan(n: int = 4):
+    t = Trace(name="t", jobs=tuple(tj(i, 1 + (i % 2) * 3, 60.0 * i, 600.0 + 60 * i) for i in range(n)))
+    return plan_replay(t, seconds_per_hour=360.0, estimate=parse_runtime_estimate("x4"), nodes=2, gpus_per_node=4)
+
+
+def finished_arm(p, *, broken: str | None = None) -> dict:
+    """A stored arm result as the harness writes it, every job run for its work (real s)."""
+    run = ArmRun(arm="slurm", t0=T0)
+    for k, j in enumerate(p.jobs):
+        start = j.submit_at_s + 1.0
+        record = {"start": T0 + start, "end": T0 + start + j.work_s, "gpus": [["pal-r01", g] for g in range(j.job.num_gpus)]}
+        if broken == j.job.job_id:
+            record = {"error": "boom", "start": 0.0, "end": 0.0}
+        run.jobs.append(Tracked(plan=j, slurm_id=str(100 + k), submitted_at=T0 + j.submit_at_s, limit_s=1e9,
+                                record=record))
+    return {"arm": "slurm", "complete": broken is None, "run": run.as_dict()}
+
+
+def test_an_arms_finished_jobs_become_the_sacct_export_a_site_would_have(engine: Engine) -> None:
+    p = plan()
+    text = arm_export(finished_arm(p), user="root")
+    h = read_history(text.splitlines(keepends=True), source="slurm.sacct")
+    assert [(j.job_id, j.name, j.user, j.state, j.gpus, j.nodes) for j in h.jobs] == [
+        (str(100 + k), f"replay-{k}", "root", "COMPLETED", 1 + (k % 2) * 3, 1) for k in range(4)]
+    assert [j.elapsed_s for j in h.jobs] == [round(j.work_s) for j in p.jobs]  # whole seconds, as sacct
+    with session_scope(engine) as s:
+        import_history(s, h, history_label("t", 1, "slurm"))
+        learned = learned_runtimes_all(s, RuntimeRule(min_jobs=1), now=None)
+    # the placer looks these up by the user and name each job is submitted as
+    assert {k: learned.learned("", "root", j.name).seconds for k, j in enumerate(p.jobs)} == {
+        k: float(round(j.work_s)) for k, j in enumerate(p.jobs)}
+    broken = arm_export(finished_arm(p, broken="2"), user="root")
+    assert "replay-2" not in broken and "replay-3" in broken  # a job that did not finish has no runtime
+    with pytest.raises(PalError, match="no start time"):
+        arm_export({"arm": "pal", "run": {"jobs": []}}, user="root")
+
+
+def test_save_export_writes_complete_arms_only(tmp_path: Path) -> None:
+    p = plan()
+    res = tmp_path / "t" / "rep1-seed1" / "slurm.json"
+    res.parent.mkdir(parents=True)
+    assert save_export(res, finished_arm(p), "root") == export_path(res) == res.with_suffix(".sacct")
+    assert export_path(res).read_text().startswith("JobID|JobName|User|Submit|Start|End|Elapsed|State")
+    other = res.with_name("pal.json")
+    assert save_export(other, finished_arm(p, broken="1"), "root") is None and not export_path(other).exists()
+
+
+def test_pal_history_learns_only_from_earlier_runs_never_its_own() -> None:
+    done = lambda rep, ok=True: {"rep": rep, "complete": ok}  # noqa: E731
+    results = {"slurm": [done(1), done(2), done(3)], "pal": [done(1), done(2, ok=False)],
+               "pal+history": [done(1), done(2)]}
+    assert earlier_runs(results, 1) == [(1, "pal"), (1, "slurm")]
+    assert earlier_runs(results, 2) == [(1, "pal"), (1, "slurm"), (2, "slurm")]  # not rep 3: its future
+    assert earlier_runs({"pal+history": [done(1)]}, 2) == []
+
+
+def test_learned_estimates_are_capped_by_the_limit_and_the_limit_where_nothing_was_learned() -> None:
+    p = plan()
+    jobs = {j.job.job_id: j.job for j in p.jobs}
+    est = RuntimeEstimate.from_learned({"0": 100.0, "1": 1e9})
+    assert est.before_start(jobs["0"]) == 100.0 == est.after_start(jobs["0"], 5.0)
+    assert est.before_start(jobs["1"]) == jobs["1"].limit_s  # never more than the limit
+    assert est.before_start(jobs["2"]) == jobs["2"].limit_s  # nothing learned: the limit
+    assert est.describe() == "learned (2 jobs, else limit)"
+
+
+def test_pal_history_with_nothing_learned_predicts_exactly_the_pal_arm() -> None:
+    var = [GpuVariability(perfvar={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"},
+                          slowdown={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"}) for i in range(8)]
+    cluster = cluster_from_gpus(name_fleet(var, ["pal-r01", "pal-r02"], 4))
+    p = plan(8)
+    pal = predict(p, cluster, "pal", ArmSettings())
+    none = predict(p, cluster, "pal+history", ArmSettings(), learned={})
+    assert [(o.start_time, o.gpu_ids) for o in none.outcomes] == [(o.start_time, o.gpu_ids) for o in pal.outcomes]
+    exact = {j.job.job_id: j.job.nominal_runtime_s for j in p.jobs}
+    learned = predict(p, cluster, "pal+history", ArmSettings(), learned=exact)
+    assert learned.policy == pal.policy and len(learned.outcomes) == len(p.jobs)
