@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pal_slurm.config import PlacerConfig
-from pal_slurm.jobs.runtimes import SOURCE_FINGERPRINT, SOURCE_HISTORY
 from pal_slurm.placement.base import unheld_classes
 from pal_slurm.placement.decide import decide
 from pal_slurm.placement.model import Decision, PlacementContext
@@ -41,15 +40,11 @@ from pal_slurm.placer.factors import FactorCache, Factors
 from pal_slurm.placer.heartbeat import Heartbeat, Rules
 from pal_slurm.placer.problem import ClassResolver, Problem, ProblemBuilder, RuntimeHistory, estimate_s, expected_end
 from pal_slurm.placer.seen import Identities, SeenJobs
-from pal_slurm.placer.shapes import HeldJob
 from pal_slurm.placer.writer import Writer
 from pal_slurm.slurm.backend import SlurmBackend
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
-
-#: estimate sources a placement's reason names (a time limit is what Slurm shows anyway)
-LEARNED_SOURCES = frozenset({SOURCE_FINGERPRINT, SOURCE_HISTORY})
 
 
 class Placer:
@@ -271,7 +266,7 @@ def place(p: Placer, c: Cycle) -> bool:
         why = f"class {h.job_class} ({h.class_source}); {a.reason}"
         if waited is not None:
             why += f"; waited {now - waited[0]:.0f} s for {','.join(waited[1])}"
-        why += _estimate_note(h)
+        why += h.estimate_note
         rec = Record.applied(job, policy=p.policy.name, job_class=h.job_class, version=c.factors.version,
                              gpus=[{"node": s.node, "minor": s.minor, "type": s.gres_type, "slowdown": round(f, 4)}
                                    for s, f in zip(update.slots, sfs)],
@@ -317,13 +312,7 @@ def _note_waits(p: Placer, decision: Decision, prob: Problem, now: float, report
             gpus=[{"node": view.slots[g].node, "minor": view.slots[g].minor, "type": view.slots[g].gres_type,
                    "slowdown": round(f, 4)} for g, f in zip(w.gpus, sfs)],
             reason=(f"class {h.job_class}; waits up to {max(w.free_at - now, 0):.0f} s for {','.join(target)}, "
-                    f"expected to finish {w.sooner_s:.0f} s sooner than on the GPUs free now{_estimate_note(h)}")))
-
-
-def _estimate_note(h: HeldJob) -> str:
-    """"; runtime estimate N s learned from ..." for a learned estimate (a limit goes unsaid)."""
-    return f"; runtime estimate {h.estimate_s:.0f} s {h.estimate_source}" if h.estimate_source in LEARNED_SOURCES \
-        else ""
+                    f"expected to finish {w.sooner_s:.0f} s sooner than on the GPUs free now{h.estimate_note}")))
 
 
 def observe(p: Placer, c: Cycle) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pal_slurm.jobs.runtimes import SOURCE_FINGERPRINT, SOURCE_HISTORY
 from pal_slurm.placement.model import JobRequest
 from pal_slurm.placer.cluster_view import View
 from pal_slurm.slurm.hostlist import expand_nodes
@@ -49,6 +50,13 @@ class HeldJob:
     estimate_s: float = 0.0
     #: where the estimate came from (pal_slurm.jobs.runtimes SOURCE_*; "" when not said)
     estimate_source: str = ""
+
+    @property
+    def estimate_note(self) -> str:
+        """"; runtime estimate N s learned from ..." for a learned estimate, for a placement's
+        reason (a time limit goes unsaid: Slurm shows it anyway)."""
+        learned = self.estimate_source in (SOURCE_FINGERPRINT, SOURCE_HISTORY)
+        return f"; runtime estimate {self.estimate_s:.0f} s {self.estimate_source}" if learned else ""
 
 
 @dataclass(frozen=True)
