@@ -133,9 +133,6 @@ def main() -> int:
     from pal_slurm.simulate.estimates import parse_runtime_estimate
     from pal_slurm.simulate.traces import read_trace_file
 
-    if os.geteuid() != 0:
-        print("bench/replay.py: run as root (it starts Slurm daemons and creates GPU device files)", file=sys.stderr)
-        return 2
     traces = args.trace or [artifact / "traces" / "sia-philly" / f"workload-{w}.csv" for w in (1, 4)]
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     out = args.out.resolve()
@@ -149,8 +146,15 @@ def main() -> int:
             raise ValueError(f"--arms {args.arms!r}: expected some of {', '.join(ARMS)}")
         if args.history is not None and not args.history.is_file():
             raise ValueError(f"--history {args.history}: no such file")
+        if args.history is not None:  # refused here, FILE:LINE, before a cluster starts
+            from pal_slurm.jobs.sacct_history import read_history
+
+            with args.history.open(encoding="utf-8", errors="replace") as f:
+                read_history(f, source=str(args.history))
         if args.reps < 1:
             raise ValueError(f"--reps must be at least 1, got {args.reps}")
+        if args.cap_hours is not None and not args.cap_hours > 0:
+            raise ValueError(f"--cap-hours must be > 0 trace hours, got {args.cap_hours:g}")
         if shake_s < 0:
             raise ValueError(f"--shake-s must be >= 0 trace seconds, got {shake_s:g}")
         estimate = parse_runtime_estimate(args.estimate)
@@ -169,6 +173,9 @@ def main() -> int:
         print(f"bench/replay.py: error: {exc}", file=sys.stderr)
         return 2
 
+    if os.geteuid() != 0:
+        print("bench/replay.py: run as root (it starts Slurm daemons and creates GPU device files)", file=sys.stderr)
+        return 2
     script = find_cluster_script()
     # one state per cluster: two replays may share --out, each on its own cluster (side by side)
     inv = out / f"inventory-{args.ctld_port}.json"

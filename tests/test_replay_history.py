@@ -110,3 +110,24 @@ def test_pal_history_with_nothing_learned_predicts_exactly_the_pal_arm() -> None
     exact = {j.job.job_id: j.job.nominal_runtime_s for j in p.jobs}
     learned = predict(p, cluster, "pal+history", ArmSettings(), learned=exact)
     assert learned.policy == pal.policy and len(learned.outcomes) == len(p.jobs)
+
+
+@pytest.mark.parametrize("args", [["--history", "{bad}", "--arms", "pal+history"], ["--cap-hours", "0"]])
+def test_the_replay_refuses_bad_input_before_any_cluster_starts(tmp_path: Path, args: list[str]) -> None:
+    """A history file that does not parse (FILE:LINE) and a runtime cap that makes no sense are
+    refused with exit 2 and one line, before a cluster starts (so this needs neither root nor Slurm)."""
+    import os
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.sacct"
+    bad.write_text("JobID|JobName|User|Start|End|Elapsed|State\n"
+                   "1|a|u|notatime|2026-11-30T07:00:00|00:01:00|COMPLETED\n")
+    script = Path(__file__).resolve().parent.parent / "bench" / "replay.py"
+    env = dict(os.environ)
+    res = subprocess.run([sys.executable, str(script), *[a.format(bad=bad) for a in args], "--jobs", "2",
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    want = f"{bad}:2: Start 'notatime'" if "--history" in args else "--cap-hours must be > 0"
+    assert want in res.stderr and "replay cluster" not in res.stdout
