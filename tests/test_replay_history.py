@@ -80,6 +80,22 @@ def test_save_export_writes_complete_arms_only(tmp_path: Path) -> None:
     assert save_export(other, finished_arm(p, broken="1"), "root") is None and not export_path(other).exists()
 
 
+def test_a_result_stored_without_its_start_time_is_exported_from_its_files_time(tmp_path: Path) -> None:
+    """Results written before the run's t0 was stored: the run began its wall time before the
+    result file was written; elapsed times (what is learned) are the same either way."""
+    import json
+    import os
+
+    p = plan()
+    doc = finished_arm(p)
+    t0 = doc["run"].pop("t0")
+    res = tmp_path / "slurm.json"
+    res.write_text(json.dumps(doc))
+    os.utime(res, (t0 + doc["run"]["wall_s"], t0 + doc["run"]["wall_s"]))
+    assert save_export(res, doc, "root") == export_path(res)
+    assert export_path(res).read_text() == arm_export({**doc, "run": {**doc["run"], "t0": t0}}, user="root")
+
+
 def test_pal_history_learns_only_from_earlier_runs_never_its_own() -> None:
     done = lambda rep, ok=True: {"rep": rep, "complete": ok}  # noqa: E731
     results = {"slurm": [done(1), done(2), done(3)], "pal": [done(1), done(2, ok=False)],

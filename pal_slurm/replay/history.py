@@ -32,14 +32,16 @@ def history_label(trace: str, rep: int, arm: str) -> str:
     return f"{HISTORY_PREFIX}{trace}:rep{rep}:{arm}"
 
 
-def export_jobs(result: Mapping[str, Any], *, user: str) -> list[ExportJob]:
+def export_jobs(result: Mapping[str, Any], *, user: str, t0_fallback: float | None = None) -> list[ExportJob]:
     """The finished jobs of one stored arm result (ArmReport.as_dict(): its `run` with `t0` and
     per job the submission, start and end relative to it, and the GPUs it ran on), as
     submitted: job name `replay-<trace id>` (plan.job_name), by `user`. A job without a record or with an
     error did not finish its work and is left out (sacct would say FAILED or CANCELLED: no
-    runtime to learn). PalError for a result that has no `t0` (written before exports were)."""
+    runtime to learn). A result written before `t0` was stored takes `t0_fallback` (its file's
+    time less the arm's wall time: what is learned are the elapsed times and their order);
+    PalError when there is neither."""
     run = result.get("run") or {}
-    t0 = run.get("t0")
+    t0 = run.get("t0", t0_fallback)
     if t0 is None:
         raise PalError(f"the stored {result.get('arm', '?')} result has no start time (t0): it was written "
                        "before the replay exported runtimes; run that arm again")
@@ -54,6 +56,6 @@ def export_jobs(result: Mapping[str, Any], *, user: str) -> list[ExportJob]:
     return out
 
 
-def arm_export(result: Mapping[str, Any], *, user: str) -> str:
+def arm_export(result: Mapping[str, Any], *, user: str, t0_fallback: float | None = None) -> str:
     """`export_jobs` as `sacct -P` text."""
-    return write_export(export_jobs(result, user=user))
+    return write_export(export_jobs(result, user=user, t0_fallback=t0_fallback))

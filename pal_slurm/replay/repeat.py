@@ -49,14 +49,19 @@ def export_path(result: Path) -> Path:
 def save_export(result_file: Path, result: Mapping[str, Any], user: str) -> Path | None:
     """Write the arm's finished jobs as an sacct export beside its result (pal_slurm.replay.history);
     None, and nothing written, when the arm did not complete (its runtimes are not a run's) or
-    its result predates exports (no start time stored)."""
+    it cannot be exported (a result without a start time and no file time to infer it from)."""
     from pal_slurm.errors import PalError
     from pal_slurm.replay.history import arm_export
 
     if not result.get("complete"):
         return None
+    run = result.get("run") or {}
+    try:  # a result from before t0 was stored: the run began its wall time before the file was written
+        fallback = result_file.stat().st_mtime - float(run.get("wall_s") or 0.0)
+    except OSError:
+        fallback = None
     try:
-        text = arm_export(result, user=user)
+        text = arm_export(result, user=user, t0_fallback=fallback)
     except PalError:
         return None
     path = export_path(result_file)
