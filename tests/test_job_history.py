@@ -201,3 +201,10 @@ def test_cli_import_history(sqlite_url: str, tmp_path: Path) -> None:
     assert "Traceback" not in out.output
     out = runner.invoke(cli, ["--db", sqlite_url, "jobs", "import-history", str(f), "--cluster", " x"])
     assert out.exit_code == 1 and "--cluster ' x'" in out.output
+    # the file is named before the database is opened: a bad export with no database behind it
+    missing = f"sqlite:///{tmp_path / 'none.db'}"
+    out = runner.invoke(cli, ["--db", missing, "jobs", "import-history", str(f)])
+    assert out.exit_code == 1 and f"{f}:2: State 'WEIRD'" in out.output and "no database" not in out.output
+    f.write_text(HEADER + "\n" + row("4") + "\n")
+    out = runner.invoke(cli, ["--db", missing, "jobs", "import-history", str(f)])
+    assert out.exit_code == 1 and "no database" in out.output, out.output

@@ -76,7 +76,7 @@ def import_history(app: AppContext, file: Path, source: str, as_json: bool) -> N
     """
     from pal_slurm.jobs.service import import_history_file
 
-    result = import_history_file(app.engine, file, source)
+    result = import_history_file(lambda: app.engine, file, source)  # the file is read first
     data = {"file": str(file), "cluster": result.source, "jobs": result.jobs, "imported": result.added,
             "already_present": result.already_present, "imported_by_state": result.by_state,
             "skipped": sum(result.skipped.values()), "skipped_by_reason": result.skipped,
