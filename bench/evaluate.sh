@@ -69,11 +69,11 @@ for fleet in "${fleets[@]}" ""; do
 done
 [ $rc -eq 0 ] || echo "an arm did not complete (see the logs above); rerun to finish it" >&2
 
-for fleet in "${fleets[@]}"; do  # every repetition done: this pass only reads the results
+for fleet in "${fleets[@]}"; do  # every repetition done: this pass reads the results and predicts them again (today's simulator)
     arms=slurm,pal
     [[ "$history" == *" $fleet "* ]] && arms=slurm,pal,pal+history
     fresh a
-    "$py" "$here/bench/replay.py" "${common[@]}" --fleet "$fleet" --out "$out/$fleet" --arms "$arms" \
+    "$py" "$here/bench/replay.py" "${common[@]}" --fleet "$fleet" --out "$out/$fleet" --arms "$arms" --repredict \
         --cluster-dir /var/tmp/pal-eval-slurm-a --ctld-port "${ctld[a]}" --node-port "${node[a]}" \
         | tee "$out/$fleet/summary.txt"
 done

@@ -40,7 +40,8 @@ pal_slurm.replay.history). The pal+history arm of repetition r first imports, wi
 before it (never its own run), so the placer's estimates are the runtimes it learns from them
 ([jobs] runtime_min_jobs = 1: one earlier run of each job per export); the pal arm runs with that
 history removed. --history FILE seeds it with one given export instead. Its prediction uses the
-same learned estimates.
+same learned estimates. --repredict predicts the stored results again with this simulator on
+the inputs of their runs (for a model change after the runs; bench/evaluate.sh's summary does).
 
 Prints per arm the mean [min-max] over the complete repetitions of real and predicted average
 / median / p99 JCT, makespan, utilization (trace hours) and the variability tax, the
@@ -52,7 +53,7 @@ Usage: bench/replay.py [--trace workload-1.csv ...] [--nodes 16] [--gpus-per-nod
                        [--seconds-per-hour 10] [--lambda 1.7] [--estimate uniform:1:5:42]
                        [--fleet artifact|wide|quiet] [--seed 42] [--reps 3] [--shake-s 300]
                        [--jobs N] [--arms slurm,pal[,pal+history]] [--history FILE] [--placer-interval 0.5]
-                       [--out DIR] [--keep-cluster] [--cluster-dir D --ctld-port P --node-port P]
+                       [--out DIR] [--repredict] [--keep-cluster] [--cluster-dir D --ctld-port P --node-port P]
 Run as root (it starts Slurm daemons and creates device files). Ctrl-C cancels the
 arm's jobs and leaves the cluster clean; the cluster is stopped at the end.
 """
@@ -110,6 +111,10 @@ def main() -> int:
     ap.add_argument("--no-calibrate", action="store_true",
                     help="predict with an ideal scheduler (no latencies measured before each arm)")
     ap.add_argument("--out", type=Path, default=Path("replay-out"))
+    ap.add_argument("--repredict", action="store_true",
+                    help="predict the results stored by earlier sittings again with this simulator, on the inputs "
+                         "of their runs (latencies measured, runtimes learned); the measurements are kept. For a "
+                         "model change after the runs: the summary then compares today's model with them")
     ap.add_argument("--keep-cluster", action="store_true", help="leave the replay cluster running at the end")
     ap.add_argument("--cluster-dir", default=CLUSTER_DIR, help="the replay cluster's state directory")
     ap.add_argument("--ctld-port", type=int, default=CTLD_PORT, help="its slurmctld port (slurmrestd: +2000)")
@@ -118,7 +123,7 @@ def main() -> int:
 
     from pal_slurm.demo.on_slurm import find_cluster_script
     from pal_slurm.errors import PalError
-    from pal_slurm.replay.experiment import ArmSettings, ClusterHandle, configure_database, run_arms
+    from pal_slurm.replay.experiment import ArmSettings, ClusterHandle, configure_database, repredicted, run_arms
     from pal_slurm.replay.experiment import Latencies
     from pal_slurm.replay.fleet import FLEETS, draw_fleet, inventory, name_fleet, node_name
     from pal_slurm.replay.experiment import ARMS, PAL_ARMS, submitting_user
@@ -255,8 +260,13 @@ def main() -> int:
                                   **({"history": _digest([f for _l, f in history])} if history else {})})
                 path = result_path(out, name, rep, seed, arm)
                 done = load_done(path, fp)
-                if done is not None:
+                if done is not None and args.repredict:
+                    done = repredicted(done, plan, cluster, settings, db_url=db_url, history=history)
+                    save_result(path, done)
+                    print(f"   arm {arm}: done in an earlier sitting ({path}), predicted again", flush=True)
+                elif done is not None:
                     print(f"   arm {arm}: done in an earlier sitting ({path}), skipped", flush=True)
+                if done is not None:
                     stored.setdefault((name, arm), []).append(done)
                     if not export_path(path).is_file():
                         save_export(path, done, submitting_user())

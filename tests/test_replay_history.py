@@ -147,3 +147,64 @@ def test_the_replay_refuses_bad_input_before_any_cluster_starts(tmp_path: Path, 
     assert "Traceback" not in res.stderr
     want = f"{bad}:2: Start 'notatime'" if "--history" in args else "--cap-hours must be > 0"
     assert want in res.stderr and "replay cluster" not in res.stdout
+
+
+def test_a_job_that_outlives_its_learned_runtime_is_expected_at_its_limit_from_then_on() -> None:
+    """As the placer's `expected_end`: start + learned runtime while that is ahead, then start
+    + limit (Slurm's EndTime); the moment it runs out is a pass of its own when a job waits."""
+    from pal_slurm.placement.policies import get_policy
+    from pal_slurm.simulate.event import EventOptions, simulate_events
+
+    def job(i: str, gpus: int, submit: float, work: float) -> TraceJob:
+        return TraceJob(job_id=i, num_gpus=gpus, submit_time=submit, work=work, work_unit="seconds", model="m",
+                        job_class="A", iter_time_s=1.0, line=2, source="t.csv", limit_s=2000.0)
+
+    var = [GpuVariability(perfvar={c: 1.0 for c in "ABCD"}, slowdown={c: 1.0 for c in "ABCD"}) for _ in range(2)]
+    cluster = cluster_from_gpus(name_fleet(var, ["pal-r01"], 2))
+    trace = Trace(name="t", jobs=(job("x", 1, 0.0, 1000.0), job("y", 2, 10.0, 50.0)))
+    seen: list[tuple[float, float]] = []
+    opts = EventOptions(runtime_estimate=RuntimeEstimate.from_learned({"x": 100.0}), backfill_interval_s=1e9)
+    res = simulate_events(trace, cluster, get_policy("slurm-backfill"), opts,
+                          on_decision=lambda snap, _q, _bf, _d: seen.append((snap.now, snap.expected_end.get("x", -1.0))))
+    assert (10.0, 100.0) in seen  # y waits for x's GPU, expected at its learned end
+    assert (100.0, 2000.0) in seen  # x outlived it: a pass at that moment, x now due at its limit
+    y = next(o for o in res.outcomes if o.job_id == "y")
+    assert y.start_time == 1000.0  # the truth is unchanged: y starts when x really ends
+    limit = simulate_events(trace, cluster, get_policy("slurm-backfill"),
+                            EventOptions(runtime_estimate=RuntimeEstimate(kind="limit"), backfill_interval_s=1e9),
+                            on_decision=lambda snap, _q, _bf, _d: seen.append((-1.0, snap.now)))
+    assert limit.outcomes == res.outcomes
+
+
+def test_a_stored_result_is_predicted_again_on_the_inputs_of_its_run(tmp_path: Path) -> None:
+    """`bench/replay.py --repredict`: the latencies the run measured and, for pal+history, the
+    runtimes learned again from the same exports; the measurement itself is kept."""
+    from dataclasses import replace
+
+    from pal_slurm.replay.experiment import Latencies, configure_database, learned_estimates, repredicted, \
+        submitting_user
+
+    var = [GpuVariability(perfvar={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"},
+                          slowdown={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"}) for i in range(8)]
+    db_url = f"sqlite:///{tmp_path / 'pal.db'}"
+    cluster, _factors, _version = configure_database(db_url, name_fleet(var, ["pal-r01", "pal-r02"], 4), note="test")
+    p = plan(8)
+    export = tmp_path / "slurm.sacct"
+    export.write_text(arm_export(finished_arm(p), user=submitting_user()))
+    history = [(history_label("t", 1, "slurm"), export)]
+    lat = {"visible_after_s": 0.2, "start_latency_s": 0.7, "release_latency_s": 0.05}
+    settings = ArmSettings()
+    for arm in ("slurm", "pal", "pal+history"):
+        stored = {"arm": arm, "latencies_s": lat, "real": {"avg_jct_s": 1000.0, "makespan_s": None},
+                  "predicted": {"avg_jct_s": 1.0}, "comparison": [], "rep": 1}
+        again = repredicted(stored, p, cluster, settings, db_url=db_url,
+                            history=history if arm == "pal+history" else ())
+        learned = learned_estimates(db_url, p, settings) if arm == "pal+history" else None
+        assert learned is None or len(learned) == len(p.jobs)
+        want = predict(p, cluster, arm, replace(settings, latencies={arm: Latencies(**lat)}), learned=learned)
+        assert again["predicted"] == want.metrics.as_dict() and again["real"] == stored["real"]
+        row = {r["metric"]: r for r in again["comparison"]}
+        assert row["avg_jct_s"]["diff"] == pytest.approx((want.metrics.avg_jct_s - 1000.0) / 1000.0)
+        assert row["makespan_s"]["real"] != row["makespan_s"]["real"]  # not measured: NaN, no difference
+    with pytest.raises(PalError, match="exports its run learned from"):
+        repredicted({"arm": "pal+history", "latencies_s": lat}, p, cluster, settings, db_url=db_url)

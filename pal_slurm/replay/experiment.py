@@ -96,13 +96,7 @@ class ArmReport:
 
     def comparison(self) -> list[dict[str, Any]]:
         """Per metric: real, predicted and (predicted - real) / real."""
-        rows = []
-        for m in METRICS:
-            pred = getattr(self.predicted.metrics, m)
-            real = getattr(self.real, m) if self.real is not None else math.nan
-            diff = (pred - real) / real if real and math.isfinite(real) else math.nan
-            rows.append({"metric": m, "real": real, "predicted": pred, "diff": diff})
-        return rows
+        return comparison(self.predicted.metrics, self.real.as_dict() if self.real is not None else None)
 
     def as_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "policy": self.policy, "complete": bool(self.run and self.run.complete),
@@ -110,6 +104,38 @@ class ArmReport:
                 "real": self.real.as_dict() if self.real else None, "predicted": self.predicted.metrics.as_dict(),
                 "comparison": self.comparison(), "notes": list(self.notes),
                 "run": self.run.as_dict() if self.run else None}
+
+
+def comparison(predicted: RunMetrics, real: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Per metric: real, predicted and (predicted - real) / real (NaN where nothing was measured)."""
+    rows = []
+    for m in METRICS:
+        pred = getattr(predicted, m)
+        value = (real or {}).get(m)
+        got = float(value) if isinstance(value, (int, float)) else math.nan
+        diff = (pred - got) / got if got and math.isfinite(got) else math.nan
+        rows.append({"metric": m, "real": got, "predicted": pred, "diff": diff})
+    return rows
+
+
+def repredicted(result: Mapping[str, Any], plan: ReplayPlan, cluster: Cluster, settings: ArmSettings, *,
+                db_url: str, history: Sequence[tuple[str, Path]] = ()) -> dict[str, Any]:
+    """A stored arm result (`ArmReport.as_dict`) predicted again by this simulator on the inputs
+    of its run: the latencies its calibration measured and, for pal+history, the estimates
+    learned from the same exports (imported again into `db_url`). The measurement is kept; so a
+    model change after a run is judged on the runs already made."""
+    arm = str(result["arm"])
+    learned = None
+    if arm == "pal+history":
+        if not history:
+            raise PalError("arm pal+history needs the sacct exports its run learned from to be predicted again")
+        clear_history(db_url)
+        seed_history(db_url, history)
+        learned = learned_estimates(db_url, plan, settings)
+    lat = result.get("latencies_s")
+    latencies = {arm: Latencies(**lat)} if lat else {}
+    pred = predict(plan, cluster, arm, replace(settings, latencies=latencies), learned=learned)
+    return {**result, "predicted": pred.metrics.as_dict(), "comparison": comparison(pred.metrics, result.get("real"))}
 
 
 def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings,

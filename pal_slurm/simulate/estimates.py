@@ -15,9 +15,9 @@ figure must not let a policy see exact runtimes, so the event simulator hands po
 - ``learned`` (built in code, `RuntimeEstimate.from_learned`, no command-line form): what the
   placer estimates from learned runtimes, per job id (trace seconds), never more than the
   job's time limit; the limit for a job nothing was learned about. The replay's pal+history
-  arm is predicted with it. A running job is expected to end its estimate after its start
-  (the placer switches to the limit once a job outlives its learned runtime; the simulator
-  keeps the estimate: policies see such a job as due).
+  arm is predicted with it. A running job is expected to end its estimate after its start,
+  and once it outlives that, its limit after its start (Slurm's EndTime), as the placer's
+  `expected_end` switches (`when_outlived`).
 
 For the factor models the estimate of a waiting job is F x its nominal runtime (on a
 median GPU, in one node), and a running job is expected to end F x its true runtime after
@@ -75,6 +75,13 @@ class RuntimeEstimate:
         if self.kind == "learned":
             return self._learned(job)
         return true_runtime_s * self.factor_of(job)
+
+    def when_outlived(self, job: TraceJob) -> float | None:
+        """How long after its start a running job is expected to end once it has outlived
+        `after_start`: for ``learned``, its time limit (the placer then plans with Slurm's
+        EndTime); None for the other kinds, whose estimate is the limit or a margin over the
+        truth (a factor below 1 leaves a job overdue: policies see it as due)."""
+        return self._limit(job) if self.kind == "learned" else None
 
     def _learned(self, job: TraceJob) -> float:
         limit = self._limit(job)

@@ -103,6 +103,9 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     blocked_last = False
     ends: dict[str, float] = {}  # job -> when policies expect it to end (the estimate, not the truth)
     releases: list[tuple[float, tuple[int, ...]]] = []  # (expected end, GPUs) of running jobs, sorted: Snapshot.releases
+    #: (expected end, job) of running jobs whose estimate may run out before they do
+    #: (learned runtimes): from then on they are expected at start + limit, as the placer sees them
+    outliving: list[tuple[float, str]] = []
     estimate = options.runtime_estimate
     reorder_on_arrival = options.order != "fifo"
     next_bf = 0.0
@@ -117,7 +120,9 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
         t_fin = finish_heap[0][0] if finish_heap else math.inf
         # a backfill pass is an event of its own when one is due and could do something
         t_bf = max(next_bf, now) if policy.backfills and bf_dirty and waiting and free else math.inf
-        now = min(t_arr, t_fin, t_bf)
+        # a running job's estimate running out is an event when a pass could act on it
+        t_out = max(outliving[0][0], now) if outliving and waiting and free else math.inf
+        now = min(t_arr, t_fin, t_bf, t_out)
         while finish_heap and finish_heap[0][0] <= now:
             _, _, jid = heapq.heappop(finish_heap)
             gpus = running.pop(jid)
@@ -129,6 +134,15 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             bf_dirty = True
             if progress is not None:
                 progress(len(outcomes))
+        while outliving and outliving[0][0] <= now:
+            _, jid = heapq.heappop(outliving)
+            later = estimate.when_outlived(by_id[jid]) if jid in running else None
+            if later is not None and started[jid] + later > ends[jid]:
+                gpus = running[jid]
+                del releases[bisect.bisect_left(releases, (ends[jid], gpus))]
+                ends[jid] = started[jid] + later
+                bisect.insort(releases, (ends[jid], gpus))
+                freed_since_pass = bf_dirty = True  # the policy's view of the releases changed
         arrived = False
         while i < len(jobs) and seen_at(jobs[i]) <= now:
             j = jobs[i]
@@ -169,6 +183,8 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             expected = now + dispatch + estimate.after_start(job, dur)
             ends[a.job_id] = expected
             bisect.insort(releases, (expected, a.gpus))
+            if estimate.kind == "learned":
+                heapq.heappush(outliving, (expected, a.job_id))
             seq += 1
             heapq.heappush(finish_heap, (now + dispatch + dur + release, seq, a.job_id))
             placed.add(a.job_id)
