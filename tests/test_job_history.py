@@ -154,6 +154,49 @@ def test_estimate_prefers_fingerprint_then_history_then_the_limit_and_never_exce
     assert expected_end(run, LearnedRuntimes(by_name={("alice", "train"): 50.0}), now) == now + 3500
 
 
+def test_the_placers_incremental_reader_learns_what_a_full_read_learns(engine: Engine) -> None:
+    """HistoryReader (kept by the placer across refreshes) after each import, a removal, a row
+    committed under an id already passed, and the age cutoff: always learned_from_history's answer."""
+    from pal_slurm.jobs.history_store import HistoryReader
+
+    now = datetime.now(UTC)
+    day = lambda d: (now - timedelta(days=d)).astimezone().strftime("%Y-%m-%dT%H:%M:%S")  # noqa: E731
+    rule = RuntimeRule(min_jobs=2, history=3)
+    reader = HistoryReader(rule)
+
+    def same(at: datetime = now) -> dict:
+        with session_scope(engine) as s:
+            got = dict(reader.read(s, at))
+            assert got == learned_from_history(s, rule, at)
+            return got
+
+    assert same() == {}
+    with session_scope(engine) as s:
+        import_history(s, parse(*[row(str(i), start=day(i + 1), end="", elapsed=f"00:{10 + i:02d}:00")
+                                  for i in range(3)]), "clusterA")
+    assert same() == {("alice", "train"): 12 * 60.0}
+    with session_scope(engine) as s:  # newer runs push the oldest out of the newest 3
+        import_history(s, parse(row("50", start=day(0.5), end="", elapsed="00:01:00"),
+                                row("51", start=day(0.4), end="", elapsed="00:02:00", state="FAILED"),
+                                row("52", start=day(0.3), end="", elapsed="00:03:00", name="eval")), "clusterB")
+    assert same() == {("alice", "train"): 11 * 60.0}
+    with session_scope(engine) as s:
+        delete_history(s, "clusterB")
+    assert same() == {("alice", "train"): 12 * 60.0}
+    with session_scope(engine) as s:  # leave a gap below the highest id read ...
+        ids = sorted(s.scalars(select(JobHistory.id).where(JobHistory.source == "clusterA")))
+        s.execute(JobHistory.__table__.delete().where(JobHistory.id == ids[1]))
+    assert same() == {("alice", "train"): 12 * 60.0}
+    with session_scope(engine) as s:  # ... that a late commit fills
+        s.execute(JobHistory.__table__.insert(), [dict(id=ids[1], source="late", slurm_job_id="9", user="alice",
+                                                        name="train", started_at=now - timedelta(hours=1),
+                                                        elapsed_s=30 * 60.0, state="COMPLETED")])
+    assert same() == {("alice", "train"): 30 * 60.0}
+    later = now + timedelta(days=rule.max_age_days - 0.5)  # all but the late run aged out: too few left
+    assert same(later) == {} and same(later) == {}
+
+
+
 # -- the importer, on every backend -----------------------------------------------------------
 def test_import_is_idempotent_and_learns_from_completed_and_timeout_only(engine: Engine) -> None:
     now = datetime.now(UTC)

@@ -3,20 +3,21 @@ learning rule reads (pal_slurm.jobs.runtimes does the learning; this module only
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from pal_slurm.config import PalConfig
 from pal_slurm.db.models import JobHistory
 from pal_slurm.errors import InputError
-from pal_slurm.jobs.runtimes import LEARNED_STATES, LearnedRuntimes, RuntimeRule, learn_runtimes
+from pal_slurm.jobs.runtimes import LEARNED_STATES, KeptRuns, LearnedRuntimes, RuntimeRule, learn_runtimes
 from pal_slurm.jobs.sacct_history import HistoryFile
 from pal_slurm.jobs.sensitivity_store import learned_runtimes
 
-__all__ = ["HistoryImport", "check_source", "delete_history", "import_history", "learned_from_history", "learned_runtimes_all",
+__all__ = ["HistoryImport", "HistoryReader", "check_source", "delete_history", "import_history", "learned_from_history", "learned_runtimes_all",
            "runtime_rule"]
 
 _MAX_SOURCE, _MAX_USER, _MAX_NAME = 128, 128, 255
@@ -101,11 +102,50 @@ def learned_from_history(session: Session, rule: RuntimeRule = RuntimeRule(),
     return learn_runtimes((((user, name), started, elapsed) for user, name, started, elapsed in rows), rule)
 
 
+class HistoryReader:
+    """`learned_from_history`, read incrementally: each read takes only the rows imported since
+    the last one (ids above the highest read) into a KeptRuns, so the placer's refresh costs
+    what was imported, not the whole 90 days. Everything is read again when the rows up to that
+    id are no longer the ones counted last time: some were removed (a replay or an operator may;
+    the importer never does), or a concurrent import committed one under an id already passed;
+    and at least every `full_every_s`, whatever happened."""
+
+    def __init__(self, rule: RuntimeRule = RuntimeRule(), *, full_every_s: float = 3600.0) -> None:
+        self.rule = rule
+        self.full_every_s = full_every_s
+        self._kept: KeptRuns[tuple[str, str]] = KeptRuns(rule)
+        self._last_id = 0
+        self._rows = 0  # rows (every state) with id <= _last_id, as counted at the last read
+        self._full_at: datetime | None = None
+
+    def _count_to_last(self, session: Session) -> int:
+        return int(session.execute(select(func.count(JobHistory.id)).where(JobHistory.id <= self._last_id))
+                   .scalar() or 0)
+
+    def read(self, session: Session, now: datetime | None = None) -> Mapping[tuple[str, str], float]:
+        """(user, job name) -> learned runtime in seconds, as `learned_from_history` gives it."""
+        now = now or datetime.now(UTC)
+        if (self._full_at is None or (now - self._full_at).total_seconds() >= self.full_every_s
+                or self._count_to_last(session) != self._rows):
+            self._kept, self._last_id, self._full_at = KeptRuns(self.rule), 0, now
+        cutoff = self.rule.cutoff(now)
+        new = session.execute(select(JobHistory.id, JobHistory.user, JobHistory.name, JobHistory.started_at,
+                                     JobHistory.elapsed_s)
+                              .where(JobHistory.id > self._last_id, JobHistory.state.in_(sorted(LEARNED_STATES)),
+                                     JobHistory.started_at >= cutoff)
+                              .order_by(JobHistory.id)).all()
+        self._kept.add(((user, name), started, elapsed) for _id, user, name, started, elapsed in new)
+        if new:
+            self._last_id = int(new[-1][0])
+        self._rows = self._count_to_last(session)
+        return self._kept.learned(cutoff)
+
+
 def learned_runtimes_all(session: Session, rule: RuntimeRule = RuntimeRule(),
-                         now: datetime | None = None) -> LearnedRuntimes:
+                         now: datetime | None = None, reader: HistoryReader | None = None) -> LearnedRuntimes:
     """Everything the placer estimates from: by fingerprint (job profiles) and by user + name
-    (the imported sacct history), on the same rule."""
+    (the imported sacct history, through `reader` when one is kept between calls), on the same rule."""
     return LearnedRuntimes(
         by_fingerprint=learned_runtimes(session, min_jobs=rule.min_jobs, history=rule.history,
                                         quantile=rule.quantile, max_age_days=rule.max_age_days, now=now),
-        by_name=learned_from_history(session, rule, now))
+        by_name=reader.read(session, now) if reader is not None else learned_from_history(session, rule, now))

@@ -107,12 +107,16 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
         with session_scope(engine()) as session:
             record_identities(session, [(j.job_id, j.user, j.name, j.command) for j in jobs])
 
+    from pal_slurm.jobs.history_store import HistoryReader, runtime_rule
+
+    reader = HistoryReader(runtime_rule(cfg))  # kept across refreshes: each reads only the new rows
+
     def history() -> LearnedRuntimes:
         from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.history_store import learned_runtimes_all, runtime_rule
+        from pal_slurm.jobs.history_store import learned_runtimes_all
 
         with session_scope(engine()) as session:
-            return learned_runtimes_all(session, runtime_rule(cfg))
+            return learned_runtimes_all(session, reader.rule, reader=reader)
 
     accounting = Accounting(AccountingSink(engine), pc.mode, on_record=metrics.add_records if metrics else None)
     return Placer(backend, pc, factors, AuditSink(engine), classes=list(cfg.job_classes),
