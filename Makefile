@@ -98,6 +98,7 @@ bench: venv
 	$(VENV)/bin/python bench/agent_overhead.py
 	$(VENV)/bin/python bench/profile_recovery.py
 	$(VENV)/bin/python bench/placer_cycle.py
+	$(VENV)/bin/python bench/history_refresh.py
 	$(SLURM_CLUSTER) install && $(VENV)/bin/python bench/placer_latency.py
 
 # bench/replay.py: the real-Slurm evidence of docs/evaluation.md; its own cluster, ports and state dir
