@@ -109,8 +109,13 @@ class NodeTable:
 
 
 def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
-               factors: Mapping[tuple[str, int], GpuVariability], classes: Sequence[str]) -> View:
-    """Steerable GPUs (nodes whose GPUs carry per-slot types), their factors, and which are free."""
+               factors: Mapping[tuple[str, int], GpuVariability], classes: Sequence[str],
+               now: float | None = None) -> View:
+    """Steerable GPUs (nodes whose GPUs carry per-slot types), their factors, and which are free.
+
+    Free is what the nodes' gres_used leaves, less the GPUs of every running job (the nodes are
+    read before the jobs: a job that started in between shows in one read only) and the slots
+    promised to the jobs we placed (`promised_slots`, as of `now`)."""
     slots: list[Slot] = []
     node_names: list[str] = []
     gpus: list[GpuRef] = []
@@ -128,9 +133,14 @@ def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
                 free.append(len(slots))
             gpus.append(GpuRef(id=len(slots), node=idx, slot=k))
             slots.append(Slot(node.name, minor, gtype))
-    promised = promised_slots(jobs)
+    promised = promised_slots(jobs, now)
     if promised:
         free = [i for i in free if (slots[i].node, slots[i].gres_type) not in promised]
+    by_slot = {(s.node, s.gres_type): i for i, s in enumerate(slots)}
+    running = running_gpus(jobs, by_slot)
+    if running:
+        taken = {g for held in running.values() for g in held}
+        free = [i for i in free if i not in taken]
     # a GPU we know nothing about gets the worst factor of its class (worst_factor); worked out
     # only when some GPU needs it (a scan of every factor)
     worst: dict[tuple[str, str], float] = {}
@@ -146,10 +156,9 @@ def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
     pv = {c: tuple(float(x) if v is not None and (x := v.perfvar.get(c)) is not None else fallback("perfvar", c)
                    for v in known) for c in classes}
     cluster = Cluster(node_names=tuple(node_names), gpus=tuple(gpus), slowdown=sf, perfvar=pv)
-    by_slot = {(s.node, s.gres_type): i for i, s in enumerate(slots)}
     return View(cluster=cluster, slots=tuple(slots), free=frozenset(free),
                 node_index={n: i for i, n in enumerate(node_names)}, nodes={n.name: n for n in nodes},
-                running=running_gpus(jobs, by_slot))
+                running=running)
 
 
 def running_gpus(jobs: Iterable[SlurmJob], by_slot: Mapping[tuple[str, str], int]) -> dict[str, tuple[int, ...]]:
@@ -190,12 +199,21 @@ NOT_WAITING_FOR_RESOURCES = frozenset({"BeginTime", "Dependency", "DependencyNev
                                        "JobHeldAdmin"})
 
 
-def promised_slots(jobs: Iterable[SlurmJob]) -> set[tuple[str, str]]:
+def promised_slots(jobs: Iterable[SlurmJob], now: float | None = None) -> set[tuple[str, str]]:
     """(node, type) of every pending job we placed and released which waits for its GPUs
-    (not for a begin time or a dependency: 16 such jobs would otherwise block 16 GPUs)."""
+    (not for a begin time or a dependency: 16 such jobs would otherwise block 16 GPUs).
+
+    A job we released shows reason BeginTime until slurmctld's next pass looks at it, although
+    its begin time (now, at the release) has passed: with `now`, such a job is taken as waiting
+    for its GPUs, since Slurm is about to start it there. (Without this, the next cycle gave
+    the same GPUs to another job, which then could not start until it was re-planned.)"""
     out: set[tuple[str, str]] = set()
     for job in jobs:
-        if not (job.pending and is_placed_by_pal(job)) or job.state_reason in NOT_WAITING_FOR_RESOURCES:
+        if not (job.pending and is_placed_by_pal(job)):
+            continue
+        if job.state_reason in NOT_WAITING_FOR_RESOURCES and not (
+                job.state_reason == "BeginTime" and now is not None and job.begin_time is not None
+                and job.begin_time <= now):
             continue
         types = [i.type for i in parsed_tres(job.tres_per_node).gpu_items if i.type]
         for node in expand_nodes(job.required_nodes):

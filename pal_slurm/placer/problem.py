@@ -136,7 +136,7 @@ class ProblemBuilder:
               factors: Factors, now: float, *, replans_as_submitted: bool = True) -> Problem:
         """The problem for placing `held` among `jobs` on `nodes`; with `replans_as_submitted`
         a re-planned job is planned from its user's request (see `plan_from`)."""
-        view = cluster_view.build_view(nodes, jobs, factors.by_slot, self.classes)
+        view = cluster_view.build_view(nodes, jobs, factors.by_slot, self.classes, now)
         tiers, prio = self._ranks.get(now)
         learned = self._learned.get(now) if self._learned is not None else LearnedRuntimes()
         held_jobs = []
