@@ -237,7 +237,12 @@ def waiting_case(tmp_path: Path, **cfg: object):  # type: ignore[no-untyped-def]
     runner = SlurmJob(job_id="90", name="r", user="u", state="RUNNING", state_reason="None", priority=1,
                       partition="gpu", submit_time=NOW - 100, nodes="n2", start_time=NOW - 100, end_time=NOW + 60,
                       gres_detail=("gpu:v100_g0:1(IDX:0),gpu:v100_g1:0(IDX:),gpu:v100_g2:0(IDX:),gpu:v100_g3:0(IDX:)",))
-    jobs = [held("1", time_limit_s=3600.0), runner]
+    # the other busy GPUs are held by jobs that end in ten hours (a GPU busy for no job is
+    # taken as being given back: ProblemBuilder.releasing)
+    filler = replace(runner, job_id="91", name="f", nodes="n[1-2]", end_time=NOW + 36000, gres_detail=(
+        "gpu:v100_g0:1(IDX:0),gpu:v100_g1:1(IDX:1),gpu:v100_g2:1(IDX:2),gpu:v100_g3:0(IDX:)",
+        "gpu:v100_g0:0(IDX:),gpu:v100_g1:1(IDX:1),gpu:v100_g2:1(IDX:2),gpu:v100_g3:1(IDX:3)"))
+    jobs = [held("1", time_limit_s=3600.0), runner, filler]
     return placer(tmp_path, jobs, nodes, **cfg)
 
 
@@ -257,6 +262,39 @@ def test_a_long_job_waits_for_a_fast_gpu_that_frees_soon_and_says_so(tmp_path: P
     assert placed_slots(rec, "1") == ("n2", ["v100_g0"])
     applied = [r for r in p.audit.pending if r.outcome == "applied"][-1]
     assert "waited 61 s for n2:0" in applied.reason
+
+
+def test_a_job_waits_for_the_fast_gpu_of_a_job_completing_but_not_of_one_stuck(tmp_path: Path) -> None:
+    """A COMPLETING job (cancelled or ended, its epilog running) gives its GPUs back within
+    seconds: a long job waits for its fast GPU instead of taking the slow one free now (seen on
+    the test cluster: the fast GPU's job was cancelled, the next cycle caught it COMPLETING).
+    One COMPLETING longer than COMPLETING_GRACE_S is stuck, and nobody waits for it."""
+    from pal_slurm.placer.cluster_view import COMPLETING_GRACE_S
+
+    p, rec = waiting_case(tmp_path, policy="pal-backfill")
+    rec._jobs = [replace(j, state="COMPLETING", end_time=NOW - 2) if j.job_id == "90" else j for j in rec._jobs]
+    assert p.cycle().waits == ["1"]
+    p, rec = waiting_case(tmp_path / "stuck", policy="pal-backfill")
+    rec._jobs = [replace(j, state="COMPLETING", end_time=NOW - COMPLETING_GRACE_S - 1) if j.job_id == "90" else j
+                 for j in rec._jobs]
+    assert p.cycle().placed == ["1"] and placed_slots(rec, "1") == ("n1", ["v100_g3"])
+
+
+def test_a_gpu_busy_for_no_job_is_being_given_back_for_a_while(tmp_path: Path) -> None:
+    """The nodes are read before the jobs: when the fast GPU's job ends in between, the GPU is
+    busy in one read and held by no job in the other (seen on the test cluster, the placer
+    woken by that job's end). It is taken as a release due now, so the held job waits for it;
+    a GPU busy for no job longer than COMPLETING_GRACE_S is not waited for."""
+    from pal_slurm.placer.cluster_view import COMPLETING_GRACE_S
+
+    p, rec = waiting_case(tmp_path, policy="pal-backfill")
+    rec._jobs = [j for j in rec._jobs if j.job_id != "90"]  # ended; n2:0 still busy in the nodes' read
+    report = p.cycle()
+    assert report.placed == [] and report.waits == ["1"]
+    waits = [r for r in p.audit.pending if r.outcome == "waiting"]
+    assert "n2:0" in waits[0].reason, waits[0].reason
+    p.clock = lambda: NOW + COMPLETING_GRACE_S + 1  # still busy for no job: stuck, or not ours to know
+    assert p.cycle().placed == ["1"] and placed_slots(rec, "1") == ("n1", ["v100_g3"])
 
 
 def test_with_waiting_off_it_starts_on_the_slow_gpu(tmp_path: Path) -> None:

@@ -70,6 +70,25 @@ def test_event_mode_models_a_real_schedulers_latencies() -> None:
     assert res.metrics.avg_jct_s > ideal.metrics.avg_jct_s
 
 
+def test_event_mode_a_job_may_wait_for_the_gpus_of_one_completing() -> None:
+    """After its end a job holds its GPUs for the release latency (COMPLETING), and is expected
+    back at that moment, as the placer's `expected_end` sees a COMPLETING job: a long job seen
+    meanwhile waits for the fast GPU instead of starting on the slow one."""
+    table = {c: [1.0, 2.0] for c in "ABCD"}
+    cluster = Cluster.uniform(1, 2, slowdown=table, perfvar=table)
+    trace = Trace("t", (job("x", 1, 0, 100), job("y", 1, 102, 1000)))
+    seen: list[tuple[float, float]] = []
+    for name in ("pal-backfill", "pal-guard"):
+        res = simulate_events(trace, cluster, get_policy(name), EventOptions(release_latency_s=5.0),
+                              on_decision=lambda snap, _q, _bf, _d: seen.append((snap.now, snap.expected_end.get("x"))))
+        by = {o.job_id: o for o in res.outcomes}
+        assert by["x"].gpu_ids == (0,) and by["x"].finish_time == 100
+        assert (by["y"].gpu_ids, by["y"].start_time) == ((0,), 105), name  # not GPU 1 at 102
+        assert (102, 105) in seen
+    ideal = simulate_events(trace, cluster, get_policy("pal-backfill"), EventOptions())
+    assert {o.job_id: o.gpu_ids for o in ideal.outcomes} == {"x": (0,), "y": (0,)}
+
+
 def test_event_mode_unheld_classes_are_seen_at_submit_and_keep_their_rank() -> None:
     """A class the filter does not hold pays no hold (visible_after_s), and a job seen
     earlier for that reason still queues behind older jobs, as Slurm ranks by age."""

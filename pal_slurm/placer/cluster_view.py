@@ -54,6 +54,9 @@ class View:
     node_index: Mapping[str, int]
     nodes: Mapping[str, SlurmNode]
     running: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: GPUs busy in the nodes' read that no running job in the (later) jobs' read holds, nor
+    #: a job we placed is promised: being given back, mostly (see `ProblemBuilder.releasing`)
+    orphaned: frozenset[int] = frozenset()
 
     @cached_property
     def table(self) -> NodeTable:
@@ -115,11 +118,13 @@ def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
 
     Free is what the nodes' gres_used leaves, less the GPUs of every running job (the nodes are
     read before the jobs: a job that started in between shows in one read only) and the slots
-    promised to the jobs we placed (`promised_slots`, as of `now`)."""
+    promised to the jobs we placed (`promised_slots`, as of `now`). A job that ended in between
+    leaves its GPUs busy and held by nobody: `orphaned`."""
     slots: list[Slot] = []
     node_names: list[str] = []
     gpus: list[GpuRef] = []
     free: list[int] = []
+    busy_ids: list[int] = []  # GPUs the nodes' read shows in use
     for node in sorted(nodes, key=lambda n: _natural(n.name)):
         mine = node_slots(node.gres)
         if not mine:
@@ -131,6 +136,8 @@ def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
         for k, (minor, gtype) in enumerate(mine):
             if schedulable and gtype not in busy:
                 free.append(len(slots))
+            elif gtype in busy:
+                busy_ids.append(len(slots))
             gpus.append(GpuRef(id=len(slots), node=idx, slot=k))
             slots.append(Slot(node.name, minor, gtype))
     promised = promised_slots(jobs, now)
@@ -138,9 +145,11 @@ def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
         free = [i for i in free if (slots[i].node, slots[i].gres_type) not in promised]
     by_slot = {(s.node, s.gres_type): i for i, s in enumerate(slots)}
     running = running_gpus(jobs, by_slot)
+    taken = {g for held in running.values() for g in held}
     if running:
-        taken = {g for held in running.values() for g in held}
         free = [i for i in free if i not in taken]
+    orphaned = frozenset(g for g in busy_ids if g not in taken
+                         and (slots[g].node, slots[g].gres_type) not in promised)
     # a GPU we know nothing about gets the worst factor of its class (worst_factor); worked out
     # only when some GPU needs it (a scan of every factor)
     worst: dict[tuple[str, str], float] = {}
@@ -158,7 +167,7 @@ def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
     cluster = Cluster(node_names=tuple(node_names), gpus=tuple(gpus), slowdown=sf, perfvar=pv)
     return View(cluster=cluster, slots=tuple(slots), free=frozenset(free),
                 node_index={n: i for i, n in enumerate(node_names)}, nodes={n.name: n for n in nodes},
-                running=running)
+                running=running, orphaned=orphaned)
 
 
 def running_gpus(jobs: Iterable[SlurmJob], by_slot: Mapping[tuple[str, str], int]) -> dict[str, tuple[int, ...]]:
@@ -192,6 +201,15 @@ def _used_types(gres_used: str) -> frozenset[str]:
     """GPU GRES types in use according to a node's gres_used."""
     return frozenset(str(u.type) for u in parsed_gres_alloc(gres_used) if u.name == "gpu" and u.count > 0)
 
+
+#: How long GPUs still count as being given back after their job ended (a COMPLETING job's
+#: epilog runs; the simulator's release latency), or after they were first seen busy for no
+#: job (`View.orphaned`). Past this they are taken as stuck (a node that does not answer can
+#: keep a job COMPLETING for hours): their release is no longer known, so no job waits for it.
+COMPLETING_GRACE_S = 60.0
+#: How soon GPUs being given back are expected free: just ahead of now, so that a release
+#: under way counts as one (an expected end already past counts as unknown).
+COMPLETING_RELEASE_S = 1.0
 
 #: pending reasons of a job that waits for something other than GPUs (a begin time, another
 #: job, a hold): it keeps its placement, but its slots are not kept from other jobs meanwhile

@@ -106,6 +106,10 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     #: (expected end, job) of running jobs whose estimate may run out before they do
     #: (learned runtimes): from then on they are expected at start + limit, as the placer sees them
     outliving: list[tuple[float, str]] = []
+    #: (true end, job) of running jobs with a release latency: from their end until their GPUs
+    #: are free they are COMPLETING, and expected back at that moment, as the placer sees them
+    completing: list[tuple[float, str]] = []
+    ended: set[str] = set()  # jobs past their true end, not yet released
     estimate = options.runtime_estimate
     reorder_on_arrival = options.order != "fifo"
     next_bf = 0.0
@@ -128,15 +132,25 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             gpus = running.pop(jid)
             free.update(gpus)
             del releases[bisect.bisect_left(releases, (ends.pop(jid), gpus))]
+            ended.discard(jid)
             job = by_id[jid]
             outcomes[jid] = _outcome(job, gpus, started[jid], now - release, cluster)
             freed_since_pass = True
             bf_dirty = True
             if progress is not None:
                 progress(len(outcomes))
+        while completing and completing[0][0] <= now:
+            t_end, jid = heapq.heappop(completing)
+            if jid not in running:
+                continue
+            back, gpus = t_end + release, running[jid]
+            del releases[bisect.bisect_left(releases, (ends[jid], gpus))]
+            ends[jid] = back
+            bisect.insort(releases, (back, gpus))
+            ended.add(jid)
         while outliving and outliving[0][0] <= now:
             _, jid = heapq.heappop(outliving)
-            later = estimate.when_outlived(by_id[jid]) if jid in running else None
+            later = estimate.when_outlived(by_id[jid]) if jid in running and jid not in ended else None
             if later is not None and started[jid] + later > ends[jid]:
                 gpus = running[jid]
                 del releases[bisect.bisect_left(releases, (ends[jid], gpus))]
@@ -185,6 +199,8 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             bisect.insort(releases, (expected, a.gpus))
             if estimate.kind == "learned":
                 heapq.heappush(outliving, (expected, a.job_id))
+            if release > 0:
+                heapq.heappush(completing, (now + dispatch + dur, a.job_id))
             seq += 1
             heapq.heappush(finish_heap, (now + dispatch + dur + release, seq, a.job_id))
             placed.add(a.job_id)
