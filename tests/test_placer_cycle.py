@@ -7,6 +7,7 @@ What Slurm itself does with these commands is shown on the real test cluster
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -280,21 +281,24 @@ def test_a_job_waits_for_the_fast_gpu_of_a_job_completing_but_not_of_one_stuck(t
     assert p.cycle().placed == ["1"] and placed_slots(rec, "1") == ("n1", ["v100_g3"])
 
 
-def test_a_gpu_busy_for_no_job_is_being_given_back_for_a_while(tmp_path: Path) -> None:
+def test_a_gpu_busy_for_no_job_is_being_given_back_for_a_while(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The nodes are read before the jobs: when the fast GPU's job ends in between, the GPU is
     busy in one read and held by no job in the other (seen on the test cluster, the placer
     woken by that job's end). It is taken as a release due now, so the held job waits for it;
     a GPU busy for no job longer than COMPLETING_GRACE_S is not waited for."""
     from pal_slurm.placer.cluster_view import COMPLETING_GRACE_S
 
+    caplog.set_level(logging.INFO, logger="pal_slurm.placer.problem")
     p, rec = waiting_case(tmp_path, policy="pal-backfill")
     rec._jobs = [j for j in rec._jobs if j.job_id != "90"]  # ended; n2:0 still busy in the nodes' read
     report = p.cycle()
     assert report.placed == [] and report.waits == ["1"]
     waits = [r for r in p.audit.pending if r.outcome == "waiting"]
     assert "n2:0" in waits[0].reason, waits[0].reason
+    assert "GPUs busy for no running job (taken as being given back for up to 60 s): n2:0" in caplog.text
     p.clock = lambda: NOW + COMPLETING_GRACE_S + 1  # still busy for no job: stuck, or not ours to know
     assert p.cycle().placed == ["1"] and placed_slots(rec, "1") == ("n1", ["v100_g3"])
+    assert "busy for no running job for over 60 s" in caplog.text and "n2:0; no job waits for them" in caplog.text
 
 
 def test_with_waiting_off_it_starts_on_the_slow_gpu(tmp_path: Path) -> None:

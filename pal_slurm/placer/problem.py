@@ -113,6 +113,7 @@ class ProblemBuilder:
             retry_s=refresh_s, on_error=lambda e: log.warning("learned runtimes not reloaded (%s)", e[:200]))
         self._told: dict[str, str] = {}  # job -> the estimate last logged for it
         self._orphaned_since: dict[tuple[str, str], float] = {}  # (node, GRES type) -> first seen
+        self._said_stuck: set[tuple[str, str]] = set()
 
     def releasing(self, view: cluster_view.View, now: float) -> dict[str, tuple[int, ...]]:
         """Node -> its GPUs being given back: `view.orphaned` (busy for no job: the nodes are
@@ -127,9 +128,25 @@ class ProblemBuilder:
         for key in [k for k in seen if k not in keys]:
             del seen[key]
         out: dict[str, list[int]] = {}
+        new: list[str] = []
+        stuck: list[str] = []
         for key, g in keys.items():
-            if now - seen.setdefault(key, now) <= cluster_view.COMPLETING_GRACE_S:
+            first = seen.setdefault(key, now)
+            name = f"{key[0]}:{slots[g].minor}"
+            if first == now:
+                new.append(name)
+            if now - first <= cluster_view.COMPLETING_GRACE_S:
                 out.setdefault(key[0], []).append(g)
+            elif key not in self._said_stuck:
+                self._said_stuck.add(key)
+                stuck.append(name)
+        self._said_stuck &= set(keys)
+        if new:
+            log.info("GPUs busy for no running job (taken as being given back for up to %.0f s): %s",
+                     cluster_view.COMPLETING_GRACE_S, ",".join(sorted(new)))
+        if stuck:
+            log.warning("GPUs busy for no running job for over %.0f s (a job we cannot see, or a stuck node?): "
+                        "%s; no job waits for them", cluster_view.COMPLETING_GRACE_S, ",".join(sorted(stuck)))
         return {node: tuple(sorted(ids)) for node, ids in out.items()}
 
     def _say_estimate(self, job: SlurmJob, est: Estimate) -> None:
