@@ -301,6 +301,14 @@ def test_a_gpu_busy_for_no_job_is_being_given_back_for_a_while(tmp_path: Path, c
     assert "busy for no running job for over 60 s" in caplog.text and "n2:0; no job waits for them" in caplog.text
 
 
+def test_a_drained_nodes_gpus_busy_for_no_job_are_not_being_given_back() -> None:
+    """Being given back means usable again soon: not on a node that takes no new jobs."""
+    busy = node("n1", used=(0,))
+    drained = replace(node("n2", used=(0,)), flags=frozenset({"DRAIN"}))
+    view = cluster_view.build_view([busy, drained], [], {}, ["A"], NOW)
+    assert [(view.slots[g].node, view.slots[g].minor) for g in view.orphaned] == [("n1", 0)]
+
+
 def test_with_waiting_off_it_starts_on_the_slow_gpu(tmp_path: Path) -> None:
     p, rec = waiting_case(tmp_path, policy="pal-backfill", wait_fraction=0.0)
     assert p.cycle().placed == ["1"] and placed_slots(rec, "1") == ("n1", ["v100_g3"])

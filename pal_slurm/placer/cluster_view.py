@@ -136,7 +136,7 @@ def build_view(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
         for k, (minor, gtype) in enumerate(mine):
             if schedulable and gtype not in busy:
                 free.append(len(slots))
-            elif gtype in busy:
+            elif schedulable and gtype in busy:  # a drained node's GPUs come back to nobody
                 busy_ids.append(len(slots))
             gpus.append(GpuRef(id=len(slots), node=idx, slot=k))
             slots.append(Slot(node.name, minor, gtype))
