@@ -1,10 +1,11 @@
 """The variability tax on hand-built clusters and traces whose schedules are worked out by hand:
-what each job pays in both simulators, the best-free reassignment bound, the comparison
-against a baseline, and the CLI's output of them (JSON without NaN)."""
+what each job pays in both simulators, the best-free reassignment reference, the unavoidable
+floor, the comparison against a baseline, and the CLI's output of them (JSON without NaN)."""
 
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,12 +15,15 @@ from click.testing import CliRunner
 from pal_slurm.cli.main import cli
 from pal_slurm.placement.model import Cluster
 from pal_slurm.placement.policies import get_policy
-from pal_slurm.simulate.event import EventOptions, simulate_events
+from pal_slurm.simulate.event import EventOptions, _shaper, simulate_events
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics
 from pal_slurm.simulate.result import SimResult
 from pal_slurm.simulate.round import RoundOptions, simulate_rounds
 from pal_slurm.simulate.runner import FixedVariability, SimulationSpec, run_simulations
-from pal_slurm.simulate.tax import compare_tax, pooled_comparison, best_free_tax
+from pal_slurm.placement.policies import policy_names
+from pal_slurm.simulate.fleets import parametric_from_spec
+from pal_slurm.simulate.synthetic import generate
+from pal_slurm.simulate.tax import best_free_tax, compare_tax, pooled_comparison, unavoidable_tax
 from pal_slurm.simulate.traces import Trace, TraceJob
 
 
@@ -110,6 +114,48 @@ def test_outcomes_holding_more_gpus_than_the_cluster_are_refused() -> None:
         best_free_tax(outs, cluster([1.0, 1.0], nodes=1))
 
 
+FLOOR_FLEET = [1.0, 1.2, 1.1, 1.5]  # 2 nodes x 2 GPUs: node 0 = (1.0, 1.2), node 1 = (1.1, 1.5)
+
+
+@pytest.mark.parametrize(("gpus", "per_node", "expected"), [
+    (1, 1, 0.0),                # the fastest GPU is at 1.0: nothing unavoidable
+    (2, 2, 2 * 100 * 0.2),      # one node: node 0's second GPU (1.2) beats node 1's (1.5)
+    (4, 2, 4 * 100 * 0.5),      # both nodes: node 1's 1.5 cannot be avoided
+    (2, None, 2 * 100 * 0.1),   # no shape: the two fastest GPUs anywhere, 1.0 and 1.1
+    (3, 2, 3 * 100 * 0.2),      # 3 GPUs do not split 2 per node: taken as shapeless (1.0, 1.1, 1.2)
+])
+def test_the_unavoidable_floor_is_the_jobs_best_pace_on_the_empty_cluster(gpus: int, per_node: int | None,
+                                                                         expected: float) -> None:
+    o = JobOutcome("x", gpus, 0, 0, 500, job_class="A", nominal_s=100)
+    assert unavoidable_tax((o,), cluster(FLOOR_FLEET), {"x": per_node}) == pytest.approx(expected)
+
+
+def test_a_job_without_a_known_shape_gets_the_weakest_floor() -> None:
+    o = JobOutcome("x", 2, 0, 0, 500, job_class="A", nominal_s=100)
+    assert unavoidable_tax((o,), cluster(FLOOR_FLEET), {}) == pytest.approx(2 * 100 * 0.1)
+    # and a job larger than the cluster bounds nothing rather than everything
+    huge = JobOutcome("h", 8, 0, 0, 500, job_class="A", nominal_s=100)
+    assert unavoidable_tax((huge,), cluster(FLOOR_FLEET), {"h": 2}) == 0.0
+
+
+def test_the_floor_is_below_every_jobs_tax_under_every_policy_and_the_same_for_all() -> None:
+    """The floor is a bound, not an estimate: on a wide fleet and a loaded synthetic trace, no
+    job of any registered policy pays less than its own floor, and the run's floor depends
+    only on the jobs and the fleet (every policy of a run shares it)."""
+    fleet = parametric_from_spec("wide", 4, 4, 3).cluster(random.Random(0))
+    trace = generate(80, seed=5, mean_interarrival_s=120.0, max_gpus=16)
+    shaper = _shaper(fleet)
+    floors = set()
+    for name in policy_names():
+        res = simulate_events(trace, fleet, get_policy(name), EventOptions())
+        for o in res.outcomes:
+            alone = unavoidable_tax((o,), fleet, {o.job_id: shaper(o.gpus)})
+            assert alone <= o.tax_gpu_s + 1e-6, (name, o.job_id, o.gpu_ids)
+        assert res.tax_unavoidable_gpu_s is not None and res.tax_unavoidable_gpu_s <= res.metrics.tax_gpu_s + 1e-6
+        floors.add(round(res.tax_unavoidable_gpu_s, 6))
+    assert len(floors) == 1 and floors.pop() > 0  # a wide fleet has a floor, and one for all
+
+
 def test_round_mode_charges_the_work_done_not_the_rounded_up_time() -> None:
     every_slow = cluster([1.5] * 4)
     opts = RoundOptions(extra_jobs=False)
@@ -118,19 +164,19 @@ def test_round_mode_charges_the_work_done_not_the_rounded_up_time() -> None:
     assert one.outcomes[0].finish_time == 360
     assert one.metrics.tax_gpu_s == pytest.approx(50)
     assert one.metrics.tax_share == pytest.approx(50 / 360)
-    assert one.tax_best_free_gpu_s is None
+    assert one.tax_best_free_gpu_s is None and one.tax_unavoidable_gpu_s is None
     # 1000 nominal s over 5 rounds (240 + 240 + 240 + 240 + 40): 2 GPUs x 1000 x 0.5
     many = simulate_rounds(Trace("t", (job("y", 2, 0, 1000),)), every_slow, get_policy("slurm-backfill"), opts)
     assert many.outcomes[0].finish_time == 5 * 360
     assert many.metrics.tax_gpu_s == pytest.approx(1000)
 
 
-def result(trace: str, policy: str, waits: list[float], tax: float) -> SimResult:
+def result(trace: str, policy: str, waits: list[float], tax: float, floor: float | None = None) -> SimResult:
     outs = tuple(JobOutcome(f"j{i}", 1, 0, w, w + 10) for i, w in enumerate(waits))
     metrics = run_metrics(outs, busy_gpu_seconds=10 * len(outs), cluster_gpus=1)
     metrics = replace(metrics, tax_gpu_s=tax)
     return SimResult(trace=trace, policy=policy, mode="event", order="fifo", outcomes=outs, metrics=metrics,
-                     busy_timeline=(), cluster_gpus=1)
+                     busy_timeline=(), cluster_gpus=1, tax_unavoidable_gpu_s=floor)
 
 
 def test_tax_removed_and_added_wait_against_the_baseline() -> None:
@@ -140,6 +186,20 @@ def test_tax_removed_and_added_wait_against_the_baseline() -> None:
     assert cmp.added_wait_share == pytest.approx(15 / 5)
     # a policy paying more than the baseline removed a negative share
     assert compare_tax(result("t", "p", [0], 150), result("t", "b", [0], 100)).tax_removed == pytest.approx(-0.5)
+
+
+def test_the_share_of_the_avoidable_tax_is_taken_above_the_baselines_floor() -> None:
+    # the baseline paid 100, of which 40 no schedule can avoid: removing 45 is 75 % of the 60 avoidable
+    cmp = compare_tax(result("t", "p", [0], tax=55, floor=40), result("t", "b", [0], tax=100, floor=40))
+    assert cmp.tax_removed == pytest.approx(0.45)
+    assert cmp.avoidable_tax_removed == pytest.approx(0.75)
+    # pooled: floors summed like the taxes
+    pairs = [(result("t", "p", [0], 10, 10), result("t", "b", [0], 50, 10)),
+             (result("u", "p", [0], 30, 20), result("u", "b", [0], 50, 20))]
+    assert pooled_comparison(pairs).avoidable_tax_removed == pytest.approx((100 - 40) / (100 - 30))
+    # no floor (round mode) or nothing above it: no share, not NaN
+    assert compare_tax(result("t", "p", [0], 5), result("t", "b", [0], 10)).avoidable_tax_removed is None
+    assert compare_tax(result("t", "p", [0], 5, 10), result("t", "b", [0], 10, 10)).avoidable_tax_removed is None
 
 
 def test_a_baseline_without_tax_or_wait_gives_no_nan() -> None:
@@ -167,7 +227,9 @@ def test_a_zero_tax_run_on_a_uniform_fleet_serialises_without_nan() -> None:
     data = json.loads(text)
     assert {r["tax_gpu_s"] for r in data["runs"]} == {0.0}
     assert {r["tax_best_free_gpu_s"] for r in data["runs"]} == {0.0}
+    assert {r["tax_unavoidable_gpu_s"] for r in data["runs"]} == {0.0}
     assert data["summary"]["pal"]["tax_removed"] == 0.0
+    assert data["summary"]["pal"]["avoidable_tax_removed"] is None
     base = data["summary"]["slurm-backfill"]
     assert base["added_wait_s"] == 0.0 and base["added_wait_share"] == pytest.approx(0.0)
 
@@ -199,6 +261,7 @@ def test_cli_reports_the_tax_in_table_json_and_csv(tmp_path: Path) -> None:
     runs = {r["policy"]: r for r in data["runs"]}
     for r in runs.values():
         assert r["tax_gpu_s"] >= 0 and 0 <= r["tax_share"] < 1 and r["tax_best_free_gpu_s"] is not None
+        assert 0 <= r["tax_unavoidable_gpu_s"] <= r["tax_gpu_s"] + 1e-6
         assert r["variability_gpu_s_signed"] <= r["tax_gpu_s"]
     summary = data["summary"]["pm-first"]
     tax_p, tax_b = runs["pm-first"]["tax_gpu_s"], runs["slurm-backfill"]["tax_gpu_s"]
@@ -215,4 +278,4 @@ def test_cli_reports_the_tax_in_table_json_and_csv(tmp_path: Path) -> None:
     assert "tax" in table.stdout and "removed" in table.stdout and "added" in table.stdout
     csv = runner.invoke(cli, [*base, "--format", "csv"])
     assert csv.stdout.splitlines()[0].endswith(",skipped,tax_gpu_s,variability_gpu_s_signed,tax_share,"
-                                               "tax_best_free_gpu_s")
+                                               "tax_best_free_gpu_s,tax_unavoidable_gpu_s")

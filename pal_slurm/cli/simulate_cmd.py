@@ -68,7 +68,7 @@ RUN_COLUMNS = [
 CSV_COLUMNS = [Column(k, lambda r, k=k: r[k]) for k in (
     "trace", "policy", "mode", "order", "jobs", "avg_jct_s", "median_jct_s", "p99_jct_s", "avg_queue_delay_s",
     "makespan_s", "utilization", "skipped", "tax_gpu_s", "variability_gpu_s_signed", "tax_share",
-    "tax_best_free_gpu_s")]
+    "tax_best_free_gpu_s", "tax_unavoidable_gpu_s")]
 
 
 def _percent(share: float | None) -> str | None:
@@ -205,6 +205,7 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
                             Column(f"makespan /\n{baseline}", _ratio("makespan_ratio"), "right"),
                             Column(f"utilization /\n{baseline}", _ratio("utilization_ratio"), "right"),
                             Column("tax\nremoved", lambda r: _percent(r.get("tax_removed")), "right"),
+                            Column("of the\navoidable", lambda r: _percent(r.get("avoidable_tax_removed")), "right"),
                             Column("added\nwait", _added_wait, "right")],
                   "table", title=f"geomean over {len(loaded)} trace(s) of the ratio to {baseline} (JCT < 1 is better)")
         if drain is not None:

@@ -27,7 +27,7 @@ from pal_slurm.placement.policies import Policy
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics, variability_gpu_s
 from pal_slurm.simulate.result import SimResult
-from pal_slurm.simulate.tax import best_free_tax
+from pal_slurm.simulate.tax import best_free_tax, unavoidable_tax
 from pal_slurm.simulate.traces import Trace, TraceJob, slurm_shape
 
 Progress = Callable[[int], None]  # called with the number of jobs finished so far
@@ -119,6 +119,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     ends_view = MappingProxyType(ends)
     dispatch, release = options.start_latency_s, options.release_latency_s
     shaped = _shaper(cluster)
+    shapes: dict[str, int | None] = {}  # job -> GPUs per node it was placed with (None: split freely)
     while i < len(jobs) or finish_heap:
         t_arr = seen_at(jobs[i]) if i < len(jobs) else math.inf
         t_fin = finish_heap[0][0] if finish_heap else math.inf
@@ -163,6 +164,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             per_node = j.gpus_per_node
             if per_node is None and options.shapes == "slurm":
                 per_node = shaped(j.num_gpus)
+            shapes[j.job_id] = per_node
             req = JobRequest(id=j.job_id, gpus=j.num_gpus, job_class=j.job_class, submit_time=j.submit_time,
                              gpus_per_node=per_node, remaining_s=estimate.before_start(j),
                              same_slots=options.same_slots and per_node is not None and j.num_gpus > per_node)
@@ -215,7 +217,8 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     return SimResult(trace=trace.name, policy=policy.name, mode="event", order=options.order, outcomes=ordered,
                      metrics=metrics, busy_timeline=busy_curve(ordered),
                      cluster_gpus=cluster.size, skipped=len(trace.skipped),
-                     tax_best_free_gpu_s=best_free_tax(ordered, cluster))
+                     tax_best_free_gpu_s=best_free_tax(ordered, cluster),
+                     tax_unavoidable_gpu_s=unavoidable_tax(ordered, cluster, shapes))
 
 
 def _outcome(job: TraceJob, gpus: tuple[int, ...], start: float, finish: float, cluster: Cluster) -> JobOutcome:

@@ -9,14 +9,23 @@ about more than one run's outcomes.
 Definitions (docs/simulation.md, "Variability tax"): a job's tax = gpus x nominal run time
 x max(0, pace - 1), pace = the largest raw PerfVar of its class over its GPUs (1.0 = the
 median GPU), locality apart.
+
+Two references put a run's tax in proportion:
+- `best_free_tax`: the same schedule with every job on the best GPUs free when it started
+  (what a GPU chooser could remove without moving a start; no bound, see its docstring);
+- `unavoidable_tax`: the tax every job pays even alone on the empty cluster in its shape,
+  a true floor for any schedule that keeps the jobs' shapes: half of any fleet is slower
+  than its median, and a job that needs half the nodes takes some of them.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from pal_slurm.placement.model import Cluster
 from pal_slurm.simulate.metrics import JobOutcome, variability_gpu_s
@@ -80,22 +89,88 @@ def best_free_tax(outcomes: Sequence[JobOutcome], cluster: Cluster) -> float:
     return total
 
 
+def unavoidable_tax(outcomes: Sequence[JobOutcome], cluster: Cluster,
+                    per_node: Mapping[str, int | None]) -> float:
+    """The tax no schedule that keeps the jobs' shapes can avoid: each job's tax on the
+    fastest GPUs of the *empty* cluster that its shape allows.
+
+    A job of `gpus` GPUs with `per_node[job_id]` = t GPUs on each of k = gpus / t nodes runs
+    at the pace of its slowest GPU, so on any k nodes its pace is at least the k-th smallest,
+    over nodes, of each node's t-th fastest GPU of its class; with no shape (None, or a
+    count t does not divide) at least the gpus-th fastest GPU of the cluster. Summed as
+    gpus x nominal x max(0, floor pace - 1), as the tax itself.
+
+    Why a floor and not an optimum: it ignores every other job (the cluster is empty for
+    each) and the same-slot rule of steered multi-node jobs (any t GPUs of a node), so it
+    is below what any schedule can pay, and it depends only on the jobs and the fleet: two
+    policies run on the same jobs in the same shapes share it, so "the tax a policy removed
+    of the avoidable part" (baseline tax - floor) compares them on what could be removed at
+    all. A job missing from `per_node` counts as shapeless (the weakest floor).
+    """
+    floors: dict[tuple[str, int, int | None], float] = {}
+    matrices: dict[str, np.ndarray] = {}
+    total = 0.0
+    for o in outcomes:
+        if o.gpus <= 0 or o.nominal_s <= 0:
+            continue
+        key = cluster.class_key(o.job_class)
+        t = per_node.get(o.job_id)
+        if t is not None and (t <= 0 or o.gpus % min(t, o.gpus)):
+            t = None
+        memo = (key, o.gpus, t)
+        if memo not in floors:
+            floors[memo] = _floor_pace(cluster, key, o.gpus, t, matrices)
+        if math.isfinite(floors[memo]):  # a job larger than the cluster bounds nothing
+            total += max(0.0, variability_gpu_s(o.gpus, o.nominal_s, floors[memo]))
+    return total
+
+
+def _floor_pace(cluster: Cluster, key: str, gpus: int, per_node: int | None,
+                matrices: dict[str, np.ndarray]) -> float:
+    """The lowest pace a job of this class and shape can have on the empty cluster
+    (`unavoidable_tax`); a shape no set of nodes has is taken as shapeless, and inf is a
+    job larger than the cluster."""
+    pv = np.asarray(cluster.pv(key), dtype=np.float64)
+    shapeless = float(np.partition(pv, gpus - 1)[gpus - 1]) if gpus <= pv.size else math.inf
+    if per_node is None:
+        return shapeless
+    t = min(per_node, gpus)
+    k = gpus // t
+    mat = matrices.get(key)
+    if mat is None:  # nodes x slots, sorted fastest first, inf where a node has fewer GPUs
+        width = max(cluster.max_gpus_per_node, 1)
+        mat = np.full((len(cluster.node_gpus), width), np.inf)
+        for v, ids in enumerate(cluster.node_gpus):
+            mat[v, :len(ids)] = pv[list(ids)]
+        mat.sort(axis=1)
+        matrices[key] = mat
+    if t > mat.shape[1] or k > mat.shape[0]:
+        return shapeless
+    per = mat[:, t - 1]  # each node's t-th fastest GPU: the best pace t GPUs there can have
+    best = float(np.partition(per, k - 1)[k - 1])
+    return best if math.isfinite(best) else shapeless
+
+
 @dataclass(frozen=True)
 class TaxComparison:
     """A policy against the baseline on the same jobs: the tax it removed and the wait it added.
 
     `tax_removed` is 1 - tax(policy) / tax(baseline), 0.0 when the baseline paid no tax
-    (nothing to remove; the policy's own tax is in its run). `added_wait_share` is the added
+    (nothing to remove; the policy's own tax is in its run). `avoidable_tax_removed` is the
+    same share of the tax above the floor no schedule can go below (`unavoidable_tax`):
+    (tax(baseline) - tax(policy)) / (tax(baseline) - floor), None where the baseline runs
+    carry no floor (round mode) or paid no more than it. `added_wait_share` is the added
     wait over the baseline's mean wait, None when the baseline's jobs never waited (no share
     of nothing); never NaN, so it serialises as JSON."""
 
     tax_removed: float
     added_wait_s: float
     added_wait_share: float | None
+    avoidable_tax_removed: float | None = None
 
     def as_dict(self) -> dict[str, float | None]:
-        return {"tax_removed": self.tax_removed, "added_wait_s": self.added_wait_s,
-                "added_wait_share": self.added_wait_share}
+        return {"tax_removed": self.tax_removed, "avoidable_tax_removed": self.avoidable_tax_removed,
+                "added_wait_s": self.added_wait_s, "added_wait_share": self.added_wait_share}
 
 
 def compare_tax(policy: SimResult, baseline: SimResult) -> TaxComparison:
@@ -112,11 +187,14 @@ def pooled_comparison(pairs: Sequence[tuple[SimResult, SimResult]]) -> TaxCompar
     the result."""
     tax_p = math.fsum(p.metrics.tax_gpu_s for p, _ in pairs)
     tax_b = math.fsum(b.metrics.tax_gpu_s for _, b in pairs)
+    floors = [b.tax_unavoidable_gpu_s for _, b in pairs]
+    avoidable = tax_b - math.fsum(f for f in floors if f is not None) if None not in floors else 0.0
     wait_p = _mean_wait([p for p, _ in pairs])
     wait_b = _mean_wait([b for _, b in pairs])
     added = wait_p - wait_b
     return TaxComparison(tax_removed=1.0 - tax_p / tax_b if tax_b > 0 else 0.0, added_wait_s=added,
-                         added_wait_share=added / wait_b if wait_b > 0 else None)
+                         added_wait_share=added / wait_b if wait_b > 0 else None,
+                         avoidable_tax_removed=(tax_b - tax_p) / avoidable if avoidable > 0 else None)
 
 
 def _mean_wait(runs: Sequence[SimResult]) -> float:
