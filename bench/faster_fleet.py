@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from vs_slurm import ARTIFACT, BASE, FLEETS, METRICS, Cell, fleet_cluster, mean  # noqa: E402
+from vs_slurm import ARTIFACT, BASE, METRICS, Cell, fleet_cluster, matrix_cells, mean  # noqa: E402
 
 
 def scaled(cluster, scale: float):  # noqa: ANN001, ANN201 - Cluster in, Cluster out
@@ -76,23 +76,18 @@ def main() -> int:
     ap.add_argument("--lambdas", default="1.0,1.7,3.0")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
-    if not (ARTIFACT / "traces").is_dir():
-        print(f"faster_fleet: no artifact data at {ARTIFACT} (set PAL_ARTIFACT_DIR)", file=sys.stderr)
-        return 2
-    fleets = [f for f in args.fleets.split(",") if f]
-    unknown = sorted(set(fleets) - set(FLEETS))
+    cells = matrix_cells(args)
     try:
         scales = tuple(float(s) for s in args.scales.split(",") if s)
-        traces = [int(t) for t in args.traces.split(",") if t]
-        lambdas = [float(x) for x in args.lambdas.split(",") if x]
     except ValueError as exc:
-        print(f"faster_fleet: --scales, --traces and --lambdas take numbers: {exc}", file=sys.stderr)
+        cells = f"--scales takes numbers: {exc}"
+    else:
+        if not scales or any(not 0 < s <= 1 for s in scales):
+            cells = "--scales must be numbers in (0, 1]"
+    if isinstance(cells, str):
+        print(f"faster_fleet: {cells}", file=sys.stderr)
         return 2
-    if unknown or not scales or any(not 0 < s <= 1 for s in scales) or args.shakes < 1:
-        print(f"faster_fleet: unknown fleet(s) {unknown}; known: {', '.join(FLEETS)}" if unknown else
-              "faster_fleet: --scales must be numbers in (0, 1] and --shakes at least 1", file=sys.stderr)
-        return 2
-    cells = [Cell(f, t, lam) for f in fleets for t in traces for lam in lambdas]
+    fleets = list(dict.fromkeys(c.fleet for c in cells))
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
         results = dict(zip(cells, pool.map(run_cell, cells, [scales] * len(cells), [args.shakes] * len(cells))))

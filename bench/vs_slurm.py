@@ -125,6 +125,30 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
+def matrix_cells(args: argparse.Namespace) -> list[Cell] | str:
+    """The cells of `--fleets`, `--traces` and `--lambdas` (and `--shakes` checked), or what is wrong
+    with them, in words (shared with bench/faster_fleet.py)."""
+    if not (ARTIFACT / "traces").is_dir():
+        return f"no artifact data at {ARTIFACT} (set PAL_ARTIFACT_DIR)"
+    fleets = [f for f in args.fleets.split(",") if f]
+    unknown = sorted(set(fleets) - set(FLEETS))
+    if unknown:
+        return f"unknown fleet(s) {unknown}; known: {', '.join(FLEETS)}"
+    if args.shakes < 1:
+        return "--shakes must be at least 1"
+    try:
+        traces = [int(t) for t in args.traces.split(",") if t]
+        lambdas = [float(lam) for lam in args.lambdas.split(",") if lam]
+    except ValueError as exc:
+        return f"--traces takes workload numbers (1,...,6) and --lambdas numbers: {exc}"
+    missing = [t for t in traces if not (ARTIFACT / "traces/sia-philly" / f"workload-{t}.csv").is_file()]
+    if missing:
+        return f"no such trace(s) {missing} under {ARTIFACT / 'traces/sia-philly'}"
+    if not fleets or not traces or not lambdas:
+        return "--fleets, --traces and --lambdas need at least one value each"
+    return [Cell(f, t, lam) for f in fleets for t in traces for lam in lambdas]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="pal-guard")
@@ -135,27 +159,10 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     ap.add_argument("--json", type=Path, help="also write every cell's figures here")
     args = ap.parse_args()
-    if not (ARTIFACT / "traces").is_dir():
-        print(f"vs_slurm: no artifact data at {ARTIFACT} (set PAL_ARTIFACT_DIR)", file=sys.stderr)
+    cells = matrix_cells(args)
+    if isinstance(cells, str):
+        print(f"vs_slurm: {cells}", file=sys.stderr)
         return 2
-    fleets = [f for f in args.fleets.split(",") if f]
-    unknown = sorted(set(fleets) - set(FLEETS))
-    if unknown or args.shakes < 1:
-        print(f"vs_slurm: unknown fleet(s) {unknown}; known: {', '.join(FLEETS)}" if unknown
-              else "vs_slurm: --shakes must be at least 1", file=sys.stderr)
-        return 2
-    try:
-        traces = [int(t) for t in args.traces.split(",") if t]
-        lambdas = [float(lam) for lam in args.lambdas.split(",") if lam]
-    except ValueError as exc:
-        print(f"vs_slurm: --traces takes workload numbers (1,...,6) and --lambdas numbers: {exc}", file=sys.stderr)
-        return 2
-    missing = [t for t in traces if not (ARTIFACT / "traces/sia-philly" / f"workload-{t}.csv").is_file()]
-    if missing or not traces or not lambdas:
-        print(f"vs_slurm: no such trace(s) {missing} under {ARTIFACT / 'traces/sia-philly'}" if missing
-              else "vs_slurm: --traces and --lambdas need at least one value each", file=sys.stderr)
-        return 2
-    cells = [Cell(f, t, lam) for f in fleets for t in traces for lam in lambdas]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
         results = dict(zip(cells, pool.map(run_cell, cells, [args.policy] * len(cells), [args.shakes] * len(cells))))
@@ -170,6 +177,7 @@ def main() -> int:
     harmed: list[str] = []  # cells worse than 1.02 beyond the noise of the shaken copies
     identical = True
     spread_rows: list[dict] = []
+    fleets = list(dict.fromkeys(c.fleet for c in cells))
     for f in fleets:
         mine = {c: r for c, r in results.items() if c.fleet == f}
         ratios: dict[str, list[float]] = {k: [] for k in METRICS}
