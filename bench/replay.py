@@ -371,6 +371,16 @@ def print_aggregate(trace: str, results: dict, reps: int) -> dict:
             if (a, b) == ("pal", "slurm"):
                 doc["ratios"][m] = doc["ratios_by_pair"]["pal/slurm"][m]
         print(line)
+    for arm, rs in results.items():  # where each run's queue left the predicted one, job by job
+        for r in sorted(rs, key=lambda r: r.get("rep", 0)):
+            miss = r.get("start_misses")
+            if not miss:
+                continue
+            first = "".join(f"; {m['trace_id']} ({m['class']}, {m['gpus']} GPUs, submitted {m['submitted_h']:.1f} h): "
+                            f"{m['real_start_h']:.1f} h real, {m['predicted_start_h']:.1f} h predicted"
+                            for m in miss["first"][:2])
+            print(f"   arm {arm} repetition {r.get('rep')}: {miss['count']} of {miss['of']} jobs started more than "
+                  f"{miss['beyond_h']:g} trace h from their predicted start{first}")
     return doc
 
 

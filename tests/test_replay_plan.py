@@ -162,3 +162,27 @@ def test_capped_runtimes_cut_only_the_long_jobs_and_keep_shapes_and_arrivals():
     assert [j.nominal_runtime_s for j in c.jobs] == [3600.0, 8 * 3600.0, 8 * 3600.0]
     with pytest.raises(ValueError, match="runtime cap"):
         capped_runtimes(t, 0)
+
+
+def test_start_misses_name_the_first_jobs_whose_real_start_left_the_prediction() -> None:
+    """Job by job against the prediction, in trace hours (k = 10 real s per trace hour): only
+    starts more than an hour off count, first by submission."""
+    from pal_slurm.replay.experiment import start_misses
+    from pal_slurm.simulate.metrics import JobOutcome, run_metrics
+    from pal_slurm.simulate.result import SimResult
+
+    plan = plan_replay(trace(job(1, 1, 0, 100), job(2, 4, 3600, 100), job(3, 1, 7200, 100)), seconds_per_hour=10.0,
+                       estimate=parse_runtime_estimate("x2"), nodes=2, gpus_per_node=4)
+    outs = (JobOutcome("1", 1, 0, 0, 100), JobOutcome("2", 4, 3600, 3600, 3700), JobOutcome("3", 1, 7200, 7200, 7300))
+    pred = SimResult(trace="t", policy="p", mode="event", order="fifo", outcomes=outs,
+                     metrics=run_metrics(outs, busy_gpu_seconds=600, cluster_gpus=8), busy_timeline=(), cluster_gpus=8)
+    # real seconds: job 1 on time, job 2 three trace hours late, job 3 half an hour late, a 4th never started
+    run = {"jobs": [{"trace_id": "1", "class": "A", "gpus": 1, "submitted": 0.0, "start": 0.0},
+                    {"trace_id": "2", "class": "A", "gpus": 4, "submitted": 10.0, "start": 40.0},
+                    {"trace_id": "3", "class": "A", "gpus": 1, "submitted": 20.0, "start": 25.0},
+                    {"trace_id": "4", "class": "A", "gpus": 1, "submitted": 30.0}]}
+    got = start_misses(run, pred, plan)
+    assert (got["count"], got["of"], got["beyond_h"]) == (1, 3, 1.0)
+    assert got["first"] == [{"trace_id": "2", "class": "A", "gpus": 4, "submitted_h": 1.0, "real_start_h": 4.0,
+                             "predicted_start_h": 1.0}]
+    assert start_misses(None, pred, plan)["count"] == 0

@@ -99,11 +99,12 @@ class ArmReport:
         return comparison(self.predicted.metrics, self.real.as_dict() if self.real is not None else None)
 
     def as_dict(self) -> dict[str, Any]:
+        run = self.run.as_dict() if self.run else None
         return {"arm": self.arm, "policy": self.policy, "complete": bool(self.run and self.run.complete),
                 "latencies_s": self.latencies.as_dict() if self.latencies else None,
                 "real": self.real.as_dict() if self.real else None, "predicted": self.predicted.metrics.as_dict(),
-                "comparison": self.comparison(), "notes": list(self.notes),
-                "run": self.run.as_dict() if self.run else None}
+                "comparison": self.comparison(), "notes": list(self.notes), "run": run,
+                "start_misses": start_misses(run, self.predicted, self.plan) if run and self.plan else None}
 
 
 def comparison(predicted: RunMetrics, real: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -116,6 +117,33 @@ def comparison(predicted: RunMetrics, real: Mapping[str, Any] | None) -> list[di
         diff = (pred - got) / got if got and math.isfinite(got) else math.nan
         rows.append({"metric": m, "real": got, "predicted": pred, "diff": diff})
     return rows
+
+
+#: a job whose real start lies further than this from its predicted one (trace seconds) is named
+START_MISS_S = 3600.0
+
+
+def start_misses(run: Mapping[str, Any] | None, predicted: SimResult, plan: ReplayPlan,
+                 beyond_s: float = START_MISS_S, first: int = 5) -> dict[str, Any]:
+    """Job by job, where the real queue went another way than the predicted one: how many jobs
+    started more than `beyond_s` trace seconds from their predicted start, and the `first` of
+    them by submission (trace id, class, GPUs, and submit, real and predicted start in trace
+    hours). Why: an arm's average can be predicted well or badly for reasons a mean hides;
+    the earliest job that starts elsewhere is where to look (the placer's log at that moment
+    against the simulator's decision)."""
+    pred = {o.job_id: o.start_time for o in predicted.outcomes}
+    missed = []
+    for job in (run or {}).get("jobs", []):
+        tid = str(job.get("trace_id"))
+        if "start" not in job or tid not in pred:
+            continue
+        real = plan.to_trace_s(float(job["start"]))
+        if abs(real - pred[tid]) > beyond_s:
+            missed.append({"trace_id": tid, "class": job.get("class"), "gpus": job.get("gpus"),
+                           "submitted_h": round(plan.to_trace_s(float(job["submitted"])) / 3600.0, 2),
+                           "real_start_h": round(real / 3600.0, 2), "predicted_start_h": round(pred[tid] / 3600.0, 2)})
+    missed.sort(key=lambda m: m["submitted_h"])
+    return {"beyond_h": beyond_s / 3600.0, "count": len(missed), "of": len(pred), "first": missed[:first]}
 
 
 def repredicted(result: Mapping[str, Any], plan: ReplayPlan, cluster: Cluster, settings: ArmSettings, *,
@@ -135,7 +163,8 @@ def repredicted(result: Mapping[str, Any], plan: ReplayPlan, cluster: Cluster, s
     lat = result.get("latencies_s")
     latencies = {arm: Latencies(**lat)} if lat else {}
     pred = predict(plan, cluster, arm, replace(settings, latencies=latencies), learned=learned)
-    return {**result, "predicted": pred.metrics.as_dict(), "comparison": comparison(pred.metrics, result.get("real"))}
+    return {**result, "predicted": pred.metrics.as_dict(), "comparison": comparison(pred.metrics, result.get("real")),
+            "start_misses": start_misses(result.get("run"), pred, plan)}
 
 
 def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings,
