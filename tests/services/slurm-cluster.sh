@@ -395,6 +395,28 @@ munge_ok() {
 }
 
 start_munge() {
+    # one munged for every cluster on the machine: clusters started side by side (bench/evaluate.sh)
+    # take turns here, or each would start one with --force and the last would take the socket
+    install -d -o munge -g munge -m 0755 /run/munge
+    exec 9>/run/munge/.pal-test-start.lock
+    flock 9
+    _start_munge
+    flock -u 9
+    exec 9>&-
+}
+
+# Another slurmctld under this same root (so on this munged): another test cluster side by side.
+# The other Slurm version's cluster runs in a chroot with a munged of its own, and does not count.
+other_ctld_here() {
+    local pid here
+    here="$(stat -Lc %d:%i / 2>/dev/null)" || return 1
+    for pid in $(pgrep -x slurmctld 2>/dev/null); do
+        [ "$(stat -Lc %d:%i "/proc/$pid/root" 2>/dev/null)" = "$here" ] && return 0
+    done
+    return 1
+}
+
+_start_munge() {
     if munge_ok; then return 0; fi
     local munged
     munged="$(find_cmd munged)" || die "munge is not installed (run '$0 install')"
@@ -726,7 +748,14 @@ cmd_stop() {
     mkdir -p "$PIDS"
     stop_rest
     stop_slurm_daemons
-    stop_pid munged
+    if other_ctld_here; then
+        # another cluster (side by side, or the other Slurm version's) still talks through it:
+        # munged stays, and is no longer this cluster's to stop
+        if recorded_pid munged >/dev/null; then log "munge: left running for the other cluster(s)"; fi
+        rm -f "$PIDS/munged" "$PIDS/munged.exe"
+    else
+        stop_pid munged
+    fi
     log "stopped"
 }
 
