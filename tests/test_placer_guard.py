@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from pal_slurm.config import PlacerConfig
@@ -93,3 +94,40 @@ def test_a_multi_node_first_fit_on_the_same_slots_is_pinned_as_it_would_run(tmp_
                AuditSink(None), classes=CLASSES, clock=lambda: NOW)
     assert p.cycle().placed == ["8"]
     assert placed_on(backend, "8") == "n1,n2"
+
+
+def test_the_placer_places_nothing_while_slurm_has_not_yet_placed_a_job_left_to_it(tmp_path: Path) -> None:
+    """Slurm picks a released-unchanged job's GPUs at its next pass, not necessarily the first
+    fit the placer computed; a job placed meanwhile could get the same GPUs and stall (seen on
+    a replay cluster: 120 s). So the next cycle waits, until Slurm's scheduler has looked."""
+    job = held("7", gpus=2, node_count=2)
+    nodes = [node("n1", used=(0, 1)), node("n2", used=(2, 3)), node("n3")]
+    backend = Recorder([job], nodes)
+    flat = {(n.name, m): GpuVariability(perfvar={c: 1.0 for c in CLASSES}, slowdown={c: 1.0 for c in CLASSES})
+            for n in nodes for m in range(4)}
+    cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state.lua"))
+    clock = [NOW]
+    p = Placer(backend, cfg, StaticFactors(Factors(by_slot=flat, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
+               AuditSink(None), classes=CLASSES, clock=lambda: clock[0])
+    assert p.cycle().released == ["7"]
+    # Slurm's pass has not come: 7 is pending, reason BeginTime, and job 8 is held
+    left = replace(job, admin_comment="pal: released unchanged: first fit, left to Slurm", state_reason="BeginTime")
+    backend._jobs = [left, held("8")]
+    clock[0] = NOW + 1
+    report = p.cycle()
+    assert report.placed == [] and report.waiting == ["8"]
+    # Slurm looked and could not start it (Resources): the placer goes on
+    backend._jobs = [replace(left, state_reason="Resources"), held("8")]
+    clock[0] = NOW + 2
+    assert p.cycle().placed == ["8"]
+
+
+def test_a_job_left_to_slurm_holds_the_placer_back_for_a_few_seconds_at_most() -> None:
+    from pal_slurm.placer.holds import LEFT_TO_SLURM_GRACE_S, slurm_still_placing
+
+    job = replace(held("7"), admin_comment="pal: released unchanged", state_reason="BeginTime")
+    left = {"7": NOW}
+    assert slurm_still_placing(left, [job], NOW + 1) == ["7"]
+    assert slurm_still_placing(left, [job], NOW + LEFT_TO_SLURM_GRACE_S + 1) == [] and left == {}
+    left = {"7": NOW}
+    assert slurm_still_placing(left, [], NOW + 1) == [] and left == {}  # started and gone from the read

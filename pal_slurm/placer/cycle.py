@@ -77,6 +77,9 @@ class Placer:
         self.observed: set[str] = set()
         self.heartbeat = Heartbeat(cfg, clock, rules)
         self._waits: dict[str, tuple[float, tuple[str, ...]]] = {}  # job -> (waiting since, GPUs it waits for)
+        #: jobs released unchanged for Slurm's own first fit -> when: until Slurm's next pass has
+        #: looked at them, their GPUs are Slurm's to choose, and the placer places nothing else
+        self._left: dict[str, float] = {}
 
     @property
     def backend(self) -> SlurmBackend:
@@ -231,6 +234,15 @@ def place(p: Placer, c: Cycle) -> bool:
     if not c.held:
         p._waits.clear()
         return True
+    if (placing := holds.slurm_still_placing(p._left, c.jobs, now)):
+        # Slurm chooses these jobs' GPUs at its next pass, and not necessarily the first fit we
+        # computed (cons_tres picks multi-node sets its own way): placing other jobs now could
+        # give them the same GPUs, and one would stall until re-planned (seen in the evaluation:
+        # a 12-GPU job stalled 120 s). Slurm's pass comes within seconds; wait for it.
+        log.debug("jobs %s left to Slurm not yet looked at by its scheduler; placing nothing this cycle",
+                  ",".join(placing))
+        report.waiting = [j.job_id for j in c.held]
+        return True
     prob = p.problem.build(c.held, c.jobs, c.nodes, c.factors, now)
     view, planned = prob.view, prob.planned
     for skip in planned.skips:
@@ -252,6 +264,8 @@ def place(p: Placer, c: Cycle) -> bool:
             # Slurm's own first fit, on other slots on each node than one per-node GRES
             # request can name: the job is Slurm's to place, as submitted
             failopen.release_unchanged(p.writer, job, f"first fit, left to Slurm; {a.reason}", report)
+            if job_id in report.released:
+                p._left[job_id] = now
             continue
         update = slurm_updates.update_for(h.job, shape, a.gpus, view)
         wrong = slurm_updates.check_update(shape, update)

@@ -12,11 +12,14 @@ Rules (docs/admin-guide.md, "What the placer touches"):
   submit-time checks for a job held with priority 0. A job held with priority 0 and the tag
   (what earlier releases of the filter did) still counts, so an upgrade leaves none behind.
 - A job held by someone on purpose (JobHeldUser, JobHeldAdmin) is never ours to release.
+- A job we released for Slurm's own first fit is Slurm's to place: until Slurm's scheduler
+  has looked at it (`slurm_still_placing`) the placer places nothing else.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from pal_slurm.slurm.model import SlurmJob
 
@@ -72,3 +75,24 @@ def original_request(job: SlurmJob) -> tuple[str, str] | None:
     m = _WAS.search(job.admin_comment)
     return (m.group("field"), m.group("value")) if m else None
 
+
+#: how long a job left to Slurm may keep the placer from placing others: Slurm's next pass
+#: comes within its batch_sched_delay (3 s by default) of a release, or at sched_interval
+LEFT_TO_SLURM_GRACE_S = 10.0
+
+
+def slurm_still_placing(left: dict[str, float], jobs: Sequence[SlurmJob], now: float) -> list[str]:
+    """The jobs we left to Slurm's first fit that its scheduler has not looked at yet: still
+    pending with the reason of their released hold (BeginTime) or none, within the grace.
+    A job that started, ended, or waits for Resources/Priority (Slurm looked, and did not start
+    it) is dropped from `left`, so the placer never waits on it again."""
+    by_id = {j.job_id: j for j in jobs}
+    out = []
+    for job_id, since in list(left.items()):
+        j = by_id.get(job_id)
+        if (j is None or not j.pending or now - since > LEFT_TO_SLURM_GRACE_S
+                or (j.state_reason or "None") not in ("BeginTime", "None")):
+            del left[job_id]
+        else:
+            out.append(job_id)
+    return out
