@@ -38,17 +38,25 @@ def test_a_first_fit_placement_says_so(tmp_path: Path) -> None:
     assert "first fit kept" in next(r for r in p.audit.pending if r.job_id == "1").reason
 
 
-def test_a_multi_node_first_fit_is_left_to_slurm_unchanged(tmp_path: Path) -> None:
-    # 2 nodes x 2 GPUs, every GPU alike for the job: first fit, which may use other slots on
-    # each node than one per-node request could name, so the job is released as submitted
+def left_to_slurm_case(tmp_path: Path) -> tuple[Placer, Recorder, list[float]]:
+    """A held 2 x 1-GPU job on a flat fleet whose first fit uses other slots on each node (n1
+    and n2 have other minors free), and the placer's clock, to be moved by the test."""
     job = held("7", gpus=2, node_count=2)
     nodes = [node("n1", used=(0, 1)), node("n2", used=(2, 3)), node("n3")]
     backend = Recorder([job], nodes)
     flat = {(n.name, m): GpuVariability(perfvar={c: 1.0 for c in CLASSES}, slowdown={c: 1.0 for c in CLASSES})
             for n in nodes for m in range(4)}
     cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state.lua"))
+    clock = [NOW]
     p = Placer(backend, cfg, StaticFactors(Factors(by_slot=flat, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
-               AuditSink(None), classes=CLASSES, clock=lambda: NOW)
+               AuditSink(None), classes=CLASSES, clock=lambda: clock[0])
+    return p, backend, clock
+
+
+def test_a_multi_node_first_fit_is_left_to_slurm_unchanged(tmp_path: Path) -> None:
+    # 2 nodes x 2 GPUs, every GPU alike for the job: first fit, which may use other slots on
+    # each node than one per-node request could name, so the job is released as submitted
+    p, backend, _clock = left_to_slurm_case(tmp_path)
     report = p.cycle()
     assert report.released == ["7"] and report.placed == []
     assert not [c for c in backend.of("7") if c[0] == "update" and c[2] in ("TresPerNode", "NodeList") and c[3]]
@@ -100,15 +108,8 @@ def test_the_placer_places_nothing_while_slurm_has_not_yet_placed_a_job_left_to_
     """Slurm picks a released-unchanged job's GPUs at its next pass, not necessarily the first
     fit the placer computed; a job placed meanwhile could get the same GPUs and stall (seen on
     a replay cluster: 120 s). So the next cycle waits, until Slurm's scheduler has looked."""
-    job = held("7", gpus=2, node_count=2)
-    nodes = [node("n1", used=(0, 1)), node("n2", used=(2, 3)), node("n3")]
-    backend = Recorder([job], nodes)
-    flat = {(n.name, m): GpuVariability(perfvar={c: 1.0 for c in CLASSES}, slowdown={c: 1.0 for c in CLASSES})
-            for n in nodes for m in range(4)}
-    cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state.lua"))
-    clock = [NOW]
-    p = Placer(backend, cfg, StaticFactors(Factors(by_slot=flat, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
-               AuditSink(None), classes=CLASSES, clock=lambda: clock[0])
+    p, backend, clock = left_to_slurm_case(tmp_path)
+    job = backend._jobs[0]
     assert p.cycle().released == ["7"]
     # Slurm's pass has not come: 7 is pending, reason BeginTime, and job 8 is held
     left = replace(job, admin_comment="pal: released unchanged: first fit, left to Slurm", state_reason="BeginTime")
