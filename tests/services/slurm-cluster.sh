@@ -397,8 +397,8 @@ munge_ok() {
 start_munge() {
     # one munged for every cluster on the machine: clusters started side by side (bench/evaluate.sh)
     # take turns here, or each would start one with --force and the last would take the socket
-    install -d -o munge -g munge -m 0755 /run/munge
-    exec 9>/run/munge/.pal-test-start.lock
+    # (the lock lives beside /run/munge, which _start_munge creates once it knows munge is installed)
+    exec 9>/run/pal-test-munge-start.lock
     flock 9
     _start_munge
     flock -u 9
