@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pal_slurm.errors import SlurmError
+from pal_slurm.jobs.runtimes import LEARNED_END_GRACE_S
 from pal_slurm.placement.policies import POLICIES
 from pal_slurm.placer import cluster_view, shapes, slurm_updates
 from pal_slurm.slurm.model import SlurmJob
@@ -338,8 +339,13 @@ def test_learned_runtimes_shorten_estimates_but_never_beyond_the_limit(tmp_path:
     assert p.estimate_s(job, {fp: 9000.0}) == 3600.0
     assert p.estimate_s(replace(job, time_limit_s=None), {fp: 9000.0}) == 9000.0
     run = replace(job, state="RUNNING", start_time=NOW - 100, end_time=NOW + 3500)
-    assert p.expected_end(run, {fp: 600.0}, NOW) == NOW + 500
+    # start + learned, and the grace Slurm's whole-second StartTime needs
+    assert p.expected_end(run, {fp: 600.0}, NOW) == NOW + 500 + LEARNED_END_GRACE_S
     assert p.expected_end(run, {fp: 50.0}, NOW) == NOW + 3500  # overdue by the estimate: the limit
+    # a job that ran exactly its learned runtime is not overdue within the grace (its start
+    # as Slurm says it lies up to a second before its script's); past the grace it is
+    assert p.expected_end(run, {fp: 100.0}, NOW) == NOW + LEARNED_END_GRACE_S
+    assert p.expected_end(run, {fp: 100.0}, NOW + LEARNED_END_GRACE_S) == NOW + 3500
 
 
 def test_a_placement_says_when_its_estimate_was_learned_and_from_what(tmp_path: Path) -> None:

@@ -176,6 +176,96 @@ def test_a_job_that_outlives_its_learned_runtime_is_expected_at_its_limit_from_t
     assert limit.outcomes == res.outcomes
 
 
+def test_a_start_lead_makes_a_job_that_runs_exactly_its_learned_runtime_look_overdue() -> None:
+    """Slurm's StartTime lies before the job's work starts (a whole second, at allocation), so
+    the placer's start + learned runtime falls before the job really ends: for its last
+    moments it is overdue and expected at start + limit. Without the lead the learned end is
+    right and nothing jumps; the lead moves what the scheduler expects, never the truth."""
+    from pal_slurm.placement.policies import get_policy
+    from pal_slurm.simulate.event import EventOptions, simulate_events
+
+    def job(i: str, gpus: int, submit: float, work: float) -> TraceJob:
+        return TraceJob(job_id=i, num_gpus=gpus, submit_time=submit, work=work, work_unit="seconds", model="m",
+                        job_class="A", iter_time_s=1.0, line=2, source="t.csv", limit_s=2000.0)
+
+    var = [GpuVariability(perfvar={c: 1.0 for c in "ABCD"}, slowdown={c: 1.0 for c in "ABCD"}) for _ in range(2)]
+    cluster = cluster_from_gpus(name_fleet(var, ["pal-r01"], 2))
+    trace = Trace(name="t", jobs=(job("x", 1, 0.0, 100.0), job("y", 2, 10.0, 50.0)))
+
+    def views(lead: float, grace: float = 0.0) -> tuple[list[tuple[float, float]], object]:
+        seen: list[tuple[float, float]] = []
+        opts = EventOptions(runtime_estimate=RuntimeEstimate.from_learned({"x": 100.0}, grace_s=grace),
+                            backfill_interval_s=1e9, start_lead_s=lead)
+        res = simulate_events(trace, cluster, get_policy("slurm-backfill"), opts,
+                              on_decision=lambda snap, _q, _bf, _d: seen.append((snap.now,
+                                                                                snap.expected_end.get("x", -1.0))))
+        return seen, res
+
+    exact, res0 = views(0.0)
+    assert (10.0, 100.0) in exact and all(end != 2000.0 for _now, end in exact)
+    led, res30 = views(30.0)
+    assert (10.0, 70.0) in led  # Slurm's start + learned: 30 s before the work's end
+    assert (70.0, 1970.0) in led  # outlived while still running: due at (Slurm's start) + limit
+    assert res30.outcomes == res0.outcomes  # the truth is unchanged: y starts when x really ends
+    # the placer's grace (LEARNED_END_GRACE_S) covers the lead: x is expected, never overdue
+    graced, res_g = views(30.0, grace=40.0)
+    assert (10.0, 110.0) in graced and all(end != 1970.0 for _now, end in graced)
+    assert res_g.outcomes == res0.outcomes
+
+
+def test_the_start_lead_is_read_from_job_records_and_from_slurmctld_logs() -> None:
+    """Both sources of the lead: the job record's own `slurm_start`, and for older runs the
+    allocation messages of slurmctld's log (22.05 and 24.11 print them alike), matched by job
+    id and time; a restarted cluster's reused id is told apart by the time."""
+    from datetime import datetime
+
+    from pal_slurm.replay.start_lead import allocation_times, lead_from_log, start_lead
+
+    assert start_lead([{"start": 10.9, "slurm_start": 10.0}, {"start": 21.3, "slurm_start": 21.0},
+                       {"start": 5.0}]) == pytest.approx(0.6)  # median of 0.9 and 0.3; the third has none
+    assert start_lead([{"start": 1.0}]) is None
+    log = ["[2026-12-02T21:37:56.010] sched: Allocate JobId=176 NodeList=pal-r[06-08] #CPUs=3 Partition=gpu",
+           "[2026-12-02T21:29:27.696] sched/backfill: _start_job: Started JobId=1 in gpu on pal-r01",
+           "[2026-12-02T21:29:35.953] _job_complete: JobId=1 done",
+           "[2026-12-02T22:29:27.100] sched: Allocate JobId=1 NodeList=pal-r02 #CPUs=1 Partition=gpu",
+           "garbage line"]
+    allocs = allocation_times(log)
+    at = lambda text: datetime.fromisoformat(text).timestamp()  # noqa: E731
+    assert allocs == {"176": [at("2026-12-02T21:37:56.010")],
+                      "1": [at("2026-12-02T21:29:27.696"), at("2026-12-02T22:29:27.100")]}
+    records = [{"job": "1", "start": at("2026-12-02T21:29:27.800")},  # the first cluster's job 1
+               {"job": "176", "start": at("2026-12-02T21:37:56.200")},
+               {"job": "9", "start": at("2026-12-02T21:37:56.200")},  # not in the log
+               {"trace_id": "x", "start": 1.0}]  # no job id
+    lead, matched = lead_from_log(records, allocs)
+    assert matched == 2 and lead == pytest.approx((0.8 + 0.2) / 2)
+
+
+def test_a_calibration_run_gives_each_latency_and_the_start_lead() -> None:
+    """`latencies_from` on a hand-made calibration: wave 1 starts 0.9 s after submission, wave 2
+    1.4 s after its GPUs' wave-1 job ended (0.5 s of release, then 0.9 s of dispatch); every script started 0.6 s after the whole second
+    Slurm reports as its StartTime, except one record without it (an older job script)."""
+    from pal_slurm.replay.experiment import calibration_plan, latencies_from
+
+    cal = calibration_plan(2, 4)
+    run = ArmRun(arm="slurm", t0=T0)
+    for k, j in enumerate(cal.jobs):
+        node = f"pal-r0{1 + k % 2}"
+        start = T0 + 100.6 + k if j.job.job_id.startswith("cal0") else T0 + 100.6 + (k - 2) + 8.0 + 1.4
+        submitted = start - 0.9 if j.job.job_id.startswith("cal0") else T0 + 90.0
+        record = {"start": start, "end": start + 8.0, "gpus": [[node, g] for g in range(4)],
+                  **({"slurm_start": float(int(start))} if k != 3 else {})}
+        run.jobs.append(Tracked(plan=j, slurm_id=str(k + 1), submitted_at=submitted, limit_s=1e9, record=record))
+    lat = latencies_from(run)
+    assert lat.start_latency_s == pytest.approx(0.9) and lat.visible_after_s == 0.0
+    assert lat.release_latency_s == pytest.approx(0.5)
+    assert lat.start_lead_s == pytest.approx(0.6, abs=1e-6)
+    old = ArmRun(arm="slurm", t0=T0, jobs=[Tracked(plan=t.plan, slurm_id=t.slurm_id, submitted_at=t.submitted_at,
+                                                   limit_s=1e9, record={k: v for k, v in t.record.items()
+                                                                        if k != "slurm_start"}) for t in run.jobs])
+    assert latencies_from(old).start_lead_s == 0.0  # not measured: no lead, as before
+
+
 def test_a_stored_result_is_predicted_again_on_the_inputs_of_its_run(tmp_path: Path) -> None:
     """`bench/replay.py --repredict`: the latencies the run measured and, for pal+history, the
     runtimes learned again from the same exports; the measurement itself is kept."""

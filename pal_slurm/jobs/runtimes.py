@@ -35,6 +35,16 @@ SOURCE_HISTORY = "learned from sacct history"
 SOURCE_LIMIT = "time limit"
 SOURCE_NONE = "unknown"
 
+#: how long after its start + learned runtime a running job is still expected to end, not
+#: overdue (seconds). Slurm's StartTime is a whole second taken when slurmctld allocates the
+#: job, before slurmd launches its script (measured on the replay clusters: 0.1-0.3 s of launch
+#: plus the truncation, 0.8-0.9 s in the median, up to about 1.1 s), and sacct's Elapsed, which
+#: runtimes are learned from, is whole seconds. Without it a job that runs exactly its learned
+#: runtime looks overdue for its last second, and its expected end jumps to its time limit:
+#: reservations behind it move by the limit, and what is backfilled then can hold a waiting job
+#: for hours. A job that really runs long is overdue this much later, which costs nothing.
+LEARNED_END_GRACE_S = 2.0
+
 
 @dataclass(frozen=True)
 class RuntimeRule:

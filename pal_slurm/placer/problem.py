@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.jobs.fingerprint import fingerprint
-from pal_slurm.jobs.runtimes import SOURCE_LIMIT, SOURCE_NONE, Estimate, LearnedRuntimes
+from pal_slurm.jobs.runtimes import LEARNED_END_GRACE_S, SOURCE_LIMIT, SOURCE_NONE, Estimate, LearnedRuntimes
 from pal_slurm.placement.model import Snapshot
 from pal_slurm.placer import cluster_view, holds, shapes, slurm_updates
 from pal_slurm.placer.factors import Factors
@@ -73,8 +73,9 @@ def estimate_s(job: SlurmJob, learned: Learned | None) -> float:
 
 
 def expected_end(job: SlurmJob, learned: Learned | None, now: float) -> float | None:
-    """When a running job is expected to end: its start + learned estimate when that is
-    still ahead, else Slurm's EndTime (start + time limit); None when neither is known.
+    """When a running job is expected to end: its start + learned estimate (+
+    `LEARNED_END_GRACE_S`, Slurm's whole-second clock) when that is still ahead, else Slurm's
+    EndTime (start + time limit); None when neither is known.
 
     A COMPLETING job has ended and gives its GPUs back as its epilog finishes: expected
     `COMPLETING_RELEASE_S` from now, within `COMPLETING_GRACE_S` of its end (a job waiting for
@@ -87,7 +88,7 @@ def expected_end(job: SlurmJob, learned: Learned | None, now: float) -> float | 
     if job.start_time and table:
         fp = fingerprint(job.user, job.name, job.command) if table.by_fingerprint else ""
         found = table.learned(fp, job.user, job.name)
-        mine = found.seconds if found is not None else None
+        mine = found.seconds + LEARNED_END_GRACE_S if found is not None and found.seconds else None
         if mine and job.start_time + mine > now and (job.end_time is None or job.start_time + mine < job.end_time):
             return job.start_time + mine
     return job.end_time

@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from pal_slurm.errors import PalError
+from pal_slurm.jobs.runtimes import LEARNED_END_GRACE_S
 from pal_slurm.placement.model import DEFAULT_POLICY, Cluster, PlacementContext
 from pal_slurm.placement.base import unheld_classes
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.replay.harness import ArmRun, run_arm
 from pal_slurm.replay.plan import ReplayPlan, check_cluster
+from pal_slurm.replay.start_lead import start_lead
 from pal_slurm.simulate.estimates import RuntimeEstimate
 from pal_slurm.simulate.event import EventOptions, busy_curve, simulate_events
 from pal_slurm.simulate.metrics import RunMetrics, run_metrics
@@ -76,10 +78,13 @@ class Latencies:
     visible_after_s: float = 0.0  # submit -> the scheduler may place it (the placer's hold and cycle)
     start_latency_s: float = 0.0  # placed -> the job's script runs (GPUs held meanwhile)
     release_latency_s: float = 0.0  # the script ends -> its GPUs can be given again
+    #: the script's start - Slurm's StartTime (whole seconds, at allocation): how much sooner
+    #: than its work's start + estimate Slurm and the placer expect a running job to end
+    start_lead_s: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return {"visible_after_s": self.visible_after_s, "start_latency_s": self.start_latency_s,
-                "release_latency_s": self.release_latency_s}
+                "release_latency_s": self.release_latency_s, "start_lead_s": self.start_lead_s}
 
 
 @dataclass
@@ -104,6 +109,8 @@ class ArmReport:
                 "latencies_s": self.latencies.as_dict() if self.latencies else None,
                 "real": self.real.as_dict() if self.real else None, "predicted": self.predicted.metrics.as_dict(),
                 "comparison": self.comparison(), "notes": list(self.notes), "run": run,
+                # the same lead over the run's own jobs, beside the calibrated one the prediction uses
+                "run_start_lead_s": start_lead(run["jobs"]) if run else None,
                 "start_misses": start_misses(run, self.predicted, self.plan) if run and self.plan else None}
 
 
@@ -175,7 +182,8 @@ def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings,
     if arm not in ARMS:
         raise PalError(f"unknown arm {arm!r}: expected one of {', '.join(ARMS)}")
     pal = arm in PAL_ARMS
-    estimate = RuntimeEstimate.from_learned(learned or {}) if arm == "pal+history" else RuntimeEstimate(kind="limit")
+    estimate = (RuntimeEstimate.from_learned(learned or {}, grace_s=plan.to_trace_s(LEARNED_END_GRACE_S))
+                if arm == "pal+history" else RuntimeEstimate(kind="limit"))
     policy = get_policy(settings.placer_policy if pal else BASELINE_POLICY)
     lat = settings.latencies.get(arm, Latencies())
     # the classes the placer tells the filter not to hold: visible at once, as on the cluster
@@ -183,6 +191,7 @@ def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings,
     opts = EventOptions(unheld_classes=unheld, visible_after_s=plan.to_trace_s(lat.visible_after_s),
                         start_latency_s=plan.to_trace_s(lat.start_latency_s),
                         release_latency_s=plan.to_trace_s(lat.release_latency_s),
+                        start_lead_s=plan.to_trace_s(lat.start_lead_s),
                         order="fifo", locality_penalty=settings.locality_penalty,
                         backfill_interval_s=plan.to_trace_s(settings.placer_interval_s if pal
                                                             else settings.bf_interval_s),
@@ -450,7 +459,8 @@ def latencies_from(run: ArmRun, *, dispatch_s: float | None = None) -> Latencies
     Wave 1: submit -> start = visible_after + start_latency. Without a placer nothing holds
     a job, so all of it is dispatch; with one, the dispatch is Slurm's own (`dispatch_s`,
     from the plain arm) and the rest is the placer. Wave 2: each job's start after the end
-    of the wave-1 job that held its GPUs = release_latency + start_latency.
+    of the wave-1 job that held its GPUs = release_latency + start_latency. Every job: its
+    start less Slurm's StartTime for it (`start_lead`).
     """
     import statistics
 
@@ -470,4 +480,6 @@ def latencies_from(run: ArmRun, *, dispatch_s: float | None = None) -> Latencies
     submit_to_start = statistics.median(first)
     dispatch = submit_to_start if dispatch_s is None else min(dispatch_s, submit_to_start)
     return Latencies(visible_after_s=round(submit_to_start - dispatch, 3), start_latency_s=round(dispatch, 3),
-                     release_latency_s=round(max(0.0, statistics.median(gaps) - dispatch), 3))
+                     release_latency_s=round(max(0.0, statistics.median(gaps) - dispatch), 3),
+                     start_lead_s=round(start_lead([r for _t, r in recs]) or 0.0, 3))
+

@@ -114,8 +114,10 @@ class ArmRun:
                 "jobs": [{"trace_id": t.plan.job.job_id, "slurm_id": t.slurm_id, "submitted": t.submitted_at - self.t0,
                           "gpus": t.plan.job.num_gpus, "nodes": t.plan.nodes, "class": t.plan.job.job_class,
                           "limit_min": t.plan.limit_min, "work_s": t.plan.work_s,
-                          **({("placed_on" if k == "gpus" else k): (v - self.t0 if k in ("start", "end") else v)
-                              for k, v in t.record.items() if k in ("start", "end", "gpus", "factor", "pace", "error")}
+                          **({("placed_on" if k == "gpus" else k): (v - self.t0 if k in ("start", "end", "slurm_start")
+                                                                      else v)
+                              for k, v in t.record.items()
+                              if k in ("start", "end", "slurm_start", "gpus", "factor", "pace", "error")}
                              if t.record else {}),
                           **({"failure": t.failure} if t.failure else {})} for t in self.jobs]}
 

@@ -8,7 +8,9 @@ wrote from the classification the cluster was configured from, and sleeps for
     work x the largest PerfVar over its GPUs x locality penalty (when it spans nodes)
 
 -- the same runtime model as the simulator (pal_slurm.placement.cost.runtime_s). It
-writes one JSON record (start, end, GPUs, factor) to the record directory; a job that
+writes one JSON record (start, end, GPUs, factor, and Slurm's own StartTime, whole seconds
+taken at allocation: how far it lies before the script's start is what the simulator's
+``start_lead_s`` models) to the record directory; a job that
 cannot find its GPUs or factors writes the reason and exits 1, so the replay reports it
 instead of inventing a runtime.
 
@@ -32,8 +34,9 @@ from pal_slurm.slurm.parse_json import jobs_from_doc, load  # noqa: E402
 from pal_slurm.slurm.tres import parse_gres_alloc  # noqa: E402
 
 
-def my_gpus(job_id: str, tries: int = 5) -> list[tuple[str, int]]:
-    """(node, device minor) of every GPU this job holds, from Slurm's own view of it."""
+def my_gpus(job_id: str, tries: int = 5) -> tuple[list[tuple[str, int]], float | None]:
+    """(node, device minor) of every GPU this job holds, from Slurm's own view of it, and
+    the job's StartTime as Slurm reports it (None if it reports none)."""
     from ClusterShell.NodeSet import NodeSet
 
     last = "not in squeue"
@@ -49,7 +52,7 @@ def my_gpus(job_id: str, tries: int = 5) -> list[tuple[str, int]]:
                         for use in parse_gres_alloc(detail)
                         if use.name == "gpu" and use.count > 0 and (minor := slot_of_type(use.type)) is not None]
                 if held:
-                    return held
+                    return held, job.start_time
                 last = f"no per-slot GPU in its GRES detail {job.gres_detail!r}"
         else:
             last = f"squeue failed: {out.stderr.strip()[:200]}"
@@ -64,7 +67,9 @@ def run(argv: list[str]) -> int:
     out = Path(record_dir) / f"{trace_id}.json"
     try:
         factors = json.loads(Path(factors_file).read_text(encoding="utf-8"))
-        gpus = my_gpus(job_id)
+        gpus, slurm_start = my_gpus(job_id)
+        if slurm_start is not None:
+            record["slurm_start"] = slurm_start
         pvs = [factors[node][str(minor)][job_class] for node, minor in gpus]
         nodes = sorted({n for n, _ in gpus})
         factor = max(pvs) * (float(penalty) if len(nodes) > 1 else 1.0)

@@ -47,11 +47,15 @@ class RuntimeEstimate:
     seed: int = 0
     #: kind "learned": job id -> learned runtime (trace seconds)
     learned: Mapping[str, float] = field(default_factory=dict, hash=False, compare=False)
+    #: kind "learned": how long after start + learned runtime a running job is still expected,
+    #: not overdue (trace seconds; the placer's LEARNED_END_GRACE_S on the trace's clock)
+    grace_s: float = 0.0
 
     @classmethod
-    def from_learned(cls, learned: Mapping[str, float]) -> RuntimeEstimate:
-        """The placer's estimates: `learned` (job id -> trace seconds) capped by each job's limit."""
-        return cls(kind="learned", learned=dict(learned))
+    def from_learned(cls, learned: Mapping[str, float], grace_s: float = 0.0) -> RuntimeEstimate:
+        """The placer's estimates: `learned` (job id -> trace seconds) capped by each job's
+        limit; a running job is expected `grace_s` after its start + learned runtime."""
+        return cls(kind="learned", learned=dict(learned), grace_s=grace_s)
 
     def factor_of(self, job: TraceJob) -> float:
         if self.kind == "factor":
@@ -73,7 +77,10 @@ class RuntimeEstimate:
         if self.kind == "limit":
             return self._limit(job)
         if self.kind == "learned":
-            return self._learned(job)
+            mine = self.learned.get(job.job_id)
+            if mine is not None and mine > 0 and mine + self.grace_s < self._limit(job):
+                return mine + self.grace_s
+            return self._limit(job)
         return true_runtime_s * self.factor_of(job)
 
     def when_outlived(self, job: TraceJob) -> float | None:

@@ -60,6 +60,12 @@ class EventOptions:
     visible_after_s: float = 0.0
     start_latency_s: float = 0.0
     release_latency_s: float = 0.0
+    #: how long before its work starts a running job's start is as schedulers see it: Slurm's
+    #: StartTime is a whole second taken at allocation, before slurmd launches the script, so
+    #: Slurm's EndTime and the placer's start + estimate fall this much sooner than the work's
+    #: start + estimate. Where the estimate is the job's runtime (learned), the job then looks
+    #: overdue before it ends, and its expected end jumps to its time limit.
+    start_lead_s: float = 0.0
     #: job classes the submit filter does not hold (the placer publishes them: nothing to
     #: choose among their GPUs), so `visible_after_s` does not apply to them; they still
     #: queue in submission order, as Slurm ranks a released job by its age
@@ -117,7 +123,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     bf_dirty = False  # an arrival or completion since the last backfill pass
     running_view = MappingProxyType(running)
     ends_view = MappingProxyType(ends)
-    dispatch, release = options.start_latency_s, options.release_latency_s
+    dispatch, release, lead = options.start_latency_s, options.release_latency_s, options.start_lead_s
     shaped = _shaper(cluster)
     shapes: dict[str, int | None] = {}  # job -> GPUs per node it was placed with (None: split freely)
     while i < len(jobs) or finish_heap:
@@ -152,10 +158,10 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
         while outliving and outliving[0][0] <= now:
             _, jid = heapq.heappop(outliving)
             later = estimate.when_outlived(by_id[jid]) if jid in running and jid not in ended else None
-            if later is not None and started[jid] + later > ends[jid]:
+            if later is not None and started[jid] - lead + later > ends[jid]:
                 gpus = running[jid]
                 del releases[bisect.bisect_left(releases, (ends[jid], gpus))]
-                ends[jid] = started[jid] + later
+                ends[jid] = started[jid] - lead + later
                 bisect.insort(releases, (ends[jid], gpus))
                 freed_since_pass = bf_dirty = True  # the policy's view of the releases changed
         arrived = False
@@ -196,7 +202,7 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
             started[a.job_id] = now + dispatch
             dur = runtime_s(job, a.gpus, cluster, options.locality_penalty)
             busy_gpu_s += dur * len(a.gpus)
-            expected = now + dispatch + estimate.after_start(job, dur)
+            expected = now + dispatch - lead + estimate.after_start(job, dur)
             ends[a.job_id] = expected
             bisect.insort(releases, (expected, a.gpus))
             if estimate.kind == "learned":

@@ -92,12 +92,16 @@ def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_fil
             assert r["factor"] == pytest.approx(pv * (PENALTY if t.plan.nodes > 1 else 1.0))
             assert r["end"] - r["start"] >= t.plan.work_s * r["factor"] - 0.05
             assert r["start"] >= t.submitted_at
+            # Slurm's StartTime for it: a whole second, at allocation, before the script ran
+            assert r["slurm_start"] == int(r["slurm_start"]) and 0.0 <= r["start"] - r["slurm_start"] < 5.0
             for g in gpus:
                 used.setdefault(g, []).append((r["start"], r["end"]))
         for g, spans in used.items():  # Slurm never gave one GPU to two jobs at once
             spans.sort()
             assert all(a[1] <= b[0] + 0.05 for a, b in zip(spans, spans[1:])), (g, spans)
         assert rep.predicted.metrics.jobs == 20
+        lead = rep.as_dict()["run_start_lead_s"]  # the run's own median lead, as stored with the result
+        assert lead is not None and 0.0 <= lead < 5.0
         assert rep.real.makespan_s >= 11.4 and rep.real.avg_jct_s > 0  # the last job arrives at 11.4 s
     # every pal-arm job went through the placer (an applied placement, or a multi-node first fit
     # left to Slurm on record): classes B-D have nothing to choose on this fleet (every GPU 1.0)
