@@ -381,6 +381,12 @@ def print_aggregate(trace: str, results: dict, reps: int) -> dict:
                             for m in miss["first"][:2])
             print(f"   arm {arm} repetition {r.get('rep')}: {miss['count']} of {miss['of']} jobs started more than "
                   f"{miss['beyond_h']:g} trace h from their predicted start{first}")
+    leads = {arm: [((r.get("latencies_s") or {}).get("start_lead_s"), r.get("run_start_lead_s"))
+                   for r in sorted(rs, key=lambda r: r.get("rep", 0))] for arm, rs in results.items()}
+    for arm, pairs_ in leads.items():  # the calibrated start lead the prediction used, and the run's own
+        if any(c is not None for c, _o in pairs_):
+            print(f"   arm {arm}: start lead (real s, calibrated / the run's own) "
+                  + ", ".join("-" if c is None else f"{c:.2f} / {'-' if o is None else f'{o:.2f}'}" for c, o in pairs_))
     return doc
 
 

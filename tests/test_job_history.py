@@ -18,8 +18,8 @@ from pal_slurm.db.models import JobHistory
 from pal_slurm.errors import InputError
 from pal_slurm.jobs.fingerprint import fingerprint
 from pal_slurm.jobs.history_store import delete_history, import_history, learned_from_history
-from pal_slurm.jobs.runtimes import (SOURCE_FINGERPRINT, SOURCE_HISTORY, SOURCE_LIMIT, SOURCE_NONE, LearnedRuntimes,
-                                     RuntimeRule, learn_runtimes)
+from pal_slurm.jobs.runtimes import (LEARNED_END_GRACE_S, SOURCE_FINGERPRINT, SOURCE_HISTORY, SOURCE_LIMIT,
+                                     SOURCE_NONE, LearnedRuntimes, RuntimeRule, learn_runtimes)
 from pal_slurm.jobs.sacct_history import SACCT_COMMAND, ExportJob, format_elapsed, read_history, write_export
 from pal_slurm.placer.problem import estimate_of, expected_end
 from pal_slurm.slurm.model import SlurmJob
@@ -150,7 +150,7 @@ def test_estimate_prefers_fingerprint_then_history_then_the_limit_and_never_exce
     assert estimate_of(job(), {fp: 600.0}).seconds == 600.0  # a plain mapping is fingerprint -> seconds
     now = 1_000_000.0
     run = job(state="RUNNING", start_time=now - 100, end_time=now + 3500)
-    assert expected_end(run, history, now) == now + 800
+    assert expected_end(run, history, now) == now + 800 + LEARNED_END_GRACE_S  # Slurm's whole-second start
     assert expected_end(run, LearnedRuntimes(by_name={("alice", "train"): 50.0}), now) == now + 3500
 
 
