@@ -266,13 +266,38 @@ def test_a_calibration_run_gives_each_latency_and_the_start_lead() -> None:
     assert latencies_from(old).start_lead_s == 0.0  # not measured: no lead, as before
 
 
+def test_an_arm_is_predicted_as_the_mean_over_copies_with_jittered_arrivals() -> None:
+    """`predict_mean`: the exact inputs' run (kept for job-by-job comparisons) and copies with
+    every arrival moved by up to the jitter; the figures are their mean, the band their range."""
+    import statistics
+
+    from pal_slurm.replay.experiment import METRICS, predict_mean
+
+    var = [GpuVariability(perfvar={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"},
+                          slowdown={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"}) for i in range(8)]
+    cluster = cluster_from_gpus(name_fleet(var, ["pal-r01", "pal-r02"], 4))
+    p = plan(8)
+    exact = predict(p, cluster, "slurm", ArmSettings())
+    alone = predict_mean(p, cluster, "slurm", ArmSettings(), copies=0)
+    assert alone.metrics == exact.metrics and alone.base.outcomes == exact.outcomes
+    assert all(alone.band[m] == (getattr(exact.metrics, m),) * 2 for m in METRICS)
+    pm = predict_mean(p, cluster, "slurm", ArmSettings(), copies=4, jitter_s=2.0)
+    copies = [predict(p, cluster, "slurm", ArmSettings(), jitter=(seed, p.to_trace_s(2.0))).metrics
+              for seed in range(1, 5)]
+    assert any(c.avg_jct_s != exact.metrics.avg_jct_s for c in copies)  # the jitter moves the queue
+    assert pm.metrics.avg_jct_s == pytest.approx(statistics.mean([exact.metrics.avg_jct_s] + [c.avg_jct_s for c in copies]))
+    assert pm.band["makespan_s"] == (min(c.makespan_s for c in [exact.metrics, *copies]),
+                                     max(c.makespan_s for c in [exact.metrics, *copies]))
+    assert pm.metrics.jobs == len(p.jobs) and pm.base.outcomes == exact.outcomes
+
+
 def test_a_stored_result_is_predicted_again_on_the_inputs_of_its_run(tmp_path: Path) -> None:
     """`bench/replay.py --repredict`: the latencies the run measured and, for pal+history, the
     runtimes learned again from the same exports; the measurement itself is kept."""
     from dataclasses import replace
 
-    from pal_slurm.replay.experiment import Latencies, configure_database, learned_estimates, repredicted, \
-        submitting_user
+    from pal_slurm.replay.experiment import Latencies, configure_database, learned_estimates, predict_mean, \
+        repredicted, submitting_user
 
     var = [GpuVariability(perfvar={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"},
                           slowdown={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"}) for i in range(8)]
@@ -291,8 +316,9 @@ def test_a_stored_result_is_predicted_again_on_the_inputs_of_its_run(tmp_path: P
                             history=history if arm == "pal+history" else ())
         learned = learned_estimates(db_url, p, settings) if arm == "pal+history" else None
         assert learned is None or len(learned) == len(p.jobs)
-        want = predict(p, cluster, arm, replace(settings, latencies={arm: Latencies(**lat)}), learned=learned)
+        want = predict_mean(p, cluster, arm, replace(settings, latencies={arm: Latencies(**lat)}), learned=learned)
         assert again["predicted"] == want.metrics.as_dict() and again["real"] == stored["real"]
+        assert again["prediction"]["copies"] == want.copies
         row = {r["metric"]: r for r in again["comparison"]}
         assert row["avg_jct_s"]["diff"] == pytest.approx((want.metrics.avg_jct_s - 1000.0) / 1000.0)
         assert row["makespan_s"]["real"] != row["makespan_s"]["real"]  # not measured: NaN, no difference
