@@ -149,19 +149,25 @@ def test_the_replay_refuses_bad_input_before_any_cluster_starts(tmp_path: Path, 
     assert want in res.stderr and "replay cluster" not in res.stdout
 
 
+def two_gpus_and_a_waiting_job(x_work: float):
+    """One node of 2 equal GPUs; job x (1 GPU, `x_work` s) at 0, job y (both GPUs) at 10 s,
+    limits 2000 s: y waits for x, so each pass shows when x is expected to end."""
+    def job(i: str, gpus: int, submit: float, work: float) -> TraceJob:
+        return TraceJob(job_id=i, num_gpus=gpus, submit_time=submit, work=work, work_unit="seconds", model="m",
+                        job_class="A", iter_time_s=1.0, line=2, source="t.csv", limit_s=2000.0)
+
+    var = [GpuVariability(perfvar={c: 1.0 for c in "ABCD"}, slowdown={c: 1.0 for c in "ABCD"}) for _ in range(2)]
+    return (cluster_from_gpus(name_fleet(var, ["pal-r01"], 2)),
+            Trace(name="t", jobs=(job("x", 1, 0.0, x_work), job("y", 2, 10.0, 50.0))))
+
+
 def test_a_job_that_outlives_its_learned_runtime_is_expected_at_its_limit_from_then_on() -> None:
     """As the placer's `expected_end`: start + learned runtime while that is ahead, then start
     + limit (Slurm's EndTime); the moment it runs out is a pass of its own when a job waits."""
     from pal_slurm.placement.policies import get_policy
     from pal_slurm.simulate.event import EventOptions, simulate_events
 
-    def job(i: str, gpus: int, submit: float, work: float) -> TraceJob:
-        return TraceJob(job_id=i, num_gpus=gpus, submit_time=submit, work=work, work_unit="seconds", model="m",
-                        job_class="A", iter_time_s=1.0, line=2, source="t.csv", limit_s=2000.0)
-
-    var = [GpuVariability(perfvar={c: 1.0 for c in "ABCD"}, slowdown={c: 1.0 for c in "ABCD"}) for _ in range(2)]
-    cluster = cluster_from_gpus(name_fleet(var, ["pal-r01"], 2))
-    trace = Trace(name="t", jobs=(job("x", 1, 0.0, 1000.0), job("y", 2, 10.0, 50.0)))
+    cluster, trace = two_gpus_and_a_waiting_job(x_work=1000.0)
     seen: list[tuple[float, float]] = []
     opts = EventOptions(runtime_estimate=RuntimeEstimate.from_learned({"x": 100.0}), backfill_interval_s=1e9)
     res = simulate_events(trace, cluster, get_policy("slurm-backfill"), opts,
@@ -184,13 +190,7 @@ def test_a_start_lead_makes_a_job_that_runs_exactly_its_learned_runtime_look_ove
     from pal_slurm.placement.policies import get_policy
     from pal_slurm.simulate.event import EventOptions, simulate_events
 
-    def job(i: str, gpus: int, submit: float, work: float) -> TraceJob:
-        return TraceJob(job_id=i, num_gpus=gpus, submit_time=submit, work=work, work_unit="seconds", model="m",
-                        job_class="A", iter_time_s=1.0, line=2, source="t.csv", limit_s=2000.0)
-
-    var = [GpuVariability(perfvar={c: 1.0 for c in "ABCD"}, slowdown={c: 1.0 for c in "ABCD"}) for _ in range(2)]
-    cluster = cluster_from_gpus(name_fleet(var, ["pal-r01"], 2))
-    trace = Trace(name="t", jobs=(job("x", 1, 0.0, 100.0), job("y", 2, 10.0, 50.0)))
+    cluster, trace = two_gpus_and_a_waiting_job(x_work=100.0)
 
     def views(lead: float, grace: float = 0.0) -> tuple[list[tuple[float, float]], object]:
         seen: list[tuple[float, float]] = []
