@@ -120,7 +120,7 @@ def test_the_fleet_is_named_in_slurms_node_order_and_the_jobs_look_perfvar_up_by
     assert inv["nodes"][11]["slurm"]["Port"] == 17212
 
 
-def test_the_prediction_of_each_arm_uses_slurms_first_fit_or_the_placers_policy_on_the_same_inputs():
+def test_the_prediction_of_each_arm_uses_slurms_model_or_the_placers_policy_on_the_same_inputs():
     # four 1-GPU class-A jobs at once on one node whose last GPU is slow: Slurm's first fit
     # takes all four (one lands on the slow GPU); the placer's policy is told the same limits
     gpus = fleet(nodes=1)
@@ -128,7 +128,7 @@ def test_the_prediction_of_each_arm_uses_slurms_first_fit_or_the_placers_policy_
     t = trace(*(job(i, 1, 0.0, 3600.0) for i in range(4)))
     plan = plan_replay(t, seconds_per_hour=3600.0, estimate=parse_runtime_estimate("x1"), nodes=1, gpus_per_node=4)
     slurm = predict(plan, cluster, "slurm", ArmSettings())
-    assert slurm.policy == "slurm-backfill"
+    assert slurm.policy == "slurm-reserving"
     assert sorted(o.finish_time for o in slurm.outcomes) == [3600.0, 3600.0, 3600.0, 7200.0]
     pal = predict(plan, cluster, "pal", ArmSettings(placer_policy="pal-match"))
     assert pal.policy == "pal-match"
@@ -186,3 +186,16 @@ def test_start_misses_name_the_first_jobs_whose_real_start_left_the_prediction()
     assert got["first"] == [{"trace_id": "2", "class": "A", "gpus": 4, "submitted_h": 1.0, "real_start_h": 4.0,
                              "predicted_start_h": 1.0}]
     assert start_misses(None, pred, plan)["count"] == 0
+
+
+def test_a_pal_arm_whose_placer_holds_no_job_is_predicted_as_slurm_itself():
+    # class D's GPUs are all equal: pal-guard has nothing to choose for any class of this
+    # trace, so the filter holds nothing and Slurm schedules every job; with a class A
+    # that has a 2x GPU, the placer schedules them
+    gpus = [GpuVariability(perfvar={"A": 1.0, "D": 1.0}, slowdown={"A": 1.0, "D": 1.0}) for _ in range(8)]
+    quiet = cluster_from_gpus(name_fleet(gpus, [node_name("pal-r", i, 2) for i in range(2)], 4))
+    t = trace(*(job(i, 2, 0.0, 3600.0, cls="D") for i in range(6)))
+    plan = plan_replay(t, seconds_per_hour=3600.0, estimate=parse_runtime_estimate("x1"), nodes=2, gpus_per_node=4)
+    assert predict(plan, quiet, "pal", ArmSettings(placer_policy="pal-guard")).policy == "slurm-reserving"
+    varied = cluster_from_gpus(fleet(nodes=2))
+    assert predict(plan, varied, "pal", ArmSettings(placer_policy="pal-guard")).policy == "pal-guard"

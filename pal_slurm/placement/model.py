@@ -32,7 +32,8 @@ DEFAULT_POLICY = "pal-guard"
 #: `[placer] policy` against at load, without importing the policies (and numpy) for every
 #: command. tests/test_newcomer.py checks it against the registry (placement.policies.POLICIES).
 POLICY_NAMES: tuple[str, ...] = ("packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky",
-                                 "pm-first", "pal", "pal-backfill", "pal-match", "slurm-backfill", "pal-guard")
+                                 "pm-first", "pal", "pal-backfill", "pal-match", "slurm-backfill", "slurm-reserving",
+                                 "pal-guard")
 
 #: A job of a class nobody measured is treated as the most sensitive one (PAL's worst case).
 DEFAULT_CLASS = "A"

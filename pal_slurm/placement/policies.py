@@ -11,6 +11,7 @@ from __future__ import annotations
 from pal_slurm.placement import artifact as _artifact  # noqa: F401  (registers the artifact's policies)
 from pal_slurm.placement import backfill as _backfill  # noqa: F401  (registers pal-backfill)
 from pal_slurm.placement import slurm_backfill as _slurm  # noqa: F401  (registers slurm-backfill)
+from pal_slurm.placement import slurm_reserving as _reserving  # noqa: F401  (registers slurm-reserving)
 from pal_slurm.placement import guarded as _guarded  # noqa: F401  (registers pal-guard, the default)
 from pal_slurm.placement.base import POLICIES, Choice, InOrderPolicy, Policy, register
 from pal_slurm.placement.model import PlacementError

@@ -14,9 +14,11 @@ Arms:
 The prediction of each arm is the event simulator on exactly the replay's inputs: the
 shaped trace with the limits the jobs asked for (``--runtime-estimate limit``), the
 cluster from the same classification rows, the same locality penalty; the Slurm arm with
-`slurm-backfill` and a backfill pass every bf_interval (1 s on the test cluster), the
+`slurm-reserving` (sched/backfill as Slurm plans it: whole nodes reserved for every waiting
+job it tests) and a backfill pass every bf_interval (1 s on the test cluster), the
 pal arms with the placer's policy, a pass every placer cycle, and the same GPU slots on
-every node of a multi-node job (all the daemon can steer); the pal+history arm with the
+every node of a multi-node job (all the daemon can steer) -- or, where the placer tells the
+filter to hold no job at all, as Slurm's own, since Slurm then schedules every job; the pal+history arm with the
 estimates the placer learns (read from the seeded database by the placer's own function and
 rule: min(learned, limit) per job, the limit where nothing was learned).
 """
@@ -48,7 +50,10 @@ from pal_slurm.simulate.result import SimResult
 ARMS = ("slurm", "pal", "pal+history")
 #: the arms the placer runs in
 PAL_ARMS = ("pal", "pal+history")
-BASELINE_POLICY = "slurm-backfill"
+#: the model of plain Slurm a replay is predicted with: sched/backfill's whole-node reservations for
+#: every waiting job (the simulator's comparison baseline, slurm-backfill, shares the pal policies'
+#: EASY mechanism instead; docs/evaluation.md, "The third sitting", measures both against a slurmctld)
+BASELINE_POLICY = "slurm-reserving"
 METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "tax_share")
 TOLERANCE = 0.10  # the simulator's prediction counts as right within 10 % of the real run (docs/evaluation.md)
 
@@ -236,16 +241,20 @@ def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings,
                 if arm == "pal+history" else RuntimeEstimate(kind="limit"))
     policy = get_policy(settings.placer_policy if pal else BASELINE_POLICY)
     lat = settings.latencies.get(arm, Latencies())
-    # the classes the placer tells the filter not to hold: visible at once, as on the cluster
+    # the classes the placer tells the filter not to hold (all or none): visible at once, and
+    # then scheduled by Slurm itself, as on the cluster
     unheld = unheld_classes(policy, cluster.perfvar, PlacementContext()) if pal else frozenset()
+    by_slurm = not pal or bool(unheld)
+    if by_slurm:
+        policy = get_policy(BASELINE_POLICY)
     opts = EventOptions(unheld_classes=unheld, visible_after_s=plan.to_trace_s(lat.visible_after_s),
                         start_latency_s=plan.to_trace_s(lat.start_latency_s),
                         release_latency_s=plan.to_trace_s(lat.release_latency_s),
                         start_lead_s=plan.to_trace_s(lat.start_lead_s),
                         order="fifo", locality_penalty=settings.locality_penalty,
-                        backfill_interval_s=plan.to_trace_s(settings.placer_interval_s if pal
-                                                            else settings.bf_interval_s),
-                        same_slots=pal, wait_fraction=settings.wait_fraction,
+                        backfill_interval_s=plan.to_trace_s(settings.bf_interval_s if by_slurm
+                                                            else settings.placer_interval_s),
+                        same_slots=not by_slurm, wait_fraction=settings.wait_fraction,
                         max_wait_s=math.inf if settings.max_wait_s is None else plan.to_trace_s(settings.max_wait_s),
                         runtime_estimate=estimate)
     trace = plan.trace if jitter is None else shaken(plan.trace, *jitter)
@@ -330,7 +339,7 @@ def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_ur
                           locality_penalty=settings.locality_penalty, say=say, overrun_slack_s=overrun_slack_s)
         prediction = predict_mean(plan, cluster, arm, replace(settings, latencies=latencies), learned=learned)
         predicted = prediction.base
-        rep = ArmReport(arm=arm, policy=predicted.policy if arm in PAL_ARMS else "slurm (sched/backfill, cons_tres)",
+        rep = ArmReport(arm=arm, policy=settings.placer_policy if arm in PAL_ARMS else "slurm (sched/backfill, cons_tres)",
                         predicted=predicted, prediction=prediction, plan=plan, run=run, notes=notes,
                         latencies=latencies.get(arm, Latencies()))
         rep.real, rep.real_busy = measured(plan, run)
