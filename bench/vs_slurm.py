@@ -13,6 +13,10 @@ placer steers them), runtimes known to the policies only as the true runtime x U
   GPU at PerfVar >= [report] drain_perfvar, 1.3, drained). What pal-slurm adds beyond
   draining is its value.
 
+`--baseline slurm-reserving` compares against Slurm's own backfill planning and node choice
+instead (pal_slurm.placement.slurm_reserving: the model the real-Slurm replay predicts plain
+Slurm with), where the default measures the variability choice alone on one shared mechanism.
+
 Fleets (variability models, pal_slurm.simulate.fleets): Longhorn's per-run draw, seeds 42,
 1, 2, 3 (the PAL artifact's draw, kept for continuity: its outliers are single warm-up
 runs); Longhorn per GPU (each GPU the median of its runs, as `pal classify` sees it);
@@ -51,6 +55,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+#: the model of Slurm each cell compares against (--baseline; set in every worker by _use_baseline)
 BASE = "slurm-backfill"
 METRICS = ("avg_jct_s", "p99_jct_s", "makespan_s")
 ARTIFACT = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared/data/pal-artifact"))
@@ -149,9 +154,18 @@ def matrix_cells(args: argparse.Namespace) -> list[Cell] | str:
     return [Cell(f, t, lam) for f in fleets for t in traces for lam in lambdas]
 
 
+def _use_baseline(name: str) -> None:
+    global BASE
+    BASE = name
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="pal-guard")
+    ap.add_argument("--baseline", default=BASE, choices=("slurm-backfill", "slurm-reserving"),
+                    help="the model of Slurm to compare against: slurm-backfill (EASY and first fit, the mechanism "
+                         "pal-slurm's policies share; the default) or slurm-reserving (Slurm's own backfill "
+                         "planning and cons_tres's node choice, what the real-Slurm replay predicts Slurm with)")
     ap.add_argument("--shakes", type=int, default=4, help="shaken copies of each trace per cell (default 4)")
     ap.add_argument("--lambdas", default="1.0,1.7,3.0")
     ap.add_argument("--fleets", default=",".join(FLEETS))
@@ -164,7 +178,9 @@ def main() -> int:
         print(f"vs_slurm: {cells}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+    _use_baseline(args.baseline)
+    with ProcessPoolExecutor(max_workers=max(args.jobs, 1), initializer=_use_baseline,
+                             initargs=(args.baseline,)) as pool:
         results = dict(zip(cells, pool.map(run_cell, cells, [args.policy] * len(cells), [args.shakes] * len(cells))))
     print(f"{len(cells)} cells x {args.shakes} shaken copies x 3 arms in {time.perf_counter() - t0:.0f} s; "
           f"event mode, 16x4 GPUs, FIFO, runtimes known x U[1,5]; ratio = {args.policy} / {BASE} of the means "
@@ -172,7 +188,7 @@ def main() -> int:
     head = (f"{'fleet':<16}{'avg JCT':>9}{'p99':>7}{'mkspan':>8}  {'worst cell (metric ratio)':<34}"
             f"{'vs drain':>9}{'tax base':>9}{'removed':>9}{'of avoid.':>10}{'best-free':>10}{'+wait':>8}")
     print(head)
-    report: dict = {"policy": args.policy, "shakes": args.shakes, "fleets": {}}
+    report: dict = {"policy": args.policy, "baseline": BASE, "shakes": args.shakes, "fleets": {}}
     all_worst: tuple[float, str] = (0.0, "")
     harmed: list[str] = []  # cells worse than 1.02 beyond the noise of the shaken copies
     identical = True

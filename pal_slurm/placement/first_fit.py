@@ -38,6 +38,8 @@ class FirstFit(InOrderPolicy):
     name = "first-fit"
     sticky = True
     description = "cons_tres's variability-blind first fit"
+    #: how the pick is explained (pal_slurm.placement.cons_tres_fit names its own rule)
+    rule = "first fit in node order"
 
     def pick(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext) -> Choice | None:
         counts = state.node_counts(job.allowed_nodes)
@@ -74,5 +76,5 @@ class FirstFit(InOrderPolicy):
     def first_fit_choice(self, ix: ClusterIndex, job: JobRequest, gpus: Sequence[int]) -> Choice:
         chosen = as_gpus(gpus)
         tab = ix.table(job.job_class)
-        return Choice(gpus=chosen, why=lambda: f"{self.name}: first fit in node order; {describe_gpus(ix, tab, chosen)}",
+        return Choice(gpus=chosen, why=lambda: f"{self.name}: {self.rule}; {describe_gpus(ix, tab, chosen)}",
                       alternatives=((chosen, float(len({ix.node_list[g] for g in chosen}))),), first_fit=True)

@@ -24,7 +24,8 @@ and this model with it:
   is closed to every later job whose limit overlaps the reservation, even where GPUs on it
   stay free. Running jobs share nodes as cons_tres allows (their GPUs, not their nodes, are
   taken);
-- the GPUs are cons_tres's pick (pal_slurm.placement.first_fit), on the nodes left open.
+- the GPUs are cons_tres's pick (pal_slurm.placement.cons_tres_fit: the tightest run of
+  consecutive nodes, not the first fit the EASY policies share), on the nodes left open.
 
 Not modelled: `bf_resolution` (Slurm keeps its map in 60-s steps; rounding the reservations
 that way moved the replay's predictions both ways, measured in docs/evaluation.md), and
@@ -41,7 +42,7 @@ import numpy as np
 
 from pal_slurm.placement.base import Choice, Policy, register
 from pal_slurm.placement.easy import _noted, time_limit_s
-from pal_slurm.placement.first_fit import FirstFit
+from pal_slurm.placement.cons_tres_fit import ConsTresFit
 from pal_slurm.placement.index import ClusterIndex, FreeState, cluster_index
 from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, Snapshot
 
@@ -96,11 +97,11 @@ class SlurmReserving(Policy):
     #: that does not fit is far beyond the depth at which a 64-GPU cluster still has room
     lookahead = 100
     description = ("Slurm's sched/backfill as it plans: every waiting job it tests that cannot start gets a "
-                   "reservation of whole nodes for its time limit; cons_tres's first fit; the model of "
+                   "reservation of whole nodes for its time limit; cons_tres's tightest-fit node choice; the model of "
                    "plain Slurm the replay predicts with.")
 
     def __init__(self) -> None:
-        self.chooser = FirstFit()
+        self.chooser = ConsTresFit()
         self.chooser.name = self.name  # type: ignore[misc]  # reasons name the policy that placed the job
 
     def choose(self, job: JobRequest, state: FreeState, ctx: PlacementContext) -> Choice | None:
