@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pal_slurm.placement.base import Choice, free_on_node
 from pal_slurm.placement.first_fit import FirstFit
-from pal_slurm.placement.index import FreeState
-from pal_slurm.placement.model import JobRequest, PlacementContext
 
 
 def consecutive_runs(usable: np.ndarray) -> list[list[int]]:
@@ -79,16 +76,7 @@ class ConsTresFit(FirstFit):
     description = "cons_tres's node choice: the tightest run of consecutive nodes that suffices"
     rule = "cons_tres's tightest run of consecutive nodes"
 
-    def pick(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext) -> Choice | None:
-        one = tightest_fit_nodes(state.node_counts(job.allowed_nodes), job.gpus, 1)
-        if one is None:  # spanning nodes: the fewest, emptiest first, as first fit
-            return super().pick(job, cand, state, ctx)
-        return self.first_fit_choice(state.index, job, free_on_node(state.index, state)(int(one[0]))[: job.gpus])
-
-    def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext,
-                   per_node: int, nodes: int) -> Choice | None:
-        chosen = tightest_fit_nodes(state.node_counts(job.allowed_nodes), per_node, nodes)
-        if chosen is None:
-            return None
-        listing = free_on_node(state.index, state)
-        return self.first_fit_choice(state.index, job, [g for v in chosen for g in listing(int(v))[:per_node]])
+    def nodes_for(self, counts: np.ndarray, per_node: int, nodes: int) -> np.ndarray | None:
+        """cons_tres's tightest fit; a job that must span nodes and names no count per node still takes the
+        fewest nodes, emptiest first (FirstFit.pick), as before."""
+        return tightest_fit_nodes(counts, per_node, nodes)

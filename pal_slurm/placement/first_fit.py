@@ -41,12 +41,16 @@ class FirstFit(InOrderPolicy):
     #: how the pick is explained (pal_slurm.placement.cons_tres_fit names its own rule)
     rule = "first fit in node order"
 
+    def nodes_for(self, counts: np.ndarray, per_node: int, nodes: int) -> np.ndarray | None:
+        """The nodes a job of `nodes` x `per_node` GPUs takes, given the free GPUs per node (first fit)."""
+        return first_fit_nodes(counts, per_node, nodes)
+
     def pick(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext) -> Choice | None:
         counts = state.node_counts(job.allowed_nodes)
         listing = free_on_node(state.index, state)
-        fits = np.flatnonzero(counts >= job.gpus)
-        if fits.size:
-            return self.first_fit_choice(state.index, job, listing(int(fits[0]))[: job.gpus])
+        one = self.nodes_for(counts, job.gpus, 1)
+        if one is not None:
+            return self.first_fit_choice(state.index, job, listing(int(one[0]))[: job.gpus])
         got: list[int] = []
         for v in np.lexsort((np.arange(len(counts)), -counts)):  # the emptiest nodes first: fewest nodes
             if counts[v] <= 0:
@@ -62,7 +66,7 @@ class FirstFit(InOrderPolicy):
 
     def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext,
                    per_node: int, nodes: int) -> Choice | None:
-        chosen = first_fit_nodes(state.node_counts(job.allowed_nodes), per_node, nodes)
+        chosen = self.nodes_for(state.node_counts(job.allowed_nodes), per_node, nodes)
         if chosen is None:
             return None
         listing = free_on_node(state.index, state)
