@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pal_slurm.placement.cons_tres_fit import consecutive_runs, tightest_fit_nodes
+from pal_slurm.placement.cons_tres_fit import tightest_fit_nodes
 from pal_slurm.placement.model import PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
 from tests.test_placement_policies import cluster, job
@@ -16,11 +16,6 @@ from tests.test_placement_policies import cluster, job
 def nodes(counts: list[int], per_node: int, n: int) -> list[int] | None:
     got = tightest_fit_nodes(np.array(counts), per_node, n)
     return None if got is None else got.tolist()
-
-
-def test_runs_break_at_nodes_that_cannot_host_the_job() -> None:
-    assert consecutive_runs(np.array([True, True, False, True, False, False, True])) == [[0, 1], [3], [6]]
-    assert consecutive_runs(np.array([False, False])) == []
 
 
 @pytest.mark.parametrize(("counts", "per_node", "n", "want", "why"), [
@@ -32,6 +27,8 @@ def test_runs_break_at_nodes_that_cannot_host_the_job() -> None:
     ([4, 4, 4, 4], 4, 2, [0, 1], "inside the run, its first nodes"),
     ([4, 0, 4, 4, 0, 4], 4, 4, [0, 2, 3, 5], "no run suffices: the largest first, then the rest"),
     ([4, 0, 4, 0, 4], 4, 4, None, "too few usable nodes"),
+    ([0, 4, 3, 0, 2, 2, 0], 2, 1, [4], "runs break at nodes that cannot host the job: [1, 2] holds 7, [4, 5] 4"),
+    ([2, 2, 0, 4, 4, 4, 0, 1], 2, 3, [3, 4, 5], "a node with too few GPUs (7) is in no run"),
 ])
 def test_tightest_fit(counts: list[int], per_node: int, n: int, want: list[int] | None, why: str) -> None:
     assert nodes(counts, per_node, n) == want, why
@@ -52,9 +49,10 @@ def test_slurm_reserving_fills_the_busiest_node_where_first_fit_takes_the_first(
     assert "tightest run of consecutive nodes" in d.assignments[0].reason
 
 
-def test_slurm_reserving_keeps_a_whole_node_job_off_the_broken_run() -> None:
+def test_slurm_reserving_spans_runs_that_each_fall_short() -> None:
     # two whole nodes: usable n0 and n2 are not consecutive (n1 is partly busy), so no run of
-    # two exists and the largest is taken first -- the same nodes first fit names here
+    # two exists; the larger (the first, on a tie) is taken, then the next -- the only two
+    # usable nodes, so this checks that runs falling short are combined, not refused
     snap = busy_second_node()
     d = get_policy("slurm-reserving").place(snap, [job("two", 8, gpus_per_node=4, remaining_s=100)], PlacementContext())
     assert d.as_dict() == {"two": (0, 1, 2, 3, 8, 9, 10, 11)}
