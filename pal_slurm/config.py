@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
+from pal_slurm.benchmark_sets import BENCHMARK_SETS, DEFAULT_SET, known_benchmarks, set_of
 from pal_slurm.errors import ConfigError
 from pal_slurm.placement.model import DEFAULT_POLICY, JOB_CLASSES, NOISE, POLICY_NAMES, WAIT_FRACTION
 
@@ -23,12 +25,25 @@ if TYPE_CHECKING:
     from pal_slurm.classification.actions import ActionPolicy
 
 DEFAULT_CONFIG_PATH = Path("/etc/pal/pal.toml")
-DEFAULT_JOB_CLASSES: dict[str, dict[str, str]] = {
-    "A": {"benchmark": "resnet50", "description": "most variability-sensitive (compute-bound training)"},
-    "B": {"benchmark": "bert", "description": "sensitive (transformer training)"},
-    "C": {"benchmark": "bert", "description": "moderately sensitive"},
-    "D": {"benchmark": "pagerank", "description": "least sensitive (memory-bound)"},
-}
+
+
+def job_classes_of(benchmark_set: str) -> dict[str, dict[str, str]]:
+    """The [job_classes] a benchmark set gives by default (pal_slurm/benchmark_sets.py)."""
+    return {k: {"benchmark": b, "description": d} for k, (b, d) in BENCHMARK_SETS[benchmark_set].job_classes.items()}
+
+
+#: what `pal profile run` measures: the default
+DEFAULT_JOB_CLASSES: dict[str, dict[str, str]] = job_classes_of(DEFAULT_SET)
+
+
+def _check_benchmark(value: str) -> str:
+    """A benchmark name a class or [report] may read: one some supported source produces."""
+    if set_of(value) is None:
+        names = known_benchmarks()
+        raise ValueError(f"unknown benchmark {value!r}{_did_you_mean(value, names)}: no source measures it "
+                         f"(pal profile run: {', '.join(BENCHMARK_SETS['profiler'].benchmarks)}; the PAL "
+                         f"artifact's: {', '.join(BENCHMARK_SETS['pal-artifact'].benchmarks)})")
+    return value
 
 
 def default_data_dir(env: Mapping[str, str] | None = None, *, is_root: bool | None = None) -> Path:
@@ -63,6 +78,10 @@ class ClassificationConfig(_Section):
     method: Literal["shrink", "bic", "pal-k2"] = "shrink"
     #: a run more than this many times off its GPU's own median is dropped as broken (0 = off)
     run_ratio: float = Field(default=10.0, ge=0)
+    #: whose benchmark names the job classes read by default: "profiler" (what `pal profile run`
+    #: measures) or "pal-artifact" (the PAL artifact's profiles): pal_slurm/benchmark_sets.py
+    benchmark_set: Literal["profiler", "pal-artifact"] = Field(
+        default=DEFAULT_SET, description="the default [job_classes] and [report] compute_benchmarks")
 
     @field_validator("run_ratio")
     @classmethod
@@ -86,6 +105,11 @@ class JobClassConfig(_Section):
     benchmark: str = Field(min_length=1)
     description: str = ""
 
+    @field_validator("benchmark")
+    @classmethod
+    def _benchmark(cls, value: str) -> str:
+        return _check_benchmark(value)
+
 
 class LoggingConfig(_Section):
     """[logging]: how much `pal` logs to stderr (the journal, for the services) without -v or --debug."""
@@ -101,8 +125,8 @@ class ReportConfig(_Section):
                                 description="what the drain action says to do once the node is drained")
     drain_perfvar: float = Field(default=1.3, gt=1.0,
                                  description="an outlier this slow on a compute benchmark is drained")
-    compute_benchmarks: list[str] = Field(default_factory=lambda: ["resnet50", "bert", "sgemm"],
-                                          description="benchmarks on which drain_perfvar drains")
+    compute_benchmarks: list[str] | None = Field(
+        default=None, description="benchmarks on which drain_perfvar drains; empty: the benchmark set's")
     stale_after_days: float = Field(default=30.0, gt=0,
                                     description="an outlier whose last run is older is re-profiled first")
     noisy_spread: float = Field(default=0.10, gt=0,
@@ -112,10 +136,20 @@ class ReportConfig(_Section):
     drain_retired_pages: int = Field(default=1, ge=0,
                                      description="retired memory pages that drain an outlier's node (0: never)")
 
+    @field_validator("compute_benchmarks")
+    @classmethod
+    def _compute_benchmarks(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            for name in value:
+                _check_benchmark(name)
+        return value
+
     def policy(self) -> "ActionPolicy":
         from pal_slurm.classification.actions import ActionPolicy
 
-        return ActionPolicy(drain_perfvar=self.drain_perfvar, compute_benchmarks=tuple(self.compute_benchmarks),
+        compute = self.compute_benchmarks if self.compute_benchmarks is not None else \
+            BENCHMARK_SETS[DEFAULT_SET].compute_benchmarks
+        return ActionPolicy(drain_perfvar=self.drain_perfvar, compute_benchmarks=tuple(compute),
                             stale_after_days=self.stale_after_days, noisy_spread=self.noisy_spread,
                             drain_ecc_uncorrected=self.drain_ecc_uncorrected,
                             drain_retired_pages=self.drain_retired_pages, diagnostics=self.outlier_action)
@@ -230,9 +264,7 @@ class PalConfig(_Section):
     database: DatabaseConfig = DatabaseConfig()
     classification: ClassificationConfig = ClassificationConfig()
     ingest: IngestConfig = IngestConfig()
-    job_classes: dict[str, JobClassConfig] = Field(
-        default_factory=lambda: {k: JobClassConfig(**v) for k, v in DEFAULT_JOB_CLASSES.items()}
-    )
+    job_classes: dict[str, JobClassConfig] = Field(default_factory=dict, validate_default=True)
     logging: LoggingConfig = LoggingConfig()
     report: ReportConfig = ReportConfig()
     jobs: JobsConfig = JobsConfig()
@@ -241,10 +273,13 @@ class PalConfig(_Section):
 
     @field_validator("job_classes", mode="before")
     @classmethod
-    def _class_names(cls, value: Any) -> Any:
+    def _class_names(cls, value: Any, info: ValidationInfo) -> Any:
         """Only A-D: the submit filter, the SPANK option and the policies know no other class.
         A file configures a class's benchmark or description; the classes it leaves out keep
-        their defaults, so every class a user can ask for is always measured by something."""
+        the defaults of [classification] benchmark_set, so every class a user can ask for is
+        always read from a benchmark some source measures."""
+        classification = info.data.get("classification")
+        defaults = job_classes_of(classification.benchmark_set if classification is not None else DEFAULT_SET)
         if not isinstance(value, dict):
             return value
         unknown = [name for name in value if name not in JOB_CLASSES]
@@ -252,11 +287,20 @@ class PalConfig(_Section):
             raise ValueError(f"unknown job class {unknown[0]!r}: the classes are {', '.join(JOB_CLASSES)} "
                              "(the submit filter and --pal-class know no others); set each one's benchmark "
                              "under [job_classes.X]")
-        merged: dict[str, Any] = {k: dict(v) for k, v in DEFAULT_JOB_CLASSES.items()}
+        merged: dict[str, Any] = {k: dict(v) for k, v in defaults.items()}
         for name, settings in value.items():
             # a table is laid over the default; anything else goes to pydantic as it is, for its typed error
             merged[name] = {**merged[name], **settings} if isinstance(settings, Mapping) else settings
         return dict(sorted(merged.items()))
+
+    @model_validator(mode="after")
+    def _set_defaults(self) -> "PalConfig":
+        """What defaults to the benchmark set's: the compute benchmarks (the job classes were
+        merged with it field by field above)."""
+        if self.report.compute_benchmarks is None:
+            compute = list(BENCHMARK_SETS[self.classification.benchmark_set].compute_benchmarks)
+            object.__setattr__(self, "report", self.report.model_copy(update={"compute_benchmarks": compute}))
+        return self
 
     @model_validator(mode="after")
     def _url_default(self) -> "PalConfig":

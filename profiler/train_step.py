@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""One training step of ResNet-50 on synthetic images, in images/s: a real model's mix.
+"""One training step of a real model on synthetic data: ResNet-50 (images/s) or BERT-base
+(sequences/s), a real model's mix.
 
-Convolutions are compute-bound, batch norm and the optimizer memory-bound, so this
-sits between GEMM and STREAM in how much the SM clock matters, as real training jobs
-do. Synthetic data (random images and labels made on the GPU once) keeps the input
+ResNet-50: convolutions are compute-bound, batch norm and the optimizer memory-bound, so
+it sits between GEMM and STREAM in how much the SM clock matters, as real training jobs
+do. BERT-base (`--model bert`, masked-language-model step, sequence 128): attention's
+softmax, layer norms, the embedding and its 30,522-word output layer move more memory per
+FLOP, so the clock governs less of it than of ResNet-50 (class B's benchmark). Synthetic data (random images and labels made on the GPU once) keeps the input
 pipeline and the disks out of the measurement. Mixed precision (fp16 autocast with a
 gradient scaler, channels-last) as production training runs it; `--precision fp32`
 for plain fp32. The model is defined here (torchvision's ResNet-50 v1.5 layout) so
@@ -53,12 +56,44 @@ def resnet50(nn: Any, num_classes: int = 1000) -> Any:
     return nn.Sequential(*layers)
 
 
-def make_step(torch: Any, batch: int, precision: str, image: int):
-    model = resnet50(torch.nn).cuda().to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+BERT_VOCAB = 30522
+
+
+def bert_base(nn: Any, seq: int, vocab: int = BERT_VOCAB) -> Any:
+    """BERT-base's encoder (12 layers, hidden 768, 12 heads, GELU, post-norm) with token and
+    position embeddings and a masked-LM output layer: 110 M parameters."""
+
+    class Bert(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tokens = nn.Embedding(vocab, 768)
+            self.positions = nn.Embedding(seq, 768)
+            self.norm = nn.LayerNorm(768)
+            layer = nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.1, activation="gelu", batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 12)
+            self.head = nn.Linear(768, vocab)
+
+        def forward(self, ids: Any) -> Any:
+            pos = self.positions.weight[: ids.shape[1]]
+            return self.head(self.encoder(self.norm(self.tokens(ids) + pos)))
+
+    return Bert()
+
+
+def make_step(torch: Any, model_name: str, batch: int, precision: str, image: int, seq: int):
+    if model_name == "bert":
+        model = bert_base(torch.nn, seq).cuda()
+        x = torch.randint(0, BERT_VOCAB, (batch, seq), device="cuda")
+        y = torch.randint(0, BERT_VOCAB, (batch * seq,), device="cuda")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        shape = {"seq": seq}
+    else:
+        model = resnet50(torch.nn).cuda().to(memory_format=torch.channels_last)
+        x = torch.randn(batch, 3, image, image, device="cuda").to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (batch,), device="cuda")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        shape = {"image": image}
     loss_fn = torch.nn.CrossEntropyLoss()
-    x = torch.randn(batch, 3, image, image, device="cuda").to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (batch,), device="cuda")
     amp = precision == "amp"
     if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # torch >= 2.3
         scaler = torch.amp.GradScaler("cuda", enabled=amp)
@@ -72,7 +107,8 @@ def make_step(torch: Any, batch: int, precision: str, image: int):
         for _ in range(k):
             opt.zero_grad(set_to_none=True)
             with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
-                loss = loss_fn(model(x), y)
+                out = model(x)
+                loss = loss_fn(out.reshape(-1, out.shape[-1]), y)
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
@@ -86,19 +122,28 @@ def make_step(torch: Any, batch: int, precision: str, image: int):
     def step() -> float:
         return batch * k / timed(k)
 
-    return step, {"model": "resnet50", "batch": batch, "image": image, "precision": precision, "steps_per_repeat": k}
+    return step, {"model": model_name, "batch": batch, **shape, "precision": precision, "steps_per_repeat": k}
+
+
+#: --model -> (the benchmark's stored name, its unit, the default batch)
+MODELS = {"resnet50": ("train-resnet50", "images/s", 64), "bert": ("train-bert", "sequences/s", 32)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _common.parser("ResNet-50 training throughput (images/s) on device 0, synthetic data. Needs torch.")
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--image", type=int, default=224, help="image side in pixels")
+    p = _common.parser("Training throughput on device 0, synthetic data: ResNet-50 (images/s) or BERT-base "
+                       "(sequences/s). Needs torch.")
+    p.add_argument("--model", choices=tuple(MODELS), default="resnet50")
+    p.add_argument("--batch", type=int, default=None, help="default: 64 images (resnet50), 32 sequences (bert)")
+    p.add_argument("--image", type=int, default=224, help="image side in pixels (resnet50)")
+    p.add_argument("--seq", type=int, default=128, help="sequence length in tokens (bert)")
     p.add_argument("--precision", choices=("amp", "fp32"), default="amp")
     args = p.parse_args(argv)
+    name, unit, batch = MODELS[args.model]
+    batch = args.batch or batch
     if args.framework == "cupy":
-        return _common.fail("train-resnet50", "needs torch (cupy has no training stack)")
-    return _common.run_main("train-resnet50", "images/s", args, ("torch",),
-                            lambda name, mod: make_step(mod, args.batch, args.precision, args.image))
+        return _common.fail(name, "needs torch (cupy has no training stack)")
+    return _common.run_main(name, unit, args, ("torch",),
+                            lambda fw, mod: make_step(mod, args.model, batch, args.precision, args.image, args.seq))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from sqlalchemy.engine import Engine, make_url
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+#: a configuration whose job classes read the PAL artifact's benchmark names (tests of records named so)
+ARTIFACT_CONFIG = str(DATA / "pal-artifact.toml")
 ARTIFACT_DIR = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared" / "data" / "pal-artifact"))
 
 SERVER_ENV = {"postgres": "PAL_TEST_POSTGRES_URL", "mysql": "PAL_TEST_MYSQL_URL"}

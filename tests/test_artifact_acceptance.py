@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from pal_slurm.cli.main import cli
+from conftest import ARTIFACT_CONFIG
 
 FILES = {"resnet50": "resnet", "bert": "bert", "pagerank": "pagerank", "sgemm": "sgemm"}
 EXPECTED = {  # benchmark: (GPUs with >= 3 runs, PerfVar min, PerfVar max) from the raw CSVs
@@ -28,7 +29,7 @@ EXPECTED = {  # benchmark: (GPUs with >= 3 runs, PerfVar min, PerfVar max) from 
 
 @pytest.mark.artifact
 def test_longhorn_end_to_end(db_url: str, artifact_dir: Path, runner: CliRunner) -> None:
-    env = {"PAL_CONFIG": ""}
+    env = {"PAL_CONFIG": ARTIFACT_CONFIG}
 
     def pal(*args: str) -> str:
         result = runner.invoke(cli, ["--db", db_url, *args], env=env)

@@ -19,6 +19,7 @@ from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.variability_store import load_variability
 from pal_slurm.ingest.service import import_records_now
 from pal_slurm.report.service import load_report
+from conftest import ARTIFACT_CONFIG
 
 
 FLEET = {**{f"GPU-ok-{i:02d}": 1.0 + 0.002 * i for i in range(16)}, "GPU-liar-00": 0.3, "GPU-slow-00": 1.6}
@@ -27,8 +28,8 @@ FLEET = {**{f"GPU-ok-{i:02d}": 1.0 + 0.002 * i for i in range(16)}, "GPU-liar-00
 
 def test_fast_outlier_is_stored_told_apart_and_not_chased(engine, tmp_path: Path) -> None:
     import_records_now(engine, records(FLEET, benchmark="resnet50", runs=4))
-    cfg = load_config(None, env={"HOME": str(tmp_path)})
-    summary = run_classification(engine, cfg)
+    cfg = load_config(None, env={"PAL_CONFIG": ARTIFACT_CONFIG, "HOME": str(tmp_path)})
+    summary = run_classification(engine, cfg, allow_partial=True)
     grp = next(g for g in summary.groups if g["benchmark"] == "resnet50")
     assert grp["outliers"] == 2 and grp["fast_outliers"] == 1
     with session_scope(engine) as s:
@@ -65,7 +66,7 @@ def test_classify_method_option_and_config(tmp_path: Path) -> None:
     """CLI and config plumbing only, so SQLite is enough."""
     db_url = f"sqlite:///{tmp_path / 'pal.db'}"
     runner = CliRunner()
-    env = {"PAL_CONFIG": "", "HOME": str(tmp_path)}
+    env = {"PAL_CONFIG": ARTIFACT_CONFIG, "HOME": str(tmp_path)}
 
     def pal(*args: str, code: int = 0):
         res = runner.invoke(cli, ["--db", db_url, *args], env=env)
@@ -78,7 +79,7 @@ def test_classify_method_option_and_config(tmp_path: Path) -> None:
         import_records_now(eng, records(FLEET, benchmark="resnet50", runs=4))
     finally:
         eng.dispose()
-    out = json.loads(pal("classify", "--method", "bic", "--format", "json").stdout)
+    out = json.loads(pal("classify", "--allow-partial", "--method", "bic", "--format", "json").stdout)
     assert out["version"] == 1
     assert "kmeans" in pal("classify", "--method", "kmeans", code=2).output
     bad = tmp_path / "pal.toml"

@@ -20,8 +20,50 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_defaults_without_a_file(tmp_path: Path) -> None:
     cfg = load_config(None, env={"HOME": str(tmp_path)})
     assert cfg.classification.min_runs == 3 and cfg.classification.max_bins == 8
-    assert cfg.job_classes["A"].benchmark == "resnet50" and cfg.job_classes["D"].benchmark == "pagerank"
+    # what `pal profile run` measures, not the PAL artifact's names
+    assert {k: v.benchmark for k, v in cfg.job_classes.items()} == {
+        "A": "train-resnet50", "B": "train-bert", "C": "train-bert", "D": "stream"}
+    assert cfg.report.compute_benchmarks == ["gemm-fp16", "gemm-fp32", "train-resnet50", "train-bert"]
     assert cfg.db_url == f"sqlite:///{cfg.data_dir / 'pal.db'}"
+
+
+def test_every_default_benchmark_is_one_the_profiler_runs() -> None:
+    """The site's own path: the defaults name the shipped profiler's benchmarks, each of which
+    the simulated backend can play (so `pal profile run --backend sim` feeds every class)."""
+    from pal_slurm.benchmark_sets import BENCHMARK_SETS
+    from pal_slurm.gpu.simulated_fleet import BENCHMARKS as SIM
+    from pal_slurm.profiler.benchmarks import BENCHMARKS
+
+    cfg = load_config(None, env={})
+    assert tuple(BENCHMARKS) == BENCHMARK_SETS["profiler"].benchmarks
+    for name in [*(jc.benchmark for jc in cfg.job_classes.values()), *(cfg.report.compute_benchmarks or [])]:
+        assert name in BENCHMARKS and BENCHMARKS[name].sim_benchmark in SIM
+    # the classes keep their order of clock sensitivity in the simulated physics
+    frac = [SIM[BENCHMARKS[cfg.job_classes[c].benchmark].sim_benchmark].compute_fraction for c in "ABCD"]
+    assert frac == sorted(frac, reverse=True) and frac[0] > frac[1] > frac[3]
+
+
+def test_the_artifact_set_is_one_setting(tmp_path: Path) -> None:
+    f = write(tmp_path, '[classification]\nbenchmark_set = "pal-artifact"\n[job_classes.D]\nbenchmark = "stream"\n')
+    cfg = load_config(f, env={})
+    assert {k: v.benchmark for k, v in cfg.job_classes.items()} == {
+        "A": "resnet50", "B": "bert", "C": "bert", "D": "stream"}
+    assert cfg.report.compute_benchmarks == ["resnet50", "bert", "sgemm"]
+
+
+@pytest.mark.parametrize("text, key", [
+    ('[job_classes.A]\nbenchmark = "gemm-fp99"\n', "job_classes.A.benchmark"),
+    ('[report]\ncompute_benchmarks = ["gemm-fp16", "gemm-fp99"]\n', "report.compute_benchmarks"),
+    ('[classification]\nbenchmark_set = "mine"\n', "classification.benchmark_set"),
+])
+def test_a_benchmark_no_source_measures_is_refused(tmp_path: Path, text: str, key: str) -> None:
+    f = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(f, env={})
+    msg = str(err.value)
+    assert key in msg and "\n" not in msg.strip()
+    if "gemm-fp99" in text:
+        assert "did you mean 'gemm-fp16'" in msg or "did you mean 'gemm-fp32'" in msg
 
 
 def test_data_dir_root_and_user(tmp_path: Path) -> None:
@@ -46,7 +88,7 @@ def test_file_settings_and_class_benchmarks(tmp_path: Path) -> None:
     # the classes a file leaves out keep their defaults: every class a user can ask for is measured
     assert list(cfg.job_classes) == ["A", "B", "C", "D"]
     assert cfg.job_classes["A"].benchmark == "gemm-fp16" and cfg.job_classes["D"].benchmark == "stream"
-    assert cfg.job_classes["B"].benchmark == "bert"
+    assert cfg.job_classes["B"].benchmark == "train-bert"
     assert cfg.job_classes["A"].description  # kept from the default
     assert cfg.db_url == "sqlite:////srv/pal/pal.db"
 

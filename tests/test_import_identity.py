@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
+from conftest import ARTIFACT_CONFIG
 from pal_slurm.classification.service import run_classification
 from pal_slurm.cli.main import cli
 from pal_slurm.config import load_config
@@ -185,7 +186,7 @@ def test_max_factor_option_refuses_nan_and_numbers_not_above_1(runner: CliRunner
                                                                 value: str) -> None:
     path = resnet_csv(tmp_path / "r.csv")
     result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--format", "pal-artifact", "--model", "V100",
-                                 "--benchmark", "resnet50", "--max-factor", value, str(path)], env={"PAL_CONFIG": ""})
+                                 "--benchmark", "resnet50", "--max-factor", value, str(path)], env={"PAL_CONFIG": ARTIFACT_CONFIG})
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--max-factor'" in result.stderr and "Traceback" not in result.output
 
@@ -195,7 +196,7 @@ def test_max_factor_option_inf_keeps_only_the_absolute_checks(runner: CliRunner,
                                                                                                           "-5")])
     result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--format", "pal-artifact", "--model", "V100",
                                  "--benchmark", "resnet50", "--max-factor", "inf", "--json", str(path)],
-                           env={"PAL_CONFIG": ""})
+                           env={"PAL_CONFIG": ARTIFACT_CONFIG})
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)[0]
     assert (out["added"], out["rejected"]) == (25, 1)  # 1e-300 is stored; -5 is not positive
@@ -206,10 +207,10 @@ def test_max_factor_option_inf_keeps_only_the_absolute_checks(runner: CliRunner,
 
 def _both_files(engine, tmp_path: Path, order: str) -> None:
     res, pr = resnet_csv(tmp_path / "r.csv"), pagerank_csv(tmp_path / "p.csv")
-    cfg = load_config(env={}, db_url=str(engine.url))
+    cfg = load_config(env={"PAL_CONFIG": ARTIFACT_CONFIG}, db_url=str(engine.url))
     if order == "slot-names-first":
         first = _import(engine, res, "resnet50")
-        run_classification(engine, cfg)  # classified while still a slot identity: merged all the same
+        run_classification(engine, cfg, allow_partial=True)  # classified while still a slot identity: merged all the same
         second = _import(engine, pr, "pagerank")
         assert second.merged_gpus == 6 and second.new_gpus == 0
     else:
@@ -226,7 +227,7 @@ def _both_files(engine, tmp_path: Path, order: str) -> None:
             assert benches == ({"resnet50", "pagerank"} if d < 3 else {"resnet50"})
     with session_scope(engine) as s:
         assert sorted(s.scalars(select(Node.name))) == ["c001-001", "c001-002"]
-    run_classification(engine, cfg)
+    run_classification(engine, cfg, allow_partial=True)
     assert {u for u, _ in _factors(engine)} == expected
 
 
@@ -269,9 +270,9 @@ PLANTED = {"1e300": "1e300", "1e-300": "1e-300", "NaN": "nan", "negative": "-419
 @pytest.mark.parametrize("name", PLANTED)
 def test_a_planted_value_changes_no_other_gpus_factor(fresh, tmp_path: Path, name: str) -> None:
     clean = make_engine(fresh("clean.db"))
-    cfg = load_config(env={}, db_url=str(clean.url))
+    cfg = load_config(env={"PAL_CONFIG": ARTIFACT_CONFIG}, db_url=str(clean.url))
     _import(clean, resnet_csv(tmp_path / "clean.csv"), "resnet50")
-    run_classification(clean, cfg)
+    run_classification(clean, cfg, allow_partial=True)
     want = _factors(clean)
 
     bad_gpu = ["resnet,%d,c001,3,c001-3,c001-3-0,0,%s" % (T0 + i, PLANTED[name]) for i in range(3)]
@@ -280,7 +281,7 @@ def test_a_planted_value_changes_no_other_gpus_factor(fresh, tmp_path: Path, nam
     out = _import(dirty, path, "resnet50")
     assert out.rejected == 3 and out.added == 24
     assert out.warnings[0].startswith(f"{path}:26: score ")
-    run_classification(dirty, load_config(env={}, db_url=str(dirty.url)))
+    run_classification(dirty, load_config(env={"PAL_CONFIG": ARTIFACT_CONFIG}, db_url=str(dirty.url)), allow_partial=True)
     got = _factors(dirty)
     assert {k: v for k, v in got.items() if k[0] != "slot:c001-003:0"} == want
 
@@ -292,7 +293,7 @@ def test_keep_suspect_stores_quarantined_runs_that_classification_ignores(runner
     path = resnet_csv(tmp_path / "planted.csv", extra=extra)
 
     def pal(*args: str, code: int = 0):
-        result = runner.invoke(cli, ["--db", sqlite_url, *args], env={"PAL_CONFIG": ""})
+        result = runner.invoke(cli, ["--db", sqlite_url, *args], env={"PAL_CONFIG": ARTIFACT_CONFIG})
         assert result.exit_code == code, result.output
         return result
 
@@ -308,7 +309,7 @@ def test_keep_suspect_stores_quarantined_runs_that_classification_ignores(runner
                 "--max-factor", "1.01", "--json", str(resnet_csv(tmp_path / "again.csv", ts=T0 + 999))).stdout
     # --max-factor is used: the fleet's slowdowns reach 1.08, so 1 % off the median is already suspect
     assert 0 < json.loads(again)[0]["rejected"] < 24
-    pal("classify")
+    pal("classify", "--allow-partial")
     report = json.loads(pal("report", "--format", "json").stdout)
     assert report["benchmarks"][0]["gpus"] == 8  # the quarantined GPU's runs count for nothing
 
@@ -317,9 +318,9 @@ def test_another_model_for_a_stored_gpu_is_warned_about(runner: CliRunner, fresh
     sqlite_url = fresh()
     path = resnet_csv(tmp_path / "r.csv")
     args = ["profile", "import", "--format", "pal-artifact", "--benchmark", "resnet50", str(path)]
-    assert runner.invoke(cli, ["--db", sqlite_url, *args, "--model", "V100"], env={"PAL_CONFIG": ""}).exit_code == 0
+    assert runner.invoke(cli, ["--db", sqlite_url, *args, "--model", "V100"], env={"PAL_CONFIG": ARTIFACT_CONFIG}).exit_code == 0
     resnet_csv(path, extra=[f"resnet,{T0 + 5},c001,1,c001-1,c001-1-0,0,1e-300"])  # one new, planted row
-    again = runner.invoke(cli, ["--db", sqlite_url, *args, "--model", "A100"], env={"PAL_CONFIG": ""})
+    again = runner.invoke(cli, ["--db", sqlite_url, *args, "--model", "A100"], env={"PAL_CONFIG": ARTIFACT_CONFIG})
     assert again.exit_code == 0
     assert (f"pal: warning: {path}:2: GPU slot:c001-001:0 and 7 more GPUs stored as model V100, this import "
             "says A100: kept V100") in again.stderr
@@ -366,10 +367,10 @@ def test_a_slot_named_row_of_another_model_joins_the_gpu_at_its_slot(fresh, tmp_
 
 def test_db_upgrade_says_which_directory_it_created(runner: CliRunner, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'new' / 'dir' / 'pal.db'}"
-    result = runner.invoke(cli, ["--db", url, "db", "upgrade"], env={"PAL_CONFIG": ""})
+    result = runner.invoke(cli, ["--db", url, "db", "upgrade"], env={"PAL_CONFIG": ARTIFACT_CONFIG})
     assert result.exit_code == 0
     assert result.stderr == f"pal: created the directory {tmp_path / 'new'} for the database (it did not exist)\n"
-    again = runner.invoke(cli, ["--db", url, "db", "upgrade"], env={"PAL_CONFIG": ""})
+    again = runner.invoke(cli, ["--db", url, "db", "upgrade"], env={"PAL_CONFIG": ARTIFACT_CONFIG})
     assert again.exit_code == 0 and again.stderr == ""
 
 
@@ -381,7 +382,7 @@ def test_an_implausible_jsonl_score_is_left_out_and_the_import_goes_on(runner: C
                            "unit": "TFLOP/s", "lower_is_better": False})
     path = tmp_path / "p.jsonl"
     path.write_text("\n".join([line(i, 250 + i) for i in range(6)] + [line(6, -3), line(7, 10**400)]) + "\n")
-    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--json", str(path)], env={"PAL_CONFIG": ""})
+    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--json", str(path)], env={"PAL_CONFIG": ARTIFACT_CONFIG})
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)[0]
     assert (out["added"], out["rejected"]) == (6, 2)
@@ -400,13 +401,13 @@ def test_the_report_says_how_many_physical_gpus_the_rows_stand_for(runner: CliRu
         + "\n")
 
     def pal(*args: str) -> str:
-        result = runner.invoke(cli, ["--db", sqlite_url, *args], env={"PAL_CONFIG": "", "COLUMNS": "80"})
+        result = runner.invoke(cli, ["--db", sqlite_url, *args], env={"PAL_CONFIG": ARTIFACT_CONFIG, "COLUMNS": "80"})
         assert result.exit_code == 0, result.output
         return result.stdout
 
     for bench, path in (("resnet50", resnet_csv(tmp_path / "r.csv")), ("sgemm", sgemm)):
         pal("profile", "import", "--format", "pal-artifact", "--model", "V100", "--benchmark", bench, str(path))
-    pal("classify")
+    pal("classify", "--allow-partial")
     report = json.loads(pal("report", "--format", "json"))
     # 8 slot-named GPUs on 2 nodes + 4 UUIDs on node 1 whose slots the file does not give
     assert report["identity"] == {"gpus": 12, "nodes": 2, "at_slot": 8, "slot_named": 8, "node_only": 4,

@@ -55,7 +55,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                                       node=None if r.gpu.uuid.startswith("GPU-000000f3") else NODES[0]))
                for r in extra]
     (tmp / "fleet.jsonl").write_text(dump_jsonl(recs + no_slot))
-    (tmp / "pal.toml").write_text("[report]\nstale_after_days = 100000\n")
+    (tmp / "pal.toml").write_text("[classification]\nbenchmark_set = \"pal-artifact\"\n[report]\nstale_after_days = 100000\n")
     url = f"sqlite:///{tmp / 'pal.db'}"
     env = {"PAL_CONFIG": str(tmp / "pal.toml"), "PAL_DB_URL": url}
     for args in (["db", "upgrade"], ["profile", "import", str(tmp / "fleet.jsonl")], ["classify"]):

@@ -31,6 +31,7 @@ from pal_slurm.placer.ledger import Alternative, JobAccount, Ledger, job_gpus
 from pal_slurm.savings import cells_of, savings
 from pal_slurm.slurm.model import SlurmJob
 from tests.test_placer_holds import CLASSES, NOW, Recorder, StaticFactors, held, node
+from conftest import ARTIFACT_CONFIG
 
 #: minor 0 is the slowest: Slurm's first fit takes it, the placer does not
 FACTORS = {0: 1.3, 1: 1.2, 2: 1.1, 3: 1.0}
@@ -303,7 +304,7 @@ def filled(engine) -> str:
 
 
 def pal(url: str, *args: str):
-    return CliRunner().invoke(cli, ["--db", url, "report", "savings", *args], env={"PAL_CONFIG": ""})
+    return CliRunner().invoke(cli, ["--db", url, "report", "savings", *args], env={"PAL_CONFIG": ARTIFACT_CONFIG})
 
 
 def test_pal_report_savings_json_table_csv(filled: str) -> None:
@@ -327,14 +328,14 @@ def test_pal_report_savings_json_table_csv(filled: str) -> None:
 
 @pytest.mark.parametrize("bad", ["7 days", "yesterday", "-3d", "2026-13-40"])
 def test_a_since_that_does_not_parse_names_the_format(sqlite_url: str, bad: str) -> None:
-    CliRunner().invoke(cli, ["--db", sqlite_url, "db", "upgrade"], env={"PAL_CONFIG": ""})
+    CliRunner().invoke(cli, ["--db", sqlite_url, "db", "upgrade"], env={"PAL_CONFIG": ARTIFACT_CONFIG})
     got = pal(sqlite_url, "--since", bad)
     assert got.exit_code != 0 and "Traceback" not in got.output
     assert f"--since {bad!r}: not an age (7d, 12h, 30m) or an ISO date/time" in got.output
 
 
 def test_an_empty_database_says_so(sqlite_url: str) -> None:
-    CliRunner().invoke(cli, ["--db", sqlite_url, "db", "upgrade"], env={"PAL_CONFIG": ""})
+    CliRunner().invoke(cli, ["--db", sqlite_url, "db", "upgrade"], env={"PAL_CONFIG": ARTIFACT_CONFIG})
     got = pal(sqlite_url)
     assert got.exit_code == 0 and got.stdout.splitlines()[0] == "last 7 days: no accounted GPU job"
     assert json.loads(pal(sqlite_url, "--format", "json").stdout)["jobs"] == 0
@@ -366,7 +367,7 @@ def test_the_html_report_and_the_savings_report_name_the_gpus_from_the_classific
     assert (top["node"], top["minor"]) == (node_name, minor) and top["uuid"] == slow.uuid
     assert top["lost_gpu_hours"] == pytest.approx(1 - 1 / slow.slowdown["A"], rel=1e-3)
     html = tmp_path / "r.html"
-    out = CliRunner().invoke(cli, ["--db", url, "report", "--html", str(html)], env={"PAL_CONFIG": ""})
+    out = CliRunner().invoke(cli, ["--db", url, "report", "--html", str(html)], env={"PAL_CONFIG": ARTIFACT_CONFIG})
     assert out.exit_code == 0, out.output
     text = html.read_text()
     assert '<h2 id="savings">Variability tax</h2>' in text and f"<td>{slow.uuid}</td>" in text

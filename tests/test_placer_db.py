@@ -87,7 +87,7 @@ def test_variability_loader_serves_the_placer_and_the_simulator(db_url: str, tmp
     placer's slot), PerfVar and slowdown per class; the placer's cache keys it by slot."""
     import pytest
 
-    from pal_slurm.config import DatabaseConfig, PalConfig
+    from pal_slurm.config import ClassificationConfig, DatabaseConfig, PalConfig
     from pal_slurm.db.variability_store import load_variability
     from tests.slurm.placer_support import A_PERFVAR, records
     from pal_slurm.classification.service import run_classification

@@ -69,7 +69,7 @@ def test_the_factor_cache_stamps_its_clocks_time(tmp_path: Path) -> None:
     """The classes the placer holds say when they were read on the clock it runs on (a replay or
     a test with a clock of its own), not on the wall clock."""
     from pal_slurm.classification.service import run_classification
-    from pal_slurm.config import DatabaseConfig, PalConfig
+    from pal_slurm.config import ClassificationConfig, DatabaseConfig, PalConfig
     from pal_slurm.db.engine import make_engine
     from pal_slurm.db.migrate import upgrade
     from pal_slurm.ingest.jsonl import dump_jsonl
@@ -82,7 +82,7 @@ def test_the_factor_cache_stamps_its_clocks_time(tmp_path: Path) -> None:
     upgrade(engine)
     (tmp_path / "runs.jsonl").write_text(dump_jsonl(records()), encoding="utf-8")
     import_files(engine, [tmp_path / "runs.jsonl"], "jsonl")
-    run_classification(engine, PalConfig(database=DatabaseConfig(url=url), data_dir=tmp_path), note="t")
+    run_classification(engine, PalConfig(classification=ClassificationConfig(benchmark_set="pal-artifact"), database=DatabaseConfig(url=url), data_dir=tmp_path), note="t", allow_partial=True)
     cache = FactorCache(lambda: engine, refresh_s=60.0, clock=lambda: 1234.0)
     factors = cache.get()
     assert factors.loaded_at == 1234.0 and set(factors.by_slot) == set(A_PERFVAR)

@@ -359,7 +359,7 @@ def test_sim_executor_is_reproducible_and_in_units() -> None:
     fleet = make_fleet(nodes=2, gpus_per_node=2, seed=11)
     start = datetime(2026, 2, 1, tzinfo=UTC)
     benches = select_benchmarks("gemm,stream,train")
-    assert [b.name for b in benches] == ["gemm-fp16", "gemm-fp32", "stream", "train-resnet50"]
+    assert [b.name for b in benches] == ["gemm-fp16", "gemm-fp32", "stream", "train-resnet50", "train-bert"]
 
     def play() -> list[tuple[str, float]]:
         b = SimBackend(fleet)
@@ -367,7 +367,7 @@ def test_sim_executor_is_reproducible_and_in_units() -> None:
         return [(o.benchmark.name, o.score) for o in res.outcomes]
 
     first = play()
-    assert first == play() and len(first) == 4 * 4 * 2
+    assert first == play() and len(first) == 4 * 5 * 2
     fp16 = [s for n, s in first if n == "gemm-fp16"]
     stream = [s for n, s in first if n == "stream"]
     assert 60 < min(fp16) and max(fp16) < 100, "V100 fp16 TFLOP/s around the nominal 92"

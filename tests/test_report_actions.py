@@ -21,10 +21,11 @@ from pal_slurm.db.models import Gpu
 from pal_slurm.ingest.jsonl import dump_jsonl
 from pal_slurm.report.data import build_report, group_summary
 from pal_slurm.report.page import render_html
+from conftest import ARTIFACT_CONFIG
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 CLASSES = {"A": "resnet50", "B": "bert", "D": "pagerank"}
-POLICY = ActionPolicy()
+POLICY = ActionPolicy(compute_benchmarks=("resnet50", "bert", "sgemm"))  # the artifact's names, as the findings below
 
 
 def grade(pv: float, bench: str = "resnet50", node: str | None = "gpu007", **kw):  # type: ignore[no-untyped-def]
@@ -47,7 +48,7 @@ def test_a_severely_slow_gpu_on_a_compute_benchmark_is_drained_but_not_on_a_memo
     assert grade(1.3).action == DRAIN and "PerfVar 1.300 on resnet50 (>= 1.3)" in grade(1.3).reason
     assert grade(1.29).action == PLACEMENT
     assert grade(2.8, "pagerank").action == PLACEMENT  # not a compute benchmark by default
-    assert grade(1.2, policy=ActionPolicy(drain_perfvar=1.15)).action == DRAIN  # configurable
+    assert grade(1.2, policy=ActionPolicy(drain_perfvar=1.15, compute_benchmarks=POLICY.compute_benchmarks)).action == DRAIN  # configurable
 
 
 @pytest.mark.parametrize("node", [None, "", "-", "unknown", "Unknown", " ? "])
@@ -62,13 +63,13 @@ def test_stale_or_noisy_measurements_are_re_profiled_first() -> None:
     assert stale.action == REPROFILE and "45 days ago" in stale.reason
     noisy = grade(1.5, spread=0.25)
     assert noisy.action == REPROFILE and "spread 25 %" in noisy.reason
-    assert grade(1.5, spread=0.25, policy=ActionPolicy(noisy_spread=0.3)).action == DRAIN
+    assert grade(1.5, spread=0.25, policy=ActionPolicy(noisy_spread=0.3, compute_benchmarks=POLICY.compute_benchmarks)).action == DRAIN
 
 
 def test_hardware_errors_drain_and_an_impossibly_fast_gpu_is_a_measurement_error() -> None:
     assert grade(1.11, ecc_uncorrected=2).action == DRAIN
     assert "3 retired memory pages" in grade(1.11, retired_pages=3).reason
-    assert grade(1.11, ecc_uncorrected=2, policy=ActionPolicy(drain_ecc_uncorrected=0)).action == PLACEMENT
+    assert grade(1.11, ecc_uncorrected=2, policy=ActionPolicy(drain_ecc_uncorrected=0, compute_benchmarks=POLICY.compute_benchmarks)).action == PLACEMENT
     fast = grade(0.4)
     assert fast.action == REPROFILE and "check the measurement" in fast.reason
 
@@ -186,11 +187,11 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     broken = next(i for i, r in enumerate(recs) if r.gpu.uuid == uuids[6] and r.benchmark == "resnet50")
     recs[broken] = replace(recs[broken], score=recs[broken].score * 0.09)
     (tmp / "fleet.jsonl").write_text(dump_jsonl(recs))
-    (tmp / "pal.toml").write_text("[report]\nstale_after_days = 100000\n")
+    (tmp / "pal.toml").write_text("[classification]\nbenchmark_set = \"pal-artifact\"\n[report]\nstale_after_days = 100000\n")
     url = f"sqlite:///{tmp / 'pal.db'}"
     runner = CliRunner()
-    for args in (["db", "upgrade"], ["profile", "import", str(tmp / "fleet.jsonl")], ["classify"]):
-        res = runner.invoke(cli, ["--db", url, *args], env={"PAL_CONFIG": ""})
+    for args in (["db", "upgrade"], ["profile", "import", str(tmp / "fleet.jsonl")], ["classify", "--allow-partial"]):
+        res = runner.invoke(cli, ["--db", url, *args], env={"PAL_CONFIG": ARTIFACT_CONFIG})
         assert res.exit_code == 0, res.output
     engine = create_engine(url)
     with engine.begin() as conn:  # what `pal profile inventory` records
@@ -308,9 +309,9 @@ def test_the_run_spread_drops_the_runs_the_stored_run_ratio_dropped(tmp_path: Pa
     first = next(i for i, r in enumerate(recs) if r.gpu.uuid == uuids[0])
     recs[first] = replace(recs[first], score=recs[first].score * 3)  # 3x off its GPU's median
     (tmp_path / "fleet.jsonl").write_text(dump_jsonl(recs))
-    (tmp_path / "pal.toml").write_text(f"[classification]\nrun_ratio = {run_ratio}\n")
+    (tmp_path / "pal.toml").write_text(f"[classification]\nbenchmark_set = \"pal-artifact\"\nrun_ratio = {run_ratio}\n")
     url = f"sqlite:///{tmp_path / 'pal.db'}"
-    for args in (["db", "upgrade"], ["profile", "import", str(tmp_path / "fleet.jsonl")], ["classify"]):
+    for args in (["db", "upgrade"], ["profile", "import", str(tmp_path / "fleet.jsonl")], ["classify", "--allow-partial"]):
         res = CliRunner().invoke(cli, ["--db", url, *args], env={"PAL_CONFIG": str(tmp_path / "pal.toml")})
         assert res.exit_code == 0, res.output
     engine = make_engine(url)

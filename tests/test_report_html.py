@@ -15,7 +15,11 @@ import pytest
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 from pal_slurm.errors import PalError
 from pal_slurm.report import page as html_page, plots, tables
+from pal_slurm.classification.actions import ActionPolicy
 from pal_slurm.report.data import build_report
+
+#: this file's benchmarks: sgemm and resnet are the compute-bound ones
+COMPUTE = ActionPolicy(compute_benchmarks=("sgemm", "resnet"))
 from pal_slurm.report.page import render_html, write_html
 from pal_slurm.report.plots import MAX_HEATMAP_NODES, clock_plot, heatmap_plot
 from pal_slurm.report.tables import group_rows, node_table
@@ -78,7 +82,7 @@ def page() -> str:
     stored = _stored()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plots, "_png", keep)
-        return render_html(stored, build_report(stored, outlier_action=ACTION))
+        return render_html(stored, build_report(stored, outlier_action=ACTION, policy=COMPUTE))
 
 
 def test_one_html_document_with_tables(page: str) -> None:
@@ -175,7 +179,7 @@ def test_heatmap_counts_nodes_as_the_cards_do() -> None:
 
 def test_write_html_is_atomic(tmp_path: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
     stored = _stored()
-    report = build_report(stored, outlier_action=ACTION)
+    report = build_report(stored, outlier_action=ACTION, policy=COMPUTE)
     monkeypatch.setattr(html_page, "render_html", lambda s, r: page)  # rendering is tested above
     target = tmp_path / "report.html"
     target.write_text("old")
@@ -326,11 +330,11 @@ def test_the_variability_tax_section_plots_and_escapes() -> None:
     tax = savings(cells, [PaceCell("node<1>:2", 8.0, 5)], by="partition", since="7d",
                   gpu_names={("node<1>", 2): "GPU-x"}, actions={"GPU-x": {"action": "drain", "reason": "slow"}})
     stored = _stored()
-    page = render_html(stored, {**build_report(stored, outlier_action=ACTION), "savings": tax})
+    page = render_html(stored, {**build_report(stored, outlier_action=ACTION, policy=COMPUTE), "savings": tax})
     assert len(PNG_RE.findall(page)) == 4
     assert '<h2 id="savings">Variability tax</h2>' in page and '<a href="#savings">' in page
     assert "last 7 days: 14 GPU-hours (10.0 %) lost to slow GPUs; pal-slurm would have saved 10 of them" in page
     assert "<td>node&lt;1&gt;</td><td>2</td><td>GPU-x</td><td>8.000</td><td>57.1 %</td><td>5</td><td>drain</td>" in page
     assert "<big>" not in page
-    none = render_html(stored, build_report(stored, outlier_action=ACTION))
+    none = render_html(stored, build_report(stored, outlier_action=ACTION, policy=COMPUTE))
     assert "No job accounting recorded yet" in none and len(PNG_RE.findall(none)) == 3

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import ARTIFACT_DIR
+from conftest import ARTIFACT_CONFIG, ARTIFACT_DIR
 from pal_slurm.cli.main import cli
 from pal_slurm.placement.model import Cluster
 from pal_slurm.placement.policies import POLICIES, get_policy
@@ -249,16 +249,16 @@ def test_cli_variability_from_the_database(tmp_path: Path) -> None:
     (tmp_path / "f.jsonl").write_text(dump_jsonl(recs))
     url = f"sqlite:///{tmp_path / 'pal.db'}"
     runner = CliRunner()
-    for args in (["db", "upgrade"], ["profile", "import", str(tmp_path / "f.jsonl")], ["classify"]):
-        assert runner.invoke(cli, ["--db", url, *args], env={"PAL_CONFIG": ""}).exit_code == 0
+    for args in (["db", "upgrade"], ["profile", "import", str(tmp_path / "f.jsonl")], ["classify", "--allow-partial"]):
+        assert runner.invoke(cli, ["--db", url, *args], env={"PAL_CONFIG": ARTIFACT_CONFIG}).exit_code == 0
     trace = _philly(tmp_path, [f"{i},{1 + i % 4},{i * 20},{500 + 50 * i},resnet50" for i in range(10)])
     res = runner.invoke(cli, ["--db", url, "simulate", "--trace", str(trace), "--variability", "db",
-                              "--mode", "event", "--policy", "pal", "--json"], env={"PAL_CONFIG": ""})
+                              "--mode", "event", "--policy", "pal", "--json"], env={"PAL_CONFIG": ARTIFACT_CONFIG})
     assert res.exit_code == 0, res.output
     runs = json.loads(res.stdout)["runs"]
     assert {r["jobs"] for r in runs} == {10}
     bad = runner.invoke(cli, ["--db", url, "simulate", "--trace", str(trace), "--variability", "db",
-                              "--cluster", "2x4"], env={"PAL_CONFIG": ""})
+                              "--cluster", "2x4"], env={"PAL_CONFIG": ARTIFACT_CONFIG})
     assert bad.exit_code == 2 and "--cluster" in bad.output
 
 

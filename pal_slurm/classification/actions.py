@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from pal_slurm.benchmark_sets import PROFILER
 from pal_slurm.report.numfmt import fmt_num
 
 PLACEMENT = "placement"
@@ -54,7 +55,7 @@ class ActionPolicy:
     """Thresholds of the graded actions (config `[report]`, documented in docs/admin-guide.md)."""
 
     drain_perfvar: float = 1.3
-    compute_benchmarks: tuple[str, ...] = ("resnet50", "bert", "sgemm")
+    compute_benchmarks: tuple[str, ...] = PROFILER.compute_benchmarks
     stale_after_days: float = 30.0
     noisy_spread: float = 0.10
     drain_ecc_uncorrected: int = 1  # 0: ECC counters never drain
@@ -106,14 +107,21 @@ def _pv(v: float | None) -> str:
 
 def grade_gpu(uuid: str, node: str | None, model: str, findings: Sequence[Finding], *,
               job_classes: Mapping[str, str], policy: ActionPolicy, now: datetime,
+              measured: frozenset[str] | None = None,
               ecc_uncorrected: int | None = None, retired_pages: int | None = None) -> GpuAction:
-    """The one action for an outlier GPU (`findings`: its outlier benchmarks, not empty)."""
+    """The one action for an outlier GPU (`findings`: its outlier benchmarks, not empty).
+
+    `measured`: the benchmarks the GPU has a factor on (None: every class's). A class whose
+    benchmark is unmeasured does not "land there because insensitive": nothing ranks it."""
     benches = tuple(sorted({f.benchmark for f in findings}))
     finite = [f for f in findings if f.perfvar is not None and math.isfinite(f.perfvar)]
     worst = max(finite, key=lambda f: f.perfvar or 0.0, default=None)
     worst_pv = worst.perfvar if worst else None
     avoiding = tuple(sorted(c for c, b in job_classes.items() if b in benches))
-    landing = tuple(sorted(c for c, b in job_classes.items() if b not in benches))
+    landing = tuple(sorted(c for c, b in job_classes.items() if b not in benches
+                           and (measured is None or b in measured)))
+    unmeasured = tuple(sorted(c for c, b in job_classes.items() if b not in benches
+                              and measured is not None and b not in measured))
 
     def make(action: str, reason: str) -> GpuAction:
         return GpuAction(uuid, node, model, action, reason, benches, worst_pv, avoiding, landing)
@@ -155,9 +163,15 @@ def grade_gpu(uuid: str, node: str | None, model: str, findings: Sequence[Findin
         return make(DRAIN, f"PerfVar {_pv(f.perfvar)} on {f.benchmark} (>= {policy.drain_perfvar:g}); "
                            f"{policy.diagnostics}")
     what = f"PerfVar {_pv(worst_pv)} on {worst.benchmark if worst else benches[0]}"
+    blind = (f"; job class{'es' if len(unmeasured) > 1 else ''} {', '.join(unmeasured)} "
+             "unmeasured on it, so placement cannot keep them off") if unmeasured else ""
+    if not landing and not avoiding:  # no class is measured at all: nothing keeps any job off it
+        return make(REPROFILE, f"{what}; no job class is measured on it{blind}: profile it with the job "
+                               "classes' benchmarks")
     if not landing:  # every class is measured by a benchmark it is slow on: its factor puts it last
-        return make(PLACEMENT, f"{what}; every class sees it slow, so placement gives it out last")
-    return make(PLACEMENT, f"{what}; only classes insensitive to it land there ({', '.join(landing)})")
+        return make(PLACEMENT, f"{what}; every measured class sees it slow, so placement gives it out last"
+                    + blind)
+    return make(PLACEMENT, f"{what}; only classes insensitive to it land there ({', '.join(landing)})" + blind)
 
 
 def drain_plan(actions: Sequence[GpuAction]) -> list[tuple[str, str]]:

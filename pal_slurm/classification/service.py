@@ -44,16 +44,72 @@ def classify_params(cfg: PalConfig, *, hysteresis: float | None = None, min_runs
 
 
 @dataclass(frozen=True)
+class ClassCoverage:
+    """How many GPUs one job class can be placed by: those classified on its benchmark."""
+
+    job_class: str
+    benchmark: str
+    classified: int
+    gpus: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"job_class": self.job_class, "benchmark": self.benchmark, "classified": self.classified,
+                "gpus": self.gpus}
+
+
+@dataclass(frozen=True)
 class ClassifySummary:
     version: int
     previous_version: int | None
     groups: list[dict[str, Any]]
+    coverage: list[ClassCoverage]
+    partial: bool  # stored with --allow-partial although a class got no GPU
+
+
+def class_coverage(assignments: Sequence[Any]) -> list[ClassCoverage]:
+    """Per job class, the GPUs it has a slowdown factor on, out of all it was assigned."""
+    seen: dict[str, tuple[str, int, int]] = {}
+    for a in assignments:
+        bench, done, total = seen.get(a.job_class, (a.benchmark, 0, 0))
+        seen[a.job_class] = (bench, done + (1 if a.profiled else 0), total + 1)
+    return [ClassCoverage(c, b, done, total) for c, (b, done, total) in sorted(seen.items())]
+
+
+def _measured(groups: Sequence[Any], classified: Sequence[Any], min_runs: int) -> str:
+    """'gemm-fp16 (64 GPUs, 64 with >= 3 runs), stream (...)': what the database holds."""
+    done = {(c.model, c.benchmark): sum(1 for g in c.result.gpus if g.profiled) for c in classified}
+    per_bench: dict[str, list[int]] = {}
+    for g in groups:
+        acc = per_bench.setdefault(g.benchmark, [0, 0])
+        acc[0] += len(g.runs)
+        acc[1] += done.get((g.model, g.benchmark), 0)
+    return ", ".join(f"{b} ({n} GPUs, {k} with >= {min_runs} runs)" for b, (n, k) in sorted(per_bench.items()))
+
+
+def refuse_empty_classes(coverage: Sequence[ClassCoverage], measured: str, *, allow_partial: bool) -> bool:
+    """Nothing succeeds on nothing: a classification in which a job class gets no GPU would let
+    the placer place that class by nothing, in silence. Raises PalError naming the classes, what
+    was measured and the fix; with `allow_partial`, returns True (the caller says it stored it)."""
+    empty = [c for c in coverage if c.classified == 0]
+    if not empty:
+        return False
+    if allow_partial:
+        return True
+    names = "; ".join(f"class {c.job_class} reads {c.benchmark!r}" for c in empty)
+    what = "no GPU is classified" if all(c.classified == 0 for c in coverage) else \
+        f"job class{'es' if len(empty) > 1 else ''} {', '.join(c.job_class for c in empty)} would get no GPU"
+    raise PalError(f"nothing stored: {what} ({names}; measured: {measured or 'nothing'}): profile the GPUs with "
+                   "the missing benchmarks (`pal profile run --benchmarks NAME` on the GPU nodes, or `pal profile "
+                   "submit`), lower --min-runs, or point [job_classes] at measured benchmarks; "
+                   "`pal classify --allow-partial` stores it anyway")
 
 
 def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | None = None,
                        min_runs: int | None = None, models: Sequence[str] | None = None,
-                       note: str = "", method: str | None = None) -> ClassifySummary:
-    """Classify every (model, benchmark) from all stored runs and store a new versioned run."""
+                       note: str = "", method: str | None = None, allow_partial: bool = False) -> ClassifySummary:
+    """Classify every (model, benchmark) from all stored runs and store a new versioned run.
+
+    Refused (PalError, nothing stored) when a job class would get no GPU, unless `allow_partial`."""
     from pal_slurm.classification.classify_fleet import assign_job_classes, classify_fleet
 
     require_current(engine)
@@ -80,6 +136,9 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
         if models:
             all_gpus = {m: g for m, g in all_gpus.items() if m in models}
         assignments = assign_job_classes(classified, class_benchmarks, all_gpus)
+        coverage = class_coverage(assignments)
+        partial = refuse_empty_classes(coverage, _measured(groups, classified, params.min_runs),
+                                       allow_partial=allow_partial)
         cstore.sync_job_classes(session, {n: (jc.benchmark, jc.description) for n, jc in cfg.job_classes.items()})
         run = cstore.save_classification(
             session, classified, assignments,
@@ -99,6 +158,8 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
                  "criterion": c.result.criterion}
                 for c in classified
             ],
+            coverage=coverage,
+            partial=partial,
         )
     missing = sorted(set(class_benchmarks.values()) - {c.benchmark for c in classified})
     for bench in missing:

@@ -23,7 +23,10 @@ from pal_slurm.cli.context import AppContext
 @click.pass_obj
 def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_per_gpu: int, seed: int,
          on_slurm: bool, as_json: bool) -> None:
-    """Profile a simulated GPU fleet, import it, classify it and report, on a fresh SQLite file.
+    """A site's path on a simulated GPU fleet and a fresh SQLite file: the shipped profiler
+    (`pal profile run --backend sim`), `pal classify`, the report, then a simulated week in
+    observe mode through the placer's own decision step and ledger, so that `pal placements`,
+    `pal report savings` and `pal report fairness` show what an admin sees before enforcing.
 
     Uses --db instead of the demo's own SQLite file only when given explicitly.
 
@@ -63,10 +66,23 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
                    "within one tier")
     click.echo(f"  planted defective GPUs: {len(result.planted_bad)}")
     click.echo("")
+    _show_week(app, result.db_url)
+    click.echo("")
     pal, how = _pal_command()
     click.echo(f"Next: open {result.html_file}, or explore with "
                f"`{pal} --db {result.db_url} gpus`, `... gpus --actions` (what to do about each outlier, "
-               f"docs/admin-guide.md) and `... report --format json`{how}.")
+               f"docs/admin-guide.md), `... placements`, `... report savings`, `... report fairness` and "
+               f"`... report --format json`{how}.")
+
+
+def _show_week(app: AppContext, db_url: str) -> None:
+    """The reports an admin reads after a week in observe mode, from the demo's database."""
+    root = click.get_current_context().find_root().command  # the `pal` group, without importing it
+    for args in (["placements", "--limit", "3"], ["report", "savings", "--since", "30d"], ["report", "fairness"]):
+        click.echo(f"$ pal {' '.join(args)}")
+        config = ["--config", app.config_path] if app.config_path else []
+        root.main([*config, "--db", db_url, *args], prog_name="pal", standalone_mode=False)
+        click.echo("")
 
 
 def _pal_command(argv0: str | None = None, path: str | None = None) -> tuple[str, str]:

@@ -68,8 +68,15 @@ def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str |
     for name in sorted({b for d in done for b in d.result.benchmarks} - used):
         # a misspelt --benchmark stores runs that no class reads: say so (they are kept; a
         # [job_classes] entry naming the benchmark makes them count)
+        from pal_slurm.benchmark_sets import set_of
+
+        other = set_of(name)
+        hint = (f"; the classes read the {other.name} set's names with [classification] benchmark_set = "
+                f"\"{other.name}\" (docs/classification.md)"
+                if other is not None and other.name != app.cfg.classification.benchmark_set
+                and name in {b for b, _d in other.job_classes.values()} else "")
         click.echo(f"pal: warning: benchmark {name!r} is used by no job class ([job_classes] use "
-                   f"{', '.join(sorted(used))}); its runs are stored but place nothing", err=True)
+                   f"{', '.join(sorted(used))}); its runs are stored but place nothing{hint}", err=True)
     ids = identity_summary(app.engine)
     if as_json:
         emit_json([{"file": d.path, "runs": d.result.records, "added": d.result.added,

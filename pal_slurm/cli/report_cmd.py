@@ -479,16 +479,20 @@ FAIRNESS_CSV = [
 def fairness_cmd(app: AppContext, fmt: str, since: str | None) -> None:
     """Per account and user: GPU-hours on fast, typical and slow GPUs (for the job's class)
     as a share of theirs, next to the whole fleet's share, and the median and p95 of the
-    wait pal-slurm added (submission to release by the placer)."""
+    wait pal-slurm added (submission to release by the placer). In observe mode the jobs are
+    the ones the placer's ledger accounted, on the GPUs Slurm gave them, with no wait added."""
     from datetime import UTC, datetime
 
     from pal_slurm.db.migrate import require_current
-    from pal_slurm.placer.audit import placed_jobs
+    from pal_slurm.placer.audit import observed_jobs, placed_jobs
     from pal_slurm.report.fairness import fairness
 
     require_current(app.engine)
     now = datetime.now(UTC)
-    data = fairness(placed_jobs(app.engine, _since(since, now)), now)
+    since_at = _since(since, now)
+    placed = placed_jobs(app.engine, since_at)
+    held = {j.job_id for j in placed}
+    data = fairness([*placed, *(j for j in observed_jobs(app.engine, since_at) if j.job_id not in held)], now)
     data["since"] = since
     if fmt == "json":
         emit_json(data)

@@ -51,22 +51,24 @@ A_PERFVAR[("pal-n1", 0)] = 1.14
 
 
 def records(seed_runs: int = 4) -> list[ProfileRecord]:
-    """Benchmark runs of the test cluster's GPUs: resnet50 (class A) spread by A_PERFVAR, bert
-    (B, C) a third as much, pagerank (D) equal everywhere."""
+    """Benchmark runs of the test cluster's GPUs, under the shipped profiler's names (the default
+    job classes read them): train-resnet50 (class A) spread by A_PERFVAR, train-bert (B, C) a
+    third as much, stream (D) equal everywhere; throughputs, as the profiler reports them."""
     t0 = datetime(2026, 11, 1, tzinfo=UTC)
     out: list[ProfileRecord] = []
     line = 0
     for (node, minor), pv in sorted(A_PERFVAR.items()):
         gpu = GpuInfo(uuid=f"GPU-test-{node}-{minor}", node=node, model="Tesla V100-SXM2-16GB",
                       nvml_index=minor, minor_number=minor)
-        for bench, base, var in (("resnet50", 100.0, pv), ("bert", 50.0, 1.0 + (pv - 1.0) / 3),
-                                 ("pagerank", 20.0, 1.0)):
+        for bench, base, unit, var in (("train-resnet50", 1250.0, "images/s", pv),
+                                       ("train-bert", 180.0, "sequences/s", 1.0 + (pv - 1.0) / 3),
+                                       ("stream", 810.0, "GB/s", 1.0)):
             for r in range(seed_runs):
                 line += 1
                 jitter = 1.0 + 0.0005 * ((r * 3 + minor) % 3 - 1)
                 out.append(ProfileRecord(run_key=f"t-{node}-{minor}-{bench}-{r}", gpu=gpu, benchmark=bench,
-                                         started_at=t0 + timedelta(minutes=line), score=base * var * jitter,
-                                         unit="ms", lower_is_better=True, source="pal-profiler",
+                                         started_at=t0 + timedelta(minutes=line), score=base / (var * jitter),
+                                         unit=unit, lower_is_better=False, source="pal-profiler",
                                          source_file="test", line=line))
     return out
 

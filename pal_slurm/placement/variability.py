@@ -100,15 +100,23 @@ def _node_names(var: Sequence[GpuVariability], nodes: int, gpus_per_node: int) -
     return tuple(names)
 
 
+def ordered_gpus(gpus: Sequence[GpuVariability]) -> list[GpuVariability]:
+    """`gpus` in the order `cluster_from_gpus` numbers them: node names sorted, then each
+    node's GPUs by slot (device minor; UUID where the slot is unknown), the order Slurm's
+    first fit takes a node's GPUs in."""
+    return sorted(gpus, key=lambda g: (g.node or "unknown", g.minor is None, g.minor or 0, g.uuid or ""))
+
+
 def cluster_from_gpus(gpus: Sequence[GpuVariability]) -> Cluster:
-    """A cluster shaped like the real one: GPUs grouped by node (in name order), node-major ids."""
+    """A cluster shaped like the real one: GPUs grouped by node (in name order), node-major ids,
+    each node's GPUs in slot order (`ordered_gpus`: id i is `ordered_gpus(gpus)[i]`)."""
     by_node: dict[str, list[GpuVariability]] = {}
-    for g in gpus:
+    for g in ordered_gpus(gpus):
         by_node.setdefault(g.node or "unknown", []).append(g)
-    names = tuple(sorted(by_node))
+    names = tuple(by_node)
     refs, ordered = [], []
     for n, name in enumerate(names):
-        for slot, g in enumerate(sorted(by_node[name], key=lambda x: x.uuid or "")):
+        for slot, g in enumerate(by_node[name]):
             refs.append(GpuRef(id=len(refs), node=n, slot=slot, uuid=g.uuid))
             ordered.append(g)
     classes = sorted({c for g in ordered for c in g.slowdown})

@@ -18,7 +18,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Engine
 
 from pal_slurm.db.engine import session_scope
-from pal_slurm.db.models import Placement
+from pal_slurm.db.models import JobAccounting, Placement
 from pal_slurm.report.fairness import PlacedJob
 from pal_slurm.slurm.model import SlurmJob
 
@@ -190,3 +190,17 @@ def placed_jobs(engine: Engine, since: datetime | None = None) -> list[PlacedJob
                           slowdowns=tuple(g.get("slowdown") for g in (p.gpus or [])) if p.outcome == "applied" else (),
                           submitted_at=p.submitted_at, released_at=p.applied_at, started_at=p.started_at,
                           ended_at=p.ended_at) for p in last.values()]
+
+
+def observed_jobs(engine: Engine, since: datetime | None = None) -> list[PlacedJob]:
+    """Observe mode's jobs for fairness: each finished job the ledger accounted in observe mode
+    (ended since `since`), with the GPUs Slurm gave it and their factors for its class. The
+    placer held none of them, so they add no wait."""
+    with session_scope(engine) as session:
+        stmt = select(JobAccounting).where(JobAccounting.mode == "observe").order_by(JobAccounting.id)
+        if since is not None:
+            stmt = stmt.where(JobAccounting.ended_at >= since)
+        return [PlacedJob(job_id=a.slurm_job_id, user=a.user or "-", account=a.account or "-", outcome="observed",
+                          slowdowns=tuple(g.get("slowdown") for g in (a.gpus or [])), submitted_at=None,
+                          released_at=None, started_at=a.started_at, ended_at=a.ended_at)
+                for a in session.scalars(stmt)]

@@ -59,6 +59,10 @@ BENCHMARKS: Mapping[str, BenchmarkDef] = MappingProxyType({
         "train-resnet50", "train", "train_step.py", (), "images/s", False, "resnet50",
         (("V100", 1250.0), ("H100", 3600.0)),
         "ResNet-50 training step, synthetic images, mixed precision (needs torch)"),
+    "train-bert": BenchmarkDef(
+        "train-bert", "train", "train_step.py", ("--model", "bert"), "sequences/s", False, "bert",
+        (("V100", 180.0), ("H100", 620.0)),
+        "BERT-base masked-language-model training step, synthetic tokens, mixed precision (needs torch)"),
 })
 
 GROUPS: tuple[str, ...] = tuple(dict.fromkeys(b.group for b in BENCHMARKS.values()))

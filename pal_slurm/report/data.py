@@ -69,13 +69,17 @@ def grade_outliers(stored: StoredClassification, policy: ActionPolicy, now: date
     """uuid -> the one graded action of every GPU that is an outlier on at least one benchmark."""
     findings: dict[str, list[Finding]] = {}
     first: dict[str, ResultRow] = {}
+    measured: dict[str, set[str]] = {}  # GPU -> the benchmarks it has a factor on
     for r in stored.results:
+        if r.profiled:
+            measured.setdefault(r.uuid, set()).add(r.benchmark)
         if r.profiled and r.outlier:
             findings.setdefault(r.uuid, []).append(Finding(r.benchmark, r.perfvar, r.last_profiled, r.run_spread))
             first.setdefault(r.uuid, r)
     return {
         uuid: grade_gpu(uuid, first[uuid].node, first[uuid].model, found, job_classes=stored.job_classes,
-                        policy=policy, now=now, ecc_uncorrected=first[uuid].ecc_uncorrected,
+                        policy=policy, now=now, measured=frozenset(measured.get(uuid, ())),
+                        ecc_uncorrected=first[uuid].ecc_uncorrected,
                         retired_pages=first[uuid].retired_pages)
         for uuid, found in sorted(findings.items())
     }

@@ -11,6 +11,10 @@ per account and per user:
 - the median and p95 of the wait pal-slurm added: from submission to the job's release
   by the placer (placed or released unchanged), i.e. the time it was held.
 
+In observe mode nothing is held and Slurm places every job: its jobs come from the
+placer's ledger (the GPUs Slurm gave each finished job), so the week before enforcing
+shows how Slurm's own placement shares the fast and slow GPUs, with no wait added.
+
 A job counts from its start to its end; one still running counts until `now`.
 """
 
@@ -44,7 +48,7 @@ class PlacedJob:
     job_id: str
     user: str
     account: str
-    outcome: str  # applied | released-unchanged
+    outcome: str  # applied | released-unchanged | observed (observe mode: where Slurm put it, never held)
     slowdowns: tuple[float | None, ...]  # one per GPU (empty when released unchanged)
     submitted_at: datetime | None
     released_at: datetime | None  # applied_at
@@ -72,7 +76,7 @@ class _Acc:
         self.jobs += 1
         if job.submitted_at is not None and job.released_at is not None:
             self.waits.append(max((job.released_at - job.submitted_at).total_seconds(), 0.0))
-        if job.outcome == "applied" and job.started_at is not None and job.slowdowns:
+        if job.outcome in ("applied", "observed") and job.started_at is not None and job.slowdowns:
             hours = max(((job.ended_at or now) - job.started_at).total_seconds(), 0.0) / 3600
             for sf in job.slowdowns:
                 self.gpu_hours[tier(sf)] += hours
