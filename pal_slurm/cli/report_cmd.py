@@ -9,6 +9,7 @@ import click
 
 from pal_slurm.classification.actions import short_uuid
 from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.numbers import Since, cutoff, ident
 from pal_slurm.cli.filters import expand_hostlist, model_option, node_option, select
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, prose, wide_option
 from pal_slurm.errors import InputError
@@ -118,7 +119,7 @@ def _perfvars(data: dict[str, Any]) -> dict[tuple[str, str], float | None]:
 @format_option
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Also write a self-contained HTML page with plots to FILE.")
-@click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
+@click.option("--version", "version", type=ident(), metavar="N", help="Classification version [default: latest].")
 @wide_option
 @click.pass_context
 def report(ctx: click.Context, fmt: str, html_path: Path | None, version: int | None, wide: bool) -> None:
@@ -223,7 +224,7 @@ def holds_slot(row: dict[str, Any]) -> bool:
 @format_option
 @model_option
 @node_option
-@click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
+@click.option("--version", "version", type=ident(), metavar="N", help="Classification version [default: latest].")
 @click.option("--actions", "only_actions", is_flag=True,
               help="Only the outlier GPUs, each with its action (placement, re-profile, drain) and reason.")
 @click.option("--all-identities", is_flag=True,
@@ -368,7 +369,7 @@ def _show_actions(app: AppContext, models: tuple[str, ...], nodes: tuple[str, ..
               help="Run scontrol (default: only print what would be done).")
 @click.option("--node", "nodes", multiple=True, metavar="HOSTLIST",
               help="Only these nodes: a name or a Slurm hostlist (c006-[011-012]); repeatable.")
-@click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
+@click.option("--version", "version", type=ident(), metavar="N", help="Classification version [default: latest].")
 @click.pass_obj
 def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int | None) -> None:
     """Drain the nodes of the outlier GPUs graded `drain` (severely slow on a compute benchmark,
@@ -473,7 +474,7 @@ FAIRNESS_CSV = [
 
 @report.command("fairness")
 @format_option
-@click.option("--since", metavar="WHEN", help="Only jobs decided since WHEN: an ISO date/time (UTC) or an age "
+@click.option("--since", type=Since(), metavar="WHEN", help="Only jobs decided since WHEN: an ISO date/time (UTC) or an age "
                                                 "like 7d, 12h, 30m [default: everything recorded].")
 @click.pass_obj
 def fairness_cmd(app: AppContext, fmt: str, since: str | None) -> None:
@@ -488,7 +489,7 @@ def fairness_cmd(app: AppContext, fmt: str, since: str | None) -> None:
 
     require_current(app.engine)
     now = datetime.now(UTC)
-    data = fairness(placed_jobs(app.engine, _since(since, now)), now)
+    data = fairness(placed_jobs(app.engine, cutoff(since, now)), now)
     data["since"] = since
     if fmt == "json":
         emit_json(data)
@@ -497,23 +498,3 @@ def fairness_cmd(app: AppContext, fmt: str, since: str | None) -> None:
     emit_rows(rows, FAIRNESS_CSV if fmt == "csv" else FAIRNESS_COLUMNS, fmt,
               title="GPU-hours by speed tier (fast < 0.99 <= typical <= 1.01 < slow, for each job's class) "
                     "and wait added by pal-slurm")
-
-
-def _since(text: str | None, now: Any) -> Any:
-    """`7d` / `12h` / `30m` / `90s` ago, or an ISO date/time (UTC when it has no zone)."""
-    import re
-    from datetime import UTC, datetime, timedelta
-
-    from pal_slurm.errors import InputError
-
-    if text is None:
-        return None
-    m = re.fullmatch(r"(\d+)([dhms])", text.strip())
-    if m:
-        unit = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[m.group(2)]
-        return now - timedelta(**{unit: int(m.group(1))})
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InputError(f"--since {text!r}: not an age (7d, 12h, 30m) or an ISO date/time") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)

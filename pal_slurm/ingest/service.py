@@ -34,13 +34,13 @@ def read_profile_file(path: Path, fmt: ImportFormat, *, benchmark: str | None, m
         from pal_slurm.ingest.artifact_csv import parse_file as parse_artifact_file
 
         if not benchmark or not model:
-            raise InputError("--format pal-artifact needs --benchmark NAME and --model NAME (the CSV has neither)")
+            raise InputError("--input-format pal-artifact needs --benchmark NAME and --model NAME (the CSV has neither)")
         return parse_artifact_file(path, benchmark=benchmark, model=model, unit=unit or "ms", notes=notes)
     if fmt == "jsonl":
         from pal_slurm.ingest.jsonl import parse_file as parse_jsonl_file
 
         if benchmark or model:
-            raise InputError("--benchmark/--model are for --format pal-artifact; JSON-lines files carry both")
+            raise InputError("--benchmark/--model are for --input-format pal-artifact; JSON-lines files carry both")
         return parse_jsonl_file(path)
     raise InputError(f"unknown format {fmt!r}")
 
