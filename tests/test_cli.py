@@ -454,3 +454,64 @@ def test_a_rule_that_contradicts_another_is_refused_unless_replace(runner: CliRu
     assert "replaced rule-1: class A (was D)" in replaced
     listed = json.loads(run(runner, sqlite_url, "jobs", "rule", "list", "--json").stdout)
     assert sorted((r["rule_id"], r["class"]) for r in listed) == [("rule-1", "A"), ("rule-2", "A")]
+
+
+# -- what reaches Slurm's configuration is checked where it enters ---------------------------------
+
+@pytest.mark.parametrize("node", ["gpu 01 Gres=evil", "gpu[01-16]"])
+def test_import_refuses_node_names_slurm_would_misread(runner: CliRunner, sqlite_url: str, tmp_path: Path,
+                                                       node: str) -> None:
+    from dataclasses import replace
+
+    recs = records(two_tier_fleet(), benchmark="resnet50")
+    recs[3] = replace(recs[3], gpu=replace(recs[3].gpu, node=node))
+    jsonl = tmp_path / "bad.jsonl"
+    jsonl.write_text(dump_jsonl(recs))
+    csv = tmp_path / "bad.csv"
+    csv.write_text(f"uuid,perf,ts,cab-node\nGPU-1,10,1600000000,c001-001\nGPU-2,10,1600000000,{node}\n")
+    run(runner, sqlite_url, "db", "upgrade")
+    for args, where in (([str(jsonl)], f"{jsonl}:4: "),
+                        (["--input-format", "pal-artifact", "--benchmark", "b", "--model", "V100", str(csv)],
+                         f"{csv}:3: ")):
+        result = run(runner, sqlite_url, "profile", "import", *args, code=1)
+        assert result.stderr.startswith(f"pal: error: {where}") and repr(node) in result.stderr
+        assert result.stderr.count("\n") == 1
+    # nothing was stored: gres-conf finds no GPU
+    assert "knows no GPUs" in run(runner, sqlite_url, "slurm", "gres-conf", code=1).stderr
+
+
+def test_gres_conf_refuses_a_bad_name_already_in_the_database(runner: CliRunner, sqlite_url: str) -> None:
+    """A database filled before imports checked names: gres-conf names the bad node and writes nothing."""
+    from dataclasses import replace
+
+    from pal_slurm.db.engine import make_engine, session_scope
+    from pal_slurm.db.measurement_store import import_records
+
+    run(runner, sqlite_url, "db", "upgrade")
+    recs = [replace(r, gpu=replace(r.gpu, node="gpu 01 Gres=evil")) if r.gpu.node == "node-0" else r
+            for r in records(two_tier_fleet(), benchmark="resnet50")]
+    engine = make_engine(sqlite_url)
+    try:
+        with session_scope(engine) as session:
+            import_records(session, recs)
+    finally:
+        engine.dispose()
+    result = run(runner, sqlite_url, "slurm", "gres-conf", code=1)
+    assert result.stdout == "" and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("pal: error: node name 'gpu 01 Gres=evil'") and "database" in result.stderr
+
+
+@pytest.mark.parametrize("inventory, message", [
+    ({"nodes": []}, "no GPUs: nothing to configure"),
+    ({"nodes": [{"name": "g1", "model": "V100", "gpus": 1_000_000_000}]}, "at most 64"),
+    ({"nodes": [{"name": "gpu[01-16]", "model": "V100", "gpus": 4}]}, "hostlist brackets"),
+])
+def test_gres_conf_refuses_an_inventory_with_nothing_or_too_much(runner: CliRunner, tmp_path: Path,
+                                                                 inventory: dict, message: str) -> None:
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(inventory))
+    out = tmp_path / "out"
+    result = runner.invoke(cli, ["slurm", "gres-conf", "--inventory", str(path), "--output-dir", str(out)],
+                           env={"PAL_CONFIG": ""})
+    assert result.exit_code == 1 and result.stderr.startswith(f"pal: error: {path}") and message in result.stderr
+    assert result.stderr.count("\n") == 1 and not out.exists()
