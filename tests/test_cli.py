@@ -515,3 +515,21 @@ def test_gres_conf_refuses_an_inventory_with_nothing_or_too_much(runner: CliRunn
                            env={"PAL_CONFIG": ""})
     assert result.exit_code == 1 and result.stderr.startswith(f"pal: error: {path}") and message in result.stderr
     assert result.stderr.count("\n") == 1 and not out.exists()
+
+
+def test_gpus_shows_each_nodes_gpus_in_slot_order(runner: CliRunner, sqlite_url: str, tmp_path: Path) -> None:
+    """UUIDs that sort against the slots: the listing follows the slots Slurm schedules."""
+    uuids = {f"GPU-{9 - i:02d}aa": 1.0 + 0.001 * i for i in range(8)}  # slot i gets the i-th UUID, descending
+    node_of = {u: ("n10" if i >= 4 else "n2") for i, u in enumerate(uuids)}
+    path = tmp_path / "slots.jsonl"
+    path.write_text(dump_jsonl(records(uuids, node_of=node_of)))
+    run(runner, sqlite_url, "db", "upgrade")
+    run(runner, sqlite_url, "profile", "import", str(path))
+    run(runner, sqlite_url, "classify")
+    rows = json.loads(run(runner, sqlite_url, "gpus", "--json").stdout)
+    assert [(r["node"], r["slot"]) for r in rows] == [("n2", s) for s in range(4)] + [("n10", s) for s in range(4)]
+    table = run(runner, sqlite_url, "gpus").stdout.splitlines()
+    header = next(line for line in table if line.lstrip().startswith("node"))
+    assert header.split()[:3] == ["node", "slot", "GPU"]
+    body = [line.split() for line in table if line.startswith(("n2", "n10"))]
+    assert [(cells[0], cells[1]) for cells in body] == [("n2", str(s)) for s in range(4)] + [("n10", str(s)) for s in range(4)]

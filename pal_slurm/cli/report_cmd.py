@@ -193,6 +193,7 @@ def _gpu_columns(rows: list[dict[str, Any]], wide: bool) -> list[Column]:
                     Column("action", lambda r: r.get("action") or ""),
                     Column("last profiled", lambda r: r["last_profiled"])]
         return columns
+    columns.append(Column("slot", lambda r: r.get("slot"), "right"))
     columns.append(Column("GPU", lambda r: ids[r["uuid"]], wrap=False))
     if len({r["model"] for r in rows}) > 1:
         columns.append(Column("model", lambda r: r["model"]))
@@ -213,6 +214,15 @@ def _gpu_columns(rows: list[dict[str, Any]], wide: bool) -> list[Column]:
 GPUS_LEGEND = ("sf X: slowdown factor for job class X, the value placement ranks by (1.000 = the typical GPU, "
                "> 1 slower); ! = outlier, in a bin of its own; - = not profiled. Not a PerfVar (the measurement "
                "`pal report` lists): `pal gpus --explain GPU` shows both and the rule between them.")
+
+
+def _in_slot_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Nodes as Slurm counts them (n2 before n10), each node's GPUs by the slot Slurm schedules
+    (the device minor of its GRES type), never by UUID."""
+    from pal_slurm.slurm.gresconf import natural_key
+
+    slot = row.get("slot")
+    return (row.get("node") is None, natural_key(row.get("node") or ""), slot is None, slot or 0, row["uuid"])
 
 
 def holds_slot(row: dict[str, Any]) -> bool:
@@ -237,9 +247,9 @@ def holds_slot(row: dict[str, Any]) -> bool:
 @click.pass_context
 def gpus(ctx: click.Context, fmt: str, models: tuple[str, ...], nodes: tuple[str, ...], version: int | None,
          only_actions: bool, all_identities: bool, explain: str | None, wide: bool) -> None:
-    """One row per GPU at a slot (the fleet Slurm schedules): node, GPU, slowdown factor per job
-    class (sf; ! = outlier), the outlier's action, last profiled (--wide: full UUID, slot,
-    model, bins, PerfVars). `pal gpus drain` drains the nodes of severely slow or failing GPUs
+    """One row per GPU at a slot (the fleet Slurm schedules), each node's GPUs in slot order: node,
+    slot (the device minor its GRES type names), GPU, slowdown factor per job class (sf; ! =
+    outlier), the outlier's action, last profiled (--wide: full UUID, model, bins, PerfVars). `pal gpus drain` drains the nodes of severely slow or failing GPUs
     (a dry run unless --apply)."""
     if ctx.invoked_subcommand is not None:
         given = [f"--{n}" for n, v in (("model", models), ("node", nodes), ("version", version),
@@ -280,8 +290,8 @@ def gpus(ctx: click.Context, fmt: str, models: tuple[str, ...], nodes: tuple[str
             raise
         raise InputError(f"{exc}; only GPU identities that hold no slot match: --all-identities lists them") from None
     at_slot = {id(r) for r in slotted}
-    rows = [r for r in chosen if id(r) in at_slot]
-    extra = [r for r in chosen if id(r) not in at_slot]
+    rows = sorted((r for r in chosen if id(r) in at_slot), key=_in_slot_order)
+    extra = sorted((r for r in chosen if id(r) not in at_slot), key=_in_slot_order)
     if fmt != "table":
         emit_rows(rows + extra, _gpu_columns(rows + extra, True), fmt)
         return
