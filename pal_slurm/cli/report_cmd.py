@@ -194,7 +194,8 @@ def _gpu_columns(rows: list[dict[str, Any]], wide: bool) -> list[Column]:
                     Column("last profiled", lambda r: r["last_profiled"])]
         return columns
     columns.append(Column("slot", lambda r: r.get("slot"), "right"))
-    columns.append(Column("GPU", lambda r: ids[r["uuid"]], wrap=False))
+    # node and slot name the GPU as Slurm does: on a narrow terminal its short id goes first
+    columns.append(Column("GPU", lambda r: ids[r["uuid"]], wrap=False, optional=True))
     if len({r["model"] for r in rows}) > 1:
         columns.append(Column("model", lambda r: r["model"]))
 
