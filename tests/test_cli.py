@@ -533,3 +533,9 @@ def test_gpus_shows_each_nodes_gpus_in_slot_order(runner: CliRunner, sqlite_url:
     assert header.split()[:3] == ["node", "slot", "GPU"]
     body = [line.split() for line in table if line.startswith(("n2", "n10"))]
     assert [(cells[0], cells[1]) for cells in body] == [("n2", str(s)) for s in range(4)] + [("n10", str(s)) for s in range(4)]
+
+
+def test_profile_refuses_a_node_name_slurm_would_misread(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(cli, ["profile", "inventory", "--backend", "sim", "--no-db", "--node", "gpu 01 Gres=evil"],
+                           env={"PAL_CONFIG": ""})
+    assert result.exit_code == 2 and result.stderr.startswith("pal: error: ") and "--node" in result.stderr

@@ -138,7 +138,13 @@ def _backend_request(kw: dict[str, Any]) -> Any:
                      model=kw.pop("sim_model"), bad_fraction=kw.pop("sim_bad_fraction"), only_nodes=parse_names(kw.pop("sim_only")),
                      busy=parse_indices(kw.pop("sim_busy"), "--sim-busy") or (),
                      lost=parse_indices(kw.pop("sim_lost"), "--sim-lost") or ())
-    return BackendRequest(backend=kw.pop("backend"), force_sim=kw.pop("force_sim"), sim=sim, node=kw.pop("node"))
+    node = kw.pop("node")
+    if node is not None:  # it is stored, and `pal slurm gres-conf` writes it into Slurm's configuration
+        from pal_slurm.slurm.gresconf import name_problem
+
+        if (problem := name_problem(node, "node")) is not None:
+            raise click.BadParameter(problem, param_hint="--node")
+    return BackendRequest(backend=kw.pop("backend"), force_sim=kw.pop("force_sim"), sim=sim, node=node)
 
 
 def _reasons(mask: int | None) -> str:
