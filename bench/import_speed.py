@@ -66,7 +66,7 @@ def main() -> int:
         subprocess.run([*pal, "db", "upgrade"], check=True, capture_output=True, env=env)
         t0 = time.perf_counter()
         for bench, stem in FILES.items():
-            subprocess.run([*pal, "profile", "import", "--format", "pal-artifact", "--benchmark", bench + "-cli",
+            subprocess.run([*pal, "profile", "import", "--input-format", "pal-artifact", "--benchmark", bench + "-cli",
                             "--model", "V100", str(longhorn / f"{stem}-longhorn-agg.csv")],
                            check=True, capture_output=True, env=env)
         t_cli = time.perf_counter() - t0

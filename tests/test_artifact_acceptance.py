@@ -39,7 +39,7 @@ def test_longhorn_end_to_end(db_url: str, artifact_dir: Path, runner: CliRunner)
     pal("db", "upgrade")
     for bench, stem in FILES.items():
         path = artifact_dir / "variability" / "longhorn" / f"{stem}-longhorn-agg.csv"
-        out = json.loads(pal("profile", "import", "--json", "--format", "pal-artifact", "--benchmark", bench,
+        out = json.loads(pal("profile", "import", "--json", "--input-format", "pal-artifact", "--benchmark", bench,
                              "--model", "V100", str(path)))
         assert out[0]["added"] == out[0]["runs"] and out[0]["rejected"] == out[0]["conflicts"] == 0
     # One physical GPU, one row: the 384 slots of 96 nodes x 4 (resnet50/bert name them by slot,
@@ -47,7 +47,7 @@ def test_longhorn_end_to_end(db_url: str, artifact_dir: Path, runner: CliRunner)
     # (176 on a known node, 48 on none). 396 distinct real UUIDs: at least 12 GPUs were swapped.
     assert out[0]["database"] == {"gpus": 608, "nodes": 96, "at_slot": 384, "slot_named": 212, "node_only": 176,
                                   "unlocated": 48, "physical_min": 396}
-    again = json.loads(pal("profile", "import", "--json", "--format", "pal-artifact", "--benchmark", "resnet50",
+    again = json.loads(pal("profile", "import", "--json", "--input-format", "pal-artifact", "--benchmark", "resnet50",
                            "--model", "V100", str(artifact_dir / "variability/longhorn/resnet-longhorn-agg.csv")))
     assert again[0]["added"] == 0
     pal("classify")

@@ -83,4 +83,4 @@ def test_from_the_placer_records_and_the_cli(db_url: str) -> None:
     csv = runner.invoke(cli, ["--db", db_url, "report", "fairness", "--format", "csv", "--since", "1d"])
     assert csv.exit_code == 0 and csv.output.splitlines()[0].startswith("kind,name,jobs,gpu_hours")
     bad = runner.invoke(cli, ["--db", db_url, "report", "fairness", "--since", "yesterday"])
-    assert bad.exit_code == 1 and "--since 'yesterday'" in bad.output and "Traceback" not in bad.output
+    assert bad.exit_code == 2 and "'--since': 'yesterday'" in bad.output and "Traceback" not in bad.output

@@ -107,7 +107,8 @@ def test_inventory_file_format() -> None:
         "NodeName=gpu01 CPUs=64 Port=17001 Gres=gpu:v100_g0:1,gpu:v100_g1:1 Features=v100",
         "NodeName=gpu02 Gres=gpu:h100_g5:1 Features=h100",
     ]
-    assert gresconf.node_conf_lines(inventory_from_dict({"nodes": [{"name": "cpu1", "gpus": []}]})) == ["NodeName=cpu1"]
+    with_cpu_node = inventory_from_dict({"nodes": [{"name": "cpu1", "gpus": []}, {"name": "g1", "model": "v100", "gpus": 1}]})
+    assert gresconf.node_conf_lines(with_cpu_node) == ["NodeName=cpu1", "NodeName=g1 Gres=gpu:v100_g0:1 Features=v100"]
 
 
 @pytest.mark.parametrize(("data", "message"), [
@@ -125,6 +126,16 @@ def test_inventory_file_format() -> None:
     ({"nodes": [{"name": "n1", "gpus": 1, "model": "v100", "slurm": {"Feature": "a b"}}]}, "must be one word"),
     ({"nodes": [{"name": "n1", "gpus": 1, "model": "v100", "slurm": {"CPUs": "8\nNodeName=evil"}}]},
      "must be one word"),
+    # what reaches Slurm's configuration: one node name, a bounded size, something to configure
+    ({"nodes": [{"name": "gpu 01 Gres=evil", "gpus": 1, "model": "v100"}]}, "nodes[0].name: node name 'gpu 01"),
+    ({"nodes": [{"name": "gpu[01-16]", "gpus": 1, "model": "v100"}]}, "hostlist brackets"),
+    ({"nodes": [{"name": "n" * 65, "gpus": 1, "model": "v100"}]}, "longer than 64"),
+    ({"nodes": [{"name": "n1", "gpus": 1, "model": "V100\nNodeName=evil"}]}, "nodes[0].model: GPU model name"),
+    ({"nodes": [{"name": "n1", "gpus": 1, "model": "!!!"}]}, "no usable Slurm type name"),
+    ({"nodes": [{"name": "n1", "gpus": 1_000_000_000, "model": "v100"}]}, "at most 64"),
+    ({"nodes": [{"name": "n1", "gpus": [{"minor": i, "model": "v100"} for i in range(65)]}]}, "at most 64"),
+    ({"nodes": []}, "no GPUs: nothing to configure"),
+    ({"nodes": [{"name": "cpu1", "gpus": 0, "model": "v100"}]}, "no GPUs: nothing to configure"),
 ])
 def test_inventory_errors_name_the_problem(data: object, message: str) -> None:
     with pytest.raises(InputError) as exc:

@@ -185,7 +185,7 @@ def test_max_factor_nan_is_refused_and_inf_turns_the_relative_check_off() -> Non
 def test_max_factor_option_refuses_nan_and_numbers_not_above_1(runner: CliRunner, fresh, tmp_path: Path,
                                                                 value: str) -> None:
     path = resnet_csv(tmp_path / "r.csv")
-    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--format", "pal-artifact", "--model", "V100",
+    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--input-format", "pal-artifact", "--model", "V100",
                                  "--benchmark", "resnet50", "--max-factor", value, str(path)], env={"PAL_CONFIG": ARTIFACT_CONFIG})
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--max-factor'" in result.stderr and "Traceback" not in result.output
@@ -194,7 +194,7 @@ def test_max_factor_option_refuses_nan_and_numbers_not_above_1(runner: CliRunner
 def test_max_factor_option_inf_keeps_only_the_absolute_checks(runner: CliRunner, fresh, tmp_path: Path) -> None:
     path = resnet_csv(tmp_path / "r.csv", extra=[f"resnet,{T0 + 5},c001,1,c001-1,c001-1-0,0,{v}" for v in ("1e-300",
                                                                                                           "-5")])
-    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--format", "pal-artifact", "--model", "V100",
+    result = runner.invoke(cli, ["--db", fresh(), "profile", "import", "--input-format", "pal-artifact", "--model", "V100",
                                  "--benchmark", "resnet50", "--max-factor", "inf", "--json", str(path)],
                            env={"PAL_CONFIG": ARTIFACT_CONFIG})
     assert result.exit_code == 0, result.output
@@ -297,7 +297,7 @@ def test_keep_suspect_stores_quarantined_runs_that_classification_ignores(runner
         assert result.exit_code == code, result.output
         return result
 
-    result = pal("profile", "import", "--format", "pal-artifact", "--model", "V100", "--benchmark", "resnet50",
+    result = pal("profile", "import", "--input-format", "pal-artifact", "--model", "V100", "--benchmark", "resnet50",
                  "--keep-suspect", "--json", str(path))
     out = json.loads(result.stdout)[0]
     assert (out["added"], out["quarantined"], out["rejected"]) == (26, 2, 1)  # NaN: no database holds it
@@ -305,7 +305,7 @@ def test_keep_suspect_stores_quarantined_runs_that_classification_ignores(runner
     assert f"{path}:26: score 1e-300 ms is 1/" in result.stderr and "stored quarantined" in result.stderr
     assert out["database"] == {"gpus": 9, "nodes": 3, "at_slot": 9, "slot_named": 9, "node_only": 0,
                                "unlocated": 0, "physical_min": 9}
-    again = pal("profile", "import", "--format", "pal-artifact", "--model", "V100", "--benchmark", "resnet50",
+    again = pal("profile", "import", "--input-format", "pal-artifact", "--model", "V100", "--benchmark", "resnet50",
                 "--max-factor", "1.01", "--json", str(resnet_csv(tmp_path / "again.csv", ts=T0 + 999))).stdout
     # --max-factor is used: the fleet's slowdowns reach 1.08, so 1 % off the median is already suspect
     assert 0 < json.loads(again)[0]["rejected"] < 24
@@ -317,7 +317,7 @@ def test_keep_suspect_stores_quarantined_runs_that_classification_ignores(runner
 def test_another_model_for_a_stored_gpu_is_warned_about(runner: CliRunner, fresh, tmp_path: Path) -> None:
     sqlite_url = fresh()
     path = resnet_csv(tmp_path / "r.csv")
-    args = ["profile", "import", "--format", "pal-artifact", "--benchmark", "resnet50", str(path)]
+    args = ["profile", "import", "--input-format", "pal-artifact", "--benchmark", "resnet50", str(path)]
     assert runner.invoke(cli, ["--db", sqlite_url, *args, "--model", "V100"], env={"PAL_CONFIG": ARTIFACT_CONFIG}).exit_code == 0
     resnet_csv(path, extra=[f"resnet,{T0 + 5},c001,1,c001-1,c001-1-0,0,1e-300"])  # one new, planted row
     again = runner.invoke(cli, ["--db", sqlite_url, *args, "--model", "A100"], env={"PAL_CONFIG": ARTIFACT_CONFIG})
@@ -406,7 +406,7 @@ def test_the_report_says_how_many_physical_gpus_the_rows_stand_for(runner: CliRu
         return result.stdout
 
     for bench, path in (("resnet50", resnet_csv(tmp_path / "r.csv")), ("sgemm", sgemm)):
-        pal("profile", "import", "--format", "pal-artifact", "--model", "V100", "--benchmark", bench, str(path))
+        pal("profile", "import", "--input-format", "pal-artifact", "--model", "V100", "--benchmark", bench, str(path))
     pal("classify", "--allow-partial")
     report = json.loads(pal("report", "--format", "json"))
     # 8 slot-named GPUs on 2 nodes + 4 UUIDs on node 1 whose slots the file does not give

@@ -449,7 +449,7 @@ def test_a_csv_imported_as_json_lines_gets_a_hint() -> None:
     from pal_slurm.ingest.jsonl import parse_jsonl
 
     with pytest.raises(InputError, match=r"^resnet-longhorn-agg\.csv:1: invalid JSON: .*; a CSV file\? the PAL "
-                                         r"artifact's CSVs need --format pal-artifact"):
+                                         r"artifact's CSVs need --input-format pal-artifact"):
         parse_jsonl(["uuid,perf,cabinet", "GPU-1,1.0,c001"], source_file="resnet-longhorn-agg.csv")
     with pytest.raises(InputError) as err:
         parse_jsonl(["{not json"], source_file="runs.jsonl")

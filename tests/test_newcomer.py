@@ -107,7 +107,7 @@ def test_an_empty_import_is_an_error_in_both_formats(fleet: dict[str, Any]) -> N
     empty = str(fleet["tmp"] / "empty.jsonl")
     out = pal(fleet, "profile", "import", empty, code=1)
     assert "empty.jsonl: no runs in the file" in out and "0 runs" not in out
-    out = pal(fleet, "profile", "import", "--format", "pal-artifact", "--model", "V100", "--benchmark", "x",
+    out = pal(fleet, "profile", "import", "--input-format", "pal-artifact", "--model", "V100", "--benchmark", "x",
               empty, code=1)
     assert "empty.jsonl:1: no data rows" in out
 
@@ -268,7 +268,7 @@ def test_the_good_errors_stay(fleet: dict[str, Any], tmp_path: Path) -> None:
     assert "nope.jsonl: file not found" in out
     csv = tmp_path / "runs.csv"
     csv.write_text("uuid,perf\nGPU-1,3.0\n")
-    out = pal(fleet, "profile", "import", "--format", "pal-artifact", "--model", "V100", "--benchmark", "x",
+    out = pal(fleet, "profile", "import", "--input-format", "pal-artifact", "--model", "V100", "--benchmark", "x",
               str(csv), code=1)
     assert "runs.csv:1:" in out and "uuid, perf" in out.replace("'", "")  # the header it has, listed
     out = pal(fleet, "profile", "import", str(csv), code=1)  # a CSV given to the JSON-lines importer

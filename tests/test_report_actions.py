@@ -229,9 +229,9 @@ def test_report_and_gpus_fit_the_terminal_and_cut_nothing(fleet_db, width: int) 
         assert f" {pv['min']:.3f}-{pv['max']:.3f} " in f" {line} "
         assert f" {pv['p5']:.3f}-{pv['p95']:.3f} " in f" {line} "
     table = _pal(fleet_db, "gpus", columns=width)
-    for g in gpus:  # node name whole, short id, every slowdown factor whole
-        line = next(ln for ln in table.splitlines() if g["uuid"][4:12] in ln)
-        assert line.split()[0] == g["node"]
+    for g in gpus:  # node name and slot whole (the short id where the width allows), every slowdown factor whole
+        line = next(ln for ln in table.splitlines() if ln.split()[:2] == [g["node"], str(g["slot"])])
+        assert width < 100 or g["uuid"][4:12] in line
         for c in g["classes"].values():
             assert re.search(rf"(?<![\d.]){c['slowdown']:.3f}!?(?![\d.])", line), (c, line)
     assert set(NODES) <= set(table.split())

@@ -338,3 +338,38 @@ def test_the_variability_tax_section_plots_and_escapes() -> None:
     assert "<big>" not in page
     none = render_html(stored, build_report(stored, outlier_action=ACTION, policy=COMPUTE))
     assert "No job accounting recorded yet" in none and len(PNG_RE.findall(none)) == 3
+
+
+def test_one_far_outlier_leaves_the_regular_bins_readable(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """16 GPUs within 6 % and one at 5x: the axis spans the regular GPUs (plus one overflow bin
+    holding the outlier, labelled), not 1.0-5.0 with the regular bins in a sliver at the left."""
+    from click.testing import CliRunner
+
+    from fleetgen import records
+    from pal_slurm.cli.main import cli
+    from pal_slurm.config import load_config
+    from pal_slurm.db.engine import make_engine
+    from pal_slurm.ingest.jsonl import dump_jsonl
+    from pal_slurm.report import plots
+    from pal_slurm.report.tables import group_rows
+    from pal_slurm.report.service import load_for_html
+
+    fleet = {f"GPU-{i:02d}": 1.0 + 0.004 * i for i in range(16)} | {"GPU-far": 5.0}
+    path = tmp_path / "far.jsonl"
+    path.write_text(dump_jsonl(records(fleet)))
+    url = f"sqlite:///{tmp_path / 'pal.db'}"
+    for args in (["db", "upgrade"], ["profile", "import", str(path)], ["classify"]):
+        assert CliRunner().invoke(cli, ["--db", url, *args], env={"PAL_CONFIG": ""}).exit_code == 0
+    engine = make_engine(url)
+    try:
+        stored, report = load_for_html(engine, load_config(None, db_url=url), None)
+    finally:
+        engine.dispose()
+    items = [i for i in report["benchmarks"] if i["benchmark"] == "resnet50"]
+    fig = plots.histogram_figure(items, group_rows(stored))
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    # the regular GPUs' PerfVars (about 0.97-1.03) and one overflow bin, not an axis up to ~4.9
+    assert lo < 0.98 and 1.02 < hi < 1.1, (lo, hi)
+    labels = [t.get_text() for t in ax.texts]
+    assert any(t.startswith("1 GPU\nup to 4.") for t in labels), labels

@@ -130,12 +130,12 @@ def test_the_artifacts_names_are_an_import_mapping(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
     pal(url, "db", "upgrade")
     csv = DATA / "artifact-csv" / "resnet-longhorn-agg.csv"
-    res = pal(url, "profile", "import", "--format", "pal-artifact", "--benchmark", "resnet50", "--model", "V100",
+    res = pal(url, "profile", "import", "--input-format", "pal-artifact", "--benchmark", "resnet50", "--model", "V100",
               str(csv))
     assert "benchmark_set = \"pal-artifact\"" in res.stderr
     cfg = tmp_path / "pal.toml"
     cfg.write_text('[classification]\nbenchmark_set = "pal-artifact"\n')
-    again = CliRunner().invoke(cli, ["--config", str(cfg), "--db", url, "profile", "import", "--format",
+    again = CliRunner().invoke(cli, ["--config", str(cfg), "--db", url, "profile", "import", "--input-format",
                                      "pal-artifact", "--benchmark", "resnet50", "--model", "V100", str(csv)], env=ENV)
     assert again.exit_code == 0 and "used by no job class" not in again.stderr
 

@@ -12,7 +12,8 @@ from types import FrameType
 import click
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import emit_json
+from pal_slurm.cli.numbers import Real, Whole, seed
+from pal_slurm.cli.render import emit_json, text_format_option
 
 
 @click.command()
@@ -21,22 +22,22 @@ from pal_slurm.cli.render import emit_json
 @click.option("--force-sim", is_flag=True, help="Allow the simulated backend on a node that has NVIDIA GPUs.")
 @click.option("--node", metavar="NAME", help="Node name in profiles and metrics [default: short host name; "
               "with --backend sim the simulated node].")
-@click.option("--interval", type=click.FloatRange(min=0.05, max=60), help="Seconds between samples [default 1].")
+@click.option("--interval", type=Real(0.05, 60), help="Seconds between samples [default 1].")
 @click.option("--jobmap-dir", metavar="DIR", help="Where pal-prolog.sh writes job mapping files (%n = node name) "
               "[default: /run/pal/jobs].")
-@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), help="Prometheus port, 0 = off [default 9477].")
+@click.option("--metrics-port", type=Whole(0, 65535), help="Prometheus port, 0 = off [default 9477].")
 @click.option("--once", is_flag=True, help="One cycle, write what is pending, exit (tests, checks).")
-@click.option("--duration", type=click.FloatRange(min=0), metavar="S", help="Run S seconds, then exit.")
-@click.option("--sim-seed", type=int, default=0, show_default=True, help="Simulated fleet seed.")
-@click.option("--sim-nodes", type=click.IntRange(min=1), default=16, show_default=True,
+@click.option("--duration", type=Real(0, 366 * 86_400), metavar="S", help="Run S seconds, then exit.")
+@click.option("--sim-seed", type=seed(), default=0, show_default=True, help="Simulated fleet seed.")
+@click.option("--sim-nodes", type=Whole(1, 4096), default=16, show_default=True,
               help="Simulated fleet size (same defaults as `pal profile run --backend sim`).")
-@click.option("--sim-gpus", type=click.IntRange(min=1, max=32), default=4, show_default=True,
+@click.option("--sim-gpus", type=Whole(1, 32), default=4, show_default=True,
               help="Simulated GPUs per node.")
-@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@text_format_option
 @click.pass_obj
 def agent(app: AppContext, backend: str | None, force_sim: bool, node: str | None, interval: float | None,
           jobmap_dir: str | None, metrics_port: int | None, once: bool, duration: float | None, sim_seed: int,
-          sim_nodes: int, sim_gpus: int, as_json: bool) -> None:
+          sim_nodes: int, sim_gpus: int, fmt: str) -> None:
     """Sample every GPU of this node (1 Hz by default), profile the Slurm jobs on them, flag GPUs that
     run below their class, and serve Prometheus metrics.
 
@@ -85,7 +86,7 @@ def agent(app: AppContext, backend: str | None, force_sim: bool, node: str | Non
             signal.signal(sig, handler)
         gpu_backend.close()
     data = {"node": node, "backend": choice, **dataclasses.asdict(summary)}
-    if as_json:
+    if fmt == "json":
         emit_json(data)
     else:
         click.echo(f"pal agent on {node}: {summary.cycles} cycles, {summary.samples} samples "

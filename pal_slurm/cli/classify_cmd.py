@@ -5,14 +5,15 @@ from __future__ import annotations
 import click
 
 from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.numbers import Real, Whole
 from pal_slurm.cli.render import Column, emit_rows, format_option
 
 
 @click.command()
-@click.option("--hysteresis", type=click.FloatRange(min=0), metavar="H",
+@click.option("--hysteresis", type=Real(0, 1), metavar="H",
               help="Keep a GPU in its previous bin unless its PerfVar leaves that bin by more than H "
                    "(e.g. 0.01); default from the config (0 = off).")
-@click.option("--min-runs", type=click.IntRange(min=1), help="Runs a GPU needs to be classified for a benchmark.")
+@click.option("--min-runs", type=Whole(1, 100_000), help="Runs a GPU needs to be classified for a benchmark.")
 @click.option("--model", "models", multiple=True, metavar="NAME", help="Only this GPU model (repeatable).")
 @click.option("--method", type=click.Choice(["shrink", "bic", "pal-k2"]),
               help="How PerfVars become factors (default from the config: shrink); see docs/classification.md.")

@@ -6,7 +6,7 @@ import click
 import tomli_w
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import emit_json
+from pal_slurm.cli.render import emit_json, output_options
 
 
 @click.group()
@@ -15,7 +15,8 @@ def config() -> None:
 
 
 @config.command("show")
-@click.option("--format", "fmt", type=click.Choice(["toml", "json"]), default="toml", show_default=True)
+@output_options(("toml", "json"), "toml: the file as it would be written (the configuration is no table, so no "
+                                  "csv); json for scripts.")
 @click.pass_obj
 def show(app: AppContext, fmt: str) -> None:
     """Print the effective configuration, defaults included, with the database password masked."""

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import emit_json
+from pal_slurm.cli.render import emit_json, text_format_option
 
 
 @click.group()
@@ -59,21 +59,21 @@ def _missing_sqlite_dir(url: str) -> Path | None:
 
 
 @db.command("current")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@text_format_option
 @click.pass_obj
-def current(app: AppContext, as_json: bool) -> None:
+def current(app: AppContext, fmt: str) -> None:
     """Show the database's schema revision and whether it is up to date (exit 1 when not)."""
     from pal_slurm.config import mask_url
     from pal_slurm.db import migrate
 
     state = migrate.schema_state(app.engine)
     data = {"url": mask_url(app.cfg.db_url), "current": state.current, "head": state.head,
-            "up_to_date": state.up_to_date}
-    if as_json:
+            "up_to_date": state.up_to_date, "newer_than_pal": state.newer, "advice": state.advice}
+    if fmt == "json":
         emit_json(data)
     else:
-        status = "up to date" if state.up_to_date else "needs `pal db upgrade`"
-        click.echo(f"{data['url']}: revision {state.current or 'none (empty database)'} (head {state.head}): {status}")
+        click.echo(f"{data['url']}: revision {state.current or 'none (empty database)'} (head {state.head}): "
+                   f"{state.advice}")
     if not state.up_to_date:
         raise click.exceptions.Exit(1)
 

@@ -7,22 +7,24 @@ from pathlib import Path
 import click
 
 from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.render import text_format_option
+from pal_slurm.cli.numbers import Whole, seed
 
 
 @click.command()
 @click.option("--dir", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("pal-demo"),
               show_default=True, help="Where the demo writes its SQLite database, profile file and HTML report.")
-@click.option("--nodes", type=click.IntRange(1, 4096), default=16, show_default=True)
-@click.option("--gpus-per-node", type=click.IntRange(1, 16), default=4, show_default=True)
-@click.option("--runs", "runs_per_gpu", type=click.IntRange(1, 100), default=5, show_default=True,
+@click.option("--nodes", type=Whole(1, 4096), default=16, show_default=True)
+@click.option("--gpus-per-node", type=Whole(1, 16), default=4, show_default=True)
+@click.option("--runs", "runs_per_gpu", type=Whole(1, 100), default=5, show_default=True,
               help="Benchmark runs per GPU and benchmark.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulated fleet.")
+@click.option("--seed", type=seed(), default=0, show_default=True, help="Seed of the simulated fleet.")
 @click.option("--slurm", "on_slurm", is_flag=True,
               help="Instead: place real jobs on the Slurm test cluster of the source checkout (root only).")
-@click.option("--json", "as_json", is_flag=True, help="With --slurm: print the result as JSON.")
+@text_format_option
 @click.pass_obj
 def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_per_gpu: int, seed: int,
-         on_slurm: bool, as_json: bool) -> None:
+         on_slurm: bool, fmt: str) -> None:
     """A site's path on a simulated GPU fleet and a fresh SQLite file: the shipped profiler
     (`pal profile run --backend sim`), `pal classify`, the report, then a simulated week in
     observe mode through the placer's own decision step and ledger, so that `pal placements`,
@@ -41,7 +43,7 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
     Afterwards the filter is off and the placer stopped; the cluster keeps running.
     """
     if on_slurm:
-        _slurm_demo(app, out_dir, as_json)
+        _slurm_demo(app, out_dir, fmt == "json")
         return
     from pal_slurm.cli.report_cmd import show_report
     from pal_slurm.demo.walkthrough import DemoOptions, run_demo

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import Column, emit_json, emit_rows, fmt_float, format_option
+from pal_slurm.cli.numbers import MAX_ID
+from pal_slurm.cli.render import Column, emit_json, emit_rows, fmt_float, format_option, text_format_option
 
 
 @click.group()
@@ -24,9 +25,9 @@ def jobs() -> None:
 
 
 @jobs.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
+@text_format_option
 @click.pass_obj
-def learn(app: AppContext, as_json: bool) -> None:
+def learn(app: AppContext, fmt: str) -> None:
     """Recompute every job fingerprint's class from job_profiles joined with job_identities.
 
     The rule (compute score = sm * sm / (sm + mem), thresholds in [jobs]) is described in
@@ -42,7 +43,7 @@ def learn(app: AppContext, as_json: bool) -> None:
     data = {"profiles": summary.profiles, "unidentified_profiles": summary.unidentified,
             "fingerprints": summary.fingerprints, "classified": summary.classified, "by_class": summary.by_class,
             "removed": summary.removed}
-    if as_json:
+    if fmt == "json":
         emit_json(data)
         return
     per_class = ", ".join(f"{k}: {v}" for k, v in summary.by_class.items()) or "none"
@@ -56,9 +57,9 @@ def learn(app: AppContext, as_json: bool) -> None:
 @click.option("--cluster", "source", default="default", show_default=True, metavar="NAME",
               help="The cluster the export is from (job ids are per cluster; the same id from two clusters "
                    "is two jobs).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
+@text_format_option
 @click.pass_obj
-def import_history(app: AppContext, file: Path, source: str, as_json: bool) -> None:
+def import_history(app: AppContext, file: Path, source: str, fmt: str) -> None:
     """Import finished jobs from an `sacct -P` export: the placer learns runtimes from them.
 
     \b
@@ -81,7 +82,7 @@ def import_history(app: AppContext, file: Path, source: str, as_json: bool) -> N
             "already_present": result.already_present, "imported_by_state": result.by_state,
             "skipped": sum(result.skipped.values()), "skipped_by_reason": result.skipped,
             "job_steps_skipped": result.steps}
-    if as_json:
+    if fmt == "json":
         emit_json(data)
         return
     by_state = ", ".join(f"{k}: {v}" for k, v in result.by_state.items()) or "none"
@@ -133,22 +134,31 @@ def rule() -> None:
 @click.option("--account", help="Exact Slurm account.")
 @click.option("--partition", help="Exact partition.")
 @click.option("--note", default="", help="Why (shown by `pal jobs rule list`).")
-@click.option("--json", "as_json", is_flag=True, help="Print the new rule as JSON.")
+@click.option("--replace", is_flag=True,
+              help="When a rule with the same fields gives another class, make it give this one instead.")
+@text_format_option
 @click.pass_obj
 def rule_add(app: AppContext, job_class: str, user: str | None, name: str | None, account: str | None,
-             partition: str | None, note: str, as_json: bool) -> None:
+             partition: str | None, note: str, replace: bool, fmt: str) -> None:
     """Add a rule; at least one of --user/--name/--account/--partition. Matching is exact; the
-    most specific rule wins, then the oldest. The placement daemon publishes rules to the
-    submit filter on its next cycle."""
+    most specific rule wins, then the oldest. A rule with the same fields as an existing one but
+    another class is refused, naming that rule, unless --replace. The placement daemon
+    publishes rules to the submit filter on its next cycle."""
     from pal_slurm.db.engine import session_scope
-    from pal_slurm.jobs.sensitivity_store import add_rule
+    from pal_slurm.jobs.sensitivity_store import put_rule
 
     with session_scope(app.engine) as session:
-        added = add_rule(session, job_class, list(app.cfg.job_classes), user=user, name=name, account=account,
-                         partition=partition, note=note)
-    if as_json:
+        change = put_rule(session, job_class, list(app.cfg.job_classes), user=user, name=name, account=account,
+                          partition=partition, note=note, replace=replace)
+    added = change.rule
+    if fmt == "json":
         emit_json({"id": added.id, "rule_id": added.rule_id, "class": added.job_class, "user": added.user,
-                   "name": added.name, "account": added.account, "partition": added.partition, "note": added.note})
+                   "name": added.name, "account": added.account, "partition": added.partition, "note": added.note,
+                   "replaced_class": change.replaced_class, "unchanged": change.unchanged})
+    elif change.unchanged:
+        click.echo(f"{added.rule_id} already gives class {added.job_class}: nothing changed")
+    elif change.replaced_class is not None:
+        click.echo(f"replaced {added.rule_id}: class {added.job_class} (was {change.replaced_class})")
     else:
         click.echo(f"added {added.rule_id}: class {added.job_class}")
 
@@ -172,11 +182,26 @@ def rule_list(app: AppContext, fmt: str) -> None:
     emit_rows(rows, columns, fmt, title="job class rules")
 
 
+class RuleId(click.ParamType):
+    """A rule as `pal jobs rule add` printed it (rule-4) or its bare number (4)."""
+
+    name = "rule-N"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower().removeprefix("rule-")
+        if not text.isdigit() or not 1 <= int(text) <= MAX_ID:
+            self.fail(f"{value!r} is not a rule id (rule-4, or 4: what `pal jobs rule add` printed)", param, ctx)
+        return int(text)
+
+
 @rule.command("delete")
-@click.argument("rule_id", type=int)
+@click.argument("rule_id", type=RuleId(), metavar="RULE")
 @click.pass_obj
 def rule_delete(app: AppContext, rule_id: int) -> None:
-    """Delete rule RULE_ID (the number `pal jobs rule list` shows)."""
+    """Delete RULE: its id as `pal jobs rule add` printed it (rule-4) or the number `pal jobs
+    rule list` shows (4)."""
     from pal_slurm.db.engine import session_scope
     from pal_slurm.jobs.sensitivity_store import delete_rule
 

@@ -1,7 +1,11 @@
 """Entry point of `pal`: global options, logging, and the one error boundary.
 
-Every known error (PalError, database errors) becomes one line on stderr and exit
-code 1; usage errors exit 2 (click); tracebacks only with --debug.
+The exit codes, the same for every command: 0 done; 1 a runtime error or nothing found
+(PalError, database errors: one line `pal: error: ...` on stderr); 2 a usage error (one line
+too, naming the option); 130 Ctrl-C (`pal: error: interrupted`); 141 a reader that went away
+(`pal ... | head`: quiet, 128 + SIGPIPE). A bug is one line `pal: internal error: ...` and exit
+1; tracebacks only with --debug. `PalGroup.main` is that boundary, so the console script and
+click's CliRunner (the tests) see the same codes and lines.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -35,7 +40,25 @@ class PalFailure(click.ClickException):
 
 
 class PalGroup(click.Group):
-    """Turns PalError and driver errors raised by any subcommand into PalFailure."""
+    """Turns PalError and driver errors raised by any subcommand into PalFailure, and every way
+    a command ends into one exit code (the module docstring lists them)."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,  # type: ignore[override]
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        argv = sys.argv[1:] if args is None else list(args)
+        sys.exit(exit_code(lambda: super(PalGroup, self).main(argv, prog_name, complete_var,
+                                                               standalone_mode=False, **extra),
+                           debug="--debug" in argv))
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:  # `pal --help | head -1`: help is written while the context is made
+            return super().make_context(info_name, args, parent, **extra)
+        except BrokenPipeError:
+            _silence_stdout()
+            raise click.exceptions.Exit(EXIT_BROKEN_PIPE) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -142,23 +165,45 @@ for _command in (placer_cmd.placer, placer_cmd.placements, placer_cmd.explain):
     cli.add_command(_command)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console-script entry: quiet on Ctrl-C and closed pipes, like other HPC tools."""
+EXIT_INTERRUPTED = 130
+
+
+def exit_code(run: Callable[[], Any], *, debug: bool) -> int:
+    """Run the command line (click's main without its own exits) and say how it ended: the
+    one place that prints usage errors, Ctrl-C, closed pipes and bugs, each as one line."""
     try:
-        cli.main(args=argv, prog_name="pal", standalone_mode=True)
-    except KeyboardInterrupt:
-        click.echo("pal: interrupted", err=True)
-        return 130
+        code = run()
+        sys.stdout.flush()  # a pipe closed after the last write shows here, not at exit
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.UsageError as exc:
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        message = "; ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
+        click.echo(f"pal: error: {message}{hint}", err=True)
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("pal: error: interrupted", err=True)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
-    except SystemExit as exc:
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except Exception as exc:  # a bug: one line unless --debug asked for the traceback
-        if "--debug" in (argv if argv is not None else sys.argv):
+        if debug:
             raise
         click.echo(f"pal: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
         return 1
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry: the exit code `PalGroup.main` decides, returned instead of raised."""
+    try:
+        cli.main(args=argv, prog_name="pal", standalone_mode=True)
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     return 0
 
 

@@ -5,19 +5,20 @@ from __future__ import annotations
 import click
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option
+from pal_slurm.cli.numbers import Real, Whole
+from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, text_format_option
 
 
 @click.group(invoke_without_command=True)
 @click.option("--once", is_flag=True, help="Run one cycle, print what it did, and exit.")
 @click.option("--mode", type=click.Choice(["observe", "enforce"]), help="Override placer.mode.")
 @click.option("--policy", help="Override placer.policy (e.g. pal, pal-backfill).")
-@click.option("--interval", type=float, help="Seconds between cycles [default: placer.interval_s].")
+@click.option("--interval", type=Real(0.05, 300), help="Seconds between cycles [default: placer.interval_s].")
 @click.option("--state-file", help="Override placer.state_file (the file job_submit.lua reads).")
-@click.option("--json", "as_json", is_flag=True, help="With --once: the cycle report as JSON.")
+@text_format_option
 @click.pass_context
 def placer(ctx: click.Context, once: bool, mode: str | None, policy: str | None, interval: float | None,
-           state_file: str | None, as_json: bool) -> None:
+           state_file: str | None, fmt: str) -> None:
     """The placement daemon (run it on the controller, in the foreground, under systemd).
 
     \b
@@ -41,7 +42,7 @@ def placer(ctx: click.Context, once: bool, mode: str | None, policy: str | None,
     tune_gc()
     if once:
         report = p.cycle()
-        if as_json:
+        if fmt == "json":
             emit_json(report.as_dict())
         else:
             d = report.as_dict()
@@ -51,16 +52,16 @@ def placer(ctx: click.Context, once: bool, mode: str | None, policy: str | None,
 
 
 @placer.command("release-stale")
-@click.option("--max-age", type=float, help="Heartbeat age in seconds that counts as stale [default: placer.stale_after_s].")
+@click.option("--max-age", type=Real(0, 86_400), help="Heartbeat age in seconds that counts as stale [default: placer.stale_after_s].")
 @click.option("--force", is_flag=True, help="Release every held job even if the heartbeat is fresh.")
 @click.option("--grace", is_flag=True,
               help="Let the filter keep holding new GPU jobs for placer.restart_grace_s (each briefly), as after "
                    "a daemon stop: ExecStopPost uses it so that a restart leaves no unheld window.")
 @click.option("--state-file", help="Override placer.state_file.")
-@click.option("--json", "as_json", is_flag=True)
+@text_format_option
 @click.pass_obj
 def release_stale(app: AppContext, max_age: float | None, force: bool, grace: bool, state_file: str | None,
-                  as_json: bool) -> None:
+                  fmt: str) -> None:
     """Fail-safe: release every job pal-slurm holds when the daemon's heartbeat is stale, and
     give every placement that cannot start (BadConstraints, priority 0, its node gone) the
     user's request back.
@@ -75,7 +76,7 @@ def release_stale(app: AppContext, max_age: float | None, force: bool, grace: bo
     out = fail_safe(build_placer(app.cfg, lambda: app.engine, state_file=state_file), max_age=max_age, force=force,
                     grace=grace)
     age, stale, released = out["heartbeat_age_s"], out["stale"], out["released"]
-    if as_json:
+    if fmt == "json":
         emit_json(out)
     else:
         what = "no heartbeat" if age is None else f"heartbeat {age:.0f} s old"
@@ -95,7 +96,7 @@ PLACEMENT_COLUMNS = [
 
 @click.command("placements")
 @click.option("--job", "job_id", help="Only this job.")
-@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@click.option("--limit", type=Whole(1, 100_000), default=50, show_default=True)
 @format_option
 @click.pass_obj
 def placements(app: AppContext, job_id: str | None, limit: int, fmt: str) -> None:
@@ -105,6 +106,10 @@ def placements(app: AppContext, job_id: str | None, limit: int, fmt: str) -> Non
 
     require_current(app.engine)
     rows = placements_for(app.engine, job_id, limit)
+    if job_id is not None and not rows:  # a filter that matches nothing is an error, in every format
+        from pal_slurm.errors import InputError
+
+        raise InputError(f"job {job_id}: no placement decision recorded (only GPU jobs the placer held are recorded)")
     if fmt == "table" and not rows:  # not an empty table that reads like a listing
         click.echo("no placement decision recorded" + (f" for job {job_id}" if job_id else " yet")
                    + " (only GPU jobs the placer held are recorded)")
@@ -114,9 +119,9 @@ def placements(app: AppContext, job_id: str | None, limit: int, fmt: str) -> Non
 
 @click.command("explain")
 @click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True)
+@text_format_option
 @click.pass_obj
-def explain(app: AppContext, job_id: str, as_json: bool) -> None:
+def explain(app: AppContext, job_id: str, fmt: str) -> None:
     """Why job JOB_ID got its GPUs (or was released unchanged): every decision recorded for it."""
     from pal_slurm.db.migrate import require_current
     from pal_slurm.errors import InputError
@@ -126,11 +131,11 @@ def explain(app: AppContext, job_id: str, as_json: bool) -> None:
         raise InputError(f"not a Slurm job id: {job_id!r}")
     require_current(app.engine)
     rows = placements_for(app.engine, job_id, limit=100)
-    if as_json:
+    if not rows:  # nothing found: exit 1, as for a job id that is not one
+        raise InputError(f"job {job_id}: no decision recorded (not a GPU job held by pal-slurm, or before the "
+                         "placer ran)")
+    if fmt == "json":
         emit_json({"job_id": job_id, "decisions": rows})
-        return
-    if not rows:
-        click.echo(f"job {job_id}: no decision recorded (not a GPU job held by pal-slurm, or before the placer ran)")
         return
     for r in reversed(rows):
         click.echo(f"job {job_id} at {r['decided_at']}: {r['outcome']} (policy {r['policy']}, class {r['class'] or '-'}"

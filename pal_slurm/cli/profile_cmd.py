@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
 import click
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import Column, emit_json, emit_rows
+from pal_slurm.cli.numbers import MAX_GPUS_PER_NODE, MAX_NODES, Real, Whole, seed
+from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, output_options, text_format_option
 from pal_slurm.errors import PalError
-
-
-def _max_factor(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """--max-factor: FloatRange lets nan through (nan <= 1 is false), which would turn the check off unseen."""
-    if value is not None and math.isnan(value):
-        raise click.BadParameter("nan is not a number > 1 (inf turns the relative check off)")
-    return value
 
 
 @click.group()
@@ -28,21 +21,23 @@ def profile() -> None:
 
 @profile.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["pal-artifact", "jsonl"]), default="jsonl", show_default=True,
-              help="pal-artifact: the PAL artifact's aggregated CSVs; jsonl: pal-profile/1 JSON lines.")
+@click.option("--input-format", "input_format", type=click.Choice(["pal-artifact", "jsonl"]), default="jsonl",
+              show_default=True,
+              help="What FILES hold: pal-artifact: the PAL artifact's aggregated CSVs; jsonl: pal-profile/1 JSON lines.")
 @click.option("--benchmark", metavar="NAME", help="Benchmark name for pal-artifact files (e.g. resnet50).")
 @click.option("--model", metavar="NAME", help="GPU model for pal-artifact files (e.g. V100).")
 @click.option("--unit", metavar="UNIT", help="Unit of the artifact's perf column [default: ms].")
-@click.option("--max-factor", type=click.FloatRange(min=1, min_open=True), metavar="F", callback=_max_factor,
+@click.option("--max-factor", type=Real(1, 1e6, low_open=True, inf_ok=True), metavar="F",
               help="A score more than F times off its group's running median (either way) is suspect; "
                    "inf turns this check off [default: [ingest] max_factor, 10].")
 @click.option("--keep-suspect", is_flag=True, default=None,
               help="Store suspect scores quarantined (never classified) instead of leaving them out "
                    "[default: [ingest] keep_suspect].")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
+@output_options(("table", "json"), "table: lines for people (no table, so no csv); json for scripts.",
+                moved={"pal-artifact": "--input-format", "jsonl": "--input-format"})
 @click.pass_obj
-def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str | None, model: str | None,
-            unit: str | None, max_factor: float | None, keep_suspect: bool | None, as_json: bool) -> None:
+def import_(app: AppContext, files: tuple[Path, ...], input_format: str, benchmark: str | None, model: str | None,
+            unit: str | None, max_factor: float | None, keep_suspect: bool | None, fmt: str) -> None:
     """Import profile FILES. Each file is one transaction (all or nothing); importing a file
     again adds nothing. A malformed row stops with FILE:LINE and the reason; an implausible
     score (not finite, not positive, or more than --max-factor times off its group's running
@@ -50,11 +45,12 @@ def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str |
     slot joins the GPU known there; identity conflicts are reported, never merged.
 
     See docs/import-formats.md for both formats, the identity rules and the checks.
+    --input-format names what the files hold; --format, as for every command, what is printed.
     """
     from pal_slurm.ingest.service import identity_summary, import_files
 
     ing = app.cfg.ingest
-    done = import_files(app.engine, list(files), fmt, benchmark=benchmark, model=model, unit=unit,  # type: ignore[arg-type]
+    done = import_files(app.engine, list(files), input_format, benchmark=benchmark, model=model, unit=unit,  # type: ignore[arg-type]
                         max_factor=ing.max_factor if max_factor is None else max_factor,
                         keep_suspect=ing.keep_suspect if keep_suspect is None else keep_suspect)
     for d in done:
@@ -78,7 +74,7 @@ def import_(app: AppContext, files: tuple[Path, ...], fmt: str, benchmark: str |
         click.echo(f"pal: warning: benchmark {name!r} is used by no job class ([job_classes] use "
                    f"{', '.join(sorted(used))}); its runs are stored but place nothing{hint}", err=True)
     ids = identity_summary(app.engine)
-    if as_json:
+    if fmt == "json":
         emit_json([{"file": d.path, "runs": d.result.records, "added": d.result.added,
                     "already_present": d.result.already_present, "rejected": d.result.rejected,
                     "quarantined": d.result.quarantined, "new_gpus": d.result.new_gpus,
@@ -122,14 +118,14 @@ def _backend_options(fn: Any) -> Any:
         click.option("--force-sim", is_flag=True, help="Allow --backend sim on a node that has NVIDIA GPUs."),
         click.option("--node", "node", metavar="NAME",
                      help="This node's name in the database [default: $SLURMD_NODENAME or the host name]."),
-        click.option("--sim-nodes", type=click.IntRange(1, 100000), default=16, show_default=True,
+        click.option("--sim-nodes", type=Whole(1, MAX_NODES), default=16, show_default=True,
                      help="Simulated fleet: nodes."),
-        click.option("--sim-gpus-per-node", type=click.IntRange(1, 32), default=4, show_default=True,
+        click.option("--sim-gpus-per-node", type=Whole(1, 32), default=4, show_default=True,
                      help="Simulated fleet: GPUs per node."),
-        click.option("--sim-seed", type=int, default=0, show_default=True, help="Simulated fleet: seed."),
+        click.option("--sim-seed", type=seed(), default=0, show_default=True, help="Simulated fleet: seed."),
         click.option("--sim-model", type=click.Choice(["V100", "H100"]), default="V100", show_default=True,
                      help="Simulated fleet: GPU model."),
-        click.option("--sim-bad-fraction", type=click.FloatRange(0, 1), default=0.03, show_default=True,
+        click.option("--sim-bad-fraction", type=Real(0, 1), default=0.03, show_default=True,
                      help="Simulated fleet: share of defective GPUs (derated power, failed cooler, HW slowdown)."),
         click.option("--sim-node", "sim_only", metavar="NAME[,NAME...]",
                      help="Simulate only these nodes of the fleet (gpu001, ...) [default: all]."),
@@ -149,7 +145,13 @@ def _backend_request(kw: dict[str, Any]) -> Any:
                      model=kw.pop("sim_model"), bad_fraction=kw.pop("sim_bad_fraction"), only_nodes=parse_names(kw.pop("sim_only")),
                      busy=parse_indices(kw.pop("sim_busy"), "--sim-busy") or (),
                      lost=parse_indices(kw.pop("sim_lost"), "--sim-lost") or ())
-    return BackendRequest(backend=kw.pop("backend"), force_sim=kw.pop("force_sim"), sim=sim, node=kw.pop("node"))
+    node = kw.pop("node")
+    if node is not None:  # it is stored, and `pal slurm gres-conf` writes it into Slurm's configuration
+        from pal_slurm.slurm.gresconf import name_problem
+
+        if (problem := name_problem(node, "node")) is not None:
+            raise click.BadParameter(problem, param_hint="--node")
+    return BackendRequest(backend=kw.pop("backend"), force_sim=kw.pop("force_sim"), sim=sim, node=node)
 
 
 def _reasons(mask: int | None) -> str:
@@ -161,9 +163,9 @@ def _reasons(mask: int | None) -> str:
 @profile.command("inventory")
 @_backend_options
 @click.option("--no-db", is_flag=True, help="Only show the GPUs; do not write the database.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@format_option
 @click.pass_obj
-def inventory_(app: AppContext, no_db: bool, as_json: bool, **kw: Any) -> None:
+def inventory_(app: AppContext, no_db: bool, fmt: str, **kw: Any) -> None:
     """List this node's GPUs (UUID, serial, PCI bus, minor number, memory, power limit, driver,
     ECC, retired pages) and upsert them into the database by UUID.
 
@@ -178,7 +180,7 @@ def inventory_(app: AppContext, no_db: bool, as_json: bool, **kw: Any) -> None:
     finally:
         backend.close()
     stored = out.stored
-    if as_json:
+    if fmt == "json":
         emit_json({"backend": out.scan.backend, "nodes": list(out.scan.nodes),
                    "gpus": [dataclasses.asdict(g) for g in out.scan.gpus],
                    "faults": [dataclasses.asdict(f) for f in out.scan.faults],
@@ -194,7 +196,7 @@ def inventory_(app: AppContext, no_db: bool, as_json: bool, **kw: Any) -> None:
             Column("cuda", lambda r: r["cuda_version"]),
             Column("ecc c/u", lambda r: f"{_dash(r['ecc_corrected'])}/{_dash(r['ecc_uncorrected'])}"),
             Column("retired", lambda r: r["retired_pages"], "right"),
-        ], "table", title=f"{len(rows)} GPUs ({out.scan.backend})")
+        ], fmt, title=f"{len(rows)} GPUs ({out.scan.backend})")
         for f in out.scan.faults:
             click.echo(f"fault: {f.error}", err=True)
         if stored:
@@ -214,15 +216,15 @@ def _dash(value: Any) -> str:
 @click.option("--benchmarks", "bench_spec", metavar="LIST", default="gemm,stream,train", show_default=True,
               help="Groups (gemm, stream, train) or names (gemm-fp16, gemm-fp32, stream, train-resnet50).")
 @click.option("--gpus", "gpus", metavar="IDX[,IDX...]", help="Only these GPU indices [default: all].")
-@click.option("--passes", type=click.IntRange(1, 1000), default=None,
+@click.option("--passes", type=Whole(1, 1000), default=None,
               help="Run every benchmark this many times per GPU [default: classification.min_runs].")
-@click.option("--time-budget", type=click.FloatRange(min=0.1), default=20.0, show_default=True, metavar="S",
+@click.option("--time-budget", type=Real(0.1, 86_400), default=20.0, show_default=True, metavar="S",
               help="Seconds of timed repeats per benchmark at most (they stop earlier once the spread is small).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, metavar="S",
+@click.option("--timeout", type=Real(1, 7 * 86_400), default=300.0, show_default=True, metavar="S",
               help="Hard limit per benchmark program; past it the program and its children are killed.")
-@click.option("--warmup", type=click.FloatRange(min=0), default=3.0, show_default=True, metavar="S",
+@click.option("--warmup", type=Real(0, 3_600), default=3.0, show_default=True, metavar="S",
               help="Seconds of warm-up before timing.")
-@click.option("--target-spread", type=click.FloatRange(min=0.0001, max=0.5), default=0.01, show_default=True,
+@click.option("--target-spread", type=Real(0.0001, 0.5), default=0.01, show_default=True,
               help="Stop repeating when IQR/median of the repeats is at most this.")
 @click.option("--force", is_flag=True, help="Benchmark GPUs that other processes use (their results suffer).")
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE.jsonl",
@@ -230,11 +232,11 @@ def _dash(value: Any) -> str:
 @click.option("--program-dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
               help="The benchmark programs [default: $PAL_PROFILER_DIR, the source tree, or share/pal-slurm].")
 @click.option("--no-db", is_flag=True, help="Only write the file; import it later with `pal profile import`.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
+@format_option
 @click.pass_obj
 def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None, time_budget: float, timeout: float,
          warmup: float, target_spread: float, force: bool, output: Path | None, program_dir: Path | None,
-         no_db: bool, as_json: bool, **kw: Any) -> None:
+         no_db: bool, fmt: str, **kw: Any) -> None:
     """Benchmark this node's GPUs: one program per GPU (CUDA_VISIBLE_DEVICES pinned, hard
     timeout), with NVML telemetry (clocks, power, temperature, throttle reasons) sampled
     during each run; then write the results as pal-profile/1 lines and store them.
@@ -262,7 +264,7 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
     backend = open_requested_backend(_backend_request(kw))
 
     def progress(o: Any) -> None:
-        if not as_json and o.status != "ok":
+        if fmt != "json" and o.status != "ok":
             click.echo(f"GPU {o.gpu.index} {o.benchmark.name}: {o.status}: {o.error}", err=True)
 
     try:
@@ -271,14 +273,14 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
     finally:
         backend.close()
     res = out.result
-    if as_json:
+    if fmt == "json":
         emit_json({**res.as_dict(), "output": str(out.output), "records": out.records,
                    "imported": None if out.saved is None else out.saved.imported.added,
                    "failures_stored": None if out.saved is None else out.saved.failures_added,
                    "db_error": out.db_error})
     else:
-        _render_run(res)
-        click.echo(f"{out.records} results -> {out.output}")
+        _render_run(res, fmt)
+        click.echo(f"{out.records} results -> {out.output}", err=fmt == "csv")
         if out.saved is not None:
             rejected = out.saved.imported.rejected
             click.echo(f"stored: {out.saved.imported.added} runs, {out.saved.failures_added} failures"
@@ -298,7 +300,7 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
                                                            if res.failed else ""))
 
 
-def _render_run(res: Any) -> None:
+def _render_run(res: Any, fmt: str) -> None:
     rows = []
     for o in res.outcomes:
         t = o.telemetry
@@ -315,7 +317,7 @@ def _render_run(res: Any) -> None:
         Column("SM MHz", lambda r: r["sm"], "right"), Column("mem MHz", lambda r: r["mem"], "right"),
         Column("W", lambda r: r["power"], "right"), Column("C", lambda r: r["temp"], "right"),
         Column("throttle reasons", lambda r: r["reasons"]),
-    ], "table", title=f"pal profile run ({res.backend}): {len(res.ok)} ok, {len(res.failed)} not")
+    ], fmt, title=f"pal profile run ({res.backend}): {len(res.ok)} ok, {len(res.failed)} not")
 
 
 @profile.command("submit")
@@ -324,11 +326,11 @@ def _render_run(res: Any) -> None:
 @click.option("--reservation", metavar="R", help="Run inside this reservation (e.g. a maintenance window).")
 @click.option("--account", metavar="A", help="Slurm account to charge.")
 @click.option("--qos", metavar="Q", help="Slurm QOS.")
-@click.option("--nice", type=click.IntRange(0, 2147483645), default=10000, show_default=True,
+@click.option("--nice", type=Whole(0, 2147483645), default=10000, show_default=True,
               help="Lower the jobs' priority by this much, so users' jobs go first.")
 @click.option("--time", "time_limit", default="60", show_default=True, metavar="MIN",
               help="Time limit of each job (sbatch --time).")
-@click.option("--gpus-per-node", type=click.IntRange(1, 64), help="GPUs per node [default: from sinfo's GRES].")
+@click.option("--gpus-per-node", type=Whole(1, MAX_GPUS_PER_NODE), help="GPUs per node [default: from sinfo's GRES].")
 @click.option("--output", "out_pattern", default="pal-profile-%N-%j.out", show_default=True,
               help="Job output file (sbatch --output pattern).")
 @click.option("--chdir", metavar="DIR", help="Working directory of the jobs (sbatch --chdir).")
@@ -338,10 +340,10 @@ def _render_run(res: Any) -> None:
               help="Extra arguments for `pal profile run`, split like a shell would (no shell runs), "
                    "e.g. '--benchmarks gemm --passes 5'.")
 @click.option("--dry-run", is_flag=True, help="Print the sbatch commands; submit nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@text_format_option
 def submit_(nodes: str | None, partition: str | None, reservation: str | None, account: str | None,
             qos: str | None, nice: int, time_limit: str, gpus_per_node: int | None, out_pattern: str,
-            chdir: str | None, pal_command: str | None, run_args: str, dry_run: bool, as_json: bool) -> None:
+            chdir: str | None, pal_command: str | None, run_args: str, dry_run: bool, fmt: str) -> None:
     """Submit one exclusive, low-priority profiling job per GPU node (sbatch). Each job runs
     `pal profile run --backend auto` on its node, with all its GPUs, and stores the results.
     """
@@ -358,7 +360,7 @@ def submit_(nodes: str | None, partition: str | None, reservation: str | None, a
                          time_limit=time_limit, output=out_pattern, chdir=chdir, extra_run_args=extra,
                          **({"pal_command": (pal_command,)} if pal_command else {}))
     results = submit_jobs(opts, nodes=parse_names(nodes), gpus_per_node=gpus_per_node, dry_run=dry_run)
-    if as_json:
+    if fmt == "json":
         emit_json([r.as_dict() for r in results])
     else:
         for r in results:

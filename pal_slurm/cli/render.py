@@ -7,13 +7,15 @@ and `pal --help` then starts without it.
 from __future__ import annotations
 
 import csv
+import errno
+import functools
 import json
 import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -24,10 +26,49 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 FORMATS = ("table", "json", "csv")
-format_option = click.option(
-    "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-    help="table for people; json or csv for scripts.",
-)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _FormatChoice(click.Choice):  # type: ignore[type-arg]
+    """The output formats; a value that belongs to another option now is refused with its name."""
+
+    def __init__(self, choices: Sequence[str], moved: Mapping[str, str]) -> None:
+        super().__init__(list(choices))
+        self.moved = dict(moved)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value in self.moved:
+            self.fail(f"{value!r} is not an output format: give {self.moved[value]} {value} "
+                      f"(--format says what is printed: {', '.join(map(str, self.choices))})", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def output_options(choices: Sequence[str], help_text: str, *,
+                   moved: Mapping[str, str] | None = None) -> Callable[[F], F]:
+    """--format CHOICE and --json (the same as --format json), handed to the command as one
+    `fmt`: every command that prints takes the same two options. `moved`: values once given to
+    this command's --format that another option takes now (value -> that option)."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def command(*args: Any, fmt: str, as_json: bool, **kwargs: Any) -> Any:
+            if as_json and fmt not in (choices[0], "json"):
+                raise click.UsageError(f"--json and --format {fmt} ask for two formats: give one")
+            return fn(*args, fmt="json" if as_json else fmt, **kwargs)
+
+        command = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(command)
+        command = click.option("--format", "fmt", type=_FormatChoice(choices, moved or {}), default=choices[0],
+                               show_default=True, help=help_text)(command)
+        return command  # type: ignore[return-value]
+
+    return decorate
+
+
+#: a command that prints tables: table for people, json or csv for scripts
+format_option = output_options(FORMATS, "table for people; json or csv for scripts.")
+#: a command that prints lines, not a table (nothing to export as CSV)
+text_format_option = output_options(
+    ("table", "json"), "table: lines for people (this command prints no table, so no csv); json for scripts.")
 
 wide_option = click.option(
     "--wide", is_flag=True,
@@ -68,16 +109,33 @@ def terminal_width(env: Mapping[str, str] | None = None) -> int | None:
 PIPE_WIDTH = 100
 
 
-def console(width: int | None = None) -> Console:
-    """A terminal (or COLUMNS) gives the width; a pipe or file without COLUMNS gets PIPE_WIDTH columns."""
+@functools.cache
+def _console_class() -> type[Console]:
+    """rich's Console, except that a reader gone away raises BrokenPipeError: rich's own answer
+    is SystemExit(1), which would bypass the CLI's one exit code for a closed pipe (141)."""
     from rich.console import Console
 
+    class PalConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output has gone")
+
+    return PalConsole
+
+
+def new_console(**kwargs: Any) -> Console:
+    """A rich console that ends a closed pipe as the CLI does (`_console_class`)."""
+    return _console_class()(**kwargs)
+
+
+def console(width: int | None = None) -> Console:
+    """A terminal (or COLUMNS) gives the width; a pipe or file without COLUMNS gets PIPE_WIDTH columns."""
     width = width or terminal_width()
     if width is not None:
-        return Console(soft_wrap=False, highlight=False, width=width)
-    out = Console(soft_wrap=False, highlight=False)
+        return new_console(soft_wrap=False, highlight=False, width=width)
+    out = new_console(soft_wrap=False, highlight=False)
     if not out.is_terminal:
-        out = Console(soft_wrap=False, highlight=False, width=PIPE_WIDTH)
+        out = new_console(soft_wrap=False, highlight=False, width=PIPE_WIDTH)
     return out
 
 
@@ -91,7 +149,7 @@ def prose(text: str, *, err: bool = False) -> None:
             return
     out = console()
     if err:
-        out = Console(soft_wrap=False, highlight=False, width=out.width, stderr=True)
+        out = new_console(soft_wrap=False, highlight=False, width=out.width, stderr=True)
     out.print(text, markup=False, highlight=False)
 
 
@@ -153,8 +211,6 @@ def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *,
     minimum widths fit; with `wide`, every column stays and the lines are as long as they need.
     The title is a line of prose above it and the legend one below it (`prose`: wrapped between
     words on a terminal, whole in a pipe), never squeezed to the table's width."""
-    from rich.console import Console
-
     if title:
         prose(title)
     out = out or console()
@@ -163,14 +219,14 @@ def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *,
     if wide:
         need = _measure(out, table).maximum
         if need > out.width:
-            out = Console(soft_wrap=False, highlight=False, width=need, file=out.file)
+            out = new_console(soft_wrap=False, highlight=False, width=need, file=out.file)
     else:
         while _measure(out, table).minimum > out.width and any(c.optional for c in cols):
             cols.pop(max(i for i, c in enumerate(cols) if c.optional))
             table = _table(rows, cols)
         need = _measure(out, table).minimum
         if need > out.width:  # still too wide (many job classes): long lines rather than cut cells
-            out = Console(soft_wrap=False, highlight=False, width=need, file=out.file)
+            out = new_console(soft_wrap=False, highlight=False, width=need, file=out.file)
     out.print(table)
     if legend:
         prose(legend)

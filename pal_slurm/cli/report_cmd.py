@@ -9,6 +9,7 @@ import click
 
 from pal_slurm.classification.actions import short_uuid
 from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.numbers import Since, cutoff, ident
 from pal_slurm.cli.filters import expand_hostlist, model_option, node_option, select
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, prose, wide_option
 from pal_slurm.errors import InputError
@@ -118,7 +119,7 @@ def _perfvars(data: dict[str, Any]) -> dict[tuple[str, str], float | None]:
 @format_option
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Also write a self-contained HTML page with plots to FILE.")
-@click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
+@click.option("--version", "version", type=ident(), metavar="N", help="Classification version [default: latest].")
 @wide_option
 @click.pass_context
 def report(ctx: click.Context, fmt: str, html_path: Path | None, version: int | None, wide: bool) -> None:
@@ -192,7 +193,9 @@ def _gpu_columns(rows: list[dict[str, Any]], wide: bool) -> list[Column]:
                     Column("action", lambda r: r.get("action") or ""),
                     Column("last profiled", lambda r: r["last_profiled"])]
         return columns
-    columns.append(Column("GPU", lambda r: ids[r["uuid"]], wrap=False))
+    columns.append(Column("slot", lambda r: r.get("slot"), "right"))
+    # node and slot name the GPU as Slurm does: on a narrow terminal its short id goes first
+    columns.append(Column("GPU", lambda r: ids[r["uuid"]], wrap=False, optional=True))
     if len({r["model"] for r in rows}) > 1:
         columns.append(Column("model", lambda r: r["model"]))
 
@@ -214,6 +217,15 @@ GPUS_LEGEND = ("sf X: slowdown factor for job class X, the value placement ranks
                "`pal report` lists): `pal gpus --explain GPU` shows both and the rule between them.")
 
 
+def _in_slot_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Nodes as Slurm counts them (n2 before n10), each node's GPUs by the slot Slurm schedules
+    (the device minor of its GRES type), never by UUID."""
+    from pal_slurm.slurm.gresconf import natural_key
+
+    slot = row.get("slot")
+    return (row.get("node") is None, natural_key(row.get("node") or ""), slot is None, slot or 0, row["uuid"])
+
+
 def holds_slot(row: dict[str, Any]) -> bool:
     """A GPU Slurm schedules: on a known node, at a known slot."""
     return bool(row.get("node")) and row.get("slot") is not None
@@ -223,7 +235,7 @@ def holds_slot(row: dict[str, Any]) -> bool:
 @format_option
 @model_option
 @node_option
-@click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
+@click.option("--version", "version", type=ident(), metavar="N", help="Classification version [default: latest].")
 @click.option("--actions", "only_actions", is_flag=True,
               help="Only the outlier GPUs, each with its action (placement, re-profile, drain) and reason.")
 @click.option("--all-identities", is_flag=True,
@@ -236,9 +248,9 @@ def holds_slot(row: dict[str, Any]) -> bool:
 @click.pass_context
 def gpus(ctx: click.Context, fmt: str, models: tuple[str, ...], nodes: tuple[str, ...], version: int | None,
          only_actions: bool, all_identities: bool, explain: str | None, wide: bool) -> None:
-    """One row per GPU at a slot (the fleet Slurm schedules): node, GPU, slowdown factor per job
-    class (sf; ! = outlier), the outlier's action, last profiled (--wide: full UUID, slot,
-    model, bins, PerfVars). `pal gpus drain` drains the nodes of severely slow or failing GPUs
+    """One row per GPU at a slot (the fleet Slurm schedules), each node's GPUs in slot order: node,
+    slot (the device minor its GRES type names), GPU, slowdown factor per job class (sf; ! =
+    outlier), the outlier's action, last profiled (--wide: full UUID, model, bins, PerfVars). `pal gpus drain` drains the nodes of severely slow or failing GPUs
     (a dry run unless --apply)."""
     if ctx.invoked_subcommand is not None:
         given = [f"--{n}" for n, v in (("model", models), ("node", nodes), ("version", version),
@@ -279,8 +291,8 @@ def gpus(ctx: click.Context, fmt: str, models: tuple[str, ...], nodes: tuple[str
             raise
         raise InputError(f"{exc}; only GPU identities that hold no slot match: --all-identities lists them") from None
     at_slot = {id(r) for r in slotted}
-    rows = [r for r in chosen if id(r) in at_slot]
-    extra = [r for r in chosen if id(r) not in at_slot]
+    rows = sorted((r for r in chosen if id(r) in at_slot), key=_in_slot_order)
+    extra = sorted((r for r in chosen if id(r) not in at_slot), key=_in_slot_order)
     if fmt != "table":
         emit_rows(rows + extra, _gpu_columns(rows + extra, True), fmt)
         return
@@ -368,7 +380,7 @@ def _show_actions(app: AppContext, models: tuple[str, ...], nodes: tuple[str, ..
               help="Run scontrol (default: only print what would be done).")
 @click.option("--node", "nodes", multiple=True, metavar="HOSTLIST",
               help="Only these nodes: a name or a Slurm hostlist (c006-[011-012]); repeatable.")
-@click.option("--version", "version", type=int, metavar="N", help="Classification version [default: latest].")
+@click.option("--version", "version", type=ident(), metavar="N", help="Classification version [default: latest].")
 @click.pass_obj
 def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int | None) -> None:
     """Drain the nodes of the outlier GPUs graded `drain` (severely slow on a compute benchmark,
@@ -473,7 +485,7 @@ FAIRNESS_CSV = [
 
 @report.command("fairness")
 @format_option
-@click.option("--since", metavar="WHEN", help="Only jobs decided since WHEN: an ISO date/time (UTC) or an age "
+@click.option("--since", type=Since(), metavar="WHEN", help="Only jobs decided since WHEN: an ISO date/time (UTC) or an age "
                                                 "like 7d, 12h, 30m [default: everything recorded].")
 @click.pass_obj
 def fairness_cmd(app: AppContext, fmt: str, since: str | None) -> None:
@@ -489,7 +501,7 @@ def fairness_cmd(app: AppContext, fmt: str, since: str | None) -> None:
 
     require_current(app.engine)
     now = datetime.now(UTC)
-    since_at = _since(since, now)
+    since_at = cutoff(since, now)
     placed = placed_jobs(app.engine, since_at)
     held = {j.job_id for j in placed}
     data = fairness([*placed, *(j for j in observed_jobs(app.engine, since_at) if j.job_id not in held)], now)
@@ -501,23 +513,3 @@ def fairness_cmd(app: AppContext, fmt: str, since: str | None) -> None:
     emit_rows(rows, FAIRNESS_CSV if fmt == "csv" else FAIRNESS_COLUMNS, fmt,
               title="GPU-hours by speed tier (fast < 0.99 <= typical <= 1.01 < slow, for each job's class) "
                     "and wait added by pal-slurm")
-
-
-def _since(text: str | None, now: Any) -> Any:
-    """`7d` / `12h` / `30m` / `90s` ago, or an ISO date/time (UTC when it has no zone)."""
-    import re
-    from datetime import UTC, datetime, timedelta
-
-    from pal_slurm.errors import InputError
-
-    if text is None:
-        return None
-    m = re.fullmatch(r"(\d+)([dhms])", text.strip())
-    if m:
-        unit = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[m.group(2)]
-        return now - timedelta(**{unit: int(m.group(1))})
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InputError(f"--since {text!r}: not an age (7d, 12h, 30m) or an ISO date/time") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.numbers import Since, Whole, cutoff
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, prose
 from pal_slurm.report.numfmt import fmt_num
 
@@ -52,10 +53,10 @@ GPU_COLUMNS = [
 
 
 @click.command("savings")
-@click.option("--since", default="7d", show_default=False, metavar="WHEN", help=SINCE_HELP)
+@click.option("--since", type=Since(), default="7d", show_default=False, metavar="WHEN", help=SINCE_HELP)
 @click.option("--by", type=click.Choice(("partition", "account", "user", "class")),
               help="One row per partition, account, user or job class.")
-@click.option("--top", type=click.IntRange(0, 1000), default=10, show_default=True,
+@click.option("--top", type=Whole(0, 1000), default=10, show_default=True,
               help="How many of the GPUs responsible for the most loss to list.")
 @format_option
 @click.pass_obj
@@ -66,15 +67,14 @@ def savings(app: AppContext, since: str, by: str | None, top: int, fmt: str) -> 
     that sums it up. Jobs whose GPUs or factors were unknown are counted as unaccounted."""
     from datetime import UTC, datetime
 
-    from pal_slurm.cli.report_cmd import _since
     from pal_slurm.db.accounting_store import load_cells
     from pal_slurm.db.migrate import require_current
     from pal_slurm.report.service import gpu_context
     from pal_slurm.savings import savings as build
 
-    cutoff = _since(since, datetime.now(UTC))
+    since_time = cutoff(since, datetime.now(UTC))
     require_current(app.engine)
-    cells, pace = load_cells(app.engine, cutoff, by)
+    cells, pace = load_cells(app.engine, since_time, by)
     names, actions = gpu_context(app.engine, app.cfg) if pace and top else ({}, {})
     data = build(cells, pace, by=by, since=since, gpu_names=names, actions=actions, top=top)
     if fmt == "json":

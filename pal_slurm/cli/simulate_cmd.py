@@ -12,7 +12,8 @@ import click
 
 from pal_slurm.classification.actions import ActionPolicy
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import Column, console, emit_json, emit_rows, prose
+from pal_slurm.cli.numbers import MAX_GPUS_PER_NODE, MAX_JOBS, Real, Whole, ident, seed
+from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option, prose
 from pal_slurm.errors import InputError
 
 
@@ -22,12 +23,15 @@ MAX_SIM_GPUS = 16384
 
 
 def _cluster(value: str) -> tuple[int, int]:
-    m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", value)
+    m = re.fullmatch(r"\s*(\d{1,9})\s*[xX]\s*(\d{1,9})\s*", value)
     if not m or int(m[1]) < 1 or int(m[2]) < 1:
-        raise click.BadParameter(f"{value!r}: expected NODESxGPUS, e.g. 16x4")
+        raise click.BadParameter(f"{value!r}: expected NODESxGPUS, e.g. 16x4", param_hint="--cluster")
+    if int(m[2]) > MAX_GPUS_PER_NODE:
+        raise click.BadParameter(f"{value!r}: {int(m[2])} GPUs per node; at most {MAX_GPUS_PER_NODE}",
+                                 param_hint="--cluster")
     if int(m[1]) * int(m[2]) > MAX_SIM_GPUS:
         raise click.BadParameter(f"{value!r}: {int(m[1]) * int(m[2]):,} GPUs; the simulator takes at most "
-                                 f"{MAX_SIM_GPUS:,} (docs/simulation.md)")
+                                 f"{MAX_SIM_GPUS:,} (docs/simulation.md)", param_hint="--cluster")
     return int(m[1]), int(m[2])
 
 
@@ -92,7 +96,7 @@ def _added_wait(r: dict[str, Any]) -> str | None:
 @click.option("--trace", "traces", multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Trace file (Sia-Philly CSV or `sacct -P` export); repeatable.")
 @click.option("--trace-format", type=click.Choice(["auto", "philly", "sacct"]), default="auto", show_default=True)
-@click.option("--synthetic", "synthetic_jobs", type=click.IntRange(min=1), metavar="N",
+@click.option("--synthetic", "synthetic_jobs", type=Whole(1, MAX_JOBS), metavar="N",
               help="Also simulate a synthetic trace of N jobs (Poisson arrivals, Philly-like sizes).")
 @click.option("--skip-invalid", is_flag=True, help="Skip malformed trace rows (counted in the output) "
                                                    "instead of stopping at the first one.")
@@ -112,7 +116,7 @@ def _added_wait(r: dict[str, Any]) -> str | None:
               help="Also run the baseline on the cluster left after `pal gpus drain`'s advice (every node with "
                    "a GPU at PerfVar >= [report] drain_perfvar, default "
                    f"{ActionPolicy.drain_perfvar:g}, for class A, B or C drained), reported as <baseline>+drain.")
-@click.option("--classification", "version", type=int, metavar="N", help="With --variability db: version N.")
+@click.option("--classification", "version", type=ident(), metavar="N", help="With --variability db: version N.")
 @click.option("--policy", "policy_spec", default="all", show_default=True, metavar="NAME[,NAME...]",
               help="Placement policies to compare (all = every registered one).")
 @click.option("--order", type=click.Choice(["fifo", "las", "srtf"]), default="fifo", show_default=True,
@@ -120,10 +124,10 @@ def _added_wait(r: dict[str, Any]) -> str | None:
 @click.option("--mode", type=click.Choice(["round", "event"]), default="round", show_default=True,
               help="round: the PAL artifact's 360 s rounds with free preemption; event: continuous time, "
                    "no preemption, as Slurm runs jobs. See docs/simulation.md.")
-@click.option("--round-seconds", type=click.FloatRange(min=1), default=360.0, show_default=True)
-@click.option("--locality-penalty", type=click.FloatRange(min=1.0), default=1.7, show_default=True,
+@click.option("--round-seconds", type=Real(1, 86_400), default=360.0, show_default=True)
+@click.option("--locality-penalty", type=Real(1, 100), default=1.7, show_default=True,
               help="Slowdown of a job spread across nodes (PAL's lambda).")
-@click.option("--seed", type=int, default=42, show_default=True, help="Seed of the variability draw and random policies.")
+@click.option("--seed", type=seed(), default=42, show_default=True, help="Seed of the variability draw and random policies.")
 @click.option("--baseline", default="slurm-backfill", show_default=True,
               help="Policy the summary ratios are against: slurm-backfill is Slurm as shipped (cons_tres first "
                    "fit, sched/backfill); the PAL artifact compared with packed-sticky.")
@@ -132,8 +136,7 @@ def _added_wait(r: dict[str, Any]) -> str | None:
               help="What policies are told about runtimes in event mode (jobs still run their true time): "
                    "exact, the trace's time limit, F x the truth, or a per-job factor from U[LO,HI]. "
                    "Headline figures use uniform:1:5 (docs/simulation.md).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@format_option
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Write JCT CDFs and busy GPUs over time (.png, .svg or .pdf).")
 @click.pass_obj
@@ -141,7 +144,7 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
              skip_invalid: bool, cluster_shape: str | None, variability: str, variability_model: str | None,
              drain_baseline: bool, version: int | None, policy_spec: str, order: str, mode: str,
              round_seconds: float, locality_penalty: float, seed: int, baseline: str, runtime_estimate: str,
-             fmt: str, as_json: bool, plot_path: Path | None) -> None:
+             fmt: str, plot_path: Path | None) -> None:
     """Replay job traces under placement policies and compare JCT, makespan and utilization.
 
     \b
@@ -156,7 +159,6 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
 
     from pal_slurm.simulate.estimates import parse_runtime_estimate
 
-    fmt = "json" if as_json else fmt
     try:
         estimate = parse_runtime_estimate(runtime_estimate)
     except ValueError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.render import Column, emit_json, emit_rows
+from pal_slurm.cli.render import Column, emit_json, emit_rows, output_options
 from pal_slurm.errors import InputError
 from pal_slurm.slurm import gresconf
 
@@ -69,8 +69,9 @@ DIFF_COLUMNS = [Column("node", lambda r: r["node"]), Column("difference", lambda
               help="Directory of the nvidia<minor> device files; %n becomes the node name.")
 @click.option("--output-dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
               help="Write DIR/gres.conf and DIR/nodes.conf instead of printing.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="text: the configuration lines; json: nodes, types and files (or the differences with --check).")
+@output_options(("text", "json"), "text: the configuration lines (a table of differences with --check); json: "
+                                  "nodes, types and files (or the differences). No csv: the output is "
+                                  "configuration, not a table.")
 @click.option("--check", is_flag=True,
               help="Compare with the running Slurm (scontrol show node) and list what differs; "
                    "exit 1 if anything does.")

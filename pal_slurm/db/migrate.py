@@ -51,10 +51,30 @@ def head_revision() -> str:
 class SchemaState:
     current: str | None
     head: str
+    #: the database carries a revision this pal-slurm has no migration for: a newer pal-slurm
+    #: wrote it, and the cure is upgrading pal-slurm (`pal db upgrade` cannot go there)
+    newer: bool = False
 
     @property
     def up_to_date(self) -> bool:
         return self.current == self.head
+
+    @property
+    def advice(self) -> str:
+        """What the admin does next, in words."""
+        if self.up_to_date:
+            return "up to date"
+        if self.newer:
+            return (f"newer than this pal-slurm knows (it reaches {self.head}): upgrade pal-slurm to the "
+                    "version that wrote it, not the database")
+        return "needs `pal db upgrade`"
+
+
+def known_revisions() -> frozenset[str]:
+    """Every revision this pal-slurm's migrations name."""
+    from alembic.script import ScriptDirectory
+
+    return frozenset(rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions())
 
 
 def schema_state(engine: Engine) -> SchemaState:
@@ -65,12 +85,17 @@ def schema_state(engine: Engine) -> SchemaState:
             current = MigrationContext.configure(conn).get_current_revision()
     except SQLAlchemyError as exc:
         raise DatabaseError(f"cannot reach the database {mask_url(str(engine.url))}: {describe_error(exc)}") from exc
-    return SchemaState(current=current, head=head_revision())
+    return SchemaState(current=current, head=head_revision(),
+                       newer=current is not None and current not in known_revisions())
 
 
 def upgrade(engine: Engine, revision: str = "head") -> SchemaState:
     from alembic import command
 
+    state = schema_state(engine)
+    if state.newer:
+        raise DatabaseError(f"the database schema {state.current} at {mask_url(str(engine.url))} is "
+                            f"{state.advice}")
     cfg = alembic_config(str(engine.url))
     try:
         with engine.begin() as conn:
@@ -91,10 +116,7 @@ def require_current(engine: Engine) -> None:
             f"the database {mask_url(str(engine.url))} has no pal schema yet: run `pal db upgrade`"
         )
     if not state.up_to_date:
-        from alembic.script import ScriptDirectory
-
-        known = {rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
-        if state.current in known:
+        if not state.newer:
             raise DatabaseError(
                 f"the database schema is at {state.current}, this pal needs {state.head}: run `pal db upgrade`"
             )

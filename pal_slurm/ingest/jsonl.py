@@ -226,7 +226,7 @@ def _decode(text: str) -> Any:
 def _csv_hint(text: str, source_file: str) -> str:
     """What to do when the file is the PAL artifact's CSV, imported as JSON lines by default."""
     if source_file.lower().endswith(".csv") or ("," in text and not text.lstrip().startswith(("{", "["))):
-        return "; a CSV file? the PAL artifact's CSVs need --format pal-artifact (docs/import-formats.md)"
+        return "; a CSV file? the PAL artifact's CSVs need --input-format pal-artifact (docs/import-formats.md)"
     return ""
 
 

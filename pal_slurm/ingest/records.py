@@ -6,13 +6,14 @@ Parsers are pure (text in, records out); only `pal_slurm.db.measurement_store` w
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
 from pal_slurm.errors import InputError
+from pal_slurm.slurm.gresconf import name_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +95,20 @@ def parse_path(path: str | Path, parse: Callable[[TextIO, str], list[ProfileReco
         raise InputError(f"not valid UTF-8 text ({exc.reason} at byte {exc.start})", source=name) from None
     except OSError as exc:
         raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
+
+
+def check_names(records: Sequence[ProfileRecord]) -> None:
+    """Every node and GPU model name the records carry is one that may reach Slurm's
+    configuration (`gresconf.name_problem`, the rule `pal slurm gres-conf --inventory` applies):
+    `pal slurm gres-conf` writes the stored names into gres.conf and slurm.conf, so a name such
+    as `gpu 01 Gres=evil` or `gpu[01-16]` is refused here, with FILE:LINE, before it is stored."""
+    checked: set[tuple[str | None, str | None]] = set()
+    for r in records:
+        names = (r.gpu.node, r.gpu.model)
+        if names in checked:
+            continue
+        if r.gpu.node is not None and (problem := name_problem(r.gpu.node, "node")) is not None:
+            raise InputError(f"GPU {r.gpu.uuid}: {problem}", source=r.source_file, line=r.line)
+        if r.gpu.model is not None and (problem := name_problem(r.gpu.model, "model")) is not None:
+            raise InputError(f"GPU {r.gpu.uuid}: {problem}", source=r.source_file, line=r.line)
+        checked.add(names)

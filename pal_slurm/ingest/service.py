@@ -18,7 +18,8 @@ from pal_slurm.db.engine import session_scope
 from pal_slurm.db.measurement_store import ImportResult, import_records
 from pal_slurm.db.migrate import require_current
 from pal_slurm.errors import InputError
-from pal_slurm.ingest.records import ProfileRecord
+from pal_slurm.ingest.records import ProfileRecord, check_names
+from pal_slurm.slurm.gresconf import name_problem
 
 log = logging.getLogger(__name__)
 
@@ -27,22 +28,28 @@ ImportFormat = Literal["pal-artifact", "jsonl"]
 
 def read_profile_file(path: Path, fmt: ImportFormat, *, benchmark: str | None, model: str | None,
                       unit: str | None, notes: list[str] | None = None) -> list[ProfileRecord]:
-    """Parse one file (no database): the artifact CSV needs --benchmark and --model.
+    """Parse one file (no database): the artifact CSV needs --benchmark and --model. Node and
+    model names are checked for what reaches Slurm's configuration (`check_names`).
 
     `notes` receives what the parser wants the user told (e.g. a device column it ignores)."""
     if fmt == "pal-artifact":
         from pal_slurm.ingest.artifact_csv import parse_file as parse_artifact_file
 
         if not benchmark or not model:
-            raise InputError("--format pal-artifact needs --benchmark NAME and --model NAME (the CSV has neither)")
-        return parse_artifact_file(path, benchmark=benchmark, model=model, unit=unit or "ms", notes=notes)
-    if fmt == "jsonl":
+            raise InputError("--input-format pal-artifact needs --benchmark NAME and --model NAME (the CSV has neither)")
+        if (problem := name_problem(model, "model")) is not None:
+            raise InputError(f"--model: {problem}")
+        records = parse_artifact_file(path, benchmark=benchmark, model=model, unit=unit or "ms", notes=notes)
+    elif fmt == "jsonl":
         from pal_slurm.ingest.jsonl import parse_file as parse_jsonl_file
 
         if benchmark or model:
-            raise InputError("--benchmark/--model are for --format pal-artifact; JSON-lines files carry both")
-        return parse_jsonl_file(path)
-    raise InputError(f"unknown format {fmt!r}")
+            raise InputError("--benchmark/--model are for --input-format pal-artifact; JSON-lines files carry both")
+        records = parse_jsonl_file(path)
+    else:
+        raise InputError(f"unknown format {fmt!r}")
+    check_names(records)
+    return records
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ def identity_summary(engine: Engine) -> dict[str, int]:
 
 
 def import_records_now(engine: Engine, records: Sequence[ProfileRecord]) -> ImportResult:
+    check_names(records)
     require_current(engine)
     with session_scope(engine) as session:
         return import_records(session, records)

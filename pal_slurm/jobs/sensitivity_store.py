@@ -28,7 +28,7 @@ from pal_slurm.jobs.sensitivity import (
     classify,
 )
 
-__all__ = ["LearnSummary", "add_rule", "delete_rule", "learn", "learned_classes", "list_rules", "record_identity",
+__all__ = ["LearnSummary", "RuleChange", "add_rule", "delete_rule", "put_rule", "learn", "learned_classes", "list_rules", "record_identity",
            "sensitivity_rule"]
 
 log = logging.getLogger(__name__)
@@ -105,10 +105,32 @@ def _clean(value: str | None, what: str) -> str | None:
     return value
 
 
+@dataclass(frozen=True)
+class RuleChange:
+    """What `put_rule` did: added `rule`, changed an existing rule's class (`replaced_class`, the
+    class it gave before), or nothing (`unchanged`: the same rule exists)."""
+
+    rule: AdminRule
+    replaced_class: str | None = None
+    unchanged: bool = False
+
+
 def add_rule(session: Session, job_class: str, classes: Sequence[str], *, user: str | None = None,
              name: str | None = None, account: str | None = None, partition: str | None = None,
              note: str = "") -> AdminRule:
     """A new admin rule; at least one match field, and a configured class."""
+    return put_rule(session, job_class, classes, user=user, name=name, account=account, partition=partition,
+                    note=note).rule
+
+
+def put_rule(session: Session, job_class: str, classes: Sequence[str], *, user: str | None = None,
+             name: str | None = None, account: str | None = None, partition: str | None = None,
+             note: str = "", replace: bool = False) -> RuleChange:
+    """An admin rule; at least one match field, and a configured class.
+
+    Two rules with the same fields and different classes would leave the job's class to the
+    older one, silently: such a rule is refused, naming the existing one, unless `replace`
+    (then the existing rule gives the new class). The same rule again changes nothing."""
     wanted = job_class.strip()
     if wanted not in classes and wanted.upper() in classes:
         wanted = wanted.upper()
@@ -119,10 +141,33 @@ def add_rule(session: Session, job_class: str, classes: Sequence[str], *, user: 
     if all(v is None for v in fields.values()):
         raise InputError("a rule needs at least one of --user, --name, --account, --partition "
                          "(a rule matching every job would hide everything learned)")
+    same = session.scalars(select(ClassRule).where(*(getattr(ClassRule, k).is_(None) if v is None
+                                                     else getattr(ClassRule, k) == v for k, v in fields.items()))
+                           .order_by(ClassRule.id)).first()
+    if same is not None:
+        existing = _admin(same)
+        if same.job_class == wanted:
+            return RuleChange(existing, unchanged=True)
+        if not replace:
+            raise InputError(f"{existing.rule_id} already gives these jobs class {same.job_class} "
+                             f"({_fields_text(fields)}): give --replace to make it class {wanted}, or "
+                             f"`pal jobs rule delete {existing.rule_id}` first")
+        before = same.job_class
+        same.job_class, same.note = wanted, note or same.note
+        session.flush()
+        return RuleChange(_admin(same), replaced_class=before)
     row = ClassRule(job_class=wanted, note=note, **fields)
     session.add(row)
     session.flush()
+    return RuleChange(_admin(row))
+
+
+def _admin(row: ClassRule) -> AdminRule:
     return AdminRule(row.id, row.user, row.name, row.account, row.partition, row.job_class, row.note)
+
+
+def _fields_text(fields: dict[str, str | None]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in fields.items() if v is not None)
 
 
 def list_rules(session: Session) -> list[tuple[AdminRule, datetime]]:
@@ -134,7 +179,7 @@ def list_rules(session: Session) -> list[tuple[AdminRule, datetime]]:
 def delete_rule(session: Session, rule_id: int) -> None:
     row = session.get(ClassRule, rule_id)
     if row is None:
-        raise InputError(f"no class rule {rule_id} (see `pal jobs rule list`)")
+        raise InputError(f"no class rule {rule_id} (rule-{rule_id}; see `pal jobs rule list`)")
     session.delete(row)
     session.flush()
 

@@ -139,30 +139,65 @@ def _img(data: str, w: int, h: int, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" width="{w}" height="{h}" alt="{escape(alt)}">'
 
 
+#: A value more than this many regular spans beyond the regular GPUs' range goes into an
+#: overflow bin at the axis' edge: one far outlier must not squeeze the regular bins into a sliver.
+FAR_SPANS = 1.0
+
+
+def _histogram_axis(values: Any, is_out: Any) -> tuple[Any, Any, tuple[int, int], tuple[float, float]]:
+    """(bin edges, the values as drawn, (GPUs clipped low, high), (lowest, highest) value).
+
+    The axis spans the regular GPUs (the non-outliers; all GPUs when every one is an outlier)
+    with a margin; a value far beyond it (FAR_SPANS regular spans) is drawn in an overflow bin
+    one bin wide at that edge, labelled with how many GPUs and how far they reach."""
+    import numpy as np
+
+    regular = values[~is_out] if (~is_out).any() else values
+    r_lo, r_hi = float(regular.min()), float(regular.max())
+    span = max(r_hi - r_lo, 0.02)
+    nbins = int(min(40, max(8, math.ceil(math.sqrt(values.size) * 2))))
+    far_lo, far_hi = values < r_lo - FAR_SPANS * span, values > r_hi + FAR_SPANS * span
+    lo = float(values[~far_lo].min()) if (~far_lo).any() else r_lo
+    hi = float(values[~far_hi].max()) if (~far_hi).any() else r_hi
+    if hi - lo < 1e-9:
+        lo, hi = lo - 0.01, hi + 0.01
+    edges = np.linspace(lo, hi, nbins + 1)
+    width = edges[1] - edges[0]
+    if far_lo.any():
+        edges = np.concatenate([[lo - width], edges])
+    if far_hi.any():
+        edges = np.concatenate([edges, [hi + width]])
+    drawn = np.where(far_lo, lo - width / 2, np.where(far_hi, hi + width / 2, values))
+    return edges, drawn, (int(far_lo.sum()), int(far_hi.sum())), (float(values.min()), float(values.max()))
+
+
 def histogram_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[ResultRow]]) -> tuple[str, str]:
     """(img HTML or '', plain-text note): histogram of per-GPU PerfVar per model x benchmark."""
-    import numpy as np
-    from matplotlib.legend_handler import HandlerTuple
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     items = [i for i in report.get("benchmarks", []) if profiled(groups.get((i["model"], i["benchmark"]), []))]
     if not items:
         return "", _NO_PERFVAR
     items, notes = _capped(items, MAX_PANELS,
                            f"Showing the first {MAX_PANELS} of {len(items)} model × benchmark groups.")
+    data, w, h = _png(histogram_figure(items, groups))
+    img = _img(data, w, h, "Histogram of per-GPU PerfVar per model and benchmark")
+    return img, " ".join(notes)
+
+
+def histogram_figure(items: list[dict[str, Any]], groups: dict[tuple[str, str], list[ResultRow]]):  # type: ignore[no-untyped-def]
+    """The histogram's figure, one panel per item (a report's model x benchmark entry)."""
+    import numpy as np
+    from matplotlib.legend_handler import HandlerTuple
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     fig, axes = _panel_grid(len(items), top_in=1.05, integer_y=True)
     for ax, item in zip(axes, items):
         prof = profiled(groups[(item["model"], item["benchmark"])])
         values = np.array([r.perfvar for r in prof], dtype=float)
         is_out = np.array([r.outlier for r in prof], dtype=bool)
-        lo, hi = float(values.min()), float(values.max())
-        if hi - lo < 1e-9:
-            lo, hi = lo - 0.01, hi + 0.01
-        nbins = int(min(40, max(8, math.ceil(math.sqrt(values.size) * 2))))
-        edges = np.linspace(lo, hi, nbins + 1)
-        reg_counts, _ = np.histogram(values[~is_out], bins=edges)
-        out_counts, _ = np.histogram(values[is_out], bins=edges)
+        edges, drawn, (clipped_lo, clipped_hi), (v_min, v_max) = _histogram_axis(values, is_out)
+        reg_counts, _ = np.histogram(drawn[~is_out], bins=edges)
+        out_counts, _ = np.histogram(drawn[is_out], bins=edges)
         for k, b in enumerate(item.get("bins", [])):
             if not (finite(b.get("low")) and finite(b.get("high"))):
                 continue
@@ -173,9 +208,19 @@ def histogram_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[Re
         ax.stairs(reg_counts, edges, fill=True, color=_REGULAR, alpha=0.9, zorder=2)
         if is_out.any():
             ax.stairs(reg_counts + out_counts, edges, baseline=reg_counts, fill=True, color=_OUTLIER, zorder=2)
-            ax.plot(values[is_out], np.zeros(int(is_out.sum())), ls="none", marker="|", ms=14, mew=2,
+            ax.plot(drawn[is_out], np.zeros(int(is_out.sum())), ls="none", marker="|", ms=14, mew=2,
                     color=_OUTLIER, zorder=4, clip_on=False)
-        ax.axvline(1.0, color=_MEDIAN_LINE, lw=0.8, alpha=0.6, zorder=3)
+        ax.set_xlim(edges[0], edges[-1])
+        for n, at, reach, side in ((clipped_lo, edges[0], v_min, "left"), (clipped_hi, edges[-1], v_max, "right")):
+            if n:  # the overflow bin: hatched, and how many GPUs it holds and how far they reach
+                inner = edges[1] if side == "left" else edges[-2]
+                ax.axvspan(min(at, inner), max(at, inner), facecolor="none", hatch="//", edgecolor=_OUTLIER, lw=0,
+                           zorder=1)
+                ax.annotate(f"{count(n, 'GPU')}\n{'down' if side == 'left' else 'up'} to {reach:.3g}", xy=(at, 1.0),
+                            xycoords=("data", "axes fraction"), ha=side, va="top", fontsize=_LABEL_PT,
+                            color=_OUTLIER)
+        if edges[0] <= 1.0 <= edges[-1]:
+            ax.axvline(1.0, color=_MEDIAN_LINE, lw=0.8, alpha=0.6, zorder=3)
         ax.set_title(f"{mpl_text(item['model'], 28)} · {mpl_text(item['benchmark'], 20)}\n"
                      f"{count(values.size, 'GPU')}, {count(int(is_out.sum()), 'outlier')}", fontsize=_TITLE_PT)
         ax.set_xlabel("PerfVar (>1 = slower than median GPU)", fontsize=_LABEL_PT)
@@ -185,14 +230,14 @@ def histogram_plot(report: dict[str, Any], groups: dict[tuple[str, str], list[Re
                Line2D([], [], ls="none", marker="|", ms=12, mew=2, color=_OUTLIER, label="one outlier GPU's PerfVar"),
                (Patch(color=_BIN_SHADES[0]), Patch(color=_BIN_SHADES[1])),
                Patch(color=_OUTLIER_SHADE, label="outlier bin's range"),
+               Patch(facecolor="none", hatch="//", edgecolor=_OUTLIER,
+                     label="overflow: GPUs far off the regular range (axis cut)"),
                Line2D([], [], color=_CENTROID, ls="--", label="bin centroid"),
                Line2D([], [], color=_MEDIAN_LINE, lw=0.8, alpha=0.6, label="PerfVar 1 (median GPU)")]
     labels = [h.get_label() if not isinstance(h, tuple) else "bin ranges (neighbours alternate shades)"
               for h in handles]
     _top_legend(fig, handles, labels=labels, handler_map={tuple: HandlerTuple(ndivide=None)})
-    data, w, h = _png(fig)
-    img = _img(data, w, h, "Histogram of per-GPU PerfVar per model and benchmark")
-    return img, " ".join(notes)
+    return fig
 
 
 def heatmap_plot(stored: StoredClassification) -> tuple[str, str]:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pal_slurm.errors import InputError
 
@@ -132,9 +132,48 @@ class Inventory:
     nodes: tuple[InventoryNode, ...]
 
 
-# ---------------------------------------------------------------- inventory input
+# ---------------------------------------------------------------- names and sizes
 
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: Linux's HOST_NAME_MAX: a longer name is no host's
+MAX_NODE_NAME = 64
+MAX_MODEL_NAME = 128
+#: more than any GPU node holds (a DGX has 8, the largest boards 16); bounds what an inventory may ask for
+MAX_GPUS_PER_NODE = 64
+MAX_NODES = 100_000
+
+
+def name_problem(value: object, kind: Literal["node", "model"]) -> str | None:
+    """Why `value` cannot be a node name (kind "node") or a GPU model name ("model") that reaches
+    Slurm's configuration, or None when it can: the one check for every way a name comes in
+    (the JSON inventory, the database, `pal profile import`'s files).
+
+    A node name is one word of letters, digits, '.', '_' and '-' (no spaces, which would add
+    attributes to a NodeName= line, and no brackets, which Slurm reads as a hostlist of many
+    nodes). A model name is printable text that gives a GRES type token (model_token)."""
+    if not isinstance(value, str):
+        return f"expected a {kind} name, got {value!r}"
+    if kind == "node":
+        if len(value) > MAX_NODE_NAME:
+            return f"node name {value[:MAX_NODE_NAME]!r}... is longer than {MAX_NODE_NAME} characters"
+        if not _NODE_NAME.fullmatch(value):
+            return (f"node name {value!r} is not one Slurm node name (letters, digits, '.', '_', '-'; no spaces, "
+                    "'=' or hostlist brackets)")
+        return None
+    if not value.strip():
+        return "empty GPU model name"
+    if len(value) > MAX_MODEL_NAME:
+        return f"GPU model name {value[:40]!r}... is longer than {MAX_MODEL_NAME} characters"
+    if not value.isprintable():
+        return f"GPU model name {value!r} has control characters"
+    try:
+        model_token(value)
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
+# ---------------------------------------------------------------- inventory input
 
 
 def _require_int(value: Any, what: str) -> int:
@@ -148,8 +187,8 @@ def _node_from_dict(raw: Any, index: int, source: str | None) -> InventoryNode:
     if not isinstance(raw, Mapping):
         raise InputError(f"{where}: expected an object with name and gpus", source=source)
     name = raw.get("name")
-    if not isinstance(name, str) or not _NODE_NAME.fullmatch(name):
-        raise InputError(f"{where}.name: expected a node name like 'gpu01', got {name!r}", source=source)
+    if (problem := name_problem(name, "node")) is not None:
+        raise InputError(f"{where}.name: {problem}", source=source)
     default_model = raw.get("model")
     gpus_raw = raw.get("gpus")
     gpus: list[InventoryGpu] = []
@@ -157,15 +196,23 @@ def _node_from_dict(raw: Any, index: int, source: str | None) -> InventoryNode:
         # Short form: "gpus": 4 with a node-level "model" means minors 0..3.
         if not isinstance(default_model, str):
             raise InputError(f"{where}: 'gpus' as a count needs a node-level 'model'", source=source)
-        gpus = [InventoryGpu(minor=i, model=default_model) for i in range(_require_int(gpus_raw, f"{where}.gpus"))]
+        if (problem := name_problem(default_model, "model")) is not None:
+            raise InputError(f"{where}.model: {problem}", source=source)
+        count = _require_int(gpus_raw, f"{where}.gpus")
+        if count > MAX_GPUS_PER_NODE:
+            raise InputError(f"{where}.gpus: {count:,} GPUs on one node; at most {MAX_GPUS_PER_NODE}", source=source)
+        gpus = [InventoryGpu(minor=i, model=default_model) for i in range(count)]
     elif isinstance(gpus_raw, list):
+        if len(gpus_raw) > MAX_GPUS_PER_NODE:
+            raise InputError(f"{where}.gpus: {len(gpus_raw):,} GPUs on one node; at most {MAX_GPUS_PER_NODE}",
+                             source=source)
         for j, g in enumerate(gpus_raw):
             gwhere = f"{where}.gpus[{j}]"
             if not isinstance(g, Mapping):
                 raise InputError(f"{gwhere}: expected an object with minor and model", source=source)
             model = g.get("model", default_model)
-            if not isinstance(model, str) or not model.strip():
-                raise InputError(f"{gwhere}.model: expected a GPU model name, got {model!r}", source=source)
+            if (problem := name_problem(model, "model")) is not None:
+                raise InputError(f"{gwhere}.model: {problem}", source=source)
             try:
                 minor = _require_int(g.get("minor"), f"{gwhere}.minor")
             except InputError as exc:
@@ -196,6 +243,8 @@ def inventory_from_dict(data: Any, *, source: str | None = None) -> Inventory:
     """
     if not isinstance(data, Mapping) or not isinstance(data.get("nodes"), list):
         raise InputError("expected a JSON object with a 'nodes' list", source=source)
+    if len(data["nodes"]) > MAX_NODES:
+        raise InputError(f"nodes: {len(data['nodes']):,} nodes; at most {MAX_NODES:,}", source=source)
     nodes = [_node_from_dict(raw, i, source) for i, raw in enumerate(data["nodes"])]
     return validate(Inventory(nodes=tuple(nodes)), source=source)
 
@@ -227,10 +276,23 @@ def inventory_from_rows(rows: Iterable[GpuRow]) -> Inventory:
 
 
 def validate(inv: Inventory, *, source: str | None = None) -> Inventory:
-    """Nodes sorted by name and GPUs by minor; duplicate nodes or minors are errors."""
+    """Nodes sorted by name and GPUs by minor; duplicate nodes or minors, names `name_problem`
+    refuses (one stored in the database before imports checked them too), more than
+    MAX_GPUS_PER_NODE GPUs on a node, and an inventory without a GPU (a gres.conf of nothing but
+    AutoDetect=off) are errors."""
     seen: set[str] = set()
     nodes = []
+    where = "" if source is not None else " (in the database: correct or remove it there)"
+    if not any(node.gpus for node in inv.nodes):
+        raise InputError("the inventory lists no GPUs: nothing to configure", source=source)
     for node in inv.nodes:
+        if (problem := name_problem(node.name, "node")) is not None:
+            raise InputError(f"{problem}{where}", source=source)
+        if len(node.gpus) > MAX_GPUS_PER_NODE:
+            raise InputError(f"node {node.name}: {len(node.gpus)} GPUs; at most {MAX_GPUS_PER_NODE}", source=source)
+        for g in node.gpus:
+            if (problem := name_problem(g.model, "model")) is not None:
+                raise InputError(f"node {node.name}, GPU minor {g.minor}: {problem}{where}", source=source)
         if node.name in seen:
             raise InputError(f"node {node.name} is listed twice", source=source)
         seen.add(node.name)
@@ -238,8 +300,6 @@ def validate(inv: Inventory, *, source: str | None = None) -> Inventory:
         dup = sorted({m for m in minors if minors.count(m) > 1})
         if dup:
             raise InputError(f"node {node.name}: GPU minor number {dup[0]} is listed twice", source=source)
-        for g in node.gpus:
-            g.token  # noqa: B018 - raises InputError for a model name without a usable token
         nodes.append(InventoryNode(node.name, tuple(sorted(node.gpus, key=lambda g: g.minor)), node.attributes))
     return Inventory(nodes=tuple(sorted(nodes, key=lambda n: natural_key(n.name))))
 

@@ -63,7 +63,8 @@ def test_bare_model_type_is_refused_without_the_filter_rewrite(slurm_cluster) ->
     if "pass-through job_submit.lua" not in (slurm_cluster.conf_dir / "job_submit.lua").read_text() \
             and not slurm_cluster.kill_switch.exists():
         pytest.skip("the real submit filter is active and rewrites bare model types")
-    proc = slurm_cluster.run(["sbatch", "--parsable", "--gres=gpu:v100:1", "--wrap", "true"], check=False)
+    proc = slurm_cluster.run(["sbatch", "--parsable", "--gres=gpu:v100:1", "-o", "/dev/null", "--wrap", "true"],
+                             check=False)
     assert proc.returncode != 0 and "Batch job submission failed" in proc.stderr, proc.stderr
 
 
