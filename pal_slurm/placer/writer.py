@@ -256,7 +256,10 @@ class Writer:
             raise
         except SlurmError as exc:
             log.warning("job %s: placement not applied (%s); releasing it as submitted", job.job_id, exc)
-            self.release_unchanged(job, f"placement failed: {exc}")
+            # what the job has now, not what it had: a put-back may have failed as well (unread:
+            # taken as emptied, so it is repaired before any release)
+            now = self.read(job.job_id) or replace(job, tres_per_node="", tres_per_job="")
+            self.release_unchanged(now, f"placement failed: {exc}")
             return False
         return True
 
