@@ -179,7 +179,8 @@ def test_a_refused_release_leaves_the_job_held_with_the_whole_placement(tmp_path
     assert state(slurm) == "held"
     tag = Tag.parse(slurm.job("1").admin_comment)
     assert tag.head == HELD and slurm.job("1").tres_per_node == tag.intent
-    assert settle(tmp_path, slurm) == "intent"
+    assert fresh(tmp_path, slurm).cycle().placed == ["1"], "planned again from the user's request"
+    assert state(slurm) == "intent" and Tag.parse(slurm.job("1").admin_comment).head == PLACED
 
 
 def test_a_refused_set_and_a_refused_put_back_keep_the_job_held_until_repaired(tmp_path: Path) -> None:
