@@ -41,15 +41,19 @@ def test_a_128_gpu_16_node_placement_keeps_the_users_request_and_the_placement()
     assert back.site == tag.site
 
 
-def test_the_old_cut_lost_the_request_at_96_gpus_the_tag_does_not() -> None:
-    """11 x 8-GPU nodes with 13-character names: the earlier one-line comment cut at 900
-    characters lost its `was` record at the end; the typed tag keeps it first."""
-    names = [f"gpunode-{i:05d}" for i in range(11)]
+@pytest.mark.parametrize("nodes", [11, 12])
+def test_the_old_cut_lost_the_request_at_88_gpus_the_tag_does_not(nodes: int) -> None:
+    """11 (88 GPUs) or 12 (96) 8-GPU nodes with 13-character names: the earlier one-line
+    comment (949 and 1,027 characters) was cut at 900 and lost its `was` record at the end;
+    the typed tag keeps it."""
+    names = [f"gpunode-{i:05d}" for i in range(nodes)]
     tag = big_placement(8, names)
+    old = (f"pal: placed class=A gpus={tag.gpus} sf={tag.sf} policy=pal-guard v12 at=1796000000 "
+           f"was tres_per_node gres:gpu:8")
+    assert len(old) > 900 and holds.original_request(held("1", admin_comment=old[:900])) is None
     back = Tag.parse(tag.render())
-    assert back is not None and back.was == (("tres_per_node", "gres:gpu:8"),)
-    job = held("1", admin_comment=tag.render())
-    assert holds.original_request(job) == ("tres_per_node", "gres:gpu:8")
+    assert back is not None and back.was == (("tres_per_node", "gres:gpu:8"),) and back.intent == tag.intent
+    assert holds.original_request(held("1", admin_comment=tag.render())) == ("tres_per_node", "gres:gpu:8")
 
 
 def test_fields_are_dropped_in_order_and_the_site_comment_is_cut_last() -> None:
