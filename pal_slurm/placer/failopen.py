@@ -3,6 +3,10 @@
 The rules (docs/admin-guide.md, "Failure modes"):
 - A held job the placer does not place is released as submitted, with the reason in its
   admin comment (`release_unchanged`).
+- A held job whose request a crash or a failed write left neither its user's nor the
+  placement's gets the one its tag records back before anything else (`repair`, first in
+  every cycle; `release_unchanged` does the same on SIGTERM and release-stale); one Slurm
+  gives neither stays held and is tried again. No path releases a job without a whole request.
 - A held job whose begin time comes close gets a new one before the cycle retypes it or keeps
   it waiting; one whose begin time cannot be moved is released unchanged (`extend`).
 - A placed job that cannot start (BadConstraints, priority 0, its node gone or drained, a

@@ -7,11 +7,17 @@ the log reads as the dry run of a cycle) and records its audit entry. The cycle 
 *what* to write (placer/slurm_updates.py says what an update contains); this module decides
 *how* it is written. The rules (docs/admin-guide.md, "What the placer touches"):
 
-- Retyping a job's GPU request is "clear, then set": a direct set merges on Slurm 22.05 and
-  replaces on 24.11; clearing TresPerNode first gives both the same result (`retype`).
-- A failed placement gets back the request the job had when the cycle read it and is
-  released unchanged (`restore`); a placed job that cannot start gets its user's request
-  back where Slurm takes it (`put_back`).
+- Before the first change to a job its tag (pal_slurm.placer.tag) records the user's request
+  and the placement, so every later step can be finished or undone by whoever comes next
+  (this cycle, the next, a restarted placer, SIGTERM, release-stale); docs/admin-guide.md,
+  "Crash points", lists each step and what repairs it.
+- Retyping a job's GPU request is "clear, then set" on 22.05 (a direct set merges there) and
+  one update on 24.11 (a direct set replaces); any error after a clear puts the request back
+  before it is raised (`change`).
+- A job is released only with a whole GPU request: its user's or the placement's, read back
+  (`verify`, `make_whole`); one that Slurm gives neither stays held (`keep_held`) and the next
+  step retries. A put-back Slurm refuses (22.05, once a job carried per-slot types) is not a
+  release.
 - An admin comment that cannot be set is logged, never raised: it is a label, the job's
   request is what matters.
 - Each write checks the mode first (`MODES`): holding or placing a job only in enforce
