@@ -348,3 +348,25 @@ def test_observe_mode_forgets_jobs_that_left_the_queue(tmp_path: Path) -> None:
     rec._jobs = []
     p.cycle()
     assert p.observed == set()
+
+
+# -- a rescue Slurm refuses ------------------------------------------------------------------------
+def test_a_stranded_placement_slurm_will_not_retype_is_not_released_without_gpus(tmp_path: Path) -> None:
+    """22.05, a placed job stuck at priority 0 (BadConstraints): the user's request back is
+    refused, and every set fails for a while. The old rescue released it "request unchanged
+    (Slurm refused both)" with whatever the failed writes left; now it stays at priority 0 until
+    a set goes through, and is then released whole."""
+    from tests.test_placer_cycle import placed_job
+    stuck = placed_job("5", state_reason="BadConstraints", priority=0)
+    p, slurm, _f = rig(tmp_path, V2205, Fault("set", times=10), jobs=[stuck])
+    slurm.typed.add("5")
+    user = {"tres_per_node": "gres:gpu:2"}
+    report = p.cycle()
+    assert "5" in report.failed and "5" not in report.restored
+    assert not any(c[0] == "release" for c in slurm.of("5"))
+    job = slurm.job("5")
+    assert job.priority == 0, "still unable to start"
+    fresh(tmp_path, slurm).cycle()
+    got = slurm.job("5")
+    assert got.priority != 0 and check_job(got, user, NOW) in ("user", "intent")
+    assert Tag.parse(got.admin_comment).head == "pal: released restored"
