@@ -164,11 +164,16 @@ def test_a_put_back_slurm_refuses_releases_the_whole_placement_not_an_empty_requ
 
 
 def test_every_set_refused_keeps_the_job_held_with_its_tag_until_slurm_takes_one(rig: Rig) -> None:
-    """The set refused, the put-back refused, the repair refused: nothing is released (22.05 would
-    run it with no GPUs); its tag and hold stay, and a cycle with Slurm answering places it."""
+    """The set refused, the put-back refused, the repair refused: on 22.05 (where the clear
+    emptied the request) nothing is released, it would run with no GPUs; its tag and hold stay,
+    and a cycle with Slurm answering places it. On 24.11 the refused one-update set never
+    changed the request: the job is released as submitted."""
     jobid = rig.submit()
     report = rig.cycle(rig.placer(Fault("set", times=10)))
     assert jobid in report.failed and not report.released
+    if rig.major() >= 24:
+        assert rig.state(jobid) == "user"
+        return
     assert rig.state(jobid) == "held"
     tag = Tag.parse(rig.job(jobid).admin_comment)
     assert tag.head == HELD and tag.was and tag.site == "site note"
