@@ -73,6 +73,7 @@ sys.path.insert(0, str(REPO))
 from pal_slurm.config import PlacerConfig
 from pal_slurm.errors import SlurmError
 from pal_slurm.placer import daemon as daemon_mod
+from pal_slurm.placer.tag import PLACED, Tag
 from pal_slurm.placer import cluster_view, shapes
 from pal_slurm.db.accounting_store import AccountingSink
 from pal_slurm.placer.accounting import Accounting
@@ -170,9 +171,11 @@ def build_state(nodes: int, per_node: int, held: int, seed: int, scenario: str =
                        tres_per_node=(",".join(f"gres:gpu:{MODEL}_g{m}:1" for m in minors) if typed
                                       else f"gres:gpu:{size}"),
                        gres_detail=[",".join(f"gpu:{MODEL}_g{m}:1(IDX:{m})" for m in minors)],
-                       admin_comment=(f"pal: placed class={rng.choice(CLASSES)} gpus={name}:"
-                                      f"{','.join(map(str, minors))} sf=1.000 policy=pal-match v3 at={int(NOW - 900)} "
-                                      f"was tres_per_node gres:gpu:{size}") if typed else "")
+                       admin_comment=Tag(head=PLACED, job_class=rng.choice(CLASSES),
+                                         was=(("tres_per_node", f"gres:gpu:{size}"),),
+                                         intent=",".join(f"gres:gpu:{MODEL}_g{m}:1" for m in minors), nodes=name,
+                                         gpus=f"{name}:{','.join(map(str, minors))}", sf="1.000", policy="pal-match",
+                                         version=3, at=int(NOW - 900)).render() if typed else "")
             jobs.append(job)
         node = copy.deepcopy(node_t)
         node.update(name=name, hostname=name, address=name, cpus=128, real_memory=2_000_000,
@@ -201,8 +204,9 @@ def build_state(nodes: int, per_node: int, held: int, seed: int, scenario: str =
         job = copy.deepcopy(pend_t)
         job.update(job_id=next_id, name=f"placed-{next_id}", priority=4_294_000_000 - next_id,
                    submit_time=int(NOW - 30), tres_per_node=f"gres:gpu:{MODEL}_g{m}:1", required_nodes=name,
-                   admin_comment=f"pal: placed class=B gpus={name}:{m} sf=1.000 policy=pal-match v3 at={int(NOW - 5)} "
-                                 f"was tres_per_node gres:gpu:1")
+                   admin_comment=Tag(head=PLACED, job_class="B", was=(("tres_per_node", "gres:gpu:1"),),
+                                     intent=f"gres:gpu:{MODEL}_g{m}:1", nodes=name, gpus=f"{name}:{m}", sf="1.000",
+                                     policy="pal-match", version=3, at=int(NOW - 5)).render())
         jobs.append(job)
     # the held jobs
     for k in range(held):

@@ -57,6 +57,7 @@ sys.path.insert(0, str(REPO))
 
 from pal_slurm.errors import PalError
 from pal_slurm.placer.process import wait_heartbeat
+from pal_slurm.placer.tag import RELEASED_UNCHANGED, Tag
 from pal_slurm.slurm.nodeinfo import parse_kv_line
 from tests.slurm.placer_support import PlacerProcess, make_db, write_config
 
@@ -205,10 +206,10 @@ def summary(run: Run, skip: set[str] = frozenset()) -> str:  # type: ignore[assi
 def pal_outcomes(run: Run) -> str:
     counts: dict[str, int] = {}
     for rec in run.records.values():
-        ac = rec.get("AdminComment", "") or "(none)"
-        key = ("placed by pal" if ac.startswith("pal: placed") else
-               "released unchanged: " + ac.split("unchanged:", 1)[1].strip()[:60] if "unchanged:" in ac else
-               "held tag left" if ac.startswith("pal:held") else "untouched")
+        tag = Tag.parse(rec.get("AdminComment", ""))
+        key = ("untouched" if tag is None else "placed by pal" if tag.placed else
+               "released unchanged: " + tag.note[:60] if tag.head == RELEASED_UNCHANGED else
+               "held tag left" if tag.held else tag.head)
         counts[key] = counts.get(key, 0) + 1
     return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pal_slurm.placer.tag import Tag
 from pal_slurm.errors import SlurmError
 from pal_slurm.jobs.runtimes import LEARNED_END_GRACE_S
 from pal_slurm.placement.policies import POLICIES
@@ -177,7 +178,7 @@ def test_a_stranded_placement_gets_the_users_request_back_and_is_released(tmp_pa
     if kw.get("priority") == 0:
         assert ("release", "5") in calls
     comment = [c for c in calls if c[0] == "update" and c[2] == "AdminComment"][-1][3]
-    assert comment.startswith("pal: released restored:") and "was tres_per_node gres:gpu:2" in comment
+    assert comment.startswith("pal: released restored") and Tag.parse(comment).was == (("tres_per_node", "gres:gpu:2"),)
     # and the same on SIGTERM / release-stale, without a cycle
     p, rec = placer(tmp_path, [placed_job("6", **kw)], nodes)
     assert p.release_all("placer stopped") == ["6"]

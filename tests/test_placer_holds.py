@@ -124,11 +124,14 @@ def test_a_begin_time_hold_is_retyped_then_ended_with_start_now(tmp_path: Path) 
     calls = b.of("1")
     assert ("start_now", "1") in calls and ("release", "1") not in calls
     assert not any(c[0] == "set_begin" for c in calls)  # 80 s ahead: far enough, nothing to move
-    # retyped before the hold ends, the tag changed only after it ended
+    # the user's request and the placement recorded first (still `pal:held`), then retyped
+    # before the hold ends; the tag says placed only after it ended
+    tags = [i for i, c in enumerate(calls) if len(c) > 2 and c[2] == "AdminComment"]
     retype = calls.index(next(c for c in calls if c[:3] == ("update", "1", "NodeList")))
     start = calls.index(("start_now", "1"))
-    tag = calls.index(next(c for c in calls if len(c) > 2 and c[2] == "AdminComment"))
-    assert retype < start < tag and calls[tag][3].startswith("pal: placed")
+    assert tags[0] < retype < start < tags[-1] and len(tags) == 2
+    assert calls[tags[0]][3].startswith("pal:held class=A src=default was=tres_per_node:gres:gpu:1 set=")
+    assert calls[tags[-1]][3].startswith("pal: placed")
     assert "hold_s = 90," in (tmp_path / "filter-state.lua").read_text()
 
 

@@ -179,7 +179,8 @@ def test_nodes_down_or_busy_make_a_job_wait_not_leave() -> None:
 def test_summary_round_trip_and_match() -> None:
     _v, _planned, ups = place([job("1")])
     u = ups["1"]
-    text = slurm_updates.summary(u, "A", "pal-match", 3, [0.9], 1796000000)
+    text = replace(slurm_updates.summary(u, "A", "pal-match", 3, [0.9], 1796000000),
+                   was=(("tres_per_node", "gres:gpu:1"),)).render()
     placed = job("1", admin_comment=text, tres_per_node=u.tres_per_node, required_nodes=u.node_list, priority=5)
     assert holds.is_placed_by_pal(placed) and not holds.is_held_by_pal(placed, NOW)
     assert holds.original_request(placed) == ("tres_per_node", "gres:gpu:1") and holds.placed_at(placed) == 1796000000

@@ -59,8 +59,10 @@ def test_the_log_names_every_write_in_order(tmp_path: Path, caplog: pytest.LogCa
         report = p.cycle()
     assert report.placed == ["1"] and report.released == ["2"]
     said = [r.getMessage() for r in caplog.records if r.name == "pal_slurm.placer.writer"]
-    assert said == sent and len(sent) == 6
-    assert said[2:4] == ["job 1: scontrol update TresPerNode=",
+    assert said == sent and len(sent) == 7
+    assert said[2].startswith("job 1: scontrol update AdminComment=pal:held class=A src=default "
+                              "was=tres_per_node:gres:gpu:1 set=gres:gpu:v100_g0:1 on=n1"), "recorded first"
+    assert said[3:5] == ["job 1: scontrol update TresPerNode=",
                          "job 1: scontrol update TresPerNode=gres:gpu:v100_g0:1 NodeList=n1"], "clear, then set"
 
 
@@ -111,7 +113,7 @@ def test_every_write_checks_the_mode() -> None:
         "comment": lambda: w.comment("1", "pal: released unchanged: x"),
         "clear": lambda: w.clear("1"),
         "retype": lambda: w.retype("1", [("TresPerNode", "gres:gpu:v100_g0:1")]),
-        "restore": lambda: w.restore(job, "x"),
+        "change": lambda: w.change("1", ["TresPerNode"], [("TresPerNode", "gres:gpu:1")]),
         "put_back": lambda: w.put_back(placed_job("1")),
         "release_unchanged": lambda: w.release_unchanged(job, "placer is in observe mode"),
     }

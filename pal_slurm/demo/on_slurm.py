@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pal_slurm.placer.tag import Tag
 from pal_slurm.errors import PalError
 from pal_slurm.ingest.jsonl import dump_jsonl
 from pal_slurm.ingest.records import GpuInfo, ProfileRecord
@@ -365,8 +366,8 @@ def _collect(cluster: DemoCluster, work: Path, job: DemoJob, job_id: str,
         time.sleep(0.3)
     state = rec.get("JobState") or "UNKNOWN"
     comment = rec.get("AdminComment", "")
-    m = re.search(r"\bclass=(\w+)", comment)
-    cls = m.group(1) if m and comment.startswith("pal: placed") else None
+    tag = Tag.parse(comment)
+    cls = tag.job_class or None if tag is not None and tag.placed else None
     env = _job_output(work / "jobs" / f"{job_id}.out")
     node = env.get("SLURMD_NODENAME") or None
     gpus = [int(g) for g in env.get("SLURM_JOB_GPUS", "").split(",") if g.strip().isdigit()]
@@ -431,7 +432,8 @@ def render_job(j: JobResult) -> list[str]:
         if j.best == j.worst and j.class_a:
             lines.append(f"    class {cls} runs the same on every GPU, so it took a GPU that is slow for class A "
                          f"({', '.join(f'{s:.3f}' for s in j.class_a)}), keeping fast ones free")
-    if not j.admin_comment.startswith("pal: placed"):
+    tag = Tag.parse(j.admin_comment)
+    if tag is None or not tag.placed:
         lines.append(f"    not placed by pal-slurm: {j.admin_comment or '(no admin comment)'}")
     else:
         lines.append(f"    AdminComment: {j.admin_comment}")

@@ -6,7 +6,8 @@ returns False ends the cycle there:
     read      nodes and jobs from Slurm, publish the heartbeat, the class factors
     see       the jobs seen this cycle (identities, placed jobs' starts and ends: placer/seen.py;
               the accounting ledger: placer/accounting.py)
-    rescue    re-tag lapsed holds, rescue placements that cannot start (placer/failopen.py)
+    rescue    repair held jobs a crash or a failed write left mid-change, re-tag lapsed holds,
+              rescue placements that cannot start (placer/failopen.py)
     gate      observe mode or no classes yet: release held jobs unchanged and stop
     replan    re-plan placements that have not started
     overdue   release jobs held longer than max_hold_s
@@ -40,6 +41,7 @@ from pal_slurm.placer.factors import FactorCache, Factors
 from pal_slurm.placer.heartbeat import Heartbeat, Rules
 from pal_slurm.placer.problem import ClassResolver, Problem, ProblemBuilder, RuntimeHistory, estimate_s, expected_end
 from pal_slurm.placer.seen import Identities, SeenJobs
+from pal_slurm.placer.tag import Tag
 from pal_slurm.placer.writer import Writer
 from pal_slurm.slurm.backend import SlurmBackend
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
@@ -182,6 +184,7 @@ def see(p: Placer, c: Cycle) -> bool:
 
 
 def rescue(p: Placer, c: Cycle) -> bool:
+    c.held = failopen.repair(p.writer, c.held, c.report)
     failopen.note_lapsed(p.writer, c.jobs, c.now)
     failopen.rescue(p.writer, c.jobs, c.nodes, p.classes, "the placement could not start", c.report)
     return True
@@ -256,7 +259,7 @@ def place(p: Placer, c: Cycle) -> bool:
     for job_id, why in decision.refused:
         log.error("job %s: policy %s broke the job's shape (%s); not placed this cycle", job_id, p.policy.name, why)
     _note_waits(p, decision, prob, now, report)
-    applied: list[tuple[SlurmJob, slurm_updates.Update, Record]] = []
+    applied: list[tuple[SlurmJob, slurm_updates.Update, Record, Tag]] = []
     for a in decision.assignments:
         job_id = a.job_id
         h, shape, job = planned.held[job_id], planned.shapes[job_id], prob.as_read[job_id]
@@ -288,7 +291,7 @@ def place(p: Placer, c: Cycle) -> bool:
                                            for gpus, w in a.alternatives[:8]],
                              reason=why, at=p.writer.stamp())
         if p.writer.apply(job, update, comment):
-            applied.append((job, update, rec))
+            applied.append((job, update, rec, comment))
         else:
             report.failed.append(job_id)
             p.audit.add(rec.failed())
@@ -330,7 +333,10 @@ def _note_waits(p: Placer, decision: Decision, prob: Problem, now: float, report
 
 
 def observe(p: Placer, c: Cycle) -> None:
-    """Observe mode: what we would do for pending GPU jobs, audited once per job; no job changes."""
+    """Observe mode: what we would do for pending GPU jobs, audited once per job; no job changes.
+    The jobs it remembers are those still in Slurm's queue (a long-running observer would
+    otherwise keep every job id it ever saw)."""
+    p.observed &= {j.job_id for j in c.jobs}
     fresh = [j for j in c.jobs if j.pending and j.job_id not in p.observed and not holds.is_placed_by_pal(j)
              and (j.tres("tres_per_node").gpu_count or j.tres("tres_per_job").gpu_count)]
     if not fresh or not c.factors.by_slot:

@@ -3,6 +3,10 @@
 The rules (docs/admin-guide.md, "Failure modes"):
 - A held job the placer does not place is released as submitted, with the reason in its
   admin comment (`release_unchanged`).
+- A held job whose request a crash or a failed write left neither its user's nor the
+  placement's gets the one its tag records back before anything else (`repair`, first in
+  every cycle; `release_unchanged` does the same on SIGTERM and release-stale); one Slurm
+  gives neither stays held and is tried again. No path releases a job without a whole request.
 - A held job whose begin time comes close gets a new one before the cycle retypes it or keeps
   it waiting; one whose begin time cannot be moved is released unchanged (`extend`).
 - A placed job that cannot start (BadConstraints, priority 0, its node gone or drained, a
@@ -24,7 +28,8 @@ from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.placer import cluster_view, holds, slurm_updates
 from pal_slurm.placer.audit import Record
 from pal_slurm.placer.cycle_report import CycleReport
-from pal_slurm.placer.writer import Writer
+from pal_slurm.placer.tag import HELD, PLACED, RELEASED_RESTORED, RELEASED_UNCHANGED, Tag, TagTooLong, site_comment
+from pal_slurm.placer.writer import Writer, carries_intent, clear_keys, user_has, whole
 from pal_slurm.slurm.backend import SlurmBackend
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 
@@ -38,10 +43,42 @@ def release_unchanged(writer: Writer, job: SlurmJob, why: str, report: CycleRepo
 
 def note_lapsed(writer: Writer, jobs: Sequence[SlurmJob], now: float) -> None:
     """Re-tag jobs whose begin-time hold ended before we released them: Slurm already
-    schedules them as submitted; the tag must not say they are held."""
+    schedules them; the tag must say with what. One the placer had changed is tagged placed
+    when it carries the whole placement, and released unchanged when it carries its user's
+    request; one that carries neither (the placer died mid-change) is held again and repaired."""
     for job in jobs:
-        if holds.hold_lapsed(job, now):
-            writer.comment(job.job_id, f"{holds.RELEASED_TAG} unchanged: the hold ended before a placement")
+        if not holds.hold_lapsed(job, now):
+            continue
+        tag = Tag.parse(job.admin_comment)
+        site = site_comment(job.admin_comment)
+        why = "the hold ended before a placement"
+        if tag is None or tag.user_request() is None or user_has(job, tag):
+            writer.comment(job.job_id, Tag(head=RELEASED_UNCHANGED, note=why, site=site))
+        elif carries_intent(job, tag):
+            writer.comment(job.job_id, Tag(head=PLACED, job_class=tag.job_class, was=tag.was, intent=tag.intent,
+                                           nodes=tag.nodes, at=int(now), note="the hold ended after the placement",
+                                           site=site))
+        else:
+            writer.keep_held(job, "the hold ended while its request was being changed")
+            fixed = writer.make_whole(job)
+            if fixed is not None:
+                writer.release_unchanged(fixed, "the hold ended while its request was being changed")
+
+
+def repair(writer: Writer, held: Sequence[SlurmJob], report: CycleReport) -> list[SlurmJob]:
+    """Held jobs whose GPU request is neither their user's nor the placer's whole intended one
+    (a placer, a set or a release that failed mid-change) get the one their tag records
+    back before anything else looks at them. Returns the held jobs as they now stand; one that
+    cannot be repaired stays held (its hold moved on) and is left out of this cycle."""
+    out: list[SlurmJob] = []
+    for job in held:
+        fixed = writer.make_whole(job)
+        if fixed is None:
+            writer.keep_held(job, "its request could not be repaired this cycle")
+            report.failed.append(job.job_id)
+            continue
+        out.append(fixed)
+    return out
 
 
 def extend(writer: Writer, held: Sequence[SlurmJob], now: float, *, hold_s: float, margin_s: float,
@@ -73,13 +110,15 @@ def rescue(writer: Writer, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode],
            report: CycleReport) -> None:
     """Placed jobs that cannot start (see slurm_updates.stranded): the user's request back
     (or, where Slurm refuses that, the same shape on slots that exist, see
-    slurm_updates.fallback_update), then released."""
+    slurm_updates.fallback_update, recorded in the tag first), then released. A job whose
+    request is not whole after that (its user's or the tag's intended one) is not released."""
     by_name = {n.name: n for n in nodes}
     view: cluster_view.View | None = None
     for job in jobs:
         reason = slurm_updates.stranded(job, by_name)
         if reason is None:
             continue
+        tag = Tag.parse(job.admin_comment) or Tag(head=PLACED)
         if writer.put_back(job):
             how = "its request restored"
         else:
@@ -89,12 +128,21 @@ def rescue(writer: Writer, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode],
             try:
                 if update is None:
                     raise SlurmError("no slots of its shape on the nodes it may use")
-                writer.retype(job.job_id, [("TresPerNode", update.tres_per_node), ("NodeList", update.node_list)])
+                tag = replace(tag, intent=update.tres_per_node, nodes=update.node_list)
+                writer.update(job.job_id, [("AdminComment", tag.render())])
+                fields = [("TresPerNode", update.tres_per_node), ("NodeList", update.node_list)]
+                writer.change(job.job_id, clear_keys(job, fields), fields)
                 how = (f"re-typed to {update.tres_per_node}"
                        + (f" on {update.node_list}" if update.node_list else " on any node"))
-            except SlurmError as exc:
+            except (SlurmError, TagTooLong) as exc:
                 log.error("job %s: stranded (%s) and not re-typed: %s", job.job_id, reason, exc)
                 how = "request unchanged (Slurm refused both)"
+        now = writer.read(job.job_id)
+        if now is None or (tag.user_request() is not None and not whole(now, tag)):
+            log.error("job %s: stranded (%s), its request is not whole after the rescue; not released, the "
+                      "next step retries", job.job_id, reason)
+            report.failed.append(job.job_id)
+            continue
         try:
             if job.priority == 0 or job.state_reason == "BadConstraints":
                 writer.release(job.job_id)
@@ -102,11 +150,10 @@ def rescue(writer: Writer, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode],
                 writer.start_now(job.job_id)
         except SlurmError as exc:
             log.error("job %s: release after restore failed: %s", job.job_id, exc)
-        text = f"{holds.RELEASED_TAG} restored: {reason}; {why}; {how}"
-        orig = holds.original_request(job)
-        if orig is not None:
-            text += f" was {orig[0]} {orig[1]}"
-        writer.comment(job.job_id, text)
+        writer.comment(job.job_id, Tag(head=RELEASED_RESTORED, was=tag.was,
+                                       intent=tag.intent if not user_has(now, tag) else "",
+                                       nodes=tag.nodes if not user_has(now, tag) else "",
+                                       note=f"{reason}; {why}; {how}", site=site_comment(job.admin_comment)))
         log.warning("job %s: %s (%s); %s", job.job_id, why, reason, how)
         report.restored.append(job.job_id)
         writer.audit.add(Record.restored(job, policy=writer.policy, job_class=holds.held_class(job)[0],
@@ -136,7 +183,9 @@ def replan(writer: Writer, job: SlurmJob, *, hold_s: float, replan_after_s: floa
     if holds.original_request(job) is None:
         return
     cls, _src = holds.held_class(job)
-    tag = f"{holds.HELD_TAG} class={cls} src=replan {job.admin_comment[len(holds.PLACED_TAG):].strip()}"[:900]
+    old = Tag.parse(job.admin_comment) or Tag(head=PLACED)
+    tag = Tag(head=HELD, job_class=cls, src="replan", was=old.was, intent=old.intent or job.tres_per_node,
+              nodes=old.nodes or job.required_nodes, site=old.site)
     if not writer.hold_again(job, tag, writer.clock() + hold_s):
         return
     restored = writer.put_back(job)
@@ -178,4 +227,4 @@ def release_all(backend: SlurmBackend, writer: Writer, classes: Sequence[str], w
     return report
 
 
-__all__ = ["extend", "note_lapsed", "release_all", "release_unchanged", "replan", "replan_stalled", "rescue"]
+__all__ = ["extend", "note_lapsed", "repair", "release_all", "release_unchanged", "replan", "replan_stalled", "rescue"]

@@ -18,18 +18,14 @@ Rules (docs/admin-guide.md, "What the placer touches"):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
+from pal_slurm.placer.tag import HELD, PLACED, Tag
 from pal_slurm.slurm.model import SlurmJob
 
-HELD_TAG = "pal:held"
-PLACED_TAG = "pal: placed"
+HELD_TAG = HELD
+PLACED_TAG = PLACED
 RELEASED_TAG = "pal: released"
-_CLASS = re.compile(r"\bclass=(?P<cls>[A-Za-z0-9]+)")
-_SRC = re.compile(r"\bsrc=(?P<src>\S+)")
-_AT = re.compile(r"\bat=(?P<at>\d+)")
-_WAS = re.compile(r"\bwas (?P<field>tres_per_(?:node|job)) (?P<value>\S*)\s*$")
 
 #: pending reasons under which a job is held by someone on purpose: never ours to release
 HELD_BY_SOMEONE = frozenset({"JobHeldUser", "JobHeldAdmin"})
@@ -59,21 +55,30 @@ def is_placed_by_pal(job: SlurmJob) -> bool:
     return job.admin_comment.startswith(PLACED_TAG)
 
 
+def tag_of(job: SlurmJob) -> Tag | None:
+    """The job's pal-slurm tag (pal_slurm.placer.tag), None when it carries none."""
+    return Tag.parse(job.admin_comment)
+
+
 def held_class(job: SlurmJob) -> tuple[str, str]:
     """(class, source) from the filter's tag `pal:held class=X src=Y`."""
-    m, s = _CLASS.search(job.admin_comment), _SRC.search(job.admin_comment)
-    return (m.group("cls") if m else "auto"), (s.group("src") if s else "default")
+    tag = tag_of(job)
+    return (tag and tag.job_class or "auto"), (tag and tag.src or "default")
 
 
 def placed_at(job: SlurmJob) -> float | None:
-    m = _AT.search(job.admin_comment)
-    return float(m.group("at")) if m else None
+    tag = tag_of(job)
+    return float(tag.at) if tag is not None and tag.at is not None else None
 
 
 def original_request(job: SlurmJob) -> tuple[str, str] | None:
-    """The request a placed job had before we retyped it (recorded in its admin_comment)."""
-    m = _WAS.search(job.admin_comment)
-    return (m.group("field"), m.group("value")) if m else None
+    """The GPU field and value of the request the user made, recorded in the tag before the
+    placer first changed the job (None: never recorded, the job has what its user asked for)."""
+    tag = tag_of(job)
+    if tag is None:
+        return None
+    gpu = [(f, v) for f, v in tag.was if f != "required_nodes" and v]
+    return gpu[0] if gpu else None
 
 
 #: how long a job left to Slurm may keep the placer from placing others: Slurm's next pass

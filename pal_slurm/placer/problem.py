@@ -46,10 +46,9 @@ class Problem:
 
 
 def plan_from(job: SlurmJob) -> SlurmJob:
-    """The job as planning must see it: a re-planned job with the GPU request the user made
-    (recorded in its tag) instead of our last per-slot one, and no node pinned."""
-    if holds.held_class(job)[1] != "replan":
-        return job
+    """The job as planning must see it: a job the placer changed before (re-planned, or held
+    again after a failed release or a crash mid-change) with the request its user made
+    (recorded in its tag) instead of our last per-slot one, and the user's node list."""
     return slurm_updates.as_submitted(job)
 
 

@@ -9,8 +9,8 @@ it. Pure like the placer's other rules (see pal_slurm.placer.shapes).
 Rules (docs/admin-guide.md, "What the placer touches"):
 - An update never gives a job another shape than its user asked for (node count, GPUs per
   node, GPUs in all), and sets the same slots on every node.
-- A placed job's admin_comment records the request it had (`was tres_per_node ...`), so a
-  re-plan or a rescue can put it back.
+- A placed job's admin_comment records the request its user made (`was=tres_per_node:...`,
+  pal_slurm.placer.tag), so a re-plan or a rescue can put it back.
 - Nobody is stranded by a placement: a job we placed that cannot start as it stands
   (BadConstraints, priority 0 without anyone's hold, a pinned node gone, down or drained,
   or lacking a slot type we set) gets its request restored and is released; where Slurm
@@ -25,8 +25,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from pal_slurm.placer.cluster_view import Slot, View, node_slots
-from pal_slurm.placer.holds import HELD_BY_SOMEONE, PLACED_TAG, is_placed_by_pal, original_request
+from pal_slurm.placer.holds import HELD_BY_SOMEONE, is_placed_by_pal
 from pal_slurm.placer.shapes import Shape, allowed_mask, request_shape
+from pal_slurm.placer.tag import PLACED, Tag
 from pal_slurm.slurm.gresconf import natural_key as _natural
 from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
@@ -61,14 +62,12 @@ def update_for(job: SlurmJob, shape: Shape, gpus: Sequence[int], view: View) -> 
 
 
 def summary(update: Update, job_class: str, policy: str, version: int | None, factors: Sequence[float],
-            now: float) -> str:
-    """The one-line admin_comment of a placed job; also carries what to restore on re-planning."""
+            now: float) -> Tag:
+    """The tag of a placed job (the writer adds the user's request and the site's comment)."""
     where = ";".join(f"{n}:" + ",".join(str(s.minor) for s in update.slots if s.node == n)
                      for n in dict.fromkeys(s.node for s in update.slots))
-    sf = ",".join(f"{f:.3f}" for f in factors)
-    ver = f" v{version}" if version is not None else ""
-    return (f"{PLACED_TAG} class={job_class} gpus={where} sf={sf} policy={policy}{ver} at={int(now)} "
-            f"was {update.original[0]} {update.original[1]}")
+    return Tag(head=PLACED, job_class=job_class, intent=update.tres_per_node, nodes=update.node_list, gpus=where,
+               sf=",".join(f"{f:.3f}" for f in factors), policy=policy, version=version, at=int(now))
 
 
 def matches(job: SlurmJob, update: Update) -> bool:
@@ -142,14 +141,14 @@ def stranded(job: SlurmJob, nodes: Mapping[str, SlurmNode]) -> str | None:
 
 
 def as_submitted(job: SlurmJob) -> SlurmJob:
-    """The job with the GPU request its user made (recorded in our tag as `was ...`) and no
-    node pinned: what a re-plan or a rescue plans from."""
-    orig = original_request(job)
-    if orig is None:
+    """The job with the request its user made (recorded in our tag, `was=...`), and the
+    user's node list: what a re-plan or a rescue plans from."""
+    tag = Tag.parse(job.admin_comment)
+    req = tag.user_request() if tag is not None else None
+    if req is None:
         return job
-    field_name, value = orig
-    return replace(job, tres_per_node=value if field_name == "tres_per_node" else "",
-                   tres_per_job=value if field_name == "tres_per_job" else "", required_nodes="")
+    return replace(job, tres_per_node=req["tres_per_node"], tres_per_job=req["tres_per_job"],
+                   required_nodes=req["required_nodes"])
 
 
 def fallback_update(job: SlurmJob, view: View) -> Update | None:

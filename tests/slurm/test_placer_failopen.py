@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from pal_slurm.placer.tag import Tag
 from tests.slurm.conftest import FINISHED, SCRIPT, SlurmCluster
 from tests.slurm.placer_support import NODES, PlacerProcess, make_db, write_config
 from tests.slurm.records import HELD_TAG, held_by_pal, int_field, job_state
@@ -494,7 +495,8 @@ def test_a_released_job_that_does_not_start_is_replanned(rig: Rig) -> None:
         assert len(placed) >= 2 and "gpus=pal-n3:" in placed[0] and "gpus=pal-n1:" in placed[-1], seen[jobid]
         assert not any("released unchanged" in c for c in seen[jobid]), seen[jobid]
         # the recorded original keeps the running version's TRES prefix (gres: on 22.05, gres/ on 24.11)
-        assert placed[-1] == rec["admin_comment"] and rec["admin_comment"].replace("gres/", "gres:").endswith(f"was {was}")
+        tag = Tag.parse(rec["admin_comment"].replace("gres/", "gres:"))
+        assert placed[-1] == rec["admin_comment"] and tag is not None and (was.split()[0], was.split()[1]) in tag.was
         env = rig.cluster.job_env(jobid)
         assert env["NODE"] == "pal-n1" and len(env["GPUS"].split(",")) == ngpus and env["GPUS"] != "none", env
         out = rig.pal(cfg, "placements", "--job", jobid, "--format", "json")

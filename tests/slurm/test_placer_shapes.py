@@ -157,7 +157,7 @@ def wait_bad_constraints(rig: Rig, jobid: str) -> None:
 
 def assert_restored_and_run(rig: Rig, jobid: str, why: str) -> None:
     rec = rig.records([jobid])[jobid]
-    assert rec["admin_comment"].startswith("pal: released restored:") and why in rec["admin_comment"], \
+    assert rec["admin_comment"].startswith("pal: released restored") and why in rec["admin_comment"], \
         rec["admin_comment"]
     rec = rig.wait_finished([jobid], timeout=60)[jobid]
     assert job_state(rec) == "COMPLETED", rec
