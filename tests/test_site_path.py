@@ -173,3 +173,11 @@ def test_config_show_lists_the_sets_defaults(key: str, tmp_path: Path) -> None:
         assert data["job_classes"]["A"]["benchmark"] == "train-resnet50"
     else:
         assert data["report"]["compute_benchmarks"][0] == "gemm-fp16"
+
+
+def test_the_demo_in_json_is_one_document_on_stdout(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "d"), "--nodes", "4", "--format", "json"], env=ENV)
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["observe_week"]["jobs"] > 0 and data["observe_week"]["observed"] > 0
+    assert "6/6" in res.stderr and "6/6" not in res.stdout

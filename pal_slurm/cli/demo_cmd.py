@@ -55,9 +55,23 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
     if app.db_url and not explicit:
         click.echo("pal demo: ignoring PAL_DB_URL; the demo uses its own SQLite file (give --db to override)", err=True)
 
+    as_json = fmt == "json"
     result = run_demo(DemoOptions(out_dir=out_dir, nodes=nodes, gpus_per_node=gpus_per_node,
                                   runs_per_gpu=runs_per_gpu, seed=seed, db_url=app.db_url if explicit else None),
-                      app_config_path=app.config_path, say=click.echo)
+                      app_config_path=app.config_path,
+                      say=(lambda line: click.echo(line, err=True)) if as_json else click.echo)
+    if as_json:  # the steps went to stderr; stdout is one JSON document
+        from dataclasses import asdict
+
+        from pal_slurm.cli.render import emit_json
+
+        week = asdict(result.week)
+        week.update(first_submit=result.week.first_submit.isoformat(), last_end=result.week.last_end.isoformat())
+        emit_json({"db_url": result.db_url, "profile_file": str(result.profile_file),
+                   "html_file": str(result.html_file), "classification_version": result.version,
+                   "recovery": result.recovery, "planted_bad": result.planted_bad, "observe_week": week,
+                   "report": result.report})
+        return
     click.echo("")
     show_report(result.report)
     click.echo("")

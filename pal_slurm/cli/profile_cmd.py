@@ -129,6 +129,11 @@ def _backend_options(fn: Any) -> Any:
                      help="Simulated fleet: share of defective GPUs (derated power, failed cooler, HW slowdown)."),
         click.option("--sim-node", "sim_only", metavar="NAME[,NAME...]",
                      help="Simulate only these nodes of the fleet (gpu001, ...) [default: all]."),
+        click.option("--sim-this-node", "sim_this_node", is_flag=True,
+                     help="Simulate only this node (--node, else $SLURMD_NODENAME or the host name): "
+                          "--sim-gpus-per-node GPUs at its slots, seeded by --sim-seed and its name, so each "
+                          "node of a cluster profiled by `pal profile submit` reports GPUs of its own "
+                          "(--sim-nodes and --sim-node do not apply)."),
         click.option("--sim-busy", metavar="IDX[,IDX...]", help="Simulate another process on these GPUs."),
         click.option("--sim-lost", metavar="IDX[,IDX...]", help="Simulate these GPUs fallen off the bus."),
     ]
@@ -141,16 +146,23 @@ def _backend_request(kw: dict[str, Any]) -> Any:
     from pal_slurm.gpu.choose import SimOptions, parse_indices, parse_names
     from pal_slurm.profiler.service import BackendRequest
 
-    sim = SimOptions(nodes=kw.pop("sim_nodes"), gpus_per_node=kw.pop("sim_gpus_per_node"), seed=kw.pop("sim_seed"),
-                     model=kw.pop("sim_model"), bad_fraction=kw.pop("sim_bad_fraction"), only_nodes=parse_names(kw.pop("sim_only")),
-                     busy=parse_indices(kw.pop("sim_busy"), "--sim-busy") or (),
-                     lost=parse_indices(kw.pop("sim_lost"), "--sim-lost") or ())
+    from pal_slurm.profiler.service import node_name
+
     node = kw.pop("node")
     if node is not None:  # it is stored, and `pal slurm gres-conf` writes it into Slurm's configuration
         from pal_slurm.slurm.gresconf import name_problem
 
         if (problem := name_problem(node, "node")) is not None:
             raise click.BadParameter(problem, param_hint="--node")
+    this_node = kw.pop("sim_this_node")
+    only = parse_names(kw.pop("sim_only"))
+    if this_node and only:
+        raise click.UsageError("--sim-this-node simulates this node alone: --sim-node does not apply")
+    sim = SimOptions(nodes=kw.pop("sim_nodes"), gpus_per_node=kw.pop("sim_gpus_per_node"), seed=kw.pop("sim_seed"),
+                     model=kw.pop("sim_model"), bad_fraction=kw.pop("sim_bad_fraction"), only_nodes=only,
+                     busy=parse_indices(kw.pop("sim_busy"), "--sim-busy") or (),
+                     lost=parse_indices(kw.pop("sim_lost"), "--sim-lost") or (),
+                     as_node=(node or node_name()) if this_node else None)
     return BackendRequest(backend=kw.pop("backend"), force_sim=kw.pop("force_sim"), sim=sim, node=node)
 
 

@@ -114,8 +114,9 @@ def observe_week(engine: Engine, cfg: PalConfig, *, seed: int = 0, now: datetime
         if not fresh:
             return
         decision = decide(placer_policy, order, snap, fresh, ctx, backfill=backfill)
+        by_id = {r.id: r for r in fresh}
         for a in decision.assignments:
-            req = next(r for r in fresh if r.id == a.job_id)
+            req = by_id[a.job_id]
             sf = cluster.sf(req.job_class)
             ledger.chose(a.job_id, Alternative("placer", req.job_class, slowest(sf[g] for g in a.gpus),
                                                stored.version))

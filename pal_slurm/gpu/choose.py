@@ -104,6 +104,10 @@ class SimOptions:
     busy: tuple[int, ...] = ()
     lost: tuple[int, ...] = ()
     bad_fraction: float = 0.03
+    #: simulate this node alone: one node of `gpus_per_node` GPUs named so, seeded by `seed` and
+    #: the name (`node_seed`), so that every node of a real cluster profiled with the simulated
+    #: backend (`pal profile submit`) reports GPUs of its own, at its own name and slots
+    as_node: str | None = None
 
 
 def open_backend(choice: Literal["nvml", "sim"], *, node: str, sim: SimOptions | None = None,
@@ -124,10 +128,24 @@ def open_backend(choice: Literal["nvml", "sim"], *, node: str, sim: SimOptions |
     models = {"V100": simulated_fleet.V100, "H100": simulated_fleet.H100}
     if opts.model not in models:
         raise InputError(f"unknown simulated GPU model {opts.model!r} (V100 or H100)")
+    if opts.as_node is not None:
+        fleet = simulated_fleet.make_fleet(nodes=1, gpus_per_node=opts.gpus_per_node, model=models[opts.model],
+                                           seed=node_seed(opts.seed, opts.as_node), bad_fraction=opts.bad_fraction,
+                                           node_names=(opts.as_node,))
+        log.info("simulated node %s: %d %s GPUs, seed %d", opts.as_node, opts.gpus_per_node, opts.model, opts.seed)
+        return SimBackend(fleet, busy=opts.busy, lost=opts.lost)
     fleet = simulated_fleet.make_fleet(nodes=opts.nodes, gpus_per_node=opts.gpus_per_node, model=models[opts.model],
                                 seed=opts.seed, bad_fraction=opts.bad_fraction, node_prefix=opts.node_prefix)
     log.info("simulated fleet: %d nodes x %d %s GPUs, seed %d", opts.nodes, opts.gpus_per_node, opts.model, opts.seed)
     return SimBackend(fleet, opts.only_nodes, busy=opts.busy, lost=opts.lost)
+
+
+def node_seed(seed: int, node: str) -> int:
+    """The simulated fleet seed of one node simulated alone: the same for the same (seed, node)
+    anywhere, different between nodes (so no two nodes report the same GPU identities)."""
+    import zlib
+
+    return (seed * 1_000_003 + zlib.crc32(node.encode("utf-8"))) % 2**32
 
 
 def parse_indices(text: str | None, what: str = "--gpus") -> tuple[int, ...] | None:

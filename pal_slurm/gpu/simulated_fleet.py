@@ -593,7 +593,8 @@ def _plant_defects(rng: np.random.Generator, spec: GpuModelSpec, tr: _Traits,
 
 
 def make_fleet(nodes: int = 16, gpus_per_node: int = 4, model: GpuModelSpec = V100, seed: int = 0,
-               bad_fraction: float = 0.03, node_prefix: str = "gpu") -> SimFleet:
+               bad_fraction: float = 0.03, node_prefix: str = "gpu",
+               node_names: Sequence[str] | None = None) -> SimFleet:
     """A reproducible fleet: the same arguments always give the same GPUs, traits and truth.
 
     Identity, physics and defects come from independent streams spawned from `seed`, so
@@ -616,8 +617,11 @@ def make_fleet(nodes: int = 16, gpus_per_node: int = 4, model: GpuModelSpec = V1
         truth[name] = times / np.median(times)
     truth_rows = list(zip(*(np.round(v, 6).tolist() for v in truth.values())))
 
+    if node_names is not None and len(node_names) != nodes:
+        raise InputError(f"{len(node_names)} node names for {nodes} nodes")
     width = max(3, len(str(nodes)))
-    node_names = tuple(f"{node_prefix}{i + 1:0{width}d}" for i in range(nodes))
+    node_names = tuple(node_names) if node_names is not None else tuple(
+        f"{node_prefix}{i + 1:0{width}d}" for i in range(nodes))
     raw = id_rng.bytes(16 * n)
     uuids = [f"GPU-{uuidlib.UUID(bytes=raw[16 * i:16 * i + 16])}" for i in range(n)]
     base_serial = int(id_rng.integers(10**9, 9 * 10**9))
