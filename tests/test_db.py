@@ -150,3 +150,26 @@ def test_unreachable_server_is_one_clear_error() -> None:
 def test_unknown_driver_is_clear() -> None:
     with pytest.raises(DatabaseError, match="no database driver|invalid database URL"):
         make_engine("oracle+nosuchdriver://u:p@h/db")
+
+
+def test_a_benchmark_another_import_created_meanwhile_is_joined_not_a_failed_import(engine) -> None:
+    """`pal profile submit` imports from every node at once: on a fresh database two imports
+    both find a benchmark missing and both insert it. The loser reads the winner's row and its
+    transaction goes on (seen on the test cluster: `UNIQUE constraint failed: benchmarks.name`
+    lost a node's whole profile)."""
+    from sqlalchemy.orm import Session
+
+    from pal_slurm.db.measurement_store import create_benchmark
+    from pal_slurm.db.models import Benchmark
+
+    with Session(engine) as loser:
+        assert loser.scalar(select(func.count()).select_from(Benchmark)) == 0  # it saw none
+        with session_scope(engine) as winner:  # another node's import commits it meanwhile
+            winner.add(Benchmark(name="stream", unit="GB/s", lower_is_better=False, description=""))
+        got = create_benchmark(loser, "stream", "GB/s", False)
+        assert got.id is not None and got.name == "stream"
+        loser.add(Node(name="n1", first_seen=datetime.now(timezone.utc), last_seen=datetime.now(timezone.utc)))
+        loser.commit()  # the rest of the import still commits
+    with session_scope(engine) as s:
+        assert s.scalar(select(func.count()).select_from(Benchmark)) == 1
+        assert s.scalar(select(func.count()).select_from(Node)) == 1

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import UniqueConstraint, case, delete, func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pal_slurm.classification.classify_fleet import GroupRuns
@@ -74,10 +75,8 @@ def _ensure_benchmarks(session: Session, records: Sequence[ProfileRecord]) -> di
     for name, rec in wanted.items():
         bench = existing.get(name)
         if bench is None:
-            bench = Benchmark(name=name, unit=rec.unit, lower_is_better=rec.lower_is_better, description="")
-            session.add(bench)
-            existing[name] = bench
-        elif bench.lower_is_better != rec.lower_is_better:
+            bench = existing[name] = create_benchmark(session, name, rec.unit, rec.lower_is_better)
+        if bench.lower_is_better != rec.lower_is_better:
             raise InputError(
                 f"benchmark {name!r} is stored with lower_is_better={bench.lower_is_better}, "
                 f"this file says {rec.lower_is_better}: use another --benchmark name",
@@ -86,6 +85,28 @@ def _ensure_benchmarks(session: Session, records: Sequence[ProfileRecord]) -> di
             )
     session.flush()
     return existing
+
+
+def create_benchmark(session: Session, name: str, unit: str, lower_is_better: bool) -> Benchmark:
+    """A new benchmark row, or the one another import committed meanwhile.
+
+    Why: benchmark rows are shared by every node, and `pal profile submit` starts one import
+    per node at the same moment; on a fresh database two of them both find the benchmark
+    missing and both insert it. The insert runs in a savepoint, so the loser's unique-key
+    error undoes only that insert, and it reads the winner's row instead of failing its
+    whole import."""
+    try:
+        with session.begin_nested():
+            bench = Benchmark(name=name, unit=unit, lower_is_better=lower_is_better, description="")
+            session.add(bench)
+        return bench
+    except IntegrityError:
+        # a locking read: it sees the winner's committed row where the transaction's own
+        # snapshot would not (MariaDB's REPEATABLE READ); SQLite has no such clause and needs none
+        found = session.scalar(select(Benchmark).where(Benchmark.name == name).with_for_update(read=True))
+        if found is None:
+            raise
+        return found
 
 
 def _ensure_nodes(session: Session, names: set[str], now: datetime, result: ImportResult) -> dict[str, Node]:
