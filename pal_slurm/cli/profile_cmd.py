@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -244,11 +245,14 @@ def _dash(value: Any) -> str:
 @click.option("--program-dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
               help="The benchmark programs [default: $PAL_PROFILER_DIR, the source tree, or share/pal-slurm].")
 @click.option("--no-db", is_flag=True, help="Only write the file; import it later with `pal profile import`.")
+@click.option("--sim-start", type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]), metavar="WHEN",
+              help="Simulated backend: the virtual time the runs start at (UTC; e.g. 2026-01-05T08:00:00), so a "
+                   "profile is the same whenever it is taken [default: now, with the room's daily temperature swing].")
 @format_option
 @click.pass_obj
 def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None, time_budget: float, timeout: float,
          warmup: float, target_spread: float, force: bool, output: Path | None, program_dir: Path | None,
-         no_db: bool, fmt: str, **kw: Any) -> None:
+         no_db: bool, sim_start: Any, fmt: str, **kw: Any) -> None:
     """Benchmark this node's GPUs: one program per GPU (CUDA_VISIBLE_DEVICES pinned, hard
     timeout), with NVML telemetry (clocks, power, temperature, throttle reasons) sampled
     during each run; then write the results as pal-profile/1 lines and store them.
@@ -272,7 +276,10 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
                              target_spread=target_spread),
         indices=parse_indices(gpus), passes=passes or app.cfg.classification.min_runs, force=force,
         output=output, program_dir=program_dir,
+        sim_start=None if sim_start is None else sim_start.replace(tzinfo=UTC),
     )
+    if sim_start is not None and kw.get("backend") != "sim":
+        raise click.UsageError("--sim-start applies to --backend sim only")
     backend = open_requested_backend(_backend_request(kw))
 
     def progress(o: Any) -> None:
