@@ -230,6 +230,8 @@ class PlacerConfig(_Section):
     wake_file: str = Field(default="", description="the file the filter and EpilogSlurmctld poke; empty: placer-wake "
                                                    "beside state_file")
     wake_poll_s: float = Field(default=0.02, gt=0, le=1, description="how often the placer looks at wake_file")
+    lock_file: str = Field(default="", description="the lock one placer at a time holds (flock); empty: placer.lock "
+                                                   "beside state_file")
     slurm_backend: Literal["cli", "rest", "pyslurm"] = "cli"
     rest_url: str | None = None
     rest_api: str = "v0.0.38"

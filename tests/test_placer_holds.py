@@ -182,3 +182,18 @@ def test_waiting_jobs_are_reported_when_nothing_fits(tmp_path: Path) -> None:
     report = p.cycle()
     assert report.waiting == ["7"] and not report.placed and not report.released
     assert not any(c[0] in ("start_now", "release") for c in rec.of("7"))
+
+
+def test_a_hold_that_ran_low_during_the_cycle_is_moved_on_before_the_retype(tmp_path: Path) -> None:
+    """A slow cycle (a large queue, a slow Slurm): the begin time was far enough when the cycle
+    read it, but not by the time the job is retyped. It is checked against the time now, just
+    before the retype, and moved on first: Slurm cannot start the job mid-change."""
+    p, b = placer(tmp_path, [held("1", begin_in=40.0)], [node("n1")])
+    ticks = iter(range(10_000))
+    p.clock = p.writer.clock = lambda: NOW + 10 * next(ticks)  # every look at the clock: 10 s later
+    report = p.cycle()
+    assert report.placed == ["1"]
+    calls = b.of("1")
+    begin = next(i for i, c in enumerate(calls) if c[0] == "set_begin")
+    retype = next(i for i, c in enumerate(calls) if c[:3] == ("update", "1", "TresPerNode"))
+    assert begin < retype, calls

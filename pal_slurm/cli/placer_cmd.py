@@ -34,21 +34,26 @@ def placer(ctx: click.Context, once: bool, mode: str | None, policy: str | None,
     app = ctx.find_object(AppContext)
     assert app is not None
     from pal_slurm.placer.daemon import tune_gc
-    from pal_slurm.placer.service import build_placer, run_forever, start_metrics
+    from pal_slurm.placer.service import build_placer, one_placer, run_forever, start_metrics
 
     app.engine  # noqa: B018 - a mistyped SQLite URL stops the daemon here, with the path, before it holds anything
     metrics = None if once else start_metrics(app.cfg, lambda: app.engine)
-    p = build_placer(app.cfg, lambda: app.engine, mode=mode, policy=policy, state_file=state_file, metrics=metrics)
+    p = build_placer(app.cfg, lambda: app.engine, mode=mode, policy=policy, state_file=state_file, metrics=metrics,
+                     background_db=not once)
+    one = one_placer(app.cfg, lambda: app.engine, state_file=state_file, runner=p.runner)
     tune_gc()
     if once:
+        if not one.take():
+            raise click.ClickException(f"{one.why}: one placer at a time; --once changes nothing beside it")
         report = p.cycle()
         if fmt == "json":
             emit_json(report.as_dict())
         else:
             d = report.as_dict()
             click.echo(" ".join(f"{k}={len(v) if isinstance(v, list) else v}" for k, v in d.items()))
+        one.release()
         return
-    run_forever(p, interval or p.cfg.interval_s)
+    run_forever(p, interval or p.cfg.interval_s, one)
 
 
 @placer.command("release-stale")
@@ -67,20 +72,32 @@ def release_stale(app: AppContext, max_age: float | None, force: bool, grace: bo
     user's request back.
 
     \b
-    Run by pal-placer-failsafe.timer and by ExecStopPost of pal-placer.service. Reads no
-    database; needs only the Slurm commands. Without systemd, run it from cron every minute:
+    Never acts beside a live placer: it takes the placer's lock file first, and where the
+    database is a server asks it (3 s at most) whether a placer on another host holds the
+    database lock; a database that does not answer leaves the lock file in charge. Needs
+    only the Slurm commands otherwise.
+
+    \b
+    Run by pal-placer-failsafe.timer and by ExecStopPost of pal-placer.service. Without
+    systemd, run it from cron every minute:
       * * * * * root PAL_CONFIG=/etc/pal/pal.toml /usr/local/bin/pal placer release-stale
     """
-    from pal_slurm.placer.service import build_placer, release_stale as fail_safe
+    from pal_slurm.placer.service import build_placer, one_placer, release_stale as fail_safe
 
+    one = one_placer(app.cfg, lambda: app.engine, state_file=state_file, connect_timeout_s=3)
     out = fail_safe(build_placer(app.cfg, lambda: app.engine, state_file=state_file), max_age=max_age, force=force,
-                    grace=grace)
+                    grace=grace, one=one)
     age, stale, released = out["heartbeat_age_s"], out["stale"], out["released"]
     if fmt == "json":
         emit_json(out)
     else:
         what = "no heartbeat" if age is None else f"heartbeat {age:.0f} s old"
-        click.echo(f"{what}; " + (f"released {len(released)} held job(s)" if stale else "daemon alive, nothing to do"))
+        if not stale:
+            click.echo(f"{what}; daemon alive, nothing to do")
+        elif out["locked_by"]:
+            click.echo(f"{what}; {out['locked_by']}: a placer is alive, nothing released")
+        else:
+            click.echo(f"{what}; released {len(released)} held job(s)")
 
 
 PLACEMENT_COLUMNS = [

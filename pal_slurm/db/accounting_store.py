@@ -8,6 +8,7 @@ oldest dropped and counted) and are written when it answers again.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -23,32 +24,49 @@ log = logging.getLogger(__name__)
 
 
 class AccountingSink:
+    """The finished jobs' records waiting for the database; `flush` may run on the placer's
+    database thread while the cycle adds (see pal_slurm.placer.audit.AuditSink)."""
+
     def __init__(self, engine_factory: Callable[[], Engine] | None, max_pending: int = 50_000) -> None:
         self._engine_factory = engine_factory
-        self.pending: deque[JobAccount] = deque(maxlen=max_pending)
+        self.max_pending = max_pending
+        self.pending: deque[JobAccount] = deque()
         self.dropped = 0
         self.last_error: str | None = None
+        self._lock = threading.Lock()
 
     def add(self, records: list[JobAccount]) -> None:
-        for r in records:
-            if len(self.pending) == self.pending.maxlen:
-                self.dropped += 1
-            self.pending.append(r)
+        with self._lock:
+            self.pending.extend(records)
+            self._trim()
 
-    def flush(self) -> int:
-        """Write what is pending in one bulk INSERT; on failure keep it for the next cycle."""
-        if not self.pending or self._engine_factory is None:
+    def _trim(self) -> None:
+        while len(self.pending) > self.max_pending:
+            self.pending.popleft()
+            self.dropped += 1
+
+    def flush(self, *, raise_errors: bool = False) -> int:
+        """Write what is pending in one bulk INSERT; on failure keep it for the next flush
+        (and raise it with `raise_errors`)."""
+        if self._engine_factory is None:
             return 0
-        batch = list(self.pending)
+        with self._lock:
+            if not self.pending:
+                return 0
+            batch = list(self.pending)
+            self.pending.clear()
         try:
             with session_scope(self._engine_factory()) as session:
                 session.execute(insert(JobAccounting), [_row(r) for r in batch])
         except Exception as exc:  # noqa: BLE001 - the database being down must not stop placement
-            self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            with self._lock:
+                self.pending.extendleft(reversed(batch))
+                self._trim()
+            self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             log.warning("accounting: %d job record(s) kept in memory (%s)", len(batch), self.last_error)
+            if raise_errors:
+                raise
             return 0
-        for _ in batch:
-            self.pending.popleft()
         self.last_error = None
         return len(batch)
 

@@ -15,6 +15,7 @@ from pal_slurm.db.accounting_store import AccountingSink
 from pal_slurm.placement.model import Decision, PlacementContext, Snapshot
 from pal_slurm.placement.orders import QueueOrder
 from pal_slurm.placer.cluster_view import View
+from pal_slurm.placer.db_worker import Runner
 from pal_slurm.placer.factors import Factors
 from pal_slurm.placer.ledger import JobAccount, Ledger, first_fit_alternatives, placer_alternatives
 from pal_slurm.placer.shapes import Planned
@@ -27,10 +28,13 @@ class Accounting:
     """One placer's ledger and its sink; `on_record` sees each finished job (the exporter)."""
 
     def __init__(self, sink: AccountingSink, mode: str,
-                 on_record: Callable[[Sequence[JobAccount]], None] | None = None) -> None:
+                 on_record: Callable[[Sequence[JobAccount]], None] | None = None,
+                 runner: Runner | None = None) -> None:
         self.ledger = Ledger(mode=mode)
         self.sink = sink
         self.on_record = on_record
+        #: the database thread the records are written on (placer/db_worker.py); None: inline
+        self.runner = runner
 
     def cycle(self, jobs: Sequence[SlurmJob], factors: Factors, now: float,
               class_of: Callable[[SlurmJob], str]) -> list[JobAccount]:
@@ -47,7 +51,10 @@ class Accounting:
                     self.on_record(done)
                 except Exception:  # noqa: BLE001
                     log.exception("accounting: exporter not updated")
-        self.sink.flush()
+        if self.runner is None:
+            self.sink.flush()
+        elif self.sink.pending:
+            self.runner("accounting", lambda: self.sink.flush(raise_errors=True) and None)
         return done
 
     def observed(self, view: View, planned: Planned, decision: Decision, version: int | None) -> None:

@@ -8,6 +8,7 @@ when it comes back.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -108,30 +109,54 @@ class Mark:
 
 
 class AuditSink:
+    """The placement records and start/end marks waiting for the database. `add` and `mark`
+    come from the cycle; `flush` may run on the daemon's database thread at the same time
+    (pal_slurm.placer.db_worker): it takes what is pending under the lock, writes it without
+    the lock, and on failure puts it back in front of what came meanwhile."""
+
     def __init__(self, engine_factory: Callable[[], Engine] | None, max_pending: int = 10000) -> None:
         self._engine_factory = engine_factory
-        self.pending: deque[Record] = deque(maxlen=max_pending)
-        self.marks: deque[Mark] = deque(maxlen=max_pending)
+        self.max_pending = max_pending
+        self.pending: deque[Record] = deque()
+        self.marks: deque[Mark] = deque()
         self.dropped = 0
         self.last_error: str | None = None
+        self._lock = threading.Lock()
 
     def add(self, record: Record) -> None:
-        if len(self.pending) == self.pending.maxlen:
-            self.dropped += 1
-        self.pending.append(record)
+        with self._lock:
+            self.pending.append(record)
+            self._trim()
 
     def mark(self, job_id: str, column: str, at: datetime) -> None:
         """Record that a placed job started (`started_at`) or ended (`ended_at`)."""
         if column not in ("started_at", "ended_at"):
             raise ValueError(f"not a mark column: {column!r}")
-        self.marks.append(Mark(job_id, column, at))
+        with self._lock:
+            self.marks.append(Mark(job_id, column, at))
+            self._trim()
 
-    def flush(self) -> int:
-        """Write what is pending; on failure keep it for the next cycle. Returns rows written."""
-        if (not self.pending and not self.marks) or self._engine_factory is None:
+    def _trim(self) -> None:
+        for queue in (self.pending, self.marks):
+            while len(queue) > self.max_pending:
+                queue.popleft()
+                self.dropped += 1
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self.pending or self.marks)
+
+    def flush(self, *, raise_errors: bool = False) -> int:
+        """Write what is pending; on failure keep it for the next flush (and raise it with
+        `raise_errors`, so the database thread backs off). Returns rows written."""
+        if self._engine_factory is None:
             return 0
-        batch = list(self.pending)
-        marks = list(self.marks)
+        with self._lock:
+            if not self.pending and not self.marks:
+                return 0
+            batch, marks = list(self.pending), list(self.marks)
+            self.pending.clear()
+            self.marks.clear()
         try:
             with session_scope(self._engine_factory()) as session:
                 # one bulk INSERT: a busy cycle records hundreds of decisions
@@ -149,14 +174,16 @@ class AuditSink:
                                                             Placement.outcome == "applied", col.is_(None))
                                     .values({m.column: m.at}))
         except Exception as exc:  # noqa: BLE001 - the database being down must not stop placement
-            self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            with self._lock:
+                self.pending.extendleft(reversed(batch))
+                self.marks.extendleft(reversed(marks))
+                self._trim()
+            self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             log.warning("audit: %d placement record(s) kept in memory (%s)", len(batch) + len(marks),
                         self.last_error)
+            if raise_errors:
+                raise
             return 0
-        for _ in batch:
-            self.pending.popleft()
-        for _ in marks:
-            self.marks.popleft()
         self.last_error = None
         return len(batch)
 

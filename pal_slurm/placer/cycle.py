@@ -37,6 +37,7 @@ from pal_slurm.placer import cluster_view, failopen, holds, slurm_updates
 from pal_slurm.placer.accounting import Accounting
 from pal_slurm.placer.audit import AuditSink, Record
 from pal_slurm.placer.cycle_report import CycleReport
+from pal_slurm.placer.db_worker import Runner
 from pal_slurm.placer.factors import FactorCache, Factors
 from pal_slurm.placer.heartbeat import Heartbeat, Rules
 from pal_slurm.placer.problem import ClassResolver, Problem, ProblemBuilder, RuntimeHistory, estimate_s, expected_end
@@ -57,8 +58,11 @@ class Placer:
                  rules: Rules | None = None,
                  identities: Identities | None = None,
                  clock: Callable[[], float] = time.time, history: RuntimeHistory | None = None,
-                 accounting: Accounting | None = None) -> None:
+                 accounting: Accounting | None = None, runner: Runner | None = None) -> None:
         self.cfg = cfg
+        #: the database thread every database read and write goes through (placer/db_worker.py);
+        #: None: done inline (tests, replays)
+        self.runner = runner
         self.factors = factors
         self.audit = audit
         self.classes = tuple(classes)
@@ -72,8 +76,8 @@ class Placer:
                                     noise=cfg.noise, max_wait_s=max_wait_s)
         self.writer = Writer(backend, audit, policy=self.policy.name, mode=cfg.mode, clock=clock)
         self.problem = ProblemBuilder(backend, self.classes, refresh_s=cfg.classes_refresh_s,
-                                      resolve_class=resolve_class, history=history, clock=clock)
-        self.seen = SeenJobs(audit, identities)
+                                      resolve_class=resolve_class, history=history, clock=clock, runner=runner)
+        self.seen = SeenJobs(audit, identities, runner=runner)
         #: per-job tax records (pal_slurm.placer.accounting); None: none kept
         self.accounting = accounting
         self.observed: set[str] = set()
@@ -82,6 +86,10 @@ class Placer:
         #: jobs released unchanged for Slurm's own first fit -> when: until Slurm's next pass has
         #: looked at them, their GPUs are Slurm's to choose, and the placer places nothing else
         self._left: dict[str, float] = {}
+        #: when this placer started (its clock), and how long its first cycles wait for the
+        #: first read of the classes before releasing held jobs as "no classes known"
+        self.started_at = clock()
+        self.first_read_wait_s = min(30.0, cfg.hold_s / 2)
 
     @property
     def backend(self) -> SlurmBackend:
@@ -143,9 +151,16 @@ class Placer:
 
     def _done(self, report: CycleReport, t0: float) -> CycleReport:
         self._forget_waits(report)
-        self.audit.flush()
+        self.flush_audit()
         report.seconds = time.perf_counter() - t0
         return report
+
+    def flush_audit(self) -> None:
+        """The audit records to the database: on the database thread when there is one."""
+        if self.runner is None:
+            self.audit.flush()
+        elif self.audit.waiting:
+            self.runner("audit", lambda: self.audit.flush(raise_errors=True) and None)
 
     def _forget_waits(self, report: CycleReport) -> None:
         for job_id in report.released:
@@ -198,6 +213,13 @@ def gate(p: Placer, c: Cycle) -> bool:
             failopen.release_unchanged(p.writer, job, "placer is in observe mode", c.report)
         observe(p, c)
         return False
+    if not c.factors.by_slot and not p.factors.settled and c.now - p.started_at < p.first_read_wait_s:
+        # the first read of the classes is still on its way (a restart): keep the holds a
+        # little longer rather than release what the next cycle could place
+        c.held = failopen.extend(p.writer, c.held, p.clock(), hold_s=p.cfg.hold_s, margin_s=p.extend_margin_s,
+                                 report=c.report)
+        c.report.waiting = [j.job_id for j in c.held]
+        return False
     if not c.factors.by_slot:
         for job in c.held:
             failopen.release_unchanged(p.writer, job, "no GPU classes known yet (run pal classify)", c.report)
@@ -224,7 +246,8 @@ def overdue(p: Placer, c: Cycle) -> bool:
 
 
 def extend(p: Placer, c: Cycle) -> bool:
-    c.held = failopen.extend(p.writer, c.held, c.now, hold_s=p.cfg.hold_s, margin_s=p.extend_margin_s,
+    # against the time now, not the cycle's start: the reads before may have taken a while
+    c.held = failopen.extend(p.writer, c.held, p.clock(), hold_s=p.cfg.hold_s, margin_s=p.extend_margin_s,
                              report=c.report)
     return True
 
@@ -290,6 +313,8 @@ def place(p: Placer, c: Cycle) -> bool:
                              alternatives=[{"gpus": [_slot_name(view.slots[g]) for g in gpus], "weight": w}
                                            for gpus, w in a.alternatives[:8]],
                              reason=why, at=p.writer.stamp())
+        if not _hold_lasts(p, job, report):
+            continue
         if p.writer.apply(job, update, comment):
             applied.append((job, update, rec, comment))
         else:
@@ -307,6 +332,16 @@ STAGES: tuple[Callable[[Placer, Cycle], bool], ...] = (read, see, rescue, gate, 
 
 
 # -- the place stage's steps ---------------------------------------------------------------
+def _hold_lasts(p: Placer, job: SlurmJob, report: CycleReport) -> bool:
+    """Just before a job is retyped, its begin time checked against the time now (deciding a
+    large queue takes a while): a hold that ends within `extend_margin_s` is moved on first, so
+    Slurm cannot start the job in the middle of its retype. False when it could not be moved
+    (the job was released unchanged)."""
+    kept = failopen.extend(p.writer, [job], p.clock(), hold_s=p.cfg.hold_s, margin_s=p.extend_margin_s,
+                           report=report)
+    return bool(kept)
+
+
 def _note_waits(p: Placer, decision: Decision, prob: Problem, now: float, report: CycleReport) -> None:
     """Jobs that wait on purpose for better GPUs: audited when the wait starts or its
     target changes (not every cycle), and remembered so their placement says how long."""

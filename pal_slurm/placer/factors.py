@@ -3,7 +3,8 @@
 Why a cache: the placer must keep placing when the database is down, with the classes
 already in memory (docs/admin-guide.md, "Failure modes"). `FactorCache.get()` returns the last
 good load, stamped with the time of the clock the cycle runs on; only when nothing was ever
-loaded does the daemon release jobs unchanged.
+loaded does the daemon release jobs unchanged. The daemon reads it on its database thread
+(`runner`, pal_slurm.placer.db_worker), so a slow database never slows a cycle.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pal_slurm.db.engine import session_scope
 from pal_slurm.db.migrate import require_current
 from pal_slurm.db.variability_store import load_variability
 from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.placer.db_worker import Runner
 from pal_slurm.placer.refresh import Refreshed
 
 log = logging.getLogger(__name__)
@@ -56,12 +58,13 @@ class FactorCache:
     factors and try again within 10 s."""
 
     def __init__(self, engine_factory: Any, refresh_s: float = 60.0, classes: Sequence[str] = ("A", "B", "C", "D"),
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, runner: Runner | None = None) -> None:
         self._engine_factory = engine_factory
         self.classes = tuple(classes)
         self.refresh_s = refresh_s
         self._cache: Refreshed[Factors] = Refreshed(self._load, refresh_s, initial=Factors.empty(), clock=clock,
-                                                    retry_s=min(refresh_s, 10.0), on_error=self._kept)
+                                                    retry_s=min(refresh_s, 10.0), on_error=self._kept,
+                                                    runner=runner, key="classes")
 
     @property
     def factors(self) -> Factors:
@@ -73,6 +76,11 @@ class FactorCache:
 
     def get(self, now: float | None = None) -> Factors:
         return self._cache.get(now)
+
+    @property
+    def settled(self) -> bool:
+        """False only while the first read is still in flight (the daemon's first cycles)."""
+        return self._cache.settled
 
     def _load(self, now: float) -> Factors:
         loaded = load_factors(self._engine_factory(), self.classes, loaded_at=now)

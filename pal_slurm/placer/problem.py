@@ -20,6 +20,7 @@ from pal_slurm.jobs.runtimes import LEARNED_END_GRACE_S, SOURCE_LIMIT, SOURCE_NO
 from pal_slurm.placement.model import Snapshot
 from pal_slurm.placer import cluster_view, holds, shapes, slurm_updates
 from pal_slurm.placer.factors import Factors
+from pal_slurm.placer.db_worker import Runner
 from pal_slurm.placer.refresh import Refreshed
 from pal_slurm.slurm.backend import SlurmBackend
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
@@ -98,7 +99,7 @@ class ProblemBuilder:
 
     def __init__(self, backend: SlurmBackend, classes: Sequence[str], *, refresh_s: float,
                  resolve_class: ClassResolver | None = None, history: RuntimeHistory | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, runner: Runner | None = None) -> None:
         self.backend = backend
         self.classes = tuple(classes)
         self.resolve_class = resolve_class
@@ -110,7 +111,8 @@ class ProblemBuilder:
                                            "ordering by what is known", e))
         self._learned: Refreshed[LearnedRuntimes] | None = None if history is None else Refreshed(
             lambda _now: LearnedRuntimes.of(history()), refresh_s, initial=LearnedRuntimes(), clock=clock,
-            retry_s=refresh_s, on_error=lambda e: log.warning("learned runtimes not reloaded (%s)", e[:200]))
+            retry_s=refresh_s, on_error=lambda e: log.warning("learned runtimes not reloaded (%s)", e[:200]),
+            runner=runner, key="learned-runtimes")
         self._told: dict[str, str] = {}  # job -> the estimate last logged for it
         self._orphaned_since: dict[tuple[str, str], float] = {}  # (node, GRES type) -> first seen
         self._said_stuck: set[tuple[str, str]] = set()

@@ -5,7 +5,9 @@ Slurm's partition tiers, its priority settings and the learned runtimes from els
 of which can be unavailable for a while, and it must go on placing with what it read last
 (docs/admin-guide.md, "Failure modes": "placing continues with the classes already in memory").
 Every refresh runs on the clock the cycle runs on, injected, so that a test or a replay that
-moves its clock moves every refresh with it.
+moves its clock moves every refresh with it. Given a `runner` (the daemon's database thread,
+pal_slurm.placer.db_worker), a due read is queued there and `get` returns the value at once:
+the cycle never waits on a slow source; the new value is used from the cycle after it lands.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
+
+from pal_slurm.placer.db_worker import Runner
 
 T = TypeVar("T")
 
@@ -28,8 +32,11 @@ class Refreshed(Generic[T]):
                  clock: Callable[[], float] = time.time, retry_s: float | None = None,
                  keep_on: tuple[type[Exception], ...] = (Exception,),
                  raise_on: tuple[type[Exception], ...] = (),
-                 on_error: Callable[[str], None] | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None,
+                 runner: Runner | None = None, key: str = "refresh") -> None:
         self._read = read
+        self._runner = runner
+        self._key = key
         self.refresh_s = refresh_s
         self.retry_s = refresh_s if retry_s is None else retry_s
         self._clock = clock
@@ -45,17 +52,37 @@ class Refreshed(Generic[T]):
     def get(self, now: float | None = None) -> T:
         """The value, read again first when it is due (`now` defaults to the clock's)."""
         now = self._clock() if now is None else now
-        if now >= self._due:
-            try:
-                value = self._read(now)
-            except self._keep_on as exc:
-                if isinstance(exc, self._raise_on):
-                    raise
-                self.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                self._due = now + self.retry_s
-                if self._on_error is not None:
-                    self._on_error(self.last_error)
-            else:
-                self.value, self.loaded_at, self.last_error = value, now, None
-                self._due = now + self.refresh_s
+        if now < self._due:
+            return self.value
+        if self._runner is None:
+            self._refresh(now, reraise=False)
+        else:
+            self._due = float("inf")  # until the queued read lands (it sets the next due time)
+            if not self._runner(self._key, lambda: self._refresh(self._clock(), reraise=True)):
+                self._due = now  # the runner has it already: ask again next time
         return self.value
+
+    @property
+    def settled(self) -> bool:
+        """Whether a read has ended yet, well or not (False while the first one is in flight)."""
+        return self.loaded_at is not None or self.last_error is not None
+
+    def _refresh(self, now: float, *, reraise: bool) -> None:
+        try:
+            value = self._read(now)
+        except self._keep_on as exc:
+            if isinstance(exc, self._raise_on):
+                self._due = now
+                raise
+            self.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            self._due = now + self.retry_s
+            if self._on_error is not None:
+                self._on_error(self.last_error)
+            if reraise:
+                raise
+        except BaseException:
+            self._due = now
+            raise
+        else:
+            self.value, self.loaded_at, self.last_error = value, now, None
+            self._due = now + self.refresh_s

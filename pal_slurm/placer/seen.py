@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from pal_slurm.placer import holds
 from pal_slurm.placer.audit import AuditSink
+from pal_slurm.placer.db_worker import Runner
 from pal_slurm.slurm.model import SlurmJob
 
 log = logging.getLogger(__name__)
@@ -25,9 +26,11 @@ Identities = Callable[[Sequence[SlurmJob]], None]
 class SeenJobs:
     """What earlier cycles saw: the jobs whose identity is recorded, the placed jobs running."""
 
-    def __init__(self, audit: AuditSink, identities: Identities | None = None) -> None:
+    def __init__(self, audit: AuditSink, identities: Identities | None = None, runner: Runner | None = None) -> None:
         self.audit = audit
         self.identities = identities
+        #: the database thread (placer/db_worker.py) the identities are written on; None: inline
+        self.runner = runner
         self.identified: set[str] = set()
         self.running_placed: set[str] = set()
 
@@ -46,14 +49,24 @@ class SeenJobs:
                     or j.tres("tres_per_task").gpu_count)][:limit]
         if not new:
             return
+        if len(self.identified) > 100_000:
+            self.identified = {j.job_id for j in jobs if j.job_id in self.identified}
+        if self.runner is not None:
+            self.runner("identities", lambda: self._record(new, reraise=True))
+        else:
+            self._record(new, reraise=False)
+
+    def _record(self, new: Sequence[SlurmJob], *, reraise: bool) -> None:
+        identities = self.identities
+        assert identities is not None
         try:
-            self.identities(new)
+            identities(new)
         except Exception as exc:  # noqa: BLE001 - learning input must never stop placement
             log.warning("job identities not recorded (%s)", str(exc).splitlines()[0][:200])
+            if reraise:
+                raise
             return
         self.identified.update(j.job_id for j in new)
-        if len(self.identified) > 100_000:
-            self.identified = {j.job_id for j in jobs}
 
     def track_runs(self, jobs: Sequence[SlurmJob], now: float) -> None:
         """When placed jobs start and end (`pal report fairness` counts GPU-hours by them): a

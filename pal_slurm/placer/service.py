@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pal_slurm.placer.db_worker import DbWorker
 from pal_slurm.placer.refresh import Refreshed
 
 if TYPE_CHECKING:
@@ -28,10 +29,12 @@ if TYPE_CHECKING:
     from pal_slurm.jobs.rules import ClassRuleTable
     from pal_slurm.jobs.runtimes import LearnedRuntimes
     from pal_slurm.placer.cycle import Placer
+    from pal_slurm.placer.db_worker import Runner
     from pal_slurm.placer.exporter import PlacerMetrics
+    from pal_slurm.placer.lock import OnePlacer
     from pal_slurm.placer.wake import WakeWatch
 
-__all__ = ["ClassRules", "build_placer", "release_on_stop", "release_stale", "run_forever", "start_metrics",
+__all__ = ["ClassRules", "build_placer", "one_placer", "release_on_stop", "release_stale", "run_forever", "start_metrics",
            "wake_watch"]
 
 log = logging.getLogger(__name__)
@@ -46,12 +49,13 @@ class ClassRules:
     failed reload is tried again within 10 s, as the classes are (placer/factors.py)."""
 
     def __init__(self, engine: Callable[[], Engine], refresh_s: float, default_class: str,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, runner: Runner | None = None) -> None:
         self._engine = engine
         self._default = default_class
         self._cache: Refreshed[ClassRuleTable | None] = Refreshed(
             self._load, refresh_s, initial=None, clock=clock, retry_s=min(refresh_s, 10.0),
-            on_error=lambda error: log.warning("class rules not reloaded: %s", error))
+            on_error=lambda error: log.warning("class rules not reloaded: %s", error), runner=runner,
+            key="class-rules")
 
     def _load(self, _now: float) -> ClassRuleTable:
         from pal_slurm.db.engine import session_scope
@@ -83,9 +87,11 @@ class ClassRules:
 
 def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | None = None,
                  policy: str | None = None, state_file: str | None = None,
-                 metrics: PlacerMetrics | None = None) -> Placer:
+                 metrics: PlacerMetrics | None = None, background_db: bool = False) -> Placer:
     """A Placer wired to the configured Slurm backend, database and class rules; `engine` is
-    called only when the database is first needed (the fail-safe path reads none)."""
+    called only when the database is first needed (the fail-safe path reads none).
+    `background_db`: every database read and write goes through a thread of its own
+    (placer/db_worker.py), as the daemon runs; else inline (`--once`, the fail-safe)."""
     from pal_slurm.db.accounting_store import AccountingSink
     from pal_slurm.placer.accounting import Accounting
     from pal_slurm.placer.audit import AuditSink
@@ -97,8 +103,9 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
                                        {"mode": mode, "policy": policy, "state_file": state_file}.items() if v})
     backend = make_backend(pc.slurm_backend, rest_url=pc.rest_url, rest_api=pc.rest_api,
                            timeout=pc.command_timeout_s)
-    factors = FactorCache(engine, refresh_s=pc.classes_refresh_s, classes=list(cfg.job_classes))
-    rules = ClassRules(engine, pc.classes_refresh_s, cfg.jobs.default_class)
+    runner = DbWorker().start().submit if background_db else None
+    factors = FactorCache(engine, refresh_s=pc.classes_refresh_s, classes=list(cfg.job_classes), runner=runner)
+    rules = ClassRules(engine, pc.classes_refresh_s, cfg.jobs.default_class, runner=runner)
 
     def identities(jobs: Any) -> None:
         from pal_slurm.db.engine import session_scope
@@ -118,10 +125,32 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
         with session_scope(engine()) as session:
             return learned_runtimes_all(session, reader.rule, reader=reader)
 
-    accounting = Accounting(AccountingSink(engine), pc.mode, on_record=metrics.add_records if metrics else None)
+    accounting = Accounting(AccountingSink(engine), pc.mode, on_record=metrics.add_records if metrics else None,
+                            runner=runner)
     return Placer(backend, pc, factors, AuditSink(engine), classes=list(cfg.job_classes),
                   resolve_class=rules.resolve, rules=rules.filter_rules, identities=identities, history=history,
-                  accounting=accounting)
+                  accounting=accounting, runner=runner)
+
+
+def one_placer(cfg: PalConfig, engine: Callable[[], Engine], *, state_file: str | None = None,
+               runner: Runner | None = None, connect_timeout_s: int | None = None) -> OnePlacer:
+    """The placer's locks (placer/lock.py): the file lock (`placer.lock_file`, default beside the
+    state file) and, where the database is a server, its advisory lock. `connect_timeout_s`:
+    a database engine of its own with this connect timeout (the fail-safe asks briefly)."""
+    from pal_slurm.db.advisory_lock import AdvisoryLock
+    from pal_slurm.placer.lock import FileLock, OnePlacer, default_lock_path
+
+    pc = cfg.placer
+    path = pc.lock_file or default_lock_path(state_file or pc.state_file)
+    db = None
+    if not cfg.db_url.startswith("sqlite"):
+        if connect_timeout_s is not None:
+            from pal_slurm.db.engine import make_engine
+
+            db = AdvisoryLock(make_engine(cfg.db_url, connect_timeout_s=connect_timeout_s, create=False))
+        else:
+            db = AdvisoryLock(engine())
+    return OnePlacer(FileLock(path), db, runner=runner)
 
 
 def start_metrics(cfg: PalConfig, engine: Callable[[], Engine]) -> PlacerMetrics | None:
@@ -151,22 +180,33 @@ def start_metrics(cfg: PalConfig, engine: Callable[[], Engine]) -> PlacerMetrics
     return metrics if exporter.start() else None
 
 
-def run_forever(p: Placer, interval: float) -> None:
-    """The service loop: cycles, watchdog pings, signals; transient Slurm failures are retried."""
+def run_forever(p: Placer, interval: float, one: OnePlacer | None = None) -> None:
+    """The service loop: cycles, watchdog pings, signals; transient Slurm failures are retried.
+
+    With `one` (the daemon's locks, placer/lock.py), the loop places only while this placer
+    holds them: until then, or when the database says another placer took over, it stands by,
+    publishes nothing and changes no job, and on stop releases nothing (the jobs are the
+    other placer's)."""
     from pal_slurm.errors import SlurmUnavailable
     from pal_slurm.systemd_notify import Notifier
 
     stop = threading.Event()
 
     def _stop(signum: int, _frame: Any) -> None:
-        log.warning("signal %d: releasing held jobs and stopping", signum)
+        log.warning("signal %d: %s", signum, "releasing held jobs and stopping" if placing else "stopping")
         stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     notify = Notifier()
     failures = 0
+    placing = False
     watch = wake_watch(p)
+    if one is not None and not _stand_by(one, stop, notify):
+        notify.stopping()
+        log.warning("stopped while standing by; released nothing (%s)", one.why)
+        return
+    placing = True
     try:
         # the heartbeat first, before any Slurm or database read (see Placer.publish, grace_s)
         p.publish()
@@ -174,6 +214,16 @@ def run_forever(p: Placer, interval: float) -> None:
         log.error("filter state not written at start: %s", exc)
     notify.ready("placing")
     while not stop.is_set():
+        if one is not None:
+            one.check()
+            if not one.placing:
+                placing = False
+                log.error("%s: this placer stops placing and stands by; it releases nothing (the held jobs are "
+                          "the other placer's)", one.why)
+                if not _stand_by(one, stop, notify):
+                    break
+                placing = True
+                p.publish()
         started = time.monotonic()
         try:
             report = p.cycle()
@@ -197,8 +247,43 @@ def run_forever(p: Placer, interval: float) -> None:
         elif watch.wait(left, stop):
             log.debug("woken by %s", watch.path)
     notify.stopping()
-    released = release_on_stop(p, "placer stopped", grace_s=p.cfg.restart_grace_s)
-    log.warning("stopped; released %d held job(s)", len(released))
+    if placing:
+        released = release_on_stop(p, "placer stopped", grace_s=p.cfg.restart_grace_s)
+        log.warning("stopped; released %d held job(s)", len(released))
+    else:
+        log.warning("stopped while standing by; released nothing (%s)", one.why if one else "")
+    if p.runner is not None and isinstance(getattr(p.runner, "__self__", None), DbWorker):
+        p.runner.__self__.drain(5.0)
+    if one is not None:
+        one.release()
+
+
+#: how often a standing-by placer asks for the locks again
+STANDBY_RETRY_S = 5.0
+
+
+def _stand_by(one: OnePlacer, stop: threading.Event, notify: Any) -> bool:
+    """Wait until this placer holds the locks (True) or is stopped (False), telling systemd
+    it is up (a standby is a healthy state) and keeping its watchdog fed."""
+    said = ""
+    ready = False
+    while not stop.is_set():
+        if one.take(wait_db_s=5.0 if not said else 1.0):
+            if said:
+                log.warning("the placer lock is ours now: placing")
+            return True
+        if one.why != said:
+            log.error("%s: standing by (placing nothing, publishing nothing) until it is free", one.why)
+            said = one.why
+        status = f"standby: {one.why}"[:200]
+        if not ready:
+            notify.ready(status)
+            ready = True
+        else:
+            notify.status(status)
+        notify.watchdog()
+        stop.wait(STANDBY_RETRY_S)
+    return False
 
 
 def wake_watch(p: Placer) -> WakeWatch | None:
@@ -227,14 +312,32 @@ def release_on_stop(p: Placer, why: str, grace_s: int = 0) -> list[str]:
 
 
 def release_stale(p: Placer, *, max_age: float | None = None, force: bool = False,
-                  grace: bool = False) -> dict[str, Any]:
+                  grace: bool = False, one: OnePlacer | None = None) -> dict[str, Any]:
     """The fail-safe: release every held job when the heartbeat is older than `max_age`
-    (default placer.stale_after_s), missing, or `force`; what it found and did."""
+    (default placer.stale_after_s), missing, or `force`; what it found and did.
+
+    With `one` (the placer's locks), nothing is released while another placer holds them:
+    a live daemon on this host (the file lock), or one on another host (the database's lock,
+    asked with a short timeout; a database that does not answer leaves the file lock in
+    charge, so the fail-safe still works when the database is down). A hung daemon holds its
+    file lock until systemd's watchdog kills it; the kernel then drops the lock and
+    ExecStopPost's release-stale acts."""
     from pal_slurm.slurm.filter_state import heartbeat_age
 
     limit = max_age if max_age is not None else p.cfg.stale_after_s
     age = heartbeat_age(p.cfg.state_file)
     stale = force or age is None or age > limit
-    released = p.release_all("placer heartbeat stale; released by the fail-safe",
-                             grace_s=p.cfg.restart_grace_s if grace else 0) if stale else []
-    return {"heartbeat_age_s": None if age is None else round(age, 1), "stale": stale, "released": released}
+    out: dict[str, Any] = {"heartbeat_age_s": None if age is None else round(age, 1), "stale": stale,
+                           "released": [], "locked_by": None}
+    if not stale:
+        return out
+    if one is not None and not one.take(wait_db_s=0):
+        out["locked_by"] = one.why
+        return out
+    try:
+        out["released"] = p.release_all("placer heartbeat stale; released by the fail-safe",
+                                        grace_s=p.cfg.restart_grace_s if grace else 0)
+    finally:
+        if one is not None:
+            one.release()
+    return out
