@@ -175,3 +175,12 @@ def test_the_database_saying_another_holds_the_lock_stands_a_placer_down(tmp_pat
     one.check()
     assert not one.placing and "database session 77" in one.why
     one.release()
+
+
+def test_a_lock_file_that_cannot_be_opened_does_not_stop_the_placer(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """Fail open: a lock_file in a missing directory is said in the log, and placing goes on."""
+    one = OnePlacer(FileLock(str(tmp_path / "missing" / "placer.lock")))
+    assert one.take() and one.placing
+    assert "cannot be opened" in caplog.text
+    one.release()

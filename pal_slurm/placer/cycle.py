@@ -141,6 +141,22 @@ class Placer:
                 break
         return self._done(c.report, t0)
 
+    def prime(self, wait_s: float) -> bool:
+        """At start, after the first heartbeat: ask for everything read from the database (the
+        classes, the class rules, the learned runtimes) and wait up to `wait_s` for it, so the
+        first jobs are placed with what a running placer would know; a database that does not
+        answer in time costs only that wait (the cycles go on with what has come). True when
+        everything came."""
+        if self.runner is None:
+            return True
+        now = self.clock()
+        self.factors.get(now)
+        self.problem.refresh(now)
+        if self.heartbeat.rules is not None:
+            self.heartbeat.rules()
+        worker = getattr(self.runner, "__self__", None)
+        return worker.drain(wait_s) if hasattr(worker, "drain") else True
+
     def release_all(self, why: str, *, grace_s: int = 0) -> list[str]:
         """Release every job we hold and rescue every placement that cannot start (SIGTERM,
         fail-safe; see failopen.release_all); the ids released or restored. `grace_s`: see `publish`."""
@@ -185,6 +201,7 @@ def read(p: Placer, c: Cycle) -> bool:
     c.jobs = p.backend.jobs()
     p.publish(nodes=c.nodes)
     c.factors = p.factors.get(c.now)
+    p.problem.refresh(c.now)
     p.heartbeat.unheld = p.classes_left_to_slurm(c.factors)  # published from the next heartbeat on
     return True
 

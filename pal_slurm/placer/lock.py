@@ -121,15 +121,27 @@ class OnePlacer:
         #: None: not asked yet or no answer; True: held here; False: held by another session
         self.db_held: bool | None = None if db_lock is not None else True
         self.why = ""
+        #: the lock file could not be opened: going on without it (said in the log)
+        self.unlocked = False
 
     @property
     def placing(self) -> bool:
-        return self.file.held and self.db_held is not False
+        return (self.file.held or self.unlocked) and self.db_held is not False
 
     def take(self, wait_db_s: float = 5.0) -> bool:
         """Take the file lock, then ask for the database's (waiting up to `wait_db_s` for the
         answer); True when this placer may place."""
-        if not self.file.acquire():
+        try:
+            got = self.file.acquire()
+        except OSError as exc:
+            # a lock file that cannot be opened must not keep jobs from being placed or
+            # released (fail open); the state file beside it is most likely unwritable too
+            if not self.unlocked:
+                log.error("lock file %s cannot be opened (%s); going on without it: nothing keeps a second "
+                          "placer out on this host", self.file.path, exc.strerror or exc)
+            self.unlocked = True
+            got = True
+        if not got:
             self.why = f"another placer holds {self.file.path} ({self.file.holder() or 'holder unknown'})"
             return False
         if self.db_held is not False:

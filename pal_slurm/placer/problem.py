@@ -117,6 +117,13 @@ class ProblemBuilder:
         self._orphaned_since: dict[tuple[str, str], float] = {}  # (node, GRES type) -> first seen
         self._said_stuck: set[tuple[str, str]] = set()
 
+    def refresh(self, now: float) -> None:
+        """Start what is due to be read again (the learned runtimes, on the database thread
+        where there is one), every cycle: a value read only when a job needs it would come a
+        read too late for the first job after a quiet spell."""
+        if self._learned is not None:
+            self._learned.get(now)
+
     def releasing(self, view: cluster_view.View, now: float) -> dict[str, tuple[int, ...]]:
         """Node -> its GPUs being given back: `view.orphaned` (busy for no job: the nodes are
         read before the jobs, so one whose job ended in between looks so for a cycle), first

@@ -213,6 +213,9 @@ def run_forever(p: Placer, interval: float, one: OnePlacer | None = None) -> Non
     except OSError as exc:
         log.error("filter state not written at start: %s", exc)
     notify.ready("placing")
+    if not p.prime(PRIME_WAIT_S):
+        log.warning("the database did not answer within %g s of the start; placing with what has come, the rest "
+                    "follows on the database thread", PRIME_WAIT_S)
     while not stop.is_set():
         if one is not None:
             one.check()
@@ -258,6 +261,8 @@ def run_forever(p: Placer, interval: float, one: OnePlacer | None = None) -> Non
         one.release()
 
 
+#: how long a starting placer waits for its first database reads before its first cycle
+PRIME_WAIT_S = 5.0
 #: how often a standing-by placer asks for the locks again
 STANDBY_RETRY_S = 5.0
 
