@@ -360,11 +360,14 @@ def test_a_gpu_lost_mid_inventory_is_a_fault_and_the_scan_goes_on(standin: NvmlS
     assert b.sample(0).sm_clock_mhz == standin.recording.gpus[0]["clocks_mhz"]["sm"]
 
 
-@pytest.mark.parametrize("query", ["nvmlDeviceGetClockInfo", "nvmlDeviceGetPowerUsage",
-                                   "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetUtilizationRates"])
-def test_a_gpu_lost_while_sampled_raises_not_none(query: str) -> None:
+@pytest.mark.parametrize(("query", "node"), [
+    ("nvmlDeviceGetClockInfo", "v100-node"), ("nvmlDeviceGetPowerUsage", "v100-node"),
+    ("nvmlDeviceGetCurrentClocksEventReasons", "h100-node"),
+    ("nvmlDeviceGetCurrentClocksThrottleReasons", "v100-node"), ("nvmlDeviceGetUtilizationRates", "v100-node"),
+])
+def test_a_gpu_lost_while_sampled_raises_not_none(query: str, node: str) -> None:
     """A lost GPU is never 'no reading': the agent and the runner must see it go."""
-    st = NvmlStandIn(Recording.load("v100-node")).lose(1, at=query)
+    st = NvmlStandIn(Recording.load(node)).lose(1, at=query)
     with pytest.raises(GpuLostError) as exc:
         _open(st).sample(1)
     assert exc.value.index == 1
