@@ -16,6 +16,7 @@ import ast
 import dataclasses
 import inspect
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -315,6 +316,12 @@ def test_driver_and_cuda_versions_never_stop_the_backend(code: int) -> None:
 
 
 # -- NVML errors ------------------------------------------------------------------------------
+
+
+def test_without_nvidia_ml_py_the_backend_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` now fails as where it is not installed
+    with pytest.raises(BackendUnavailable, match=r"pip install 'pal-slurm\[nvml\]'"):
+        NvmlBackend(node="gpu-node")
 
 
 @pytest.mark.parametrize(("code", "message"), [
