@@ -80,6 +80,12 @@ class NvmlBackend:
     def __init__(self, node: str, nvml: Any = None) -> None:
         self._nvml = load_nvml() if nvml is None else nvml
         self._node = node
+        self._uuids: dict[int, str] = {}
+        # nvidia-ml-py raises this, not an NVMLError, when the driver's NVML lacks the versioned
+        # query an unversioned call maps to (the _v3 process queries on a 470 driver); `except ()`
+        # catches nothing where the module has no such class
+        mismatch = getattr(self._nvml, "NVMLLibraryMismatchError", None)
+        self._mismatch: tuple[type[BaseException], ...] = (mismatch,) if isinstance(mismatch, type) else ()
         try:
             self._nvml.nvmlInit()
         except self._nvml.NVMLError as exc:
@@ -87,12 +93,11 @@ class NvmlBackend:
         try:
             self._count = int(self._nvml.nvmlDeviceGetCount())
         except self._nvml.NVMLError as exc:
-            self._nvml.nvmlShutdown()
+            self.close()
             raise BackendUnavailable(f"NVML cannot count the GPUs: {exc}") from exc
         self._driver = self._optional(-1, "driver version", lambda: _text(self._nvml.nvmlSystemGetDriverVersion()))
         cuda = self._optional(-1, "CUDA driver version", self._nvml.nvmlSystemGetCudaDriverVersion)
         self._cuda = cuda_version_text(int(cuda)) if cuda else None
-        self._uuids: dict[int, str] = {}
         self._has_event_reasons = hasattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons")
 
     @staticmethod
@@ -115,6 +120,10 @@ class NvmlBackend:
                 raise GpuLostError(index, f"{what}: the GPU fell off the bus (NVML: GPU is lost); "
                                           "drain the node and reset the GPU or reboot", uuid=uuid) from exc
             raise GpuQueryError(index, f"{what}: NVML error: {exc}", uuid=uuid) from exc
+        except self._mismatch as exc:
+            raise GpuQueryError(index, f"{what}: this nvidia-ml-py asks for a query the NVIDIA driver's NVML "
+                                       "lacks; update the driver or install an older nvidia-ml-py",
+                                uuid=self._uuids.get(index)) from exc
 
     def _optional(self, index: int, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """A query some GPUs cannot answer: None then. A lost GPU still raises."""
