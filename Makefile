@@ -70,7 +70,7 @@ browser:
 test: venv db-servers slurm-cluster browser
 	eval "$$($(DB_SERVERS) env)" && eval "$$($(SLURM_CLUSTER) env)" && \
 	  PAL_REQUIRE_DB_SERVERS=1 PAL_REQUIRE_SLURM=1 PAL_REQUIRE_SLURM_REST=$(PAL_TEST_SLURM_REST) PAL_REQUIRE_BROWSER=1 \
-	  PAL_TEST_OTHER_SLURM=$(PAL_TEST_OTHER_SLURM) PAL_PYTEST="$(VENV)/bin/python -m pytest" \
+	  PAL_REQUIRE_TOOLS=1 PAL_TEST_OTHER_SLURM=$(PAL_TEST_OTHER_SLURM) PAL_PYTEST="$(VENV)/bin/python -m pytest" \
 	  tests/services/run-suites.sh $(PYTEST_ARGS)
 
 # Slurm 24.11 on a Debian 12 machine (22.05 on Debian 13): the same tests/slurm in a chroot of the other release

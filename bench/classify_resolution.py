@@ -32,7 +32,7 @@ An "oracle" arm ranks by the true PerfVar itself: the most any factors could giv
 
 Usage: bench/classify_resolution.py [--jobs 2000] [--load 0.9] [--seeds 42,43,44]
        [--fleets synthetic,longhorn] [--artifact-dir DIR] (default: $PAL_ARTIFACT_DIR or
-       ../shared/data/pal-artifact)
+       tests/data/pal-artifact)
 Takes a few minutes (fleets x arms x traces x policies simulations); not a test.
 """
 
@@ -234,7 +234,7 @@ def main() -> int:
     ap.add_argument("--seeds", default="42,43,44,45,46", help="trace seeds; figures are geomeans over them")
     ap.add_argument("--fleets", default="synthetic,longhorn")
     ap.add_argument("--artifact-dir", type=Path,
-                    default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared" / "data" / "pal-artifact")))
+                    default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO / "tests" / "data" / "pal-artifact")))
     args = ap.parse_args()
 
     from pal_slurm.ingest.artifact_csv import parse_file as parse_artifact_file

@@ -23,7 +23,7 @@ fleets=("$@")
 [ ${#fleets[@]} -gt 0 ] || fleets=(wide quiet artifact)
 history=" ${PAL_EVAL_HISTORY-wide} "
 py=${PAL_PYTHON:-$here/.venv/bin/python}
-artifact=${PAL_ARTIFACT_DIR:-$here/../shared/data/pal-artifact}
+artifact=${PAL_ARTIFACT_DIR:-$here/../tests/data/pal-artifact}
 trace=${PAL_EVAL_TRACE:-$artifact/traces/sia-philly/workload-1.csv}
 common=(--trace "$trace" --seconds-per-hour "${PAL_EVAL_K:-30}" --cap-hours "${PAL_EVAL_CAP_HOURS:-8}"
         --reps "${PAL_EVAL_REPS:-3}")

@@ -2,7 +2,7 @@
 """Paper fidelity: round mode vs the PAL artifact's own results on the six Sia-Philly traces.
 
 16 nodes x 4 GPUs, FIFO, 360 s rounds, lambda 1.7, Longhorn profiles: for every policy and
-trace, our average JCT next to the artifact's (../shared/data/pal-artifact/reference/,
+trace, our average JCT next to the artifact's (tests/data/pal-artifact/reference/,
 obtained by running the artifact unchanged) and the difference in percent (target: within
 2 %); then each policy's geomean improvement over both packed baselines, and our own
 policies next to pal. Data: PAL artifact (hal-uw/blox-pal, branch artifact), MIT.
@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifact", type=Path,
-                    default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared/data/pal-artifact")))
+                    default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO / "tests/data/pal-artifact")))
     ap.add_argument("--json", type=Path, help="also write the figures as JSON")
     args = ap.parse_args()
     ref_file = args.artifact / "reference" / "sia-philly-fifo.json"

@@ -27,7 +27,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", help="database URL [default: a fresh SQLite file]")
     ap.add_argument("--artifact", type=Path,
-                    default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared/data/pal-artifact")))
+                    default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO / "tests/data/pal-artifact")))
     args = ap.parse_args()
     longhorn = args.artifact / "variability" / "longhorn"
     if not longhorn.is_dir():

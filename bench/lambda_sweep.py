@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO))
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifact", type=Path,
-                    default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared/data/pal-artifact")))
+                    default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO / "tests/data/pal-artifact")))
     ap.add_argument("--lambdas", default="1.0,1.7,2.0,2.5,3.0")
     ap.add_argument("--modes", default="round,event")
     ap.add_argument("--plot", type=Path, help="write avg-JCT-ratio vs lambda per policy (.png)")

@@ -81,7 +81,7 @@ PREFIX = "pal-r"
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    artifact = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared/data/pal-artifact"))
+    artifact = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO / "tests/data/pal-artifact"))
     ap.add_argument("--trace", action="append", type=Path,
                     help="Sia-Philly CSV or sacct export (repeatable); default workload-1 and workload-4")
     ap.add_argument("--variability", type=Path, default=artifact / "variability" / "longhorn")

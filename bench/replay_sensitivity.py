@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    artifact = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared/data/pal-artifact"))
+    artifact = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO / "tests/data/pal-artifact"))
     ap.add_argument("--trace", action="append", type=Path)
     ap.add_argument("--seconds-per-hour", type=float, default=10.0)
     ap.add_argument("--estimate", default="uniform:1:5:42")

@@ -58,7 +58,7 @@ sys.path.insert(0, str(REPO))
 #: the model of Slurm each cell compares against (--baseline; set in every worker by _use_baseline)
 BASE = "slurm-backfill"
 METRICS = ("avg_jct_s", "p99_jct_s", "makespan_s")
-ARTIFACT = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared/data/pal-artifact"))
+ARTIFACT = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO / "tests/data/pal-artifact"))
 FLEETS = ("longhorn-run-42", "longhorn-run-1", "longhorn-run-2", "longhorn-run-3", "longhorn-gpu",
           "narrow-1", "narrow-2", "wide-1", "wide-2", "wide-2x-1", "wide-2x-2", "uniform")
 #: fleets whose GPUs really differ: the gain targets apply to them

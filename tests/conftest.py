@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 #: a configuration whose job classes read the PAL artifact's benchmark names (tests of records named so)
 ARTIFACT_CONFIG = str(DATA / "pal-artifact.toml")
-ARTIFACT_DIR = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared" / "data" / "pal-artifact"))
+ARTIFACT_DIR = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO / "tests" / "data" / "pal-artifact"))
 
 SERVER_ENV = {"postgres": "PAL_TEST_POSTGRES_URL", "mysql": "PAL_TEST_MYSQL_URL"}
 
@@ -92,8 +92,32 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
+def require_tool(name: str, package: str) -> str:
+    """The path of a command-line tool a test needs; without it the test is skipped, or FAILS
+    when PAL_REQUIRE_TOOLS=1 (`make test` and CI set it: there the tool is installed, and a
+    test that silently did not run would count as passed)."""
+    import shutil
+
+    path = shutil.which(name)
+    if path is None:
+        reason = f"{name} not found (apt-get install {package})"
+        if os.environ.get("PAL_REQUIRE_TOOLS") == "1" or os.environ.get("PAL_REQUIRE_SLURM") == "1":
+            pytest.fail(f"{reason}, but PAL_REQUIRE_TOOLS=1 says it is provided", pytrace=False)
+        pytest.skip(reason)
+    return path
+
+
+def require_artifact(*parts: str) -> Path:
+    """The PAL artifact data (tests/data/pal-artifact, in the repository; PAL_ARTIFACT_DIR names
+    another copy), or a failure naming what is missing: the data ships with the tests, so a
+    missing part is a broken checkout or a wrong PAL_ARTIFACT_DIR, never a reason to skip."""
+    path = ARTIFACT_DIR.joinpath(*parts)
+    if not path.exists():
+        pytest.fail(f"PAL artifact data missing: {path} (it ships in tests/data/pal-artifact; "
+                    "PAL_ARTIFACT_DIR, when set, must name a full copy)", pytrace=False)
+    return ARTIFACT_DIR
+
+
 @pytest.fixture
 def artifact_dir() -> Path:
-    if not (ARTIFACT_DIR / "variability" / "longhorn").is_dir():
-        pytest.skip(f"PAL artifact data not found at {ARTIFACT_DIR} (set PAL_ARTIFACT_DIR)")
-    return ARTIFACT_DIR
+    return require_artifact("variability", "longhorn")

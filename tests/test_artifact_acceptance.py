@@ -2,7 +2,7 @@
 the JSON report, on every database backend, with numbers that match the data.
 
 The data are the PAL artifact's (hal-uw/blox-pal, branch artifact, MIT licensed), read
-from ../shared/data/pal-artifact (or PAL_ARTIFACT_DIR).
+from tests/data/pal-artifact (or PAL_ARTIFACT_DIR).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Stable factors on real data: one GPU more or less moves no other GPU's factor by 0.5 %.
 
-The Longhorn V100 files of the PAL artifact (../shared/data/pal-artifact, or PAL_ARTIFACT_DIR),
+The Longhorn V100 files of the PAL artifact (tests/data/pal-artifact, or PAL_ARTIFACT_DIR),
 each GPU left out in turn, for every classification method. Before the anchor was the middle
 half's mean, dropping one of 336 resnet50 GPUs (say, all its runs rejected at import) moved
 every other GPU's factor from 1.000 to 0.970: the median GPU crossed a bin boundary.

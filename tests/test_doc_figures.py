@@ -48,11 +48,9 @@ class Walkthrough:
 
 @pytest.fixture(scope="module")
 def walk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walkthrough]:
-    from conftest import ARTIFACT_DIR
+    from conftest import require_artifact
 
-    if not (ARTIFACT_DIR / "variability" / "longhorn").is_dir():
-        pytest.skip(f"PAL artifact data not found at {ARTIFACT_DIR} (set PAL_ARTIFACT_DIR)")
-    yield Walkthrough(tmp_path_factory.mktemp("walk"), ARTIFACT_DIR)
+    yield Walkthrough(tmp_path_factory.mktemp("walk"), require_artifact("variability", "longhorn"))
 
 
 def rounded(obj: Any, digits: int = 4) -> Any:

@@ -2,7 +2,7 @@
 
 Fixtures under tests/data/artifact-csv/ carry the REAL header and real rows of each artifact
 file, picked for the parser's cases (PAL artifact, hal-uw/blox-pal branch `artifact`, MIT
-licensed), so only the test marked `artifact` needs the full data in ../shared.
+licensed); the test marked `artifact` reads the full files in tests/data/pal-artifact.
 """
 
 from __future__ import annotations
@@ -263,15 +263,11 @@ def test_benchmark_from_filename() -> None:
     assert parse_fixture("bert")[0].benchmark == "bert"
 
 
-def _artifact_dir() -> Path:
-    return Path(os.environ.get("PAL_ARTIFACT_DIR", REPO.parent / "shared" / "data" / "pal-artifact"))
-
-
 @pytest.mark.artifact
 def test_real_artifact_files() -> None:
-    base = _artifact_dir()
-    if not base.is_dir():
-        pytest.skip(f"PAL artifact data not found at {base} (set PAL_ARTIFACT_DIR)")
+    from conftest import require_artifact
+
+    base = require_artifact("variability", "longhorn")
     expected = {"resnet": (1404, 336), "bert": (1096, 136), "pagerank": (880, 172), "sgemm": (11087, 392)}
     keys: set[str] = set()
     total = 0

@@ -174,11 +174,9 @@ def _lua_string(value: str) -> str:
 
 
 def test_job_submit_lua_matches_like_resolve(tmp_path: Path) -> None:
-    lua = shutil.which("lua5.1")
-    if lua is None:
-        if os.environ.get("PAL_REQUIRE_SLURM") == "1":
-            pytest.fail("lua5.1 not found but PAL_REQUIRE_SLURM=1")
-        pytest.skip("lua5.1 not found (apt-get install lua5.1)")
+    from conftest import require_tool
+
+    lua = require_tool("lua5.1", "lua5.1")
     t = table()
     rules = filter_rules(t)
     body = ",\n".join("  { " + ", ".join(f"{k} = {_lua_string(str(v))}" for k, v in r.items()) + " }" for r in rules)

@@ -21,13 +21,9 @@ LUA_TESTS = REPO / "tests" / "lua" / "test_job_submit.lua"
 
 
 def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        reason = f"{name} not found (apt-get install lua5.1)"
-        if os.environ.get("PAL_REQUIRE_SLURM") == "1":
-            pytest.fail(f"{reason} but PAL_REQUIRE_SLURM=1")
-        pytest.skip(reason)
-    return path
+    from conftest import require_tool
+
+    return require_tool(name, "lua5.1")
 
 
 def test_filter_compiles_with_luac() -> None:

@@ -290,9 +290,10 @@ def test_the_good_errors_stay(fleet: dict[str, Any], tmp_path: Path) -> None:
 
 def test_the_config_knows_every_registered_policy() -> None:
     from pal_slurm.placement.model import POLICY_NAMES
-    from pal_slurm.placement.policies import POLICIES
+    from pal_slurm.placement.policies import POLICIES, policy_names
 
-    assert POLICY_NAMES == tuple(POLICIES)
+    assert set(POLICY_NAMES) == set(POLICIES) and len(POLICY_NAMES) == len(POLICIES)
+    assert tuple(policy_names()) == POLICY_NAMES
 
 
 # ---------------------------------------------------------------- the real entry point

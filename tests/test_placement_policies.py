@@ -405,3 +405,19 @@ def test_artifact_policies_need_no_timing_information() -> None:
     snap = Snapshot.empty(cluster([4, 4]))
     for name in POLICIES:
         assert place(name, snap, [job("a", 8)]).as_dict() == {"a": tuple(range(8))}
+
+
+def test_the_policy_list_is_in_the_documented_order_whoever_registered_first() -> None:
+    """Which test module (or command) imports a policy module first decides the registry's
+    insertion order; what is listed to users must not depend on it."""
+    import subprocess
+    import sys
+
+    from pal_slurm.placement.model import POLICY_NAMES
+    from pal_slurm.placement.policies import policy_names
+
+    assert tuple(policy_names()) == POLICY_NAMES
+    code = ("import pal_slurm.placement.guarded, pal_slurm.placement.backfill\n"
+            "from pal_slurm.placement.policies import policy_names\nprint(','.join(policy_names()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert tuple(out.split(",")) == POLICY_NAMES

@@ -15,7 +15,9 @@ from pal_slurm.replay import repeat
 from pal_slurm.replay.fleet import FLEETS, draw_fleet
 from pal_slurm.simulate.artifact_draw import load_artifact_profiles
 
-ARTIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "pal-artifact" / "variability" / "longhorn"
+from conftest import ARTIFACT_DIR  # noqa: E402 - the PAL artifact data, shipped in tests/data
+
+ARTIFACT = ARTIFACT_DIR / "variability" / "longhorn"
 
 
 def result(rep: int, avg: float, makespan: float, *, complete: bool = True, fp: str = "f") -> dict:
@@ -64,7 +66,7 @@ def test_pal_over_slurm_pairs_repetitions_both_arms_completed() -> None:
     assert repeat.ratio_range(pal, [], "avg_jct_s")[3] == 0
 
 
-@pytest.mark.skipif(not ARTIFACT.exists(), reason="the PAL artifact's Longhorn profiles are not here")
+@pytest.mark.artifact
 def test_the_three_fleets_differ_as_their_names_say_and_are_reproducible() -> None:
     profiles = load_artifact_profiles(ARTIFACT)
     spread = {}

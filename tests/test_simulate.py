@@ -221,8 +221,9 @@ def test_cli_plot_and_event_mode(tmp_path: Path) -> None:
 @pytest.mark.artifact
 def test_round_mode_reproduces_the_artifact_on_workload_1() -> None:
     """Every artifact policy within 2 % of the artifact's own average JCT (workload-1; bench/fidelity.py does all six)."""
-    if not (ARTIFACT_DIR / "reference").is_dir():
-        pytest.skip(f"PAL artifact data not found at {ARTIFACT_DIR}")
+    from conftest import require_artifact
+
+    require_artifact("reference")
     from pal_slurm.simulate.runner import ArtifactVariability, SimulationSpec, run_one
     from pal_slurm.simulate.traces import read_trace_file
     from pal_slurm.simulate.artifact_draw import load_artifact_profiles

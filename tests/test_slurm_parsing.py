@@ -167,9 +167,9 @@ def test_filter_state_escapes_everything() -> None:
     assert '"a\\034b\\092c\\010]]--"' in text and "$(id)" in text and "\\195\\188" in text
     with pytest.raises(ValueError):
         filter_state.FilterState(mode="bogus", heartbeat=0, stale_after=1)
-    lua = shutil.which("lua5.1")
-    if lua is None:
-        pytest.skip("lua5.1 not installed: the round trip through Lua is checked where it is")
+    from conftest import require_tool
+
+    lua = require_tool("lua5.1", "lua5.1")
     script = (f"local t = assert(loadstring({json.dumps(text)}))()\n"
               "io.write(t.mode, '|', t.rules[1].user, '|', t.rules[1].name, '|', t.rules[1].class, '|', t.heartbeat)")
     out = subprocess.run([lua, "-e", script], capture_output=True, check=True).stdout.decode()

@@ -172,8 +172,10 @@ def test_the_unit_commands_are_found() -> None:
             ("pal-placer-failsafe.service", "ExecStart")} <= found
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
 def test_systemd_analyze_verify_accepts_every_unit(tmp_path: Path) -> None:
+    from conftest import require_tool
+
+    require_tool("systemd-analyze", "systemd")
     pal = tmp_path / "bin" / "pal"
     pal.parent.mkdir()
     pal.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")

@@ -36,15 +36,15 @@ def _cluster(value: str) -> tuple[int, int]:
 
 
 def _policy_names(value: str) -> tuple[str, ...]:
-    from pal_slurm.placement.policies import POLICIES
+    from pal_slurm.placement.policies import POLICIES, policy_names
 
     if value == "all":
-        return tuple(POLICIES)
+        return tuple(policy_names())
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     unknown = [n for n in names if n not in POLICIES]
     if unknown or not names:
         raise click.BadParameter(f"unknown policy {', '.join(map(repr, unknown)) or repr(value)}; "
-                                 f"valid: {', '.join(POLICIES)} (or all)")
+                                 f"valid: {', '.join(policy_names())} (or all)")
     return names
 
 

@@ -14,13 +14,16 @@ from pal_slurm.placement import slurm_backfill as _slurm  # noqa: F401  (registe
 from pal_slurm.placement import slurm_reserving as _reserving  # noqa: F401  (registers slurm-reserving)
 from pal_slurm.placement import guarded as _guarded  # noqa: F401  (registers pal-guard, the default)
 from pal_slurm.placement.base import POLICIES, Choice, InOrderPolicy, Policy, register
-from pal_slurm.placement.model import PlacementError
+from pal_slurm.placement.model import POLICY_NAMES, PlacementError
 
 __all__ = ["POLICIES", "Choice", "InOrderPolicy", "Policy", "get_policy", "policy_names", "register"]
 
 
 def policy_names() -> list[str]:
-    return list(POLICIES)
+    """Every registered policy, in the documented order (`model.POLICY_NAMES`), whichever module
+    registered first: what the CLI lists and `--policies all` runs, the same in every process."""
+    rank = {n: i for i, n in enumerate(POLICY_NAMES)}
+    return sorted(POLICIES, key=lambda n: (rank.get(n, len(rank)), n))
 
 
 def get_policy(name: str) -> Policy:
@@ -28,5 +31,5 @@ def get_policy(name: str) -> Policy:
     try:
         cls = POLICIES[name]
     except KeyError:
-        raise PlacementError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}") from None
+        raise PlacementError(f"unknown policy {name!r}; valid: {', '.join(policy_names())}") from None
     return cls()

@@ -13,7 +13,9 @@
 #        database servers' and the host cluster's environment already set, as `make test` does)
 #
 # Environment: PAL_TEST_OTHER_SLURM=1 also runs the other Slurm version (0: skip it, and say so);
-#              PAL_PYTEST (default .venv/bin/python -m pytest).
+#              PAL_PYTEST (default .venv/bin/python -m pytest);
+#              PAL_TEST_SEED: the seed of the random test order (pytest-randomly; default: a new
+#              one, printed first, so that a failing order can be run again with it).
 # Exit status: 0 only when every part passed (or, with PYTEST ARGS, selected no test while
 # another part passed); each part's result is printed at the end.
 
@@ -39,6 +41,12 @@ stop_other() {
     fi
 }
 trap 'stop_other; exit 130' INT TERM
+
+# every part in a random order (a test that passes only after another fails here); the seed is
+# printed so that the order can be repeated
+SEED="${PAL_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}"
+echo "run-suites: random test order, seed $SEED (PAL_TEST_SEED=$SEED make test repeats it)"
+set -- --randomly-seed="$SEED" "$@"
 
 "${PYTEST[@]}" -m "not slurm" "$@" || status_fast=$?
 
