@@ -203,3 +203,36 @@ def test_admin_guide_shows_every_placer_key_with_its_default() -> None:
     for key, value in defaults.items():
         if value is not None:
             assert shown[key] == value, (key, shown[key], value)
+
+
+SERVICES = [p.name for p in UNITS if p.suffix == ".service"]
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_every_service_drops_privileges_it_does_not_need(name: str) -> None:
+    """What docs/admin-guide.md and docs/agent.md claim of every unit: no new privileges, no
+    capabilities (bounding and ambient sets empty), a read-only system with a private /tmp,
+    and only the system calls of an ordinary service."""
+    unit = load(name)
+    assert one(unit, "Service", "NoNewPrivileges") == "yes"
+    assert one(unit, "Service", "CapabilityBoundingSet") == ""
+    assert unit["Service"].get("AmbientCapabilities", [""]) == [""]
+    assert one(unit, "Service", "ProtectSystem") == "strict"
+    assert one(unit, "Service", "PrivateTmp") == "yes"
+    assert one(unit, "Service", "ProtectHome") in ("yes", "read-only")
+    assert one(unit, "Service", "SystemCallFilter") == "@system-service"
+    for key in ("ProtectKernelTunables", "ProtectKernelModules", "ProtectControlGroups"):
+        assert one(unit, "Service", key) == "yes", key
+
+
+def test_the_agent_unit_is_hardened_as_docs_agent_md_says() -> None:
+    """Writable: /run/pal and /var/lib/pal only; memory bounded; the GPUs visible (no
+    PrivateDevices, which would hide /dev/nvidia*); /run/pal/jobs kept when it stops."""
+    unit = load("pal-agent.service")
+    writable = set(" ".join(unit["Service"].get("ReadWritePaths", [])).split())
+    assert writable <= {"/run/pal", "/var/lib/pal"} and "/var/lib/pal" in writable
+    assert one(unit, "Service", "RuntimeDirectory") == "pal"
+    assert one(unit, "Service", "RuntimeDirectoryPreserve") == "yes"
+    assert one(unit, "Service", "MemoryMax") == "512M"
+    assert unit["Service"].get("PrivateDevices", ["no"]) == ["no"]
+    assert one(unit, "Service", "Type") == "notify" and seconds(one(unit, "Service", "WatchdogSec")) == 30

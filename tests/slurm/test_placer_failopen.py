@@ -54,6 +54,8 @@ class Rig:
     tmp: Path
     db_template: Path
     jobs: list[str] = field(default_factory=list)
+    #: each job's GPU request as Slurm stored it at submit: (tres_per_node, tres_per_job)
+    requested: dict[str, tuple[str, str]] = field(default_factory=dict)
     fillers: list[str] = field(default_factory=list)
     placers: list[PlacerProcess] = field(default_factory=list)
 
@@ -137,7 +139,20 @@ class Rig:
     def submit(self, args: Sequence[str], wrap: str = "sleep 0.2") -> str:
         jobid = self.cluster.submit(["-J", "pal-failopen", *args, "--wrap", wrap])
         self.jobs.append(jobid)
+        rec = self.records([jobid])[jobid]
+        self.requested[jobid] = (rec.get("tres_per_node") or "", rec.get("tres_per_job") or "")
         return jobid
+
+    def assert_requests_unchanged(self, recs: dict[str, dict[str, Any]]) -> None:
+        """Every job in `recs` carries exactly the GPU request it was submitted with (the
+        same GPU types and counts, per node and per job; 22.05 writes gres:, 24.11 gres/)."""
+        from tests.faults import gpu_items
+
+        for jobid, rec in recs.items():
+            node, job = self.requested[jobid]
+            got = (gpu_items(rec.get("tres_per_node") or ""), gpu_items(rec.get("tres_per_job") or ""))
+            assert got == (gpu_items(node), gpu_items(job)), (jobid, rec.get("tres_per_node"),
+                                                                rec.get("tres_per_job"), self.requested[jobid])
 
     def fill_gpus(self) -> None:
         """Every GPU busy with a long sleep that names its node (never held, never moved)."""
@@ -229,9 +244,11 @@ def _assert_released_and_run(rig: Rig, ids: Sequence[str], why: str) -> None:
         assert rec["admin_comment"] == f"pal: released unchanged: {why}", rec["admin_comment"]
         assert int_field(rec["priority"]) != 0
         assert (int_field(rec["eligible_time"]) or 0) <= time.time() + 1, rec  # StartTime=now: no begin time ahead
+    rig.assert_requests_unchanged(recs)
     rig.free_gpus()
     done = rig.wait_finished(ids)
     assert {j: job_state(r) for j, r in done.items()} == dict.fromkeys(ids, "COMPLETED")
+    rig.assert_requests_unchanged(done)
 
 
 # ---------------------------------------------------------------- crash, stop
@@ -384,7 +401,7 @@ def test_database_never_reachable_releases_held_jobs_unchanged(rig: Rig) -> None
     for rec in done.values():
         assert rec["admin_comment"] == "pal: released unchanged: no GPU classes known yet (run pal classify)"
         assert job_state(rec) == "COMPLETED"
-        assert rec["tres_per_node"] in ("gres:gpu:1", "gres/gpu:1", "")  # 22.05 / 24.11 prefix; untyped
+    rig.assert_requests_unchanged(done)  # each its own: gpu:1 per node, --gpus=2 per job; never none
     log = placer.output()
     assert "placing with none" in log and placer.proc.poll() is None
     assert "s3cret-pw" not in log
