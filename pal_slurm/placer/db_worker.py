@@ -11,7 +11,7 @@ writes wait in their bounded in-memory queues until the database answers again.
 
 Tasks are keyed: a task whose key is already queued or running is not queued twice (one
 audit flush, one classes read at a time), so an outage never piles work up. After a task
-fails with a database error the thread waits, doubling from 1 s up to 60 s, before the next
+fails with a database error the thread waits, doubling from 1 s up to 15 s, before the next
 one (as the agent's DbWorker does on the GPU nodes).
 """
 
@@ -37,7 +37,7 @@ class DbWorker:
     """One daemon thread running keyed tasks in order, with backoff after failures."""
 
     def __init__(self, backoff: Backoff | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.backoff = backoff or Backoff(min_delay_s=1.0, max_delay_s=60.0)
+        self.backoff = backoff or Backoff(min_delay_s=1.0, max_delay_s=15.0)
         self._clock = clock
         self._tasks: OrderedDict[str, Callable[[], None]] = OrderedDict()
         self._running: str | None = None

@@ -376,7 +376,7 @@ def test_database_lost_after_start_keeps_placing_from_memory(rig: Rig) -> None:
     shutil.copyfile(path, path.with_suffix(".moved"))
     with open(path, "r+b") as fh:
         fh.truncate(0)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 45  # the database thread backs off (up to 15 s) after each failure
     while "classes not reloaded" not in placer.output():
         assert time.monotonic() < deadline, placer.output()
         time.sleep(0.3)
