@@ -4,7 +4,8 @@ Why one helper: slurmctld's submit filter reads the placer's state file while th
 rewrites it every cycle, the node agent's state must survive a crash in the middle of a save,
 and `pal report --html` replaces a page someone may have open. Each needs the same steps in the
 same order: a temporary file in the target's directory (a rename is atomic only within one file
-system), written in full, its mode set, renamed over the target, and removed when anything fails.
+system, created 0600 and never opened by name again), its mode set on the open descriptor, written
+in full, renamed over the target, and removed when anything fails.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ def write_atomically(path: str | os.PathLike[str], text: str, *, encoding: str =
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="\n") as fh:
+            # the mode set on the open descriptor, not on the path: in a directory others can
+            # write, the path could be swapped for a link to another file before a chmod by name
+            os.fchmod(fh.fileno(), 0o666 & ~current_umask() if mode is None else mode)
             fh.write(text)
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask() if mode is None else mode)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -185,7 +185,8 @@ class AgentConfig(_Section):
     node: str = Field(default="", description="node name; empty: the short host name")
     jobmap_dir: str = Field(default="/run/pal/jobs", description="where pal-prolog.sh writes; %n = node name")
     gpu_id: Literal["minor", "index"] = Field(default="minor", description="what the GPU ids in mapping files are")
-    metrics_address: str = "0.0.0.0"
+    metrics_address: str = Field(default="127.0.0.1", description="address the metrics port listens on: the "
+                                                                  "scrape network's; 0.0.0.0: every one")
     metrics_port: int = Field(default=9477, ge=0, le=65535, description="0 turns the metrics endpoint off")
     pending_max: int = Field(default=10000, ge=1, description="job profiles/flags kept while the database is down")
     retry_min_s: float = Field(default=1.0, gt=0)
@@ -241,7 +242,8 @@ class PlacerConfig(_Section):
     metrics_port: int = Field(default=9478, ge=0, le=65535,
                               description="Prometheus metrics of the placer (per-GPU factors, the variability tax); "
                                           "0: off")
-    metrics_address: str = Field(default="", description="address the metrics port listens on; empty: every one")
+    metrics_address: str = Field(default="127.0.0.1", description="address the metrics port listens on: the scrape "
+                                                                  "network's; 0.0.0.0: every one")
 
     @field_validator("policy")
     @classmethod
@@ -418,9 +420,16 @@ def mask_url(url: str) -> str:
     from sqlalchemy.exc import ArgumentError
 
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except ArgumentError:
         return "<unparseable URL>"
+    # a password can also ride in the query string (?password=, ?sslpassword=, libpq's passfile
+    # is a path and harmless); every such value is masked like the userinfo one
+    secret = {k: "***" for k in parsed.query if any(w in k.lower() for w in ("password", "passwd", "secret", "token"))
+              and not k.lower().endswith(("file", "path"))}
+    if secret:
+        parsed = parsed.update_query_dict(secret)
+    return parsed.render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
 
 
 def config_as_dict(cfg: PalConfig) -> dict[str, Any]:

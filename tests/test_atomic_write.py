@@ -52,3 +52,15 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path: Path)
 def test_a_missing_directory_is_the_callers_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         write_atomically(tmp_path / "no" / "such" / "file", "x")
+
+
+def test_the_mode_is_never_set_through_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a directory others can write, the temporary path could be swapped for a link to
+    another file between the write and a chmod by name; the mode goes on the open descriptor."""
+    def by_name(*_a: object, **_k: object) -> None:
+        raise AssertionError("chmod by path name")
+
+    monkeypatch.setattr(os, "chmod", by_name)
+    target = tmp_path / "state.lua"
+    write_atomically(target, "x", mode=0o640)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640 and target.read_text() == "x"

@@ -162,3 +162,14 @@ def test_a_binary_config_file_is_one_line_not_an_internal_error(tmp_path: Path) 
     f.write_bytes(b"[database]\n\xfa\xfb\x00\x01")
     with pytest.raises(ConfigError, match=r"pal\.toml: not a TOML file \(byte 11 is not UTF-8 text\)$"):
         load_config(f, env={})
+
+
+def test_passwords_in_the_query_string_are_masked_too() -> None:
+    """libpq and PyMySQL take a password in the query string as well; `pal config show` and
+    every log line go through mask_url, so it is masked there like the userinfo one."""
+    masked = mask_url("postgresql+psycopg://pal@db/pal?password=hunter2&sslmode=verify-full")
+    assert "hunter2" not in masked and "password=***" in masked and "sslmode=verify-full" in masked
+    masked = mask_url("mysql+pymysql://pal@db/pal?passwd=hunter2&ssl_ca=/etc/pal/ca.pem")
+    assert "hunter2" not in masked and "passwd=***" in masked and "ca.pem" in masked
+    cfg = load_config(None, db_url="postgresql+psycopg://u@h/d?password=hunter2", env={})
+    assert "hunter2" not in repr(config_as_dict(cfg))

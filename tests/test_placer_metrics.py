@@ -113,3 +113,44 @@ def test_the_placer_service_exports_the_classified_fleet(tmp_path) -> None:
     assert len(factors) == 16 and all(0.5 < f < 3 for f in factors.values())
     assert {dict(k[1])["gpu"] for k in got if k[0] == "pal_gpu_slowdown"} == {"0", "1", "2", "3"}
     assert got[("pal_exporter_stale", ())] == 0
+
+
+def test_the_endpoint_serves_a_bounded_number_of_connections_and_closes_silent_ones() -> None:
+    """Idle connections cost a thread each in a root process: at most MAX_CONNECTIONS are held
+    open at once (one more is closed unanswered), a silent one is closed after the timeout, and
+    a scrape still works once they are gone."""
+    import socket
+    import threading
+    import time
+    import urllib.request
+
+    from pal_slurm.metrics_http import metrics_server
+
+    server = metrics_server("127.0.0.1", 0, lambda: (b"up 1\n", 200, "text/plain"), name="t",
+                            max_connections=3, timeout_s=0.5)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        time.sleep(0.1)
+        extra = socket.create_connection(("127.0.0.1", port))
+        extra.settimeout(2)
+        assert extra.recv(10) == b"", "the connection beyond the cap is closed at once"
+        assert server.refused >= 1
+        threads = threading.active_count()
+        time.sleep(1.0)  # the silent ones are closed after timeout_s
+        for s in idle:
+            s.settimeout(2)
+            assert s.recv(10) == b""
+        assert threading.active_count() <= threads - 3 + 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            assert resp.read() == b"up 1\n"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_metrics_endpoints_listen_on_the_loopback_address_by_default() -> None:
+    from pal_slurm.config import AgentConfig, PlacerConfig
+
+    assert PlacerConfig().metrics_address == "127.0.0.1" and AgentConfig().metrics_address == "127.0.0.1"

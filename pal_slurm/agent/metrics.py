@@ -16,7 +16,6 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from pal_slurm.agent.job_profile_store import NodeFacts
 from pal_slurm.profiler.telemetry import REASON_NAMES
@@ -180,37 +179,14 @@ def render(node: str, gpus: Sequence[GpuGauges], health: AgentHealth, facts: Nod
 
 
 class MetricsServer:
-    """Serves `render_fn()` at /metrics (and / for a one-line hint) in a daemon thread."""
+    """Serves `render_fn()` at /metrics (and / for a one-line hint) in a daemon thread, on the
+    bounded server every pal endpoint uses (pal_slurm.metrics_http: timeouts, a connection cap)."""
 
     def __init__(self, address: str, port: int, render_fn: Callable[[], str]) -> None:
-        render_ref = render_fn
+        from pal_slurm.metrics_http import metrics_server
 
-        class Handler(BaseHTTPRequestHandler):
-            server_version = "pal-agent"
-
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    try:
-                        body, status, ctype = render_ref().encode(), 200, CONTENT_TYPE
-                    except Exception as exc:  # a scrape must never take the agent down
-                        log.exception("rendering metrics failed")
-                        body, status, ctype = f"metrics unavailable: {type(exc).__name__}\n".encode(), 500, "text/plain"
-                elif path == "/":
-                    body, status, ctype = b"pal agent: metrics at /metrics\n", 200, "text/plain"
-                else:
-                    body, status, ctype = b"not found\n", 404, "text/plain"
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                log.debug("metrics: " + format, *args)
-
-        self._server = ThreadingHTTPServer((address, port), Handler)
-        self._server.daemon_threads = True
+        self._server = metrics_server(address, port, lambda: (render_fn().encode(), 200, CONTENT_TYPE),
+                                      name="pal-agent")
         self._thread = threading.Thread(target=self._server.serve_forever, name="pal-agent-metrics", daemon=True)
 
     @property

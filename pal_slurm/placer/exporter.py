@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -152,13 +151,20 @@ class Exporter:
         self._server: Any = None
 
     def start(self) -> bool:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        from pal_slurm.metrics_http import DEFAULT_ADDRESS, metrics_server
+
         try:
-            self._server, _thread = start_http_server(self.port, addr=self.address, registry=self.registry)
+            self._server = metrics_server(self.address or DEFAULT_ADDRESS, self.port,
+                                          lambda: (generate_latest(self.registry), 200, CONTENT_TYPE_LATEST),
+                                          name="pal-placer")
         except OSError as exc:
             log.error("metrics: port %s not opened (%s); the placer runs without metrics", self.port, exc)
             return False
+        threading.Thread(target=self._server.serve_forever, name="pal-placer-metrics", daemon=True).start()
         threading.Thread(target=self._loop, name="pal-metrics-refresh", daemon=True).start()
-        log.info("metrics: http://%s:%d/metrics", self.address or "0.0.0.0", self.port)
+        log.info("metrics: http://%s:%d/metrics", self.address or DEFAULT_ADDRESS, self.port)
         return True
 
     def _loop(self) -> None:
