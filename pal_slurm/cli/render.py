@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -142,6 +143,7 @@ def console(width: int | None = None) -> Console:
 def prose(text: str, *, err: bool = False) -> None:
     """A line of prose (a title, a legend, a note): wrapped at word boundaries on a terminal (or at
     COLUMNS), written whole to a pipe or a file, so that grep and scripts see one line."""
+    text = "\n".join(printable(line) for line in text.split("\n"))
     if terminal_width() is None:
         stream = sys.stderr if err else sys.stdout
         if not stream.isatty():
@@ -183,7 +185,7 @@ def emit_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], fmt:
         writer.writerow([" ".join(c.header.split()) for c in columns])  # a two-line table header is one CSV name
         for row in rows:
             writer.writerow(["" if (v := c.value(row)) is None or (isinstance(v, float) and not math.isfinite(v))
-                             else v for c in columns])
+                             else csv_cell(v) for c in columns])
     else:
         print_table(rows, columns, title=title, wide=wide, legend=legend)
 
@@ -240,7 +242,8 @@ def _measure(out: Console, table: Table) -> Measurement:
 
 
 def _cell(value: Any) -> Text:
-    """Plain Text, never markup: node names and UUIDs come from files and users."""
+    """Plain Text, never markup, never a control sequence: node names, job names and UUIDs come
+    from files and users."""
     from rich.text import Text
 
     if value is None:
@@ -249,4 +252,24 @@ def _cell(value: Any) -> Text:
         from pal_slurm.report.numfmt import fmt_num
 
         return Text(fmt_num(value))
-    return Text(str(value))
+    return Text(printable(str(value)))
+
+
+def printable(text: str) -> str:
+    """`text` with every control character shown escaped (`\\x1b`, `\\n`): an ESC or OSC
+    sequence in a job name must not reach the admin's terminal, nor a newline forge a line."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?%?")
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet will not run: text that starts with = + - @ (or a tab or CR) and
+    is not a number gets a leading apostrophe (a job name like `=HYPERLINK(...)`)."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") and value != "-" \
+            and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
