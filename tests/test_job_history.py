@@ -74,7 +74,7 @@ def test_runtime_from_end_minus_start_without_elapsed_and_optional_columns() -> 
     (HEADER + "\n" + row("1", state="DONE") + "\n", "jobs.txt:2: State 'DONE' is not a Slurm job state"),
     (HEADER + "\n" + row("1", state="") + "\n", "jobs.txt:2: State '' is not a Slurm job state"),
     (HEADER + "\n" + row("1", elapsed="ten minutes") + "\n", "jobs.txt:2: Elapsed 'ten minutes' is not"),
-    (HEADER + "\n" + row("1") + "\n" + row("2", user="") + "\n", "jobs.txt:3: empty User"),
+    (HEADER + "\n" + row("2", user="") + "\n", "jobs.txt:2: empty User"),
     (HEADER + "\n" + row("") + "\n", "jobs.txt:2: empty JobID"),
     (HEADER + "\n" + row("1", name="a|b") + "\n", "jobs.txt:2: row has 11 fields, the header has 10"),
     ("JobID|JobName|User|Start|End|State\n1|x|u|2026-11-30T07:00:00|2026-11-30T06:00:00|COMPLETED\n",
@@ -251,3 +251,39 @@ def test_cli_import_history(sqlite_url: str, tmp_path: Path) -> None:
     f.write_text(HEADER + "\n" + row("4") + "\n")
     out = runner.invoke(cli, ["--db", missing, "jobs", "import-history", str(f)])
     assert out.exit_code == 1 and "no database" in out.output, out.output
+
+
+def test_a_bad_row_is_skipped_with_its_line_and_the_rest_imported() -> None:
+    """One odd job (a '|' or a line break in its name, a bad time) among good ones: left out
+    with FILE:LINE and the problem, counted as a bad row; the others are imported."""
+    text = "\n".join([HEADER, row("1"), row("2", name="a|b"), row("3", start="yesterday"), row("4"),
+                      row("5", name="line\nbreak")]) + "\n"
+    h = read_history(text.splitlines(keepends=True), source="jobs.txt")
+    assert [j.job_id for j in h.jobs] == ["1", "4"]
+    lines = [line for line, _problem in h.bad]
+    assert lines[:2] == [3, 4] and len(lines) == 4  # the line break makes two short rows
+    assert "11 fields" in h.bad[0][1] and "Start 'yesterday'" in h.bad[1][1]
+    assert h.skipped_by_reason()["bad row"] == 4
+
+
+def test_a_file_of_bad_rows_only_is_an_error_naming_the_first() -> None:
+    text = "\n".join([HEADER, row("1", state="DONE"), row("2", state="DONE")]) + "\n"
+    with pytest.raises(InputError) as exc:
+        read_history(text.splitlines(keepends=True), source="jobs.txt")
+    assert str(exc.value).startswith("jobs.txt:2: State 'DONE' is not a Slurm job state")
+    assert "1 more bad row" in str(exc.value)
+
+
+def test_cli_import_history_names_each_bad_row_and_imports_the_rest(sqlite_url: str, tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--db", sqlite_url, "db", "upgrade"]).exit_code == 0
+    f = tmp_path / "jobs.txt"
+    f.write_text("\n".join([HEADER, row("1"), row("2", name="x|y"), row("3"), ""]))
+    out = runner.invoke(cli, ["--db", sqlite_url, "jobs", "import-history", str(f), "--cluster", "c1"])
+    assert out.exit_code == 0, out.output
+    assert "imported 2 jobs" in out.output and "1 bad row" in out.output
+    assert f"{f}:3: row has 11 fields, the header has 10" in out.output and "row skipped" in out.output
+    out = runner.invoke(cli, ["--db", sqlite_url, "jobs", "import-history", str(f), "--cluster", "c2", "--json"])
+    doc = json.loads(out.stdout)
+    assert doc["bad_rows"] == [{"line": 3, "problem": doc["bad_rows"][0]["problem"]}]
+    assert doc["skipped_by_reason"] == {"bad row": 1}

@@ -8,7 +8,7 @@ import click
 
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.numbers import MAX_ID
-from pal_slurm.cli.render import Column, emit_json, emit_rows, fmt_float, format_option, text_format_option
+from pal_slurm.cli.render import Column, emit_json, emit_rows, fmt_float, format_option, printable, text_format_option
 
 
 @click.group()
@@ -81,7 +81,8 @@ def import_history(app: AppContext, file: Path, source: str, fmt: str) -> None:
     data = {"file": str(file), "cluster": result.source, "jobs": result.jobs, "imported": result.added,
             "already_present": result.already_present, "imported_by_state": result.by_state,
             "skipped": sum(result.skipped.values()), "skipped_by_reason": result.skipped,
-            "job_steps_skipped": result.steps}
+            "job_steps_skipped": result.steps,
+            "bad_rows": [{"line": line, "problem": problem} for line, problem in result.bad]}
     if fmt == "json":
         emit_json(data)
         return
@@ -91,6 +92,10 @@ def import_history(app: AppContext, file: Path, source: str, fmt: str) -> None:
     if result.skipped:
         click.echo(f"skipped {sum(result.skipped.values())} jobs: "
                    + "; ".join(f"{v} {k}" for k, v in result.skipped.items()))
+    for line, problem in result.bad[:20]:
+        click.echo(f"{file}:{line}: {printable(problem)}; row skipped", err=True)
+    if len(result.bad) > 20:
+        click.echo(f"{file}: {len(result.bad) - 20} more bad rows skipped (--format json lists them all)", err=True)
     if result.jobs and not any(k in result.by_state for k in ("COMPLETED", "TIMEOUT")) and result.added:
         click.echo("note: no COMPLETED or TIMEOUT job among them: nothing to learn runtimes from")
 

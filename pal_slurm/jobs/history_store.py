@@ -35,6 +35,7 @@ class HistoryImport:
     by_state: dict[str, int] = field(default_factory=dict)  # state -> jobs added
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows
     steps: int = 0
+    bad: tuple[tuple[int, str], ...] = ()  # (line, problem) of the rows that could not be read
 
 
 def runtime_rule(cfg: PalConfig) -> RuntimeRule:
@@ -75,7 +76,7 @@ def import_history(session: Session, history: HistoryFile, source: str,
     session.flush()
     return HistoryImport(source=source, jobs=len(history.jobs), added=added, already_present=len(history.jobs) - added,
                          by_state=dict(sorted(by_state.items())), skipped=history.skipped_by_reason(),
-                         steps=history.steps)
+                         steps=history.steps, bad=history.bad)
 
 
 def delete_history(session: Session, source: str | None = None, *, prefix: str | None = None) -> int:

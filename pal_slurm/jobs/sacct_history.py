@@ -71,19 +71,24 @@ class HistoryJob:
 
 @dataclass(frozen=True)
 class HistoryFile:
-    """What a file held: its jobs, and (line, reason) for every row skipped."""
+    """What a file held: its jobs, (line, reason) for every row skipped on purpose (never
+    started, no GPUs, ...), and (line, problem) for every row that could not be read."""
 
     source: str
     jobs: tuple[HistoryJob, ...]
     skipped: tuple[tuple[int, str], ...] = ()
     steps: int = 0  # job step lines (JobID with a '.'), skipped silently
+    bad: tuple[tuple[int, str], ...] = ()
 
     def skipped_by_reason(self) -> dict[str, int]:
-        """Reason -> how many rows (the reason's first words, without job-specific values)."""
+        """Reason -> how many rows (the reason's first words, without job-specific values); the
+        rows that could not be read count as "bad row"."""
         out: dict[str, int] = {}
         for _line, reason in self.skipped:
             key = reason.split(" (")[0]
             out[key] = out.get(key, 0) + 1
+        if self.bad:
+            out["bad row"] = len(self.bad)
         return dict(sorted(out.items()))
 
 
@@ -115,7 +120,10 @@ def _state(value: str) -> str:
 
 
 def read_history(lines: Iterable[str], *, source: str) -> HistoryFile:
-    """Parse an `sacct -P` export (see the module doc); InputError on the first bad row."""
+    """Parse an `sacct -P` export (see the module doc). A row that cannot be read (a '|' or a
+    line break inside a job name, a bad time) is left out and listed in `bad` with its line,
+    so one odd job does not stop the import of a month's history; InputError when the file
+    itself is unusable (no header, a missing column) or no row at all could be read."""
     rows = _rows(lines)
     first = next(rows, None)
     if first is None:
@@ -130,13 +138,15 @@ def read_history(lines: Iterable[str], *, source: str) -> HistoryFile:
                          source=source, line=header_line)
     jobs: list[HistoryJob] = []
     skipped: list[tuple[int, str]] = []
+    bad: list[tuple[int, str]] = []
     seen: dict[str, int] = {}
     steps = rows_read = 0
     for line, fields in rows:
         rows_read += 1
         if len(fields) != len(header):
-            raise InputError(f"row has {len(fields)} fields, the header has {len(header)} (a '|' inside a job "
-                             "name? sacct -P does not quote)", source=source, line=line)
+            bad.append((line, f"row has {len(fields)} fields, the header has {len(header)} (a '|' or a line break "
+                              "inside a job name? sacct -P does not quote)"))
+            continue
 
         def get(col: str, fields: Sequence[str] = fields) -> str:
             i = cols.get(col)
@@ -152,7 +162,8 @@ def read_history(lines: Iterable[str], *, source: str) -> HistoryFile:
             skipped.append((line, str(s)))
             continue
         except _RowError as e:
-            raise InputError(str(e), source=source, line=line) from None
+            bad.append((line, str(e)))
+            continue
         if job_id in seen:
             skipped.append((line, f"duplicate JobID (first on line {seen[job_id]})"))
             continue
@@ -160,7 +171,11 @@ def read_history(lines: Iterable[str], *, source: str) -> HistoryFile:
         jobs.append(job)
     if rows_read == 0:
         raise InputError("no jobs in the file, only its header", source=source)
-    return HistoryFile(source=source, jobs=tuple(jobs), skipped=tuple(skipped), steps=steps)
+    if bad and not jobs and not skipped:
+        line, problem = bad[0]
+        more = f" (and {len(bad) - 1} more bad row(s))" if len(bad) > 1 else ""
+        raise InputError(problem + more, source=source, line=line)
+    return HistoryFile(source=source, jobs=tuple(jobs), skipped=tuple(skipped), steps=steps, bad=tuple(bad))
 
 
 class _Skip(Exception):
