@@ -48,6 +48,9 @@ def test_sbatch_argv_is_exclusive_low_priority_and_shell_free() -> None:
     for flag in ("--exclusive", "--nodelist=gpu-07", "--nodes=1", "--gres=gpu:8", "--nice=20000", "--time=30",
                  "--partition=gpu", "--reservation=maint", "--account=ops"):
         assert flag in argv
+    [export] = [a for a in argv if a.startswith("--export=")]
+    assert "PAL_DB_URL" not in export and export.split("=", 1)[1].split(",")[0] == "PAL_CONFIG", \
+        "only where the node's configuration is: no database URL from the submitter's environment"
     script = argv.index(str(JOB_SCRIPT))
     assert argv[script + 1:] == ["/opt/pal/bin/pal", "profile", "run", "--backend", "auto", "--benchmarks",
                                  "gemm; rm -rf /"], "arguments passed verbatim, never through a shell"

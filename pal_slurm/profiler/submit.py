@@ -30,6 +30,11 @@ __all__ = ["JOB_SCRIPT", "SubmitOptions", "SubmitResult", "gpu_count", "parse_si
 log = logging.getLogger(__name__)
 
 JOB_SCRIPT = Path(__file__).resolve().with_name("profile_job.sh")
+#: the submitter's variables a profiling job gets (`sbatch --export`): where the node's pal
+#: configuration is and what a process needs to start; nothing else, so a database URL or a
+#: token in the submitter's environment (PAL_DB_URL) never reaches a job on a GPU node, which
+#: reads its own database credentials from its own configuration file
+JOB_EXPORT = ("PAL_CONFIG", "PATH", "HOME", "LANG", "TZ")
 DEFAULT_NICE = 10000
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -102,7 +107,7 @@ def sbatch_argv(node: str, gpus: int, opts: SubmitOptions, job_script: Path = JO
         raise InputError(f"node {node} has no GPU to profile")
     argv = ["sbatch", "--parsable", f"--job-name={opts.job_name}", f"--nodelist={node}", "--nodes=1",
             "--ntasks=1", "--exclusive", f"--gres=gpu:{gpus}", f"--nice={opts.nice}", f"--time={opts.time_limit}",
-            f"--output={opts.output}"]
+            f"--output={opts.output}", f"--export={','.join(JOB_EXPORT)}"]
     for flag, value in (("--partition", opts.partition), ("--reservation", opts.reservation),
                         ("--account", opts.account), ("--qos", opts.qos), ("--chdir", opts.chdir)):
         if value:

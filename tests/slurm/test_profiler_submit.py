@@ -23,8 +23,12 @@ def test_submit_runs_the_profiler_on_the_node(slurm_cluster, tmp_path: Path, mon
     db = f"sqlite:///{tmp_path / 'pal.db'}"
     engine = make_engine(db)
     migrate.upgrade(engine)
-    monkeypatch.setenv("PAL_DB_URL", db)  # sbatch exports the submitter's environment to the job
-    monkeypatch.setenv("PAL_CONFIG", "")
+    # the job reads the database URL from the configuration file it is pointed at; a URL in the
+    # submitter's environment (it would win over the file) must not reach it
+    conf = tmp_path / "node.toml"
+    conf.write_text(f"[database]\nurl = \"{db}\"\n")
+    monkeypatch.setenv("PAL_DB_URL", f"sqlite:///{tmp_path / 'not-for-the-job.db'}")
+    monkeypatch.setenv("PAL_CONFIG", str(conf))
     monkeypatch.setenv("HOME", str(tmp_path))
     out = tmp_path / "profile.jsonl"
     opts = SubmitOptions(
@@ -37,6 +41,7 @@ def test_submit_runs_the_profiler_on_the_node(slurm_cluster, tmp_path: Path, mon
     assert len(results) == 1 and results[0].error is None, results
     r = results[0]
     assert r.gpus == 4 and "--exclusive" in r.argv and "--nice=10000" in r.argv
+    assert "--export=PAL_CONFIG,PATH,HOME,LANG,TZ" in r.argv
     slurm_cluster.submitted.append(r.job_id)
     job = slurm_cluster.job(r.job_id)
     assert job.get("Nice") == "10000" and job.get("OverSubscribe") == "NO", job
@@ -48,3 +53,4 @@ def test_submit_runs_the_profiler_on_the_node(slurm_cluster, tmp_path: Path, mon
     with session_scope(engine) as s:
         assert s.scalar(select(func.count()).select_from(ProfileRun)) == 4
     engine.dispose()
+    assert not (tmp_path / "not-for-the-job.db").exists(), "the submitter's PAL_DB_URL reached the job"

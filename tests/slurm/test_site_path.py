@@ -63,15 +63,15 @@ def site(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) 
     tmp = tmp_path_factory.mktemp("site")
     db = f"sqlite:///{tmp / 'pal.db'}"
     migrate.upgrade(make_engine(db))
-    conf = tmp / "profile.toml"  # the jobs' data dir (their default result files), nothing else
-    conf.write_text(f"data_dir = {json.dumps(str(tmp))}\n")
+    conf = tmp / "profile.toml"  # the node's configuration: the jobs' data dir and database
+    conf.write_text(f"data_dir = {json.dumps(str(tmp))}\n[database]\nurl = {json.dumps(db)}\n")
     first = len(slurm_cluster.submitted)
     seed = a_seed(slurm_cluster.nodes[0])
-    env = {"PAL_DB_URL": db, "PAL_CONFIG": str(conf), "HOME": str(tmp)}
+    env = {"PAL_CONFIG": str(conf), "HOME": str(tmp)}
     import os
 
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # sbatch exports the submitter's environment to the job
+    os.environ.update(env)  # sbatch exports PAL_CONFIG (and nothing secret) to the job
     try:
         opts = SubmitOptions(time_limit="5", output=str(slurm_cluster.out_dir / "%j.out"), chdir=str(REPO),
                              pal_command=(sys.executable, "-m", "pal_slurm"),
