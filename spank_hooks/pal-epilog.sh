@@ -34,7 +34,7 @@ main() {
         '' | *[!0-9]*) end="" ;;
     esac
     tmp="$dir/.$job.$$.tmp"
-    umask 022
+    umask 077  # as the prolog: the map stays root's
     { cat "$file" && printf 'end=%s\n' "$end"; } >"$tmp" 2>/dev/null && mv -f "$tmp" "$file" 2>/dev/null
     rm -f "$tmp" 2>/dev/null
     return 0

@@ -41,7 +41,7 @@ main() {
     case "$dir" in
         *%n*) dir="$(printf '%s' "$dir" | sed "s/%n/$(clean "$node" | tr -cd 'A-Za-z0-9._-')/g")" ;;
     esac
-    umask 022
+    umask 077  # root's agent reads the map; other users may not see who runs what (PrivateData=jobs)
     mkdir -p "$dir" 2>/dev/null || return 0
     start="$(date +%s 2>/dev/null)"
     tmp="$dir/.$job.$$.tmp"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -117,7 +118,12 @@ def test_prolog_epilog_lifecycle(shell: str, tmp_path: Path) -> None:
     assert entry.name == "train name=evil"  # one line: a job name cannot inject a key
     assert before - 1 <= entry.start <= time.time() + 1 and entry.end is None
 
+    # who runs what on which GPUs is root's (Slurm's PrivateData=jobs hides it from other users)
+    assert stat.S_IMODE((node_dir / "4242.job").stat().st_mode) & 0o077 == 0
+    assert stat.S_IMODE(node_dir.stat().st_mode) & 0o077 == 0
+
     assert run_hook(shell, EPILOG, **env).returncode == 0
+    assert stat.S_IMODE((node_dir / "4242.job").stat().st_mode) & 0o077 == 0
     ended = parse_jobmap((node_dir / "4242.job").read_text())
     assert ended.key == entry.key and ended.end is not None and ended.end >= entry.start
     text = (node_dir / "4242.job").read_text()

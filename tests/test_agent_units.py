@@ -179,3 +179,20 @@ def test_read_job_id_from_proc(tmp_path: Path) -> None:
     (tmp_path / "99").mkdir()
     (tmp_path / "99" / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_5/step_0\n")
     assert read_job_id(99, tmp_path) == "5" and read_job_id(100, tmp_path) is None
+
+
+def test_the_agent_state_file_is_root_only(tmp_path: Path) -> None:
+    """The pending job profiles name users and their commands: 0600, whatever the umask."""
+    import os
+    import stat
+
+    from pal_slurm.agent.service import load_state, save_state
+
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "agent-state.json"
+        save_state(path, [], {})
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert load_state(path) == ([], {})
+    finally:
+        os.umask(old)

@@ -173,3 +173,25 @@ def test_a_benchmark_another_import_created_meanwhile_is_joined_not_a_failed_imp
     with session_scope(engine) as s:
         assert s.scalar(select(func.count()).select_from(Benchmark)) == 1
         assert s.scalar(select(func.count()).select_from(Node)) == 1
+
+
+def test_a_new_sqlite_database_is_not_world_readable(tmp_path: Path) -> None:
+    """Job commands, users and placements live in it: created 0640 whatever the umask, never
+    through a link; an existing file keeps the mode its admin gave it."""
+    import os
+    import stat
+
+    from pal_slurm.db.engine import make_engine
+    from pal_slurm.db.migrate import upgrade
+
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "pal.db"
+        upgrade(make_engine(f"sqlite:///{path}"))
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640
+        kept = tmp_path / "kept.db"
+        kept.touch(mode=0o600)
+        upgrade(make_engine(f"sqlite:///{kept}"))
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    finally:
+        os.umask(old)

@@ -62,7 +62,8 @@ def save_state(path: Path, pending: list[WriteItem], jobs: dict[str, JobAggregat
     data = {"format": STATE_FORMAT, "saved_at": time.time(), "pending": items,
             "jobs": {name: agg.to_dict() for name, agg in jobs.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(data, separators=(",", ":")))
+    # 0600: the pending job profiles name users and their commands
+    write_atomically(path, json.dumps(data, separators=(",", ":")), mode=0o600)
 
 
 def load_state(path: Path) -> tuple[list[WriteItem], dict[tuple[str, str, float], JobAggregate]]:

@@ -7,6 +7,7 @@ MariaDB/MySQL (PyMySQL) are the shared production servers.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +31,20 @@ _DRIVER_HINT = {
     "mysql": "install the [mysql] extra (PyMySQL) and use mysql+pymysql://",
     "mariadb": "install the [mysql] extra (PyMySQL) and use mariadb+pymysql://",
 }
+
+
+def _create_private(path: Path) -> None:
+    """Create a new SQLite file 0640 (job commands, users and placements are in it; the umask
+    of whoever ran `pal db upgrade` first would make it world-readable), never through a link.
+    An existing file keeps its mode."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, 0o640)  # whatever the umask
+    finally:
+        os.close(fd)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -61,6 +76,8 @@ def make_engine(url: str, *, echo: bool = False, connect_timeout_s: int = 10, cr
                                     "PAL_DB_URL); to create it, run `pal db upgrade`")
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
+                if create:
+                    _create_private(path)
             except OSError as exc:
                 raise DatabaseError(f"cannot create the directory for {db}: {exc.strerror}") from exc
         connect_args["timeout"] = connect_timeout_s
