@@ -683,11 +683,31 @@ any_daemon_running() {
 
 # ---------------------------------------------------------------- commands
 
+# root's slurmctld loads slurm.conf, plugins and the filter state from under $DIR: a directory
+# another user made first (/var/tmp is everyone's) would hand them root's controller. So $DIR is
+# made private when new, and an existing one, or anything root loads from it, must be root's and
+# writable by root alone; otherwise nothing starts.
+check_private() {
+    local bad
+    bad="$(find "$DIR" -maxdepth 1 \( ! -uid 0 -o -perm /022 \) -print 2>/dev/null | head -3)"
+    for sub in "$ETC" "$PAL_STATE_DIR" "$DIR/lib" "$DIR/dev"; do
+        [ -d "$sub" ] || continue
+        bad="$bad$(find "$sub" -maxdepth 1 \( ! -uid 0 -o \( -perm /022 ! -type l \) \) -print 2>/dev/null | head -3)"
+    done
+    [ -z "$bad" ] || die "$DIR is not root's alone (another user owns or may write: $(printf '%s' "$bad" | tr '\n' ' '));" \
+        "remove it, or set PAL_TEST_SLURM_DIR to a new directory"
+}
+
 prepare_dirs() {
     [ "$IS_ROOT" -eq 1 ] || die "start needs root (slurmd runs jobs as their users, mknod makes GPU devices)"
-    mkdir -p "$DIR" "$ETC" "$LOGD" "$PIDS" "$DIR/run" "$DIR/state" "$DIR/spool" "$DIR/dev" "$DIR/lib" \
+    if [ ! -e "$DIR" ]; then
+        (umask 022 && mkdir -p "$(dirname "$DIR")") || die "cannot create $(dirname "$DIR")"
+        mkdir -m 755 "$DIR" || die "cannot create $DIR (made by someone else meanwhile?)"
+    fi
+    [ -d "$DIR" ] && [ ! -L "$DIR" ] || die "$DIR is not a directory of its own (a link?)"
+    check_private
+    mkdir -p "$ETC" "$LOGD" "$PIDS" "$DIR/run" "$DIR/state" "$DIR/spool" "$DIR/dev" "$DIR/lib" \
         "$DIR/jobmap" "$PAL_STATE_DIR"
-    chmod 755 "$DIR"
 }
 
 cmd_start() {
