@@ -539,3 +539,25 @@ def test_profile_refuses_a_node_name_slurm_would_misread(runner: CliRunner, tmp_
     result = runner.invoke(cli, ["profile", "inventory", "--backend", "sim", "--no-db", "--node", "gpu 01 Gres=evil"],
                            env={"PAL_CONFIG": ""})
     assert result.exit_code == 2 and result.stderr.startswith("pal: error: ") and "--node" in result.stderr
+
+
+def test_a_log_message_is_one_line_whatever_a_user_put_in_it() -> None:
+    """A job name with a newline or an escape sequence must not forge a log line or reach the
+    terminal: the CLI's log formatter escapes control characters; a traceback still follows."""
+    import logging
+
+    from pal_slurm.cli.main import OneLineFormatter
+
+    fmt = OneLineFormatter("pal: %(levelname)s: %(message)s")
+    rec = logging.LogRecord("x", logging.INFO, __file__, 1, "job %s (%s)", ("7", "train\npal: ERROR: forged\x1b[2J"),
+                            None)
+    line = fmt.format(rec)
+    assert "\n" not in line and "\x1b" not in line
+    assert line == "pal: INFO: job 7 (train\\npal: ERROR: forged\\x1b[2J)"
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+
+        rec = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    assert fmt.format(rec).startswith("pal: ERROR: failed\nTraceback")

@@ -106,6 +106,17 @@ def _silence_stdout() -> None:
         pass
 
 
+class OneLineFormatter(logging.Formatter):
+    """Each log message on one line, control characters escaped: job names, users and admin
+    comments come from users, and a newline in one must not forge a log line (nor an escape
+    sequence reach a terminal that shows the journal). A traceback still follows as it is."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        from pal_slurm.cli.render import printable
+
+        return printable(super().formatMessage(record))
+
+
 def _set_log_level(level: int) -> None:
     logging.getLogger().setLevel(level)
     # Alembic says "Context impl SQLiteImpl." at INFO each time the schema is checked (the
@@ -145,6 +156,8 @@ def cli(ctx: click.Context, config_path: str | None, db_url: str | None, debug: 
     flagged = debug or verbose > 0
     level = logging.DEBUG if debug or verbose > 1 else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="pal: %(levelname)s: %(message)s", stream=sys.stderr, force=True)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(OneLineFormatter("pal: %(levelname)s: %(message)s"))
     _set_log_level(level)
     # Without -v/--debug, [logging] level applies from when the command reads the configuration:
     # reading it here would make `pal CMD --help` fail on a broken file (AppContext loads it lazily)

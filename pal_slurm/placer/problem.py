@@ -170,7 +170,7 @@ class ProblemBuilder:
             self._told.clear()
         self._told[job.job_id] = said
         limit = f"{job.time_limit_s:.0f} s" if job.time_limit_s else "none"
-        log.info("job %s (%s, %s): runtime estimate %s (time limit %s)", job.job_id, job.user, job.name, said, limit)
+        log.info("job %s (%r, %r): runtime estimate %s (time limit %s)", job.job_id, job.user, job.name, said, limit)
 
     def class_of(self, job: SlurmJob) -> tuple[str, str]:
         """(class, source): the filter's tag when it names a known class, else the rules

@@ -190,7 +190,7 @@ def test_a_held_jobs_estimate_comes_from_imported_sacct_history(live: Live) -> N
     assert applied and "runtime estimate 42 s learned from sacct history" in applied[0]["reason"], rows
     assert "runtime estimate 42 s learned from sacct history" in live.pal("explain", jid).stdout
     log = live.placer.output()
-    assert f"job {jid} ({user}, {name}): runtime estimate 42 s learned from sacct history (time limit 600 s)" in log
+    assert f"job {jid} ({user!r}, {name!r}): runtime estimate 42 s learned from sacct history (time limit 600 s)" in log
 
 
 def test_observe_mode_changes_no_job(slurm_cluster: SlurmCluster, tmp_path: Path, live: Live) -> None:
