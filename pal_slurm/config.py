@@ -168,6 +168,9 @@ class JobsConfig(_Section):
                                                                "the imported sacct history, needs before its "
                                                                "runtime is learned")
     default_class: str = Field(default="A", min_length=1, description="class of a job nothing is known about")
+    user_class: Literal["any", "lower", "off"] = Field(
+        default="lower", description="a class a user declares (--pal-class, pal:class=): any: taken; lower: taken "
+                                     "only when no more sensitive than the rules' or learned class; off: ignored")
 
     @field_validator("default_class")
     @classmethod

@@ -58,7 +58,8 @@ class Placer:
                  rules: Rules | None = None,
                  identities: Identities | None = None,
                  clock: Callable[[], float] = time.time, history: RuntimeHistory | None = None,
-                 accounting: Accounting | None = None, runner: Runner | None = None) -> None:
+                 accounting: Accounting | None = None, runner: Runner | None = None,
+                 user_class: str = "lower") -> None:
         self.cfg = cfg
         #: the database thread every database read and write goes through (placer/db_worker.py);
         #: None: done inline (tests, replays)
@@ -76,7 +77,8 @@ class Placer:
                                     noise=cfg.noise, max_wait_s=max_wait_s)
         self.writer = Writer(backend, audit, policy=self.policy.name, mode=cfg.mode, clock=clock)
         self.problem = ProblemBuilder(backend, self.classes, refresh_s=cfg.classes_refresh_s,
-                                      resolve_class=resolve_class, history=history, clock=clock, runner=runner)
+                                      resolve_class=resolve_class, history=history, clock=clock, runner=runner,
+                                      user_class_policy=user_class)
         self.seen = SeenJobs(audit, identities, runner=runner)
         #: per-job tax records (pal_slurm.placer.accounting); None: none kept
         self.accounting = accounting

@@ -20,6 +20,7 @@ from pal_slurm.jobs.runtimes import LEARNED_END_GRACE_S, SOURCE_LIMIT, SOURCE_NO
 from pal_slurm.placement.model import Snapshot
 from pal_slurm.placer import cluster_view, holds, shapes, slurm_updates
 from pal_slurm.placer.factors import Factors
+from pal_slurm.jobs import user_class
 from pal_slurm.placer.db_worker import Runner
 from pal_slurm.placer.refresh import Refreshed
 from pal_slurm.slurm.backend import SlurmBackend
@@ -99,8 +100,11 @@ class ProblemBuilder:
 
     def __init__(self, backend: SlurmBackend, classes: Sequence[str], *, refresh_s: float,
                  resolve_class: ClassResolver | None = None, history: RuntimeHistory | None = None,
-                 clock: Callable[[], float] = time.time, runner: Runner | None = None) -> None:
+                 clock: Callable[[], float] = time.time, runner: Runner | None = None,
+                 user_class_policy: str = "lower") -> None:
         self.backend = backend
+        #: what a class a user declared may do ([jobs] user_class; pal_slurm.jobs.user_class)
+        self.user_class = user_class_policy
         self.classes = tuple(classes)
         self.resolve_class = resolve_class
         self._ranks: Refreshed[tuple[dict[str, int], PriorityConfig]] = Refreshed(
@@ -173,11 +177,18 @@ class ProblemBuilder:
         log.info("job %s (%r, %r): runtime estimate %s (time limit %s)", job.job_id, job.user, job.name, said, limit)
 
     def class_of(self, job: SlurmJob) -> tuple[str, str]:
-        """(class, source): the filter's tag when it names a known class, else the rules
+        """(class, source): the filter's tag when it names a known class (one the user declared
+        only as `[jobs] user_class` allows: pal_slurm.jobs.user_class), else the rules
         (`resolve_class`), else the first class."""
         cls, src = holds.held_class(job)
         if cls.upper() in self.classes:
+            if src in user_class.SELF_DECLARED and self.user_class != "any":
+                return user_class.choose(cls.upper(), src, self._resolved(job), self.user_class, self.classes)
             return cls.upper(), src
+        return self._resolved(job)
+
+    def _resolved(self, job: SlurmJob) -> tuple[str, str]:
+        """What the site's rules (or the learned class) say, else the first class."""
         if self.resolve_class is not None:
             try:
                 return self.resolve_class(job)
