@@ -20,11 +20,11 @@ part of the figure compared with the target.
 
 What the figure leaves out: every Slurm command the placer issues. With the cli backend each
 backend call is one process (squeue, sinfo, scontrol) and one slurmctld RPC, one after the
-other: per cycle two or three full `squeue --json` reads (the cycle's, and the read-back of
-the jobs it changed), one `sinfo --json`, and per placed job about four `scontrol update`s
-(the tag recording the user's request, the GPU request, clear then set on 22.05 or one update
-on 24.11, StartTime=now to release it, the final tag), besides extended holds and jobs
-released unchanged. The stand-in counts each call the placer made in a cycle, by the command
+other: per cycle two full `squeue --json` reads (the cycle's, and the read-back of the jobs it
+changed: 22.05's squeue --json lists every job), one `sinfo --json`, and per placed job five
+`scontrol update`s on 22.05 (the tag recording the user's request, clearing the GPU request,
+setting the placement, StartTime=now to release it, the final tag; four on 24.11, which
+retypes in one update), besides holds moved on and jobs released unchanged. The stand-in counts each call the placer made in a cycle, by the command
 the cli backend would run, and the summary prints them with a floor of their cost: the calls
 times what starting one process costs on this machine (measured here, with nothing run in
 it), before scontrol's own start-up and slurmctld's work. Slurm's real cost is measured on the
