@@ -9,9 +9,11 @@ imported since its last read. This prints both, on a real SQLite database (--db 
 with --rows synthetic COMPLETED jobs over --keys (user, name) pairs spread over 80 days, then
 after --more rows imported since; and checks that the reader's answer equals the full read's.
 
-Target: a refresh without new imports under 0.1 s at 100,000 rows.
+Targets: the placer's refresh without new imports (its reader's second read) under 0.1 s at
+100,000 rows, and the reader's answer equal to the full read's at every refresh. Exit status 1,
+with a "TARGET MISSED" line, when either is missed.
 
-Usage: bench/history_refresh.py [--rows 100000] [--keys 6000] [--more 1000] [--db URL]
+Usage: bench/history_refresh.py [--rows 100000] [--keys 6000] [--more 1000] [--db URL] [--target-s 0.1]
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from pal_slurm.db.migrate import upgrade  # noqa: E402
 from pal_slurm.db.models import JobHistory  # noqa: E402
 from pal_slurm.jobs.history_store import HistoryReader, learned_from_history  # noqa: E402
 from pal_slurm.jobs.runtimes import RuntimeRule  # noqa: E402
+from targets import Targets  # noqa: E402
+
+TARGET_S = 0.1
 
 
 def rows(n: int, keys: int, now: datetime, rnd: random.Random, source: str, *, days: float) -> list[dict]:
@@ -45,6 +50,8 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=6000, help="about this many (user, job name) pairs")
     ap.add_argument("--more", type=int, default=1000, help="rows imported between the second and third refresh")
     ap.add_argument("--db", default=None, help="database URL (default: a new SQLite file)")
+    ap.add_argument("--target-s", type=float, default=TARGET_S,
+                    help=f"the target: a refresh without new imports, seconds [{TARGET_S:g}]")
     args = ap.parse_args()
     tmp = tempfile.TemporaryDirectory()
     url = args.db or f"sqlite:///{Path(tmp.name) / 'pal.db'}"
@@ -55,7 +62,7 @@ def main() -> int:
         s.execute(JobHistory.__table__.insert(), rows(args.rows, args.keys, now, rnd, "bench", days=80))
     reader = HistoryReader(rule)
 
-    def timed(label: str) -> None:
+    def timed(label: str) -> tuple[float, bool]:
         with session_scope(engine) as s:
             t = time.perf_counter()
             full = learned_from_history(s, rule, now)
@@ -66,15 +73,22 @@ def main() -> int:
         same = "same answer" if mine == full else "DIFFERENT ANSWER"
         print(f"{label:34s} full read {t_full:7.3f} s   placer's reader {t_reader:7.3f} s   "
               f"({len(mine)} keys learned, {same})")
+        return t_reader, mine == full
 
     print(f"{args.rows} rows, {url.split(':', 1)[0]}")
-    timed("first refresh (reader reads all)")
-    timed("next refresh, nothing new")
+    _t, same_first = timed("first refresh (reader reads all)")
+    t_nothing_new, same_next = timed("next refresh, nothing new")
     with session_scope(engine) as s:
         s.execute(JobHistory.__table__.insert(), rows(args.more, args.keys, now, rnd, "bench-2", days=1))
-    timed(f"after {args.more} more rows")
+    _t, same_more = timed(f"after {args.more} more rows")
     engine.dispose()
-    return 0
+    targets = Targets()
+    targets.check(f"the placer's refresh without new imports at {args.rows} rows", t_nothing_new, "<", args.target_s,
+                  "s")
+    wrong = [n for n, same in (("first", same_first), ("nothing new", same_next), ("more rows", same_more)) if not same]
+    targets.state(not wrong, "the reader's answer equals the full read's at every refresh"
+                  + (f" (differs: {', '.join(wrong)})" if wrong else ""))
+    return targets.exit_status()
 
 
 if __name__ == "__main__":

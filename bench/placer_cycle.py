@@ -1,23 +1,34 @@
 #!/usr/bin/env python3
 """Time one placement-daemon cycle (`Placer.cycle()`) with 1,000 held jobs over 10,000 GPUs.
 
-Targets: one cycle under 1 s (the placer's interval can be 1 s, docs/admin-guide.md); with
-1,000 held and ~5,000 running jobs on 10,000 GPUs, the running jobs with their expected ends
-(EndTime) and the held jobs with time limits, so the policy weighs releases and waiting for
-better GPUs.
+Target: our code's median cycle under 1 s, wall time (the placer's interval can be 1 s,
+docs/admin-guide.md; docs/simulation.md states the figure): with 1,000 held and ~5,000 running
+jobs on 10,000 GPUs, the running jobs with their expected ends (EndTime) and the held jobs with
+time limits, so the policy weighs releases and waiting for better GPUs. Exit status 1, with a
+"TARGET MISSED" line, when the median is over it (--target-s); 0 when it is met.
 
-What runs: the real `pal_slurm.placer.daemon.Placer` with the configured policy
-(pal-match), the real filter-state writer, the real squeue/sinfo JSON parsers, and a real
-SQLite database for the audit records and the job identities (wired as `pal placer` wires
-them). Only slurmctld is replaced: `InMemorySlurm` below implements the SlurmBackend
+What runs: the real `pal_slurm.placer.daemon.Placer` with the configured policy (default: the
+placer's default, pal-guard), the real filter-state writer, the real squeue/sinfo JSON parsers,
+and a real SQLite database for the audit records and the job identities (wired as `pal placer`
+wires them). Only slurmctld is replaced: `InMemorySlurm` below implements the SlurmBackend
 protocol over synthetic `squeue --json` / `sinfo --json` documents in the Slurm 22.05 shape
 (built from tests/data/slurm/22.05), applies `scontrol update` / `release` to them, and
 serialises them again when the daemon re-reads (so the verification step sees our updates).
 It is a stand-in for slurmctld used ONLY to time our code: the time it spends (serialising
 JSON, applying updates) is measured and shown apart as "slurmctld stand-in", and is not
-part of the figure compared with the target. The real daemon also pays for the
-scontrol/squeue subprocesses and slurmctld's own work; those are Slurm's costs and are not
-modelled here (bench/placer_latency.py measures them on the test cluster).
+part of the figure compared with the target.
+
+What the figure leaves out: every Slurm command the placer issues. With the cli backend each
+backend call is one process (squeue, sinfo, scontrol) and one slurmctld RPC, one after the
+other: per cycle two full `squeue --json` reads (the cycle's, and the read-back of the jobs it
+changed: 22.05's squeue --json lists every job), one `sinfo --json`, and per placed job five
+`scontrol update`s on 22.05 (the tag recording the user's request, clearing the GPU request,
+setting the placement, StartTime=now to release it, the final tag; four on 24.11, which
+retypes in one update), besides holds moved on and jobs released unchanged. The stand-in counts each call the placer made in a cycle, by the command
+the cli backend would run, and the summary prints them with a floor of their cost: the calls
+times what starting one process costs on this machine (measured here, with nothing run in
+it), before scontrol's own start-up and slurmctld's work. Slurm's real cost is measured on the
+test cluster by bench/placer_latency.py.
 
 The state: --nodes x --per-node GPUs (default 1,250 x 8 = 10,000) with per-slot GRES types
 `h100_g<minor>`; --scenario burst (default, the worst case): per node 15 % idle, 35 % full,
@@ -39,10 +50,11 @@ file), identities (job identities to the database), view (cluster_view.build_vie
 always runs: following the jobs and what first fit would have given them; records kept in memory), apply (the rest: class lookup, decisions to
 updates and admin comments, audit records, verification matching), audit (database flush).
 Wall and CPU time (this thread's) are both shown: on a shared machine wall time includes
-waiting for a core. Also printed: parse_json alone on the squeue document.
+waiting for a core; the target is on wall time. Also printed: parse_json alone on the squeue
+document.
 
 Usage: bench/placer_cycle.py [--scenario burst|steady] [--nodes 1250] [--per-node 8] [--held 1000]
-                             [--cycles 7] [--policy pal-match] [--no-audit-db] [--profile]
+                             [--cycles 7] [--policy pal-guard] [--no-audit-db] [--profile] [--target-s 1]
 """
 
 from __future__ import annotations
@@ -58,10 +70,11 @@ import os
 import pstats
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,9 +93,11 @@ from pal_slurm.placer.accounting import Accounting
 from pal_slurm.placer.audit import AuditSink
 from pal_slurm.placer.daemon import Placer
 from pal_slurm.placer.factors import Factors
+from pal_slurm.placement.model import DEFAULT_POLICY
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.slurm import parse_json
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from targets import Targets
 
 TARGET_S = 1.0
 DATA = REPO / "tests" / "data" / "slurm" / "22.05"
@@ -174,7 +189,7 @@ def build_state(nodes: int, per_node: int, held: int, seed: int, scenario: str =
                        admin_comment=Tag(head=PLACED, job_class=rng.choice(CLASSES),
                                          was=(("tres_per_node", f"gres:gpu:{size}"),),
                                          intent=",".join(f"gres:gpu:{MODEL}_g{m}:1" for m in minors), nodes=name,
-                                         gpus=f"{name}:{','.join(map(str, minors))}", sf="1.000", policy="pal-match",
+                                         gpus=f"{name}:{','.join(map(str, minors))}", sf="1.000", policy=DEFAULT_POLICY,
                                          version=3, at=int(NOW - 900)).render() if typed else "")
             jobs.append(job)
         node = copy.deepcopy(node_t)
@@ -206,7 +221,7 @@ def build_state(nodes: int, per_node: int, held: int, seed: int, scenario: str =
                    submit_time=int(NOW - 30), tres_per_node=f"gres:gpu:{MODEL}_g{m}:1", required_nodes=name,
                    admin_comment=Tag(head=PLACED, job_class="B", was=(("tres_per_node", "gres:gpu:1"),),
                                      intent=f"gres:gpu:{MODEL}_g{m}:1", nodes=name, gpus=f"{name}:{m}", sf="1.000",
-                                     policy="pal-match", version=3, at=int(NOW - 5)).render())
+                                     policy=DEFAULT_POLICY, version=3, at=int(NOW - 5)).render())
         jobs.append(job)
     # the held jobs
     for k in range(held):
@@ -246,7 +261,10 @@ _FIELDS = {"TresPerNode": "tres_per_node", "TresPerJob": "tres_per_job", "NodeLi
 class InMemorySlurm:
     """A SlurmBackend over in-memory squeue/sinfo documents: a stand-in for slurmctld, used
     only to time our code. Reads serialise the documents (what squeue would print) and parse
-    them with the real parser; the serialising and the updates count as stand-in time."""
+    them with the real parser; the serialising and the updates count as stand-in time.
+
+    `calls` counts every call since the last `reset()` by the Slurm command the cli backend
+    (pal_slurm.slurm.backend.CliBackend) runs for it: what the timed figure leaves out."""
 
     name = "in-memory"
 
@@ -254,14 +272,14 @@ class InMemorySlurm:
         self._pristine = json.dumps(squeue)
         self._sinfo_text = json.dumps(sinfo)
         self.phases = phases
-        self.updates = 0
-        self.releases = 0
+        self.calls: Counter[str] = Counter()
         self.reset()
 
     def reset(self) -> None:
         self.doc = json.loads(self._pristine)
         self.by_id = {str(j["job_id"]): j for j in self.doc["jobs"]}
         self._text: str | None = self._pristine
+        self.calls = Counter()
 
     def version(self) -> tuple[int, int]:
         return (22, 5)
@@ -273,12 +291,15 @@ class InMemorySlurm:
             return self._text
 
     def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
+        # 22.05's squeue --json ignores -j: a read of some jobs is a read of all (CliBackend)
+        self.calls["squeue --all --json" + (" (read-back of the jobs changed)" if only is not None else "")] += 1
         text = self._squeue_text()
         with self.phases.span("read/parse"):
             return parse_json.iter_unique(parse_json.jobs_from_doc(parse_json.load(text, "squeue --json"),
                                                                    active_only=True, only=only))
 
     def nodes(self) -> list[SlurmNode]:
+        self.calls["sinfo --json"] += 1
         with self.phases.span("read/parse"):
             return parse_json.nodes_from_doc(parse_json.load(self._sinfo_text, "sinfo --json"))
 
@@ -289,6 +310,10 @@ class InMemorySlurm:
         return job
 
     def update_job(self, job_id: str, fields: Sequence[tuple[str, str]]) -> None:
+        keys = "/".join(sorted({k for k, _v in fields}))
+        self.calls["scontrol update " + ("AdminComment (the tag)" if keys == "AdminComment" else
+                                         f"{keys}= (clearing the GPU request: 22.05)" if not any(v for _k, v in fields)
+                                         else f"{keys} (the GPU request)")] += 1
         with self.phases.span("stand-in"):
             job = self._job(job_id)
             for key, value in fields:
@@ -296,43 +321,45 @@ class InMemorySlurm:
                     raise SlurmError(f"scontrol update: field {key} not supported by the stand-in")
                 job[_FIELDS[key]] = value
             self._text = None
-            self.updates += 1
 
     def release(self, job_id: str) -> None:
+        self.calls["scontrol release"] += 1
         with self.phases.span("stand-in"):
             job = self._job(job_id)
             job["priority"] = 4_000_000_000 - int(job_id)
             job["state_reason"] = "None"
             self._text = None
-            self.releases += 1
 
     def hold(self, job_id: str) -> None:
+        self.calls["scontrol hold"] += 1
         with self.phases.span("stand-in"):
             self._job(job_id)["priority"] = 0
             self._text = None
 
     def start_now(self, job_id: str) -> None:
+        self.calls["scontrol update StartTime=now (release)"] += 1
         with self.phases.span("stand-in"):
             job = self._job(job_id)
             job["eligible_time"] = int(NOW)
             job["state_reason"] = "None"
             self._text = None
-            self.releases += 1
 
     def set_begin(self, job_id: str, epoch: float) -> None:
+        self.calls["scontrol update StartTime=now+N (hold moved on)"] += 1
         with self.phases.span("stand-in"):
             job = self._job(job_id)
             job["eligible_time"] = int(epoch)
             job["state_reason"] = "BeginTime"
             self._text = None
-            self.updates += 1
 
     def partition_tiers(self) -> dict[str, int]:
+        self.calls["scontrol show partition"] += 1
         return {"gpu": 1}
 
     def priority_config(self):  # type: ignore[no-untyped-def]
         from pal_slurm.slurm.priority import PriorityConfig
 
+        self.calls["scontrol show config"] += 1
         return PriorityConfig(multifactor=True, weight_age=1000.0)
 
 
@@ -384,14 +411,18 @@ def main() -> int:
     ap.add_argument("--per-node", type=int, default=8)
     ap.add_argument("--held", type=int, default=1000)
     ap.add_argument("--cycles", type=int, default=7)
-    ap.add_argument("--policy", default="pal-guard")
+    ap.add_argument("--policy", default=DEFAULT_POLICY, help=f"the placer's policy [{DEFAULT_POLICY}, its default]")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--scenario", choices=("burst", "steady"), default="burst",
                     help="burst: ~4,000 GPUs free, most held jobs placed in the cycle (the worst case); "
                          "steady: the cluster full but for a few GPUs")
     ap.add_argument("--no-audit-db", action="store_true", help="no database: audit records stay in memory, identities are not recorded")
     ap.add_argument("--profile", action="store_true", help="cProfile one extra cycle and print the top functions")
+    ap.add_argument("--target-s", type=float, default=TARGET_S,
+                    help=f"the target: our code's median cycle, wall seconds [{TARGET_S:g}]")
     args = ap.parse_args()
+    if args.cycles < 1:
+        ap.error("--cycles must be at least 1")
 
     t0 = time.perf_counter()
     squeue, sinfo, factors = build_state(args.nodes, args.per_node, args.held, args.seed, args.scenario)
@@ -444,6 +475,7 @@ def main() -> int:
         placer.publish = phases.wrap("publish", placer.publish)  # type: ignore[method-assign]
         audit.flush = phases.wrap("audit", audit.flush)  # type: ignore[method-assign]
         rows: list[dict[str, dict[str, float]]] = []
+        calls: list[tuple[Counter[str], int]] = []  # per timed cycle: the Slurm calls made, jobs placed
         try:
             for c in range(args.cycles + 1):  # cycle 0 warms up (imports, first publish)
                 backend.reset()
@@ -459,12 +491,12 @@ def main() -> int:
                 if c == 0:
                     print(f"cycle report: held={rep.held} placed={len(rep.placed)} released_unchanged="
                           f"{len(rep.released)} failed={len(rep.failed)} waiting={len(rep.waiting)} "
-                          f"(of which on purpose, for better GPUs: {len(rep.waits)}) "
-                          f"(scontrol updates {backend.updates}, releases {backend.releases})")
+                          f"(of which on purpose, for better GPUs: {len(rep.waits)})")
                     if rep.failed:
                         print(f"FAILED verification: {rep.failed[:10]}")
                 else:
                     rows.append(row)
+                    calls.append((backend.calls, len(rep.placed)))
             if args.profile:
                 backend.reset()
                 gc.collect()
@@ -490,10 +522,47 @@ def main() -> int:
               f"{1000 * min(cpu):>9.0f}{1000 * statistics.median(cpu):>8.0f}{1000 * max(cpu):>7.0f}")
     wall_med = statistics.median(r["wall"]["ours"] for r in rows)
     cpu_med = statistics.median(r["cpu"]["ours"] for r in rows)
-    print(f"target: one cycle < {TARGET_S:.1f} s -> our code median {wall_med:.3f} s wall, {cpu_med:.3f} s CPU "
-          f"(max {max(r['wall']['ours'] for r in rows):.3f} s wall): "
-          f"{'OK' if wall_med < TARGET_S else 'OK on CPU time (wall time inflated by other load)' if cpu_med < TARGET_S else 'OVER'}")
-    return 0
+    print(f"our code: median {wall_med:.3f} s wall ({cpu_med:.3f} s CPU), slowest "
+          f"{max(r['wall']['ours'] for r in rows):.3f} s wall; the slurmctld stand-in's time is not in it")
+    left_out(calls)
+    targets = Targets()
+    targets.check("our code's median cycle (wall)", wall_med, "<", args.target_s, "s")
+    return targets.exit_status()
+
+
+def spawn_floor_s(runs: int = 21) -> float:
+    """What starting one process costs this process here (`true`, nothing run in it): the least
+    each Slurm command of the cli backend costs, before scontrol's own start-up and slurmctld."""
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(["true"], check=False)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def left_out(calls: Sequence[tuple[Counter[str], int]]) -> None:
+    """The Slurm calls the placer made per timed cycle, by the command the cli backend runs for
+    each: not counted in the figure compared with the target."""
+    writes = ("scontrol update", "scontrol release", "scontrol hold")
+    kinds = sorted({k for c, _n in calls for k in c}, key=lambda k: (k.startswith(writes), k))  # reads first
+    totals = [sum(c.values()) for c, _n in calls]
+    placed = [n for _c, n in calls]
+
+    def span(xs: Sequence[int]) -> str:
+        return f"{min(xs)}" if min(xs) == max(xs) else f"{min(xs)}-{max(xs)}"
+
+    print(f"NOT counted above: the Slurm commands the placer issued, {span(totals)} per cycle for "
+          f"{span(placed)} placed jobs (cli backend: one process and one slurmctld RPC each, one after the other):")
+    for k in kinds:
+        print(f"  {span([c[k] for c, _n in calls]):>9}  {k}")
+    floor = spawn_floor_s()
+    med = statistics.median(totals)
+    per_job = f", {med / statistics.median(placed):.1f} per placed job" if statistics.median(placed) else ""
+    print(f"  their cost is Slurm's and not modelled here{per_job}; at least {med:.0f} x {1000 * floor:.1f} ms "
+          f"(starting one process on this machine, nothing run in it) = {med * floor:.2f} s more per cycle with "
+          f"the cli backend, before scontrol's own start-up and slurmctld's work (bench/placer_latency.py "
+          f"measures them on the test cluster)")
 
 
 if __name__ == "__main__":

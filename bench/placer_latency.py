@@ -29,6 +29,8 @@ classified by tests/slurm/placer_support.make_db), the kill switch removed once 
 is fresh, and put back afterwards; --no-wake runs it without the wake-up (every cycle timed).
 A run ends when Slurm lists none of its jobs as pending or running (bounded by --drain-timeout);
 then every job must be COMPLETED with exit 0 and have written its start time.
+Prints one line per target ("target met" / "TARGET MISSED", with the figure) and exits 1 when
+one is missed: every job completed in each run, none left pending, and the two added delays.
 
 Run it with your own cluster instance (one placer per cluster):
   PAL_TEST_SLURM_DIR=/var/tmp/pal-slurm-bench PAL_TEST_SLURM_CTLD_PORT=19817 \
@@ -60,6 +62,7 @@ from pal_slurm.placer.process import wait_heartbeat
 from pal_slurm.placer.tag import RELEASED_UNCHANGED, Tag
 from pal_slurm.slurm.nodeinfo import parse_kv_line
 from tests.slurm.placer_support import PlacerProcess, make_db, write_config
+from targets import Targets
 
 SCRIPT = REPO / "tests" / "services" / "slurm-cluster.sh"
 TARGET_S = 0.2
@@ -380,7 +383,7 @@ def main() -> int:
         print(f"    (d) pal outcomes: {pal_outcomes(ends_on)}")  # type: ignore[arg-type]
         leftover = [j for j, r in cluster.jobs().items() if r.get("JobState") == "PENDING"
                     and (j in on.submitted or j in ends_on.records)]
-        ok = True
+        targets = Targets()
         for run in (off, on):
             lost = len(specs) - len(run.submitted)
             print(f"{run.name}: submitted {len(run.submitted)}/{len(specs)}, completed "
@@ -388,31 +391,29 @@ def main() -> int:
                   f"problems {len(run.problems)}")
             for p in run.problems[:10]:
                 print(f"    {p}")
-            ok = ok and not run.problems and not lost
+            targets.state(not run.problems and not lost,
+                          f"{run.name}: every job submitted and completed ({lost} lost, {len(run.problems)} problems)")
         for er in (ends_off, ends_on):
             bad = [j for j, r in er.records.items() if r.get("JobState") != "COMPLETED"]
             print(f"{er.name}: {len(er.records)} jobs, not completed {len(bad)}, problems {len(er.problems)}")
             for p in er.problems[:10]:
                 print(f"    {p}")
-            ok = ok and not er.problems and not bad
-        if leftover:
-            print(f"left pending after the run: {leftover}")
-            ok = False
+            targets.state(not er.problems and not bad,
+                          f"{er.name}: every job completed ({len(bad)} not, {len(er.problems)} problems)")
+        targets.state(not leftover, f"no job left pending after the runs ({len(leftover)}: {leftover[:10]})")
         if off.delays() and on.delays():
             mine = [on.started[j] - t for j, t in on.submitted.items() if j in on.started and j not in waited]
             theirs = [off.started[j] - t for j, t in off.submitted.items() if j in off.started]
             added = statistics.median(mine) - statistics.median(theirs)
-            print(f"added median delay submit->start (b - a): {added:.3f} s; target < {TARGET_S:g} s: "
-                  f"{'OK' if added < TARGET_S and ok else 'NOT MET'}")
-            ok = ok and added < TARGET_S
+            targets.check("added median delay submit->start (b - a)", added, "<", TARGET_S, "s")
+        else:
+            targets.state(False, "added median delay submit->start (b - a): not measured (no start times)")
         if ends_off.delays and ends_on.delays:
             added = statistics.median(ends_on.delays.values()) - statistics.median(ends_off.delays.values())
-            print(f"added median delay end->next start (d - c): {added:.3f} s; target < {END_TARGET_S:g} s: "
-                  f"{'OK' if added < END_TARGET_S and ok else 'NOT MET'}")
-            ok = ok and added < END_TARGET_S
+            targets.check("added median delay end->next start (d - c)", added, "<", END_TARGET_S, "s")
         else:
-            ok = False
-    return 0 if ok else 1
+            targets.state(False, "added median delay end->next start (d - c): not measured (no end-to-start delays)")
+    return targets.exit_status()
 
 
 if __name__ == "__main__":

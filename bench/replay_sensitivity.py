@@ -3,8 +3,10 @@
 plain Slurm goes between the ideal simulation and a real cluster (docs/evaluation.md).
 
 For each trace (default Sia-Philly workloads 1 and 4; Longhorn factors drawn with seed 42 on
-16 x 4 GPUs; lambda 1.7), the ratio pal-match / slurm-backfill of average JCT, p99 JCT and
-makespan, step by step:
+16 x 4 GPUs; lambda 1.7), the ratio of the pal arm (the placer's policy, --policy, default the
+placer's default, pal-guard) to the slurm arm (the replay's model of plain Slurm,
+replay.experiment.BASELINE_POLICY: slurm-reserving) of average JCT, p99 JCT and makespan, step
+by step:
 
 1. ideal scheduler, estimates = true runtime x U[1,5] per job (bench/vs_slurm.py's setting);
 2. the same estimates as Slurm time limits in whole real minutes at k s per trace hour
@@ -60,7 +62,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from pal_slurm.placement.variability import cluster_from_variability
-    from pal_slurm.replay.experiment import ArmSettings, Latencies, predict
+    from pal_slurm.replay.experiment import BASELINE_POLICY, ArmSettings, Latencies, predict
     from pal_slurm.replay.plan import plan_replay
     from pal_slurm.simulate.artifact_draw import draw_artifact, load_artifact_profiles
     from pal_slurm.simulate.estimates import parse_runtime_estimate
@@ -78,6 +80,7 @@ def main() -> int:
     estimate = parse_runtime_estimate(args.estimate)
     k = args.seconds_per_hour
     policy = {"placer_policy": args.policy} if args.policy else {}
+    pal_name = ArmSettings(**policy).placer_policy  # type: ignore[arg-type]
     if args.sweep_k:
         try:
             ks = [float(x) for x in args.sweep_k.split(",") if x.strip()]
@@ -96,15 +99,15 @@ def main() -> int:
         exact_limits = type(plan)(trace=type(plan.trace)(name=trace.name, jobs=tuple(
             _with_limit(j, estimate.before_start(j)) for j in fine_trace_jobs)), jobs=plan.jobs,
             seconds_per_hour=k, nodes=16, gpus_per_node=4, estimate=plan.estimate)
-        print(f"\n== {trace.name}: pal-match / slurm-backfill (avg JCT, p99 JCT, makespan); "
-              f"slurm-backfill's own figures in trace hours")
+        print(f"\n== {trace.name}: {pal_name} / {BASELINE_POLICY} (avg JCT, p99 JCT, makespan); "
+              f"{BASELINE_POLICY}'s own figures in trace hours")
         lat = {"slurm": Latencies(start_latency_s=s_start),
                "pal": Latencies(visible_after_s=p_vis, start_latency_s=p_start, release_latency_s=p_rel)}
         steps = [("1 ideal, estimates x U[1,5]", exact_limits, {}),
                  (f"2 + limits in whole minutes (k={k:g})", plan, {}),
                  ("3 + measured latencies", plan, lat)]
         for label, p, latencies in steps:
-            s = ArmSettings(locality_penalty=args.penalty, latencies=latencies)
+            s = ArmSettings(locality_penalty=args.penalty, latencies=latencies, **policy)  # type: ignore[arg-type]
             a, b = predict(p, cluster, "slurm", s).metrics, predict(p, cluster, "pal", s).metrics
             print(f"   {label:<36} {b.avg_jct_s / a.avg_jct_s:6.3f} {b.p99_jct_s / a.p99_jct_s:6.3f} "
                   f"{b.makespan_s / a.makespan_s:6.3f}   (slurm avg {a.avg_jct_s / 3600:.2f} h, "
@@ -112,12 +115,13 @@ def main() -> int:
         sweep_s, sweep_p = [], []
         for i in range(21):
             f = 0.8 + 0.02 * i
-            s = ArmSettings(locality_penalty=args.penalty, latencies={
+            s = ArmSettings(locality_penalty=args.penalty, latencies={  # type: ignore[arg-type]
                 "slurm": Latencies(start_latency_s=s_start * f),
-                "pal": Latencies(visible_after_s=p_vis * f, start_latency_s=p_start * f, release_latency_s=p_rel * f)})
+                "pal": Latencies(visible_after_s=p_vis * f, start_latency_s=p_start * f, release_latency_s=p_rel * f)},
+                **policy)
             sweep_s.append(predict(plan, cluster, "slurm", s).metrics)
             sweep_p.append(predict(plan, cluster, "pal", s).metrics)
-        for name, runs in (("slurm-backfill", sweep_s), ("pal-match", sweep_p)):
+        for name, runs in ((BASELINE_POLICY, sweep_s), (pal_name, sweep_p)):
             mk = [m.makespan_s / 3600 for m in runs]
             avg = [m.avg_jct_s / 3600 for m in runs]
             p99 = [m.p99_jct_s / 3600 for m in runs]

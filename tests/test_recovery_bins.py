@@ -26,11 +26,11 @@ def test_outlier_bins_on_one_side_are_one_place() -> None:
     truth = {"x": 1.31, "y": 1.44, "z": 1.44, "h": 1.03}
     rec = bin_recovery("bench", truth, {"x", "y", "z"}, {"M": LADDER}, given(x=6, y=5, z=3, h=5))
     away = {u: d for u, *_r, d in rec.per_gpu}
-    # x and y swapped between the two outlier bins: each still in its class
+    # x and y swapped between the two slow outlier bins: each still in its class
     assert away["x"] == 0 and away["y"] == 0
     # a true outlier in the second-slowest regular bin: two places from the outlier bins
     assert away["z"] == 2
-    # a healthy GPU in the slowest regular bin's true bin, fenced off: one place (the tier check catches it)
+    # a healthy GPU whose true bin is the slowest regular one, fenced off: one place (the tier check catches it)
     assert away["h"] == 1
 
 
