@@ -23,12 +23,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from pal_slurm.errors import ConfigError, SlurmError, SlurmUnavailable
-from pal_slurm.slurm import parse_json
+from pal_slurm.slurm import parse_json, parse_squeue
 from pal_slurm.slurm.command import run_command
 from pal_slurm.slurm.gresconf import SlurmNodeGres
+from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 from pal_slurm.slurm.priority import PriorityConfig, parse_config, parse_partition_tiers
 
@@ -42,7 +44,11 @@ class SlurmBackend(Protocol):
 
     def version(self) -> tuple[int, int]: ...
 
-    def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]: ...
+    def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
+        """The jobs the placer acts on that are not finished: GPU jobs and jobs with a
+        pal-slurm tag (parse_squeue.placer_needs), running ones with their GPU slots
+        (`gres_detail`); with `only`, just those ids. A queue's other jobs are not read."""
+        ...
 
     def nodes(self) -> list[SlurmNode]: ...
 
@@ -89,9 +95,19 @@ class CliBackend:
         self.timeout = timeout
         self.env = env
         self._version: tuple[int, int] | None = None
+        #: running jobs' GPU slots: job id -> (start time, node -> GRES detail); a running
+        #: job's allocation does not change, so each is read once (see `_slots`)
+        self._slots: dict[str, tuple[float | None, dict[str, str]]] = {}
 
     def _run(self, argv: Sequence[str]) -> str:
         return run_command(argv, timeout=self.timeout, env=self.env).stdout
+
+    def _squeue(self, argv: Sequence[str], **env: str) -> str:
+        """squeue with `env` added and no SQUEUE_* variable of ours (SQUEUE_STATES, SQUEUE_ARRAY,
+        SQUEUE_PARTITION... would change what a read returns)."""
+        base = {k: v for k, v in os.environ.items() if not k.startswith("SQUEUE_")}
+        return run_command(argv, timeout=self.timeout, env={**base, **(self.env or {}), **env},
+                           inherit_env=False).stdout
 
     def version(self) -> tuple[int, int]:
         if self._version is None:
@@ -103,10 +119,86 @@ class CliBackend:
         return self._version
 
     def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
-        """Jobs that are not finished (pending, running, suspended, completing...); with
-        `only`, just those ids (squeue --json of 22.05 ignores -j, so the filter is ours)."""
-        doc = parse_json.load(self._run(["squeue", "--all", "--json"]), "squeue --json")
-        return parse_json.iter_unique(parse_json.jobs_from_doc(doc, active_only=True, only=only))
+        """The placer's jobs (see SlurmBackend.jobs) through `squeue -O`, the lean read of
+        parse_squeue: squeue's own active states (pending, running, suspended, completing),
+        only the fields SlurmJob holds, and only GPU or pal-tagged jobs converted. Before
+        Slurm 24.05 a second `squeue -o %x` gives pending jobs' excluded nodes; running
+        GPU jobs' slots come from `scontrol -d show job`, once per job."""
+        if only is not None and not only:
+            return []
+        layout = parse_squeue.Layout.new(excluded_nodes=self.version() >= parse_squeue.EXCNODES_SINCE)
+        select = _select_jobs(only)
+        try:
+            out = self._squeue(["squeue", "--all", "--noheader", *select], SQUEUE_FORMAT2=layout.format(),
+                               SLURM_TIME_FORMAT="%s")
+        except SlurmError as exc:
+            if select and "invalid job id" in str(exc).lower():  # one id asked for, and it is gone
+                return []
+            raise
+        try:
+            records = [r for r in layout.records(out) if parse_squeue.needs_gpu_fields(r)
+                       and (only is None or r["job_id"] in only)]
+        except parse_squeue.SlurmFormatError as exc:
+            raise SlurmError(str(exc)) from exc
+        del out
+        if records and not layout.has("excluded_nodes") and any(r["state"] == "PENDING" for r in records):
+            excluded = self._exclusions(select)
+            for r in records:
+                r["excluded_nodes"] = excluded.get(r["job_id"], "")
+        slots = self._running_slots(records, prune=only is None)
+        return parse_json.iter_unique(parse_squeue.job_from_fields(r, gres_detail=slots.get(r["job_id"], ()))
+                                      for r in records)
+
+    def _exclusions(self, select: Sequence[str]) -> dict[str, str]:
+        """Job id -> excluded nodes (`squeue -o %x`), for a squeue whose -O lacks them (< 24.05)."""
+        layout = parse_squeue.exclusions_layout()
+        out = self._squeue(["squeue", "--all", "--noheader", *select],
+                           SQUEUE_FORMAT=parse_squeue.exclusions_format(layout))
+        try:
+            return parse_squeue.exclusions_from(out, layout)
+        except parse_squeue.SlurmFormatError as exc:
+            raise SlurmError(str(exc)) from exc
+
+    def _running_slots(self, records: Sequence[Mapping[str, str]], *, prune: bool) -> dict[str, tuple[str, ...]]:
+        """Running GPU jobs -> their per-node GRES detail, in the order of their node list
+        (what squeue --json calls gres_detail). Read with `scontrol -d show job ID` the first
+        time a job is seen running (a few at a time, in parallel), then kept while it runs."""
+        running = {r["job_id"]: r for r in records if r["state"] in parse_squeue.RUNNING_STATES}
+        if prune:
+            self._slots = {k: v for k, v in self._slots.items() if k in running}
+        want: list[tuple[str, float | None, list[str]]] = []
+        out: dict[str, tuple[str, ...]] = {}
+        for job_id, r in running.items():
+            start = float(r["start_time"]) if r["start_time"].isdigit() else None
+            nodes = expand_nodes(r["nodes"] if r["nodes"] not in ("(null)", "N/A") else "")
+            known = self._slots.get(job_id)
+            if known is not None and known[0] == start and all(n in known[1] for n in nodes):
+                out[job_id] = tuple(known[1][n] for n in nodes)
+            elif nodes:
+                want.append((job_id, start, nodes))
+        if not want:
+            return out
+        with ThreadPoolExecutor(max_workers=min(_DETAIL_READERS, len(want))) as pool:
+            found = list(pool.map(lambda w: self._detail(w[0]), want))
+        for (job_id, start, nodes), per_node in zip(want, found):
+            if per_node and all(n in per_node for n in nodes):
+                self._slots[job_id] = (start, per_node)
+                out[job_id] = tuple(per_node[n] for n in nodes)
+        return out
+
+    def _detail(self, job_id: str) -> dict[str, str] | None:
+        """Node -> GRES detail of one job (`scontrol -d show job ID`); None when the job is gone."""
+        try:
+            text = self._run(["scontrol", "-d", "show", "job", job_id])
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            log.debug("job %s: no GPU slots read (%s)", job_id, exc)
+            return None
+        groups = parse_squeue.gres_detail_of(text, job_id)
+        if groups is None:
+            return None
+        return {node: gres for hosts, gres in groups.items() for node in expand_nodes(hosts)}
 
     def nodes(self) -> list[SlurmNode]:
         if self.version() >= (23, 2):
@@ -292,8 +384,11 @@ class RestBackend(CliBackend):
         return result
 
     def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
+        # slurmrestd answers with every job (no state or job filter in v0.0.38 to v0.0.42's
+        # GET jobs): only the placer's are converted, and the document is dropped after
         return self._read("jobs", lambda doc: parse_json.iter_unique(
-            parse_json.jobs_from_doc(doc, active_only=True, only=only)), lambda: super(RestBackend, self).jobs(only))
+            parse_json.jobs_from_doc(doc, active_only=True, only=only, placer_only=True)),
+            lambda: super(RestBackend, self).jobs(only))
 
     def nodes(self) -> list[SlurmNode]:
         return self._read("nodes", parse_json.nodes_from_doc, super().nodes)
@@ -343,7 +438,7 @@ class PyslurmBackend(CliBackend):
         # names as squeue --json, which is what the shared parser reads
         jobs = self._pyslurm.Jobs.load()
         return parse_json.iter_unique(parse_json.jobs_from_doc({"jobs": [j.to_dict() for j in jobs.values()]},
-                                                               active_only=True, only=only))
+                                                               active_only=True, only=only, placer_only=True))
 
     def nodes(self) -> list[SlurmNode]:
         nodes = self._pyslurm.Nodes.load()
@@ -373,6 +468,20 @@ def make_backend(name: str, *, rest_url: str | None = None, rest_api: str = "v0.
     if name == "pyslurm":
         return PyslurmBackend(timeout=timeout)
     raise ConfigError(f"unknown Slurm backend {name!r}; valid: {', '.join(BACKENDS)}")
+
+
+#: `scontrol -d show job` run at once for running jobs seen for the first time
+_DETAIL_READERS = 8
+#: the most ids passed to squeue -j: squeue compares every job with every id asked for
+_SELECT_MAX = 64
+
+
+def _select_jobs(only: Collection[str] | None) -> list[str]:
+    """squeue's -j for a read of a few ids (one id: slurmctld sends just that job); none for
+    many (squeue would compare each job of the queue with each id) or for all."""
+    if only is None or len(only) > _SELECT_MAX or not all(re.fullmatch(r"\d+", j) for j in only):
+        return []
+    return [f"--jobs={','.join(sorted(only))}"]
 
 
 def _check_job_id(job_id: str) -> None:
