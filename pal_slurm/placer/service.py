@@ -154,6 +154,7 @@ def start_metrics(cfg: PalConfig, engine: Callable[[], Engine]) -> PlacerMetrics
 def run_forever(p: Placer, interval: float) -> None:
     """The service loop: cycles, watchdog pings, signals; transient Slurm failures are retried."""
     from pal_slurm.errors import SlurmUnavailable
+    from pal_slurm.placer.wake import woken_start
     from pal_slurm.systemd_notify import Notifier
 
     stop = threading.Event()
@@ -191,10 +192,11 @@ def run_forever(p: Placer, interval: float) -> None:
             if failures >= FAILURES_BEFORE_RELEASE:
                 release_on_stop(p, f"placer failing ({exc})"[:200])
         notify.watchdog()
-        left = max(0.0, interval - (time.monotonic() - started))
+        ended = time.monotonic()
+        left = max(0.0, interval - (ended - started))
         if watch is None:
             stop.wait(left)
-        elif watch.wait(left, stop):
+        elif watch.wait(left, stop, not_before=woken_start(started, ended, p.cfg.wake_min_gap_s)):
             log.debug("woken by %s", watch.path)
     notify.stopping()
     released = release_on_stop(p, "placer stopped", grace_s=p.cfg.restart_grace_s)
