@@ -129,15 +129,16 @@ class CliBackend:
         layout = parse_squeue.Layout.new(excluded_nodes=self.version() >= parse_squeue.EXCNODES_SINCE)
         select = _select_jobs(only)
         try:
-            out = self._squeue(["squeue", "--all", "--noheader", *select], SQUEUE_FORMAT2=layout.format(),
-                               SLURM_TIME_FORMAT="%s")
+            out = self._squeue(["squeue", "--all", "--array", "--noheader", *select],
+                               SQUEUE_FORMAT2=layout.format(), SLURM_TIME_FORMAT="%s")
         except SlurmError as exc:
             if select and "invalid job id" in str(exc).lower():  # one id asked for, and it is gone
                 return []
             raise
         try:
-            records = [r for r in layout.records(out) if parse_squeue.needs_gpu_fields(r)
-                       and (only is None or r["job_id"] in only)]
+            records = parse_squeue.collapse_array_tasks(
+                r for r in layout.records(out) if parse_squeue.needs_gpu_fields(r)
+                and (only is None or r["job_id"] in only))
         except parse_squeue.SlurmFormatError as exc:
             raise SlurmError(str(exc)) from exc
         del out
@@ -152,7 +153,7 @@ class CliBackend:
     def _exclusions(self, select: Sequence[str]) -> dict[str, str]:
         """Job id -> excluded nodes (`squeue -o %x`), for a squeue whose -O lacks them (< 24.05)."""
         layout = parse_squeue.exclusions_layout()
-        out = self._squeue(["squeue", "--all", "--noheader", *select],
+        out = self._squeue(["squeue", "--all", "--array", "--noheader", *select],
                            SQUEUE_FORMAT=parse_squeue.exclusions_format(layout))
         try:
             return parse_squeue.exclusions_from(out, layout)

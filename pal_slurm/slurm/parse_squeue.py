@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from pal_slurm.slurm.model import SlurmJob
@@ -134,6 +134,41 @@ class Layout:
 
 class SlurmFormatError(ValueError):
     """squeue printed records that are not the fields asked for."""
+
+
+def collapse_array_tasks(records: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+    """One record per job id, as slurmctld holds them (and squeue --json lists them).
+
+    The read runs squeue with --array: without it squeue merges an array's pending tasks
+    that were split off into their own records (modified, requeued) back into the array's
+    record when name and partition match, hiding them and their own fields (and 23.02
+    removed --array-unique, which turned that off). --array instead prints the array's record
+    once per pending task, under the array's job id; those lines become one record again
+    here, its tasks written as Slurm writes them (`1,3-5`)."""
+    out: dict[str, dict[str, str]] = {}
+    tasks: dict[str, list[int]] = {}
+    for r in records:
+        job_id = r["job_id"]
+        task = r["array_task"]
+        out.setdefault(job_id, r)
+        if task.isdigit() and job_id == r["array_job_id"]:
+            tasks.setdefault(job_id, []).append(int(task))
+    for job_id, ids in tasks.items():
+        out[job_id]["array_task"] = _ranges(sorted(set(ids)))
+    return list(out.values())
+
+
+def _ranges(ids: Sequence[int]) -> str:
+    """[1, 3, 4, 5] -> `1,3-5`."""
+    parts: list[str] = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(parts)
 
 
 def exclusions_layout() -> Layout:
@@ -317,6 +352,7 @@ def gres_detail_of(text: str, job_id: str) -> dict[str, str] | None:
     return out if inside else None
 
 
-__all__ = ["EXCNODES_SINCE", "FIELDS", "Layout", "RUNNING_STATES", "SlurmFormatError", "exclusions_format",
+__all__ = ["EXCNODES_SINCE", "FIELDS", "Layout", "RUNNING_STATES", "SlurmFormatError", "collapse_array_tasks",
+           "exclusions_format",
            "exclusions_from", "exclusions_layout", "gres_detail_of", "job_from_fields", "mem_mb", "needs_gpu_fields",
            "placer_needs", "time_limit_s", "tres_items"]
