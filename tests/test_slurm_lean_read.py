@@ -1,13 +1,14 @@
 """The placer's lean job read (pal_slurm.slurm.parse_squeue): squeue -O records as SlurmJobs,
 on output captured from the 22.05 test cluster next to `squeue --json` of the same moment.
 
-The files under tests/data/slurm/22.05 (squeue-lean.txt with the layout's token
-0123456789abcdef, squeue-lean-excluded.txt with fedcba9876543210, squeue-lean.json,
-show-job-detail.txt) hold: two running GPU jobs (one on two nodes), held and pending GPU jobs
-of every request form (--gres, --gpus, --gpus-per-task, --gpus-per-node -N2, --gpus-per-socket),
-a pending array with one task split off, a CPU job, a job held by its user, a job name with a
-newline and a comment with a control character. The real-Slurm comparison on a live cluster
-is tests/slurm/test_lean_read.py.
+The files under tests/data/slurm/22.05, written by tests/data/slurm/capture_lean.py
+(squeue-lean.txt: the plain layout with token 0123456789abcdef; squeue-lean-strict.txt: the
+held job alone, strictly, token 1111222233334444; squeue-lean-excluded.txt: fedcba9876543210;
+squeue-lean.json; show-job-detail.txt; roles.json: which job is which) hold two running GPU
+jobs (one on two nodes), held and pending GPU jobs of every request form (--gres, --gpus,
+--gpus-per-task, --gpus-per-node -N2, --gpus-per-socket), a pending array with one task split
+off, a CPU job, a job held by its user, a job name with a newline and a comment with the
+field separator in it. The real-Slurm comparison on a live cluster is tests/slurm/test_lean_read.py.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ import pytest
 
 from pal_slurm.slurm import parse_json, parse_squeue
 from pal_slurm.slurm.backend import _select_jobs
+from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob
 
 DATA = Path(__file__).parent / "data" / "slurm"
 LAYOUT = parse_squeue.Layout(parse_squeue.FIELDS, "0123456789abcdef")
-EXCLUDED = parse_squeue.Layout((("job_id", "%A"), ("excluded_nodes", "%x")), "fedcba9876543210")
+STRICT = parse_squeue.Layout(parse_squeue.FIELDS, "1111222233334444", strict=True)
+EXCLUDED = parse_squeue.Layout((("job_id", "%A"), ("excluded_nodes", "%x")), "fedcba9876543210", strict=True)
+ROLE = json.loads((DATA / "22.05" / "roles.json").read_text())
 
 #: what -O cannot say as the JSON does (parse_squeue's docstring): the memory's unit (per CPU
 #: or per node, the same memory on each node), a maximum node count equal to the node count
@@ -32,10 +36,15 @@ EXCLUDED = parse_squeue.Layout((("job_id", "%A"), ("excluded_nodes", "%x")), "fe
 ALLOWED = {"memory_per_node_mb", "memory_per_cpu_mb", "max_nodes", "gres_detail", "end_time"}
 
 
-def _lean() -> dict[str, SlurmJob]:
+def _lean(keep=parse_squeue.needs_lead) -> dict[str, SlurmJob]:  # type: ignore[no-untyped-def]
+    """What CliBackend.jobs makes of the captured output (the held job, whose comment holds
+    the separator, read again alone and strictly, as the backend does)."""
     excluded = parse_squeue.exclusions_from((DATA / "22.05" / "squeue-lean-excluded.txt").read_text(), EXCLUDED)
+    records, unsure = LAYOUT.scan((DATA / "22.05" / "squeue-lean.txt").read_text(), keep)
+    assert unsure == [ROLE["held"]]
+    records += list(STRICT.records((DATA / "22.05" / "squeue-lean-strict.txt").read_text()))
     out = {}
-    for r in parse_squeue.collapse_array_tasks(LAYOUT.records((DATA / "22.05" / "squeue-lean.txt").read_text())):
+    for r in parse_squeue.collapse_array_tasks(records):
         r["excluded_nodes"] = excluded.get(r["job_id"], "")
         job = parse_squeue.job_from_fields(r)
         out[job.job_id] = job
@@ -48,8 +57,8 @@ def _json() -> dict[str, SlurmJob]:
 
 
 def test_every_job_reads_as_squeue_json_says_it() -> None:
-    lean, full = _lean(), _json()
-    assert lean.keys() == full.keys() and len(lean) == 11
+    lean, full = _lean(lambda _lead: True), _json()
+    assert lean.keys() == full.keys() == set(ROLE.values())
     for job_id, want in full.items():
         got = lean[job_id]
         diff = {f.name for f in dataclasses.fields(SlurmJob) if getattr(got, f.name) != getattr(want, f.name)}
@@ -61,28 +70,32 @@ def test_every_job_reads_as_squeue_json_says_it() -> None:
 
 
 def test_the_awkward_values_come_through_whole() -> None:
-    lean = _lean()
-    assert lean["3"].name == "held, one|two" and lean["3"].comment == "a\x1fb c"
-    assert lean["3"].admin_comment == "pal:held class=A src=default | site note"
-    assert lean["11"].name == "two\nnodes" and lean["11"].exclusive and lean["11"].node_count == 2
-    assert lean["4"].excluded_nodes == "pal-n1" and lean["4"].features == "v100" and lean["4"].account == "acct1"
-    assert lean["4"].time_limit_s == 86400 and lean["4"].max_nodes == 2 and lean["4"].exclusive
-    assert (lean["3"].memory_per_cpu_mb, lean["3"].memory_per_node_mb) == (500, None)
-    assert (lean["4"].memory_per_cpu_mb, lean["4"].memory_per_node_mb) == (None, 2000)
-    # the pending array's own record with the task split off (job 10, task 2) apart, as slurmctld holds them
-    assert (lean["6"].array_job_id, lean["6"].array_task) == ("6", "1,3-5")
-    assert (lean["10"].array_job_id, lean["10"].array_task, lean["10"].comment) == ("6", "2", "split-task")
-    assert lean["8"].priority == 0 and lean["8"].begin_time is None and lean["8"].state_reason == "JobHeldUser"
-    assert lean["1"].running and lean["1"].start_time and lean["1"].end_time == lean["1"].start_time + 3600
+    lean = {role: _lean()[job_id] for role, job_id in ROLE.items() if role != "cpu"}
+    held, gpus, array, split = lean["held"], lean["gpus"], lean["array"], lean["split"]
+    assert held.name == "held, one|two" and held.comment == "a\x1fb c"
+    assert held.admin_comment == "pal:held class=A src=default | site note"
+    assert lean["two_nodes"].name == "two\nnodes" and lean["two_nodes"].exclusive
+    assert lean["two_nodes"].node_count == 2
+    assert gpus.excluded_nodes == "pal-n1" and gpus.features == "v100" and gpus.account == "acct1"
+    assert gpus.time_limit_s == 86400 and gpus.max_nodes == 2 and gpus.exclusive
+    assert (held.memory_per_cpu_mb, held.memory_per_node_mb) == (500, None)
+    assert (gpus.memory_per_cpu_mb, gpus.memory_per_node_mb) == (None, 2000)
+    # the pending array's own record and the task split off (task 2) apart, as slurmctld holds them
+    assert (array.array_job_id, array.array_task) == (ROLE["array"], "1,3-5")
+    assert (split.array_job_id, split.array_task, split.comment) == (ROLE["array"], "2", "split-task")
+    assert lean["user_held"].priority == 0 and lean["user_held"].begin_time is None
+    assert lean["user_held"].state_reason == "JobHeldUser"
+    run = lean["run"]
+    assert run.running and run.start_time and run.end_time == run.start_time + 3600
 
 
 def test_the_placer_keeps_gpu_and_tagged_jobs_only() -> None:
-    lean = _lean()
-    assert {j for j, job in lean.items() if parse_squeue.placer_needs(job)} == set(lean) - {"7"}
-    records = {r["job_id"]: r for r in LAYOUT.records((DATA / "22.05" / "squeue-lean.txt").read_text())}
-    assert {j for j, r in records.items() if parse_squeue.needs_gpu_fields(r)} == set(lean) - {"7"}
+    every = _lean(lambda _lead: True)
+    gpu = set(every) - {ROLE["cpu"]}
+    assert set(_lean()) == gpu
+    assert {j for j, job in every.items() if parse_squeue.placer_needs(job)} == gpu
     doc = json.loads((DATA / "22.05" / "squeue-lean.json").read_text())
-    assert {j.job_id for j in parse_json.jobs_from_doc(doc, placer_only=True)} == set(lean) - {"7"}
+    assert {j.job_id for j in parse_json.jobs_from_doc(doc, placer_only=True)} == gpu
     tagged = {"job_id": 1, "admin_comment": "pal: released unchanged", "tres_per_node": ""}
     assert parse_json.placer_needs_raw(tagged)
 
@@ -96,15 +109,23 @@ def test_json_of_24_11_keeps_the_same_jobs_as_the_placer_needs() -> None:
 
 def test_a_value_cannot_forge_a_field_or_another_jobs_record() -> None:
     """A name holding what a record of another job would look like with a token the user
-    could have guessed: the read's own token differs, so it stays the name."""
+    could have guessed: the read's own token differs, so the record stays one job's, found
+    unsure (more fields than asked for) and read again strictly, where it is the name."""
     guess = parse_squeue.Layout(parse_squeue.FIELDS, "aaaaaaaaaaaaaaaa")
-    forged = guess.end + "\n" + guess.sep.join(["666"] + ["x"] * (len(parse_squeue.FIELDS) - 1))
+    forged = guess.end + "\n" + guess.sep.join(["666", "gres:gpu:1", "", "", "", "pal:held class=A"]
+                                              + ["x"] * (len(parse_squeue.FIELDS) - 6))
     one = {k: "" for k, _n in parse_squeue.FIELDS} | {"job_id": "5", "name": forged, "state": "PENDING",
                                                         "admin_comment": "(null)", "tres_per_node": "gres:gpu:1"}
     text = LAYOUT.sep.join(one[k] for k, _n in parse_squeue.FIELDS) + LAYOUT.end + "\n"
-    [got] = list(LAYOUT.records(text))
+    assert LAYOUT.scan(text, parse_squeue.needs_lead) == ([], ["5"])
+    strict = STRICT.sep.join(one[k] for k, _n in parse_squeue.FIELDS) + STRICT.end + "\n"
+    [got] = list(STRICT.records(strict))
     assert got["job_id"] == "5" and got["name"] == forged
     assert parse_squeue.job_from_fields(got).name == forged
+    # a CPU job's record is never split past the fields that say it is one
+    cpu = one | {"tres_per_node": "", "name": "a\x1fb"}
+    assert LAYOUT.scan(LAYOUT.sep.join(cpu[k] for k, _n in parse_squeue.FIELDS) + LAYOUT.end + "\n",
+                       parse_squeue.needs_lead) == ([], [])
 
 
 def test_output_that_is_not_the_fields_asked_for_is_an_error() -> None:
@@ -115,12 +136,14 @@ def test_output_that_is_not_the_fields_asked_for_is_an_error() -> None:
 
 def test_the_format_prints_whole_values_with_a_fresh_separator() -> None:
     a, b = parse_squeue.Layout.new(excluded_nodes=False), parse_squeue.Layout.new(excluded_nodes=True)
-    assert a.token != b.token and len(a.token) == 16
+    s = parse_squeue.Layout.new(excluded_nodes=False, strict=True)
+    assert len({a.token, b.token, s.token}) == 3 and len(a.token) == 16
     assert not a.has("excluded_nodes") and b.has("excluded_nodes")
+    assert a.sep == "\x1f" and a.token in a.end and s.token in s.sep
     fmt = b.format().split(",")
     assert len(fmt) == len(parse_squeue.FIELDS) + 1
     assert all(f.split(":", 1)[1] == "0" + b.sep for f in fmt[:-1]) and fmt[-1] == "excnodes:0" + b.end
-    assert "," not in b.sep + b.end and not b.sep[0].isdigit()
+    assert "," not in s.sep + s.end and not s.sep[0].isdigit() and not s.end[0].isdigit()
 
 
 @pytest.mark.parametrize(("text", "want"), [
@@ -155,17 +178,21 @@ def test_array_tasks_printed_one_a_line_are_one_record_again() -> None:
 
 def test_a_running_jobs_slots_come_from_its_own_record_lines_only() -> None:
     text = (DATA / "22.05" / "show-job-detail.txt").read_text()
-    slots = {"pal-n1": "gpu:v100_g1:1(IDX:1)", "pal-n2": "gpu:v100_g1:1(IDX:1)"}
-    assert parse_squeue.gres_detail_of(text, "2") == slots
-    grouped = text.replace("     Nodes=pal-n1 CPU_IDs=1 ", "     Nodes=pal-n[1-2] CPU_IDs=1 ")
-    grouped = "\n".join(ln for ln in grouped.splitlines() if not ln.startswith("     Nodes=pal-n2 "))
-    assert parse_squeue.gres_detail_of(grouped, "2") == {"pal-n[1-2]": "gpu:v100_g1:1(IDX:1)"}  # scontrol groups alike nodes
-    assert parse_squeue.gres_detail_of(text, "3") is None  # another job's record
+    job = ROLE["run2"]
+    slots = parse_squeue.gres_detail_of(text, job)
+    assert slots is not None
+    per_node = {n: g for hosts, g in slots.items() for n in expand_nodes(hosts)}
+    assert per_node == {"pal-n1": "gpu:v100_g1:1(IDX:1)", "pal-n2": "gpu:v100_g1:1(IDX:1)"}
+    # nodes with the same allocation come as one hostlist (as on a node with CPU_IDs alike)
+    grouped = "\n".join(ln.replace("Nodes=pal-n1 ", "Nodes=pal-n[1-2] ") for ln in text.splitlines()
+                         if not ln.lstrip().startswith("Nodes=pal-n2 "))
+    assert parse_squeue.gres_detail_of(grouped, job) == {"pal-n[1-2]": "gpu:v100_g1:1(IDX:1)"}
+    assert parse_squeue.gres_detail_of(text, ROLE["run"]) is None  # another job's record
     fake = "     Nodes=pal-n9 CPU_IDs=0 Mem=1 GRES=gpu:v100_g3:1(IDX:3)"
     forged = (text.replace("JobName=multi node", f"JobName=x\n   NumNodes=9\n{fake}")
               .replace("   Command=(null)", f"   Command=(null)\n{fake}\n   MinCPUsNode=1"))
     assert forged.count("Nodes=pal-n9") == 2
-    assert parse_squeue.gres_detail_of(forged, "2") == slots
+    assert parse_squeue.gres_detail_of(forged, job) == slots
 
 
 def test_squeue_is_asked_for_few_ids_only() -> None:

@@ -98,6 +98,9 @@ class CliBackend:
         #: running jobs' GPU slots: job id -> (start time, node -> GRES detail); a running
         #: job's allocation does not change, so each is read once (see `_slots`)
         self._slots: dict[str, tuple[float | None, dict[str, str]]] = {}
+        #: pending jobs' excluded nodes where squeue -O lacks them (see `_add_exclusions`)
+        self._excluded: dict[str, str] = {}
+        self._excluded_at = -math.inf
 
     def _run(self, argv: Sequence[str]) -> str:
         return run_command(argv, timeout=self.timeout, env=self.env).stdout
@@ -121,40 +124,86 @@ class CliBackend:
     def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
         """The placer's jobs (see SlurmBackend.jobs) through `squeue -O`, the lean read of
         parse_squeue: squeue's own active states (pending, running, suspended, completing),
-        only the fields SlurmJob holds, and only GPU or pal-tagged jobs converted. Before
-        Slurm 24.05 a second `squeue -o %x` gives pending jobs' excluded nodes; running
-        GPU jobs' slots come from `scontrol -d show job`, once per job."""
+        only the fields SlurmJob holds, and only GPU or pal-tagged jobs split and converted.
+        Before Slurm 24.05 pending jobs' excluded nodes come from `squeue -o %x` (`_exclusions`);
+        running GPU jobs' slots come from `scontrol -d show job`, once per job."""
         if only is not None and not only:
             return []
         layout = parse_squeue.Layout.new(excluded_nodes=self.version() >= parse_squeue.EXCNODES_SINCE)
         select = _select_jobs(only)
+        out = self._read_squeue(layout, select)
+        if out is None:
+            return []
         try:
-            out = self._squeue(["squeue", "--all", "--array", "--noheader", *select],
-                               SQUEUE_FORMAT2=layout.format(), SLURM_TIME_FORMAT="%s")
-        except SlurmError as exc:
-            if select and "invalid job id" in str(exc).lower():  # one id asked for, and it is gone
-                return []
-            raise
-        try:
-            records = parse_squeue.collapse_array_tasks(
-                r for r in layout.records(out) if parse_squeue.needs_gpu_fields(r)
-                and (only is None or r["job_id"] in only))
+            records, unsure = layout.scan(out, parse_squeue.needs_lead)
         except parse_squeue.SlurmFormatError as exc:
             raise SlurmError(str(exc)) from exc
         del out
-        if records and not layout.has("excluded_nodes") and any(r["state"] == "PENDING" for r in records):
-            excluded = self._exclusions(select)
-            for r in records:
-                r["excluded_nodes"] = excluded.get(r["job_id"], "")
+        for job_id in unsure:  # a separator in a job's own text: that job alone, strictly
+            if only is None or job_id in only:
+                records += self._one(job_id, layout.has("excluded_nodes"))
+        records = parse_squeue.collapse_array_tasks(r for r in records if only is None or r["job_id"] in only)
+        if not layout.has("excluded_nodes"):
+            self._add_exclusions(records, full=only is None)
         slots = self._running_slots(records, prune=only is None)
         return parse_json.iter_unique(parse_squeue.job_from_fields(r, gres_detail=slots.get(r["job_id"], ()))
                                       for r in records)
 
+    def _read_squeue(self, layout: parse_squeue.Layout, select: Sequence[str]) -> str | None:
+        """squeue --array with `layout` (SQUEUE_FORMAT2, times as epoch seconds); None when the
+        one job asked for is gone."""
+        try:
+            return self._squeue(["squeue", "--all", "--array", "--noheader", *select],
+                                SQUEUE_FORMAT2=layout.format(), SLURM_TIME_FORMAT="%s", TZ="UTC")
+        except SlurmError as exc:
+            if select and "invalid job id" in str(exc).lower():
+                return None
+            raise
+
+    def _one(self, job_id: str, excluded_nodes: bool) -> list[dict[str, str]]:
+        """One job's records read alone with a strict layout (see parse_squeue.Layout.scan)."""
+        layout = parse_squeue.Layout.new(excluded_nodes=excluded_nodes, strict=True)
+        out = self._read_squeue(layout, [f"--jobs={job_id}"])
+        try:
+            return [r for r in layout.records(out or "") if r["job_id"] == job_id]
+        except parse_squeue.SlurmFormatError as exc:
+            raise SlurmError(str(exc)) from exc
+
+    def _add_exclusions(self, records: Sequence[dict[str, str]], *, full: bool) -> None:
+        """Pending jobs' excluded nodes where squeue -O cannot print them (before 24.05).
+
+        A second read of the whole queue is a second job-info RPC of every job (on a queue of
+        50,000, as much as the first), so each pending job's exclusions are kept: read when a
+        job is first seen (alone, `squeue -j ID`, which asks slurmctld for that job only; the
+        whole queue once when many are new) and read again for every job every
+        EXCLUSIONS_REFRESH_S (a user may change a pending job's --exclude)."""
+        pending = [r["job_id"] for r in records if r["state"] == "PENDING"]
+        now = time.monotonic()
+        new = [j for j in pending if j not in self._excluded]
+        if full and (len(new) > _EXCLUSIONS_ALONE or now - self._excluded_at > EXCLUSIONS_REFRESH_S):
+            if pending:
+                self._excluded = {j: "" for j in pending} | self._exclusions([])
+                self._excluded_at = now
+        elif new:
+            with ThreadPoolExecutor(max_workers=min(_DETAIL_READERS, len(new))) as pool:
+                for job_id, found in zip(new, pool.map(lambda j: self._exclusions([f"--jobs={j}"]), new)):
+                    self._excluded[job_id] = found.get(job_id, "")
+        if full:
+            keep = set(pending)
+            self._excluded = {j: v for j, v in self._excluded.items() if j in keep}
+        for r in records:
+            r["excluded_nodes"] = self._excluded.get(r["job_id"], "")
+
     def _exclusions(self, select: Sequence[str]) -> dict[str, str]:
         """Job id -> excluded nodes (`squeue -o %x`), for a squeue whose -O lacks them (< 24.05)."""
         layout = parse_squeue.exclusions_layout()
-        out = self._squeue(["squeue", "--all", "--array", "--noheader", *select],
-                           SQUEUE_FORMAT=parse_squeue.exclusions_format(layout))
+        try:
+            out = self._squeue(["squeue", "--all", "--array", "--noheader", *select],
+                               SQUEUE_FORMAT=parse_squeue.exclusions_format(layout))
+        except SlurmError as exc:
+            if select and "invalid job id" in str(exc).lower():
+                return {}
+            raise
         try:
             return parse_squeue.exclusions_from(out, layout)
         except parse_squeue.SlurmFormatError as exc:
@@ -471,8 +520,12 @@ def make_backend(name: str, *, rest_url: str | None = None, rest_api: str = "v0.
     raise ConfigError(f"unknown Slurm backend {name!r}; valid: {', '.join(BACKENDS)}")
 
 
-#: `scontrol -d show job` run at once for running jobs seen for the first time
+#: `scontrol -d show job` (or `squeue -j`) run at once for jobs seen for the first time
 _DETAIL_READERS = 8
+#: new pending jobs whose exclusions are read one by one; more: the whole queue at once
+_EXCLUSIONS_ALONE = 16
+#: how often every pending job's exclusions are read again (before Slurm 24.05)
+EXCLUSIONS_REFRESH_S = 60.0
 #: the most ids passed to squeue -j: squeue compares every job with every id asked for
 _SELECT_MAX = 64
 

@@ -151,12 +151,36 @@ def test_a_running_jobs_slots_are_read_once(queue: Queue) -> None:
     assert not [a for a in calls if a[:2] == ["scontrol", "-d"]]
 
 
-def test_excluded_nodes_before_24_05_come_from_a_second_read(queue: Queue) -> None:
-    version = CliBackend().version()
-    lean, _full_jobs = _both(queue)
-    assert lean[queue.pending[0]].excluded_nodes == queue.cluster.nodes[0]
-    layout = parse_squeue.Layout.new(excluded_nodes=version >= parse_squeue.EXCNODES_SINCE)
-    assert layout.has("excluded_nodes") == (version >= (24, 5))
+def test_excluded_nodes_are_read_once_per_job(queue: Queue) -> None:
+    """Before 24.05 -O has no ExcNodes: a pending job's exclusions come from `squeue -o %x`,
+    the whole queue on the first read, then only each new job's, alone."""
+    backend = CliBackend(timeout=30)
+    version = backend.version()
+    calls: list[list[str]] = []
+    squeue = backend._squeue
+
+    def counting(argv: list[str], **env: str) -> str:
+        if "SQUEUE_FORMAT" in env:
+            calls.append(list(argv))
+        return squeue(argv, **env)
+
+    backend._squeue = counting  # type: ignore[method-assign]
+    first = {j.job_id: j for j in backend.jobs()}
+    assert first[queue.pending[0]].excluded_nodes == queue.cluster.nodes[0]
+    if version >= parse_squeue.EXCNODES_SINCE:
+        assert calls == []
+        return
+    assert len(calls) == 1 and not [a for a in calls[0] if a.startswith("--jobs")]
+    calls.clear()
+    assert {j.job_id: j.excluded_nodes for j in backend.jobs()} == {k: j.excluded_nodes for k, j in first.items()}
+    assert calls == []
+    late = queue.cluster.submit(["--begin=now+3600", "--gres=gpu:1", "-x", queue.cluster.nodes[2], "--wrap", "true"])
+    try:
+        got = {j.job_id: j for j in backend.jobs()}
+        assert got[late].excluded_nodes == queue.cluster.nodes[2]
+        assert calls == [["squeue", "--all", "--array", "--noheader", f"--jobs={late}"]]
+    finally:
+        queue.cluster.cancel([late])
 
 
 def test_squeue_json_of_this_slurm_and_its_filters(queue: Queue) -> None:
