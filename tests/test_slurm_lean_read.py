@@ -1,7 +1,7 @@
 """The placer's lean job read (pal_slurm.slurm.parse_squeue): squeue -O records as SlurmJobs,
 on output captured from the 22.05 test cluster next to `squeue --json` of the same moment.
 
-The files under tests/data/slurm/22.05, written by tests/data/slurm/capture_lean.py
+The files under tests/data/slurm/22.05 and 24.11, written by tests/data/slurm/capture_lean.py
 (squeue-lean.txt: the plain layout with token 0123456789abcdef; squeue-lean-strict.txt: the
 held job alone, strictly, token 1111222233334444; squeue-lean-excluded.txt: fedcba9876543210;
 squeue-lean.json; show-job-detail.txt; roles.json: which job is which) hold two running GPU
@@ -25,10 +25,22 @@ from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob
 
 DATA = Path(__file__).parent / "data" / "slurm"
+VERSIONS = ("22.05", "24.11")
 LAYOUT = parse_squeue.Layout(parse_squeue.FIELDS, "0123456789abcdef")
 STRICT = parse_squeue.Layout(parse_squeue.FIELDS, "1111222233334444", strict=True)
 EXCLUDED = parse_squeue.Layout((("job_id", "%A"), ("excluded_nodes", "%x")), "fedcba9876543210", strict=True)
-ROLE = json.loads((DATA / "22.05" / "roles.json").read_text())
+
+
+def _layouts(version: str) -> tuple[parse_squeue.Layout, parse_squeue.Layout]:
+    """The layouts capture_lean.py used: with ExcNodes from 24.05 on, as the backend asks."""
+    has = tuple(int(x) for x in version.split(".")) >= parse_squeue.EXCNODES_SINCE
+    fields = parse_squeue.FIELDS + ((parse_squeue.EXCLUDED,) if has else ())
+    return parse_squeue.Layout(fields, LAYOUT.token), parse_squeue.Layout(fields, STRICT.token, strict=True)
+
+
+def _role(version: str) -> dict[str, str]:
+    return json.loads((DATA / version / "roles.json").read_text())
+
 
 #: what -O cannot say as the JSON does (parse_squeue's docstring): the memory's unit (per CPU
 #: or per node, the same memory on each node), a maximum node count equal to the node count
@@ -36,29 +48,33 @@ ROLE = json.loads((DATA / "22.05" / "roles.json").read_text())
 ALLOWED = {"memory_per_node_mb", "memory_per_cpu_mb", "max_nodes", "gres_detail", "end_time"}
 
 
-def _lean(keep=parse_squeue.needs_lead) -> dict[str, SlurmJob]:  # type: ignore[no-untyped-def]
+def _lean(version: str, keep=parse_squeue.needs_lead) -> dict[str, SlurmJob]:  # type: ignore[no-untyped-def]
     """What CliBackend.jobs makes of the captured output (the held job, whose comment holds
     the separator, read again alone and strictly, as the backend does)."""
-    excluded = parse_squeue.exclusions_from((DATA / "22.05" / "squeue-lean-excluded.txt").read_text(), EXCLUDED)
-    records, unsure = LAYOUT.scan((DATA / "22.05" / "squeue-lean.txt").read_text(), keep)
-    assert unsure == [ROLE["held"]]
-    records += list(STRICT.records((DATA / "22.05" / "squeue-lean-strict.txt").read_text()))
+    plain, strict = _layouts(version)
+    records, unsure = plain.scan((DATA / version / "squeue-lean.txt").read_text(), keep)
+    assert unsure == [_role(version)["held"]]
+    records += list(strict.records((DATA / version / "squeue-lean-strict.txt").read_text()))
+    if not plain.has("excluded_nodes"):
+        excluded = parse_squeue.exclusions_from((DATA / version / "squeue-lean-excluded.txt").read_text(), EXCLUDED)
+        for r in records:
+            r["excluded_nodes"] = excluded.get(r["job_id"], "")
     out = {}
     for r in parse_squeue.collapse_array_tasks(records):
-        r["excluded_nodes"] = excluded.get(r["job_id"], "")
         job = parse_squeue.job_from_fields(r)
         out[job.job_id] = job
     return out
 
 
-def _json() -> dict[str, SlurmJob]:
-    doc = json.loads((DATA / "22.05" / "squeue-lean.json").read_text())
-    return {j.job_id: j for j in parse_json.jobs_from_doc(doc)}
+def _json(version: str) -> dict[str, SlurmJob]:
+    doc = json.loads((DATA / version / "squeue-lean.json").read_text())
+    return {j.job_id: j for j in parse_json.jobs_from_doc(doc, active_only=True)}
 
 
-def test_every_job_reads_as_squeue_json_says_it() -> None:
-    lean, full = _lean(lambda _lead: True), _json()
-    assert lean.keys() == full.keys() == set(ROLE.values())
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_job_reads_as_squeue_json_says_it(version: str) -> None:
+    lean, full = _lean(version, lambda _lead: True), _json(version)
+    assert lean.keys() == full.keys() == set(_role(version).values())
     for job_id, want in full.items():
         got = lean[job_id]
         diff = {f.name for f in dataclasses.fields(SlurmJob) if getattr(got, f.name) != getattr(want, f.name)}
@@ -69,8 +85,11 @@ def test_every_job_reads_as_squeue_json_says_it() -> None:
             assert got.end_time is None  # 22.05's JSON makes one up for a job without a time limit
 
 
-def test_the_awkward_values_come_through_whole() -> None:
-    lean = {role: _lean()[job_id] for role, job_id in ROLE.items() if role != "cpu"}
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_awkward_values_come_through_whole(version: str) -> None:
+    roles = _role(version)
+    read = _lean(version)
+    lean = {role: read[job_id] for role, job_id in roles.items() if role != "cpu"}
     held, gpus, array, split = lean["held"], lean["gpus"], lean["array"], lean["split"]
     assert held.name == "held, one|two" and held.comment == "a\x1fb c"
     assert held.admin_comment == "pal:held class=A src=default | site note"
@@ -81,21 +100,22 @@ def test_the_awkward_values_come_through_whole() -> None:
     assert (held.memory_per_cpu_mb, held.memory_per_node_mb) == (500, None)
     assert (gpus.memory_per_cpu_mb, gpus.memory_per_node_mb) == (None, 2000)
     # the pending array's own record and the task split off (task 2) apart, as slurmctld holds them
-    assert (array.array_job_id, array.array_task) == (ROLE["array"], "1,3-5")
-    assert (split.array_job_id, split.array_task, split.comment) == (ROLE["array"], "2", "split-task")
+    assert (array.array_job_id, array.array_task) == (roles["array"], "1,3-5")
+    assert (split.array_job_id, split.array_task, split.comment) == (roles["array"], "2", "split-task")
     assert lean["user_held"].priority == 0 and lean["user_held"].begin_time is None
     assert lean["user_held"].state_reason == "JobHeldUser"
     run = lean["run"]
     assert run.running and run.start_time and run.end_time == run.start_time + 3600
 
 
-def test_the_placer_keeps_gpu_and_tagged_jobs_only() -> None:
-    every = _lean(lambda _lead: True)
-    gpu = set(every) - {ROLE["cpu"]}
-    assert set(_lean()) == gpu
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_placer_keeps_gpu_and_tagged_jobs_only(version: str) -> None:
+    every = _lean(version, lambda _lead: True)
+    gpu = set(every) - {_role(version)["cpu"]}
+    assert set(_lean(version)) == gpu
     assert {j for j, job in every.items() if parse_squeue.placer_needs(job)} == gpu
-    doc = json.loads((DATA / "22.05" / "squeue-lean.json").read_text())
-    assert {j.job_id for j in parse_json.jobs_from_doc(doc, placer_only=True)} == gpu
+    doc = json.loads((DATA / version / "squeue-lean.json").read_text())
+    assert {j.job_id for j in parse_json.jobs_from_doc(doc, active_only=True, placer_only=True)} == gpu
     tagged = {"job_id": 1, "admin_comment": "pal: released unchanged", "tres_per_node": ""}
     assert parse_json.placer_needs_raw(tagged)
 
@@ -176,9 +196,11 @@ def test_array_tasks_printed_one_a_line_are_one_record_again() -> None:
     assert [(r["job_id"], r["array_task"]) for r in got] == [("6", "1,3-5"), ("10", "2"), ("7", "N/A"), ("20", "9")]
 
 
-def test_a_running_jobs_slots_come_from_its_own_record_lines_only() -> None:
-    text = (DATA / "22.05" / "show-job-detail.txt").read_text()
-    job = ROLE["run2"]
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_running_jobs_slots_come_from_its_own_record_lines_only(version: str) -> None:
+    roles = _role(version)
+    text = (DATA / version / "show-job-detail.txt").read_text()
+    job = roles["run2"]
     slots = parse_squeue.gres_detail_of(text, job)
     assert slots is not None
     per_node = {n: g for hosts, g in slots.items() for n in expand_nodes(hosts)}
@@ -187,7 +209,7 @@ def test_a_running_jobs_slots_come_from_its_own_record_lines_only() -> None:
     grouped = "\n".join(ln.replace("Nodes=pal-n1 ", "Nodes=pal-n[1-2] ") for ln in text.splitlines()
                          if not ln.lstrip().startswith("Nodes=pal-n2 "))
     assert parse_squeue.gres_detail_of(grouped, job) == {"pal-n[1-2]": "gpu:v100_g1:1(IDX:1)"}
-    assert parse_squeue.gres_detail_of(text, ROLE["run"]) is None  # another job's record
+    assert parse_squeue.gres_detail_of(text, roles["run"]) is None  # another job's record
     fake = "     Nodes=pal-n9 CPU_IDs=0 Mem=1 GRES=gpu:v100_g3:1(IDX:3)"
     forged = (text.replace("JobName=multi node", f"JobName=x\n   NumNodes=9\n{fake}")
               .replace("   Command=(null)", f"   Command=(null)\n{fake}\n   MinCPUsNode=1"))

@@ -23,9 +23,14 @@ sys.path.insert(0, str(REPO))
 
 from pal_slurm.slurm import parse_squeue  # noqa: E402
 
-PLAIN = parse_squeue.Layout(parse_squeue.FIELDS, "0123456789abcdef")
-STRICT = parse_squeue.Layout(parse_squeue.FIELDS, "1111222233334444", strict=True)
 EXCLUDED = parse_squeue.Layout((("job_id", "%A"), ("excluded_nodes", "%x")), "fedcba9876543210", strict=True)
+
+
+def layouts(version: tuple[int, int]) -> tuple[parse_squeue.Layout, parse_squeue.Layout]:
+    """The plain and the strict layout the backend uses on this version, with fixed tokens."""
+    fields = parse_squeue.FIELDS + ((parse_squeue.EXCLUDED,) if version >= parse_squeue.EXCNODES_SINCE else ())
+    return (parse_squeue.Layout(fields, "0123456789abcdef"),
+            parse_squeue.Layout(fields, "1111222233334444", strict=True))
 LATER = "--begin=now+3600"
 
 
@@ -64,11 +69,12 @@ def main() -> None:
         out = Path(__file__).parent / version
         out.mkdir(exist_ok=True)
         lean = {"SLURM_TIME_FORMAT": "%s", "TZ": "UTC"}
+        plain, strict = layouts(tuple(int(x) for x in version.split(".")))  # type: ignore[arg-type]
         (out / "squeue-lean.txt").write_text(run("squeue", "--all", "--array", "--noheader",
-                                                 env={**lean, "SQUEUE_FORMAT2": PLAIN.format()}))
+                                                 env={**lean, "SQUEUE_FORMAT2": plain.format()}))
         (out / "squeue-lean-strict.txt").write_text(run("squeue", "--all", "--array", "--noheader",
                                                         f"--jobs={roles['held']}",
-                                                        env={**lean, "SQUEUE_FORMAT2": STRICT.format()}))
+                                                        env={**lean, "SQUEUE_FORMAT2": strict.format()}))
         (out / "squeue-lean-excluded.txt").write_text(run("squeue", "--all", "--array", "--noheader", env={
             "SQUEUE_FORMAT": parse_squeue.exclusions_format(EXCLUDED)}))
         doc = json.loads(run("squeue", "--all", "--json", "--states=all"))
