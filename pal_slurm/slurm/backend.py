@@ -95,9 +95,10 @@ class CliBackend:
         self.timeout = timeout
         self.env = env
         self._version: tuple[int, int] | None = None
-        #: running jobs' GPU slots: job id -> (start time, node -> GRES detail); a running
-        #: job's allocation does not change, so each is read once (see `_slots`)
-        self._slots: dict[str, tuple[float | None, dict[str, str]]] = {}
+        #: running jobs' GPU slots: job id -> ((start time, completing), node -> GRES detail);
+        #: a running job's allocation does not change, so each is read once, and once more when
+        #: it ends (see `_running_slots`)
+        self._slots: dict[str, tuple[tuple[float | None, bool], dict[str, str]]] = {}
         #: pending jobs' excluded nodes where squeue -O lacks them (see `_add_exclusions`)
         self._excluded: dict[str, str] = {}
         self._excluded_at = -math.inf
@@ -139,8 +140,15 @@ class CliBackend:
         except parse_squeue.SlurmFormatError as exc:
             raise SlurmError(str(exc)) from exc
         del out
-        for job_id in unsure:  # a separator in a job's own text: that job alone, strictly
-            if only is None or job_id in only:
+        unsure = [j for j in unsure if only is None or j in only]
+        if len(unsure) > _UNSURE_ALONE:  # many: the whole read again, strictly, not one squeue each
+            strict = parse_squeue.Layout.new(excluded_nodes=layout.has("excluded_nodes"), strict=True)
+            try:
+                records = strict.scan(self._read_squeue(strict, select) or "", parse_squeue.needs_lead)[0]
+            except parse_squeue.SlurmFormatError as exc:
+                raise SlurmError(str(exc)) from exc
+        else:
+            for job_id in unsure:  # a separator in a job's own text: that job alone, strictly
                 records += self._one(job_id, layout.has("excluded_nodes"))
         records = parse_squeue.collapse_array_tasks(r for r in records if only is None or r["job_id"] in only)
         if not layout.has("excluded_nodes"):
@@ -212,27 +220,30 @@ class CliBackend:
     def _running_slots(self, records: Sequence[Mapping[str, str]], *, prune: bool) -> dict[str, tuple[str, ...]]:
         """Running GPU jobs -> their per-node GRES detail, in the order of their node list
         (what squeue --json calls gres_detail). Read with `scontrol -d show job ID` the first
-        time a job is seen running (a few at a time, in parallel), then kept while it runs."""
+        time a job is seen running (a few at a time, in parallel), then kept while it runs,
+        and read again when it is seen COMPLETING: slurmctld frees a job's GPUs as it ends,
+        and its detail is then empty (as in squeue --json), so a job waiting for them is
+        placed at once, not when the node has finished the job's epilog."""
         running = {r["job_id"]: r for r in records if r["state"] in parse_squeue.RUNNING_STATES}
         if prune:
             self._slots = {k: v for k, v in self._slots.items() if k in running}
-        want: list[tuple[str, float | None, list[str]]] = []
+        want: list[tuple[str, tuple[float | None, bool], list[str]]] = []
         out: dict[str, tuple[str, ...]] = {}
         for job_id, r in running.items():
-            start = float(r["start_time"]) if r["start_time"].isdigit() else None
+            key = (float(r["start_time"]) if r["start_time"].isdigit() else None, r["state"] == "COMPLETING")
             nodes = expand_nodes(r["nodes"] if r["nodes"] not in ("(null)", "N/A") else "")
             known = self._slots.get(job_id)
-            if known is not None and known[0] == start and all(n in known[1] for n in nodes):
+            if known is not None and known[0] == key and all(n in known[1] for n in nodes):
                 out[job_id] = tuple(known[1][n] for n in nodes)
             elif nodes:
-                want.append((job_id, start, nodes))
+                want.append((job_id, key, nodes))
         if not want:
             return out
         with ThreadPoolExecutor(max_workers=min(_DETAIL_READERS, len(want))) as pool:
             found = list(pool.map(lambda w: self._detail(w[0]), want))
-        for (job_id, start, nodes), per_node in zip(want, found):
+        for (job_id, key, nodes), per_node in zip(want, found):
             if per_node and all(n in per_node for n in nodes):
-                self._slots[job_id] = (start, per_node)
+                self._slots[job_id] = (key, per_node)
                 out[job_id] = tuple(per_node[n] for n in nodes)
         return out
 
@@ -522,6 +533,8 @@ def make_backend(name: str, *, rest_url: str | None = None, rest_api: str = "v0.
 
 #: `scontrol -d show job` (or `squeue -j`) run at once for jobs seen for the first time
 _DETAIL_READERS = 8
+#: records with the separator in their own text read again one by one; more: the whole queue, strictly
+_UNSURE_ALONE = 8
 #: new pending jobs whose exclusions are read one by one; more: the whole queue at once
 _EXCLUSIONS_ALONE = 16
 #: how often every pending job's exclusions are read again (before Slurm 24.05)

@@ -151,6 +151,35 @@ def test_a_running_jobs_slots_are_read_once(queue: Queue) -> None:
     assert not [a for a in calls if a[:2] == ["scontrol", "-d"]]
 
 
+def test_the_separator_in_jobs_own_text_costs_one_more_read(queue: Queue) -> None:
+    """The held job's comment holds the field separator: it is read again alone. Ten more such
+    jobs: the whole queue is read again once, strictly, not ten times."""
+    backend = CliBackend(timeout=30)
+    reads: list[list[str]] = []
+    squeue = backend._squeue
+
+    def counting(argv: list[str], **env: str) -> str:
+        if "SQUEUE_FORMAT2" in env:
+            reads.append(list(argv))
+        return squeue(argv, **env)
+
+    backend._squeue = counting  # type: ignore[method-assign]
+    few = {j.job_id: j for j in backend.jobs(only={queue.held, queue.running[0]})}
+    assert few[queue.held].comment == "a\x1fb c" and set(few) == {queue.held, queue.running[0]}
+    backend.jobs()
+    assert reads[-1][-1] == f"--jobs={queue.held}" and len(reads) == 4
+    odd = [queue.cluster.submit(["--begin=now+3600", "--gres=gpu:1", "-J", f"odd\x1f{i}\x1e", "--wrap", "true"])
+           for i in range(10)]
+    try:
+        reads.clear()
+        got = {j.job_id: j for j in backend.jobs()}
+        assert [got[j].name for j in odd] == [f"odd\x1f{i}\x1e" for i in range(10)]
+        assert got[queue.held].comment == "a\x1fb c"
+        assert len(reads) == 2 and not [a for a in reads if a[-1].startswith("--jobs")]
+    finally:
+        queue.cluster.cancel(odd)
+
+
 def test_excluded_nodes_are_read_once_per_job(queue: Queue) -> None:
     """Before 24.05 -O has no ExcNodes: a pending job's exclusions come from `squeue -o %x`,
     the whole queue on the first read, then only each new job's, alone."""
@@ -194,3 +223,31 @@ def test_squeue_json_of_this_slurm_and_its_filters(queue: Queue) -> None:
         assert {queue.held, *queue.running} <= ids
     else:
         assert ids == set()
+
+
+def test_a_job_that_ends_gives_its_gpus_back_in_the_read(queue: Queue) -> None:
+    """slurmctld frees a job's GPUs as it ends: while it is COMPLETING (its epilog, here a
+    slow exit) the lean read shows no GPUs held, as squeue --json does, though the job's slots
+    were read (and kept) while it ran. Seen otherwise: a held job waited for a GPU already free."""
+    c = queue.cluster
+    jid = c.submit(["--gres=gpu:1", "--wrap", "trap 'sleep 4' TERM; sleep 600 & wait"])
+    try:
+        c.wait_state(jid, "RUNNING", timeout=60)
+        backend = CliBackend(timeout=30)
+        nodes = backend.nodes()
+        by_slot = {(s.node, s.gres_type): i
+                   for i, s in enumerate(cluster_view.build_view(nodes, [], {}, ("A",)).slots)}
+        [running] = backend.jobs(only={jid})
+        assert running.state == "RUNNING" and len(cluster_view.running_gpus([running], by_slot)[jid]) == 1
+        c.run(["scancel", jid])
+        deadline = time.monotonic() + 10
+        while (state := c.job(jid).get("JobState")) != "COMPLETING":
+            assert time.monotonic() < deadline and state in ("RUNNING", "COMPLETING"), state
+            time.sleep(0.1)
+        [ending] = backend.jobs(only={jid})
+        full = _full({jid})
+        if ending.state == "COMPLETING" and jid in full and full[jid].state == "COMPLETING":
+            assert cluster_view.running_gpus([ending], by_slot) == {}
+            assert cluster_view.running_gpus([full[jid]], by_slot) == {}
+    finally:
+        c.cancel([jid])
