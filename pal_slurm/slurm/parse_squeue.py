@@ -6,21 +6,26 @@ job, 24.11 ~9 KB), seconds for squeue to write and for us to parse, and ~13 KB o
 objects a job: a 1 GB MemoryMax is reached at 30-40k jobs. 22.05's `squeue --json` ignores
 every filter (-t, -j, -p: it dumps all jobs), so there is no smaller JSON to ask for there.
 `squeue -O` writes just the fields named, is filtered by squeue on every version, and costs
-~300 bytes a job; of those jobs the placer keeps only the ones it can act on
+~230 bytes a job; of those jobs the placer keeps only the ones it can act on
 (`placer_needs`). A running GPU job's per-node slots (`gres_detail`) are not an `-O` field:
-they come from `scontrol -d show job ID` once per job (they do not change while it runs).
+they come from `scontrol -d show job ID` once per job (they do not change while it runs)
+and once more when it is seen COMPLETING (slurmctld frees them as the job ends).
 
-The output is split with a separator made afresh for every read (`Layout.new`): a field
-value (a job name, a comment, a command: the user's text, newlines included) cannot contain
-a string the user did not know when submitting, so no value can forge a field or a record
-of another job. The format reaches squeue through SQUEUE_FORMAT2 (the environment, which
-other users cannot read), not through the argument list.
+Each record ends with a marker holding a token made afresh for every read (`Layout.new`): a
+field value (a job name, a comment, a command: the user's text, newlines included) cannot
+contain a string the user did not know when submitting, so no value can end a record early
+or forge a record of another job. Fields are separated by one control character, cheap to
+print and to split; a record whose own text holds it has more fields than asked for and is
+read again alone with the token between fields too (`Layout.scan`, `strict`). The format
+reaches squeue through SQUEUE_FORMAT2 (the environment, which other users cannot read), not
+through the argument list.
 
 What `-O` says differently from the JSON, and how it is read (checked on 22.05 and 24.11):
 - times follow SLURM_TIME_FORMAT; the read sets `%s` (epoch seconds); unset is `N/A`,
   `NONE` or `Unknown`.
 - `maxnodes` prints the node count when no maximum was asked for; the placer reads a
-  maximum equal to the node count the same way as none (see shapes.shape_of).
+  maximum equal to the node count the same way as none (shapes.request_shape,
+  slurm_updates.stranded).
 - `minmemory` loses whether the memory is per CPU or per node; the job's TRES (`mem=`, the
   total Slurm reserves) tells: per CPU when it is the amount times the CPUs, else per node.
   Where both fit, the CPUs equal the nodes and both mean the same memory on each node.
