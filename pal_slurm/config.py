@@ -236,6 +236,10 @@ class PlacerConfig(_Section):
     wake_poll_s: float = Field(default=0.02, gt=0, le=1, description="how often the placer looks at wake_file")
     lock_file: str = Field(default="", description="the lock one placer at a time holds (flock); empty: placer.lock "
                                                    "beside state_file")
+    wake_min_gap_s: float = Field(default=0.5, ge=0, le=60,
+                                  description="a woken cycle starts at least this long after the last cycle "
+                                              "started, and after an idle time as long as that cycle took "
+                                              "(a burst of submissions never reads the queue back to back)")
     slurm_backend: Literal["cli", "rest", "pyslurm"] = "cli"
     rest_url: str | None = None
     rest_api: str = "v0.0.38"

@@ -5,12 +5,17 @@ tests/lua/test_job_submit.lua, the whole path on a real cluster in tests/slurm/t
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
 from pathlib import Path
 
-from pal_slurm.placer import wake
+import pytest
+
+from pal_slurm.config import PlacerConfig
+from pal_slurm.placer import service, wake
+from pal_slurm.placer.cycle_report import CycleReport
 from pal_slurm.slurm import filter_state
 
 
@@ -117,3 +122,84 @@ def test_the_slurmctld_epilog_pokes_a_regular_file_and_exits_0_whatever_is_there
     (tmp_path / "link").symlink_to(path)
     assert _epilog(tmp_path / "link").returncode == 0
     assert path.stat().st_size == 2
+
+
+# -- the rate limit of woken cycles ------------------------------------------------------------
+@pytest.mark.parametrize(("started", "ended", "gap", "want"), [
+    (100.0, 100.1, 0.5, 100.5),   # a short cycle: the gap after its start
+    (100.0, 101.0, 0.5, 102.0),   # a long one (a big queue): idle as long as it took
+    (100.0, 100.2, 0.0, 100.4),   # no gap asked for: still idle as long as the cycle took
+    (100.0, 100.0, 2.0, 102.0),
+])
+def test_woken_start_is_the_gap_after_the_start_or_an_idle_time_as_long_as_the_cycle(
+        started: float, ended: float, gap: float, want: float) -> None:
+    assert wake.woken_start(started, ended, gap) == pytest.approx(want)
+
+
+def test_a_poke_before_the_gap_wakes_the_placer_at_its_end_and_is_not_lost(tmp_path: Path) -> None:
+    path = tmp_path / "placer-wake"
+    wake.ensure(path)
+    watch = wake.WakeWatch(str(path), poll_s=0.01)
+    stop = threading.Event()
+    wake.poke(path)
+    t0 = time.monotonic()
+    assert watch.wait(5.0, stop, not_before=t0 + 0.3) is True
+    assert 0.3 <= time.monotonic() - t0 < 1.0
+    # the interval ending before the gap does: a timed cycle, as without a poke
+    wake.poke(path)
+    t0 = time.monotonic()
+    assert watch.wait(0.1, stop, not_before=t0 + 5.0) is False
+    assert time.monotonic() - t0 < 1.0
+
+
+class _LoopPlacer:
+    """What run_forever asks of a Placer: a cycle taking `cycle_s`, the config, the heartbeat."""
+
+    def __init__(self, cfg: PlacerConfig, cycle_s: float) -> None:
+        self.cfg, self.cycle_s = cfg, cycle_s
+        self.starts: list[float] = []
+        self.wake_file = ""
+
+    def publish(self, **_kw: object) -> None:
+        pass
+
+    def cycle(self) -> CycleReport:
+        self.starts.append(time.monotonic())
+        time.sleep(self.cycle_s)
+        return CycleReport()
+
+    def release_all(self, _why: str, *, grace_s: int = 0) -> list[str]:
+        return []
+
+
+@pytest.mark.parametrize(("cycle_s", "gap_s"), [(0.05, 0.4), (0.3, 0.1)])
+def test_a_burst_of_pokes_does_not_run_cycles_back_to_back(tmp_path: Path, cycle_s: float, gap_s: float) -> None:
+    """A submission burst pokes the file every 5 ms for 2.5 s; the loop runs a woken cycle
+    no sooner than the gap after the last start and after an idle time as long as a cycle."""
+    cfg = PlacerConfig(interval_s=60, state_file=str(tmp_path / "filter-state.lua"), wake_poll_s=0.005,
+                       wake_min_gap_s=gap_s)
+    p = _LoopPlacer(cfg, cycle_s)
+    path = Path(wake.default_path(cfg.state_file))
+    done = threading.Event()
+
+    def burst() -> None:
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end:
+            wake.poke(path)
+            time.sleep(0.005)
+        done.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    old = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    threading.Timer(0.2, burst).start()
+    try:
+        service.run_forever(p, cfg.interval_s)  # type: ignore[arg-type]
+    finally:
+        signal.signal(signal.SIGTERM, old[0])
+        signal.signal(signal.SIGINT, old[1])
+    assert done.is_set()
+    want = max(gap_s, 2 * cycle_s)
+    gaps = [b - a for a, b in zip(p.starts, p.starts[1:])]
+    assert len(p.starts) >= 3, p.starts  # woken, not waiting for the 60 s interval
+    assert min(gaps) >= want - 0.02, gaps
+    assert len(p.starts) <= 2.7 / want + 2, gaps

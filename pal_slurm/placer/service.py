@@ -188,6 +188,7 @@ def run_forever(p: Placer, interval: float, one: OnePlacer | None = None) -> Non
     publishes nothing and changes no job, and on stop releases nothing (the jobs are the
     other placer's)."""
     from pal_slurm.errors import SlurmUnavailable
+    from pal_slurm.placer.wake import woken_start
     from pal_slurm.systemd_notify import Notifier
 
     stop = threading.Event()
@@ -244,10 +245,11 @@ def run_forever(p: Placer, interval: float, one: OnePlacer | None = None) -> Non
             if failures >= FAILURES_BEFORE_RELEASE:
                 release_on_stop(p, f"placer failing ({exc})"[:200])
         notify.watchdog()
-        left = max(0.0, interval - (time.monotonic() - started))
+        ended = time.monotonic()
+        left = max(0.0, interval - (ended - started))
         if watch is None:
             stop.wait(left)
-        elif watch.wait(left, stop):
+        elif watch.wait(left, stop, not_before=woken_start(started, ended, p.cfg.wake_min_gap_s)):
             log.debug("woken by %s", watch.path)
     notify.stopping()
     if placing:

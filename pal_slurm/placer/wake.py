@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["WAKE_NAME", "WakeWatch", "default_path", "ensure", "poke"]
+__all__ = ["WAKE_NAME", "WakeWatch", "default_path", "ensure", "poke", "woken_start"]
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +126,34 @@ class WakeWatch:
         self._truncate_if_large(now)
         return now is not None
 
-    def wait(self, timeout: float, stop: threading.Event) -> bool:
-        """Sleep up to `timeout` s in `poll_s` steps; True as soon as the file was poked,
-        False when the time ran out or `stop` was set."""
+    def wait(self, timeout: float, stop: threading.Event, *, not_before: float = 0.0) -> bool:
+        """Sleep up to `timeout` s in `poll_s` steps; True once the file was poked and the
+        monotonic clock has reached `not_before` (see `woken_start`), False when the time ran
+        out or `stop` was set. A poke before `not_before` is kept, not lost: it wakes the
+        placer at `not_before`."""
         deadline = time.monotonic() + max(timeout, 0.0)
+        poked = False
         while not stop.is_set():
-            if self.poked():
+            poked = self.poked() or poked
+            now = time.monotonic()
+            if poked and now >= not_before:
                 return True
-            left = deadline - time.monotonic()
+            left = deadline - now
             if left <= 0:
                 return False
             stop.wait(min(self.poll_s, left))
         return False
+
+
+def woken_start(started: float, ended: float, min_gap_s: float) -> float:
+    """The earliest a cycle woken by a poke may start, after a cycle that ran from `started`
+    to `ended` (monotonic seconds): `min_gap_s` after that cycle's start, and no sooner
+    than the placer has been idle as long as that cycle took.
+
+    Why: each cycle reads the queue; a burst of submissions pokes the file hundreds of times
+    a second, and without a gap the placer would read the queue back to back, as fast as
+    squeue and slurmctld answer (on a queue of 50,000 jobs each read is a second of
+    slurmctld's time). With it the placer answers the first poke at once and the rest of
+    the burst in the next cycle, and spends at most half its time in cycles; the timed
+    cycle (interval_s) is not affected."""
+    return max(started + min_gap_s, ended + (ended - started))

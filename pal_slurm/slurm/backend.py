@@ -23,12 +23,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from pal_slurm.errors import ConfigError, SlurmError, SlurmUnavailable
-from pal_slurm.slurm import parse_json
+from pal_slurm.slurm import parse_json, parse_squeue
 from pal_slurm.slurm.command import run_command
 from pal_slurm.slurm.gresconf import SlurmNodeGres
+from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 from pal_slurm.slurm.priority import PriorityConfig, parse_config, parse_partition_tiers
 
@@ -42,7 +44,11 @@ class SlurmBackend(Protocol):
 
     def version(self) -> tuple[int, int]: ...
 
-    def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]: ...
+    def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
+        """The jobs the placer acts on that are not finished: GPU jobs and jobs with a
+        pal-slurm tag (parse_squeue.placer_needs), running ones with their GPU slots
+        (`gres_detail`); with `only`, just those ids. A queue's other jobs are not read."""
+        ...
 
     def nodes(self) -> list[SlurmNode]: ...
 
@@ -89,9 +95,23 @@ class CliBackend:
         self.timeout = timeout
         self.env = env
         self._version: tuple[int, int] | None = None
+        #: running jobs' GPU slots: job id -> ((start time, completing), node -> GRES detail);
+        #: a running job's allocation does not change, so each is read once, and once more when
+        #: it ends (see `_running_slots`)
+        self._slots: dict[str, tuple[tuple[float | None, bool], dict[str, str]]] = {}
+        #: pending jobs' excluded nodes where squeue -O lacks them (see `_add_exclusions`)
+        self._excluded: dict[str, str] = {}
+        self._excluded_at = -math.inf
 
     def _run(self, argv: Sequence[str]) -> str:
         return run_command(argv, timeout=self.timeout, env=self.env).stdout
+
+    def _squeue(self, argv: Sequence[str], **env: str) -> str:
+        """squeue with `env` added and no SQUEUE_* variable of ours (SQUEUE_STATES, SQUEUE_ARRAY,
+        SQUEUE_PARTITION... would change what a read returns)."""
+        base = {k: v for k, v in os.environ.items() if not k.startswith("SQUEUE_")}
+        return run_command(argv, timeout=self.timeout, env={**base, **(self.env or {}), **env},
+                           inherit_env=False).stdout
 
     def version(self) -> tuple[int, int]:
         if self._version is None:
@@ -103,10 +123,143 @@ class CliBackend:
         return self._version
 
     def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
-        """Jobs that are not finished (pending, running, suspended, completing...); with
-        `only`, just those ids (squeue --json of 22.05 ignores -j, so the filter is ours)."""
-        doc = parse_json.load(self._run(["squeue", "--all", "--json"]), "squeue --json")
-        return parse_json.iter_unique(parse_json.jobs_from_doc(doc, active_only=True, only=only))
+        """The placer's jobs (see SlurmBackend.jobs) through `squeue -O`, the lean read of
+        parse_squeue: squeue's own active states (pending, running, suspended, completing),
+        only the fields SlurmJob holds, and only GPU or pal-tagged jobs split and converted.
+        Before Slurm 24.05 pending jobs' excluded nodes come from `squeue -o %x` (`_exclusions`);
+        running GPU jobs' slots come from `scontrol -d show job`, once per job."""
+        if only is not None and not only:
+            return []
+        layout = parse_squeue.Layout.new(excluded_nodes=self.version() >= parse_squeue.EXCNODES_SINCE)
+        select = _select_jobs(only)
+        out = self._read_squeue(layout, select)
+        if out is None:
+            return []
+        try:
+            records, unsure = layout.scan(out, parse_squeue.needs_lead)
+        except parse_squeue.SlurmFormatError as exc:
+            raise SlurmError(str(exc)) from exc
+        del out
+        unsure = [j for j in unsure if only is None or j in only]
+        if len(unsure) > _UNSURE_ALONE:  # many: the whole read again, strictly, not one squeue each
+            strict = parse_squeue.Layout.new(excluded_nodes=layout.has("excluded_nodes"), strict=True)
+            try:
+                records = strict.scan(self._read_squeue(strict, select) or "", parse_squeue.needs_lead)[0]
+            except parse_squeue.SlurmFormatError as exc:
+                raise SlurmError(str(exc)) from exc
+        else:
+            for job_id in unsure:  # a separator in a job's own text: that job alone, strictly
+                records += self._one(job_id, layout.has("excluded_nodes"))
+        records = parse_squeue.collapse_array_tasks(r for r in records if only is None or r["job_id"] in only)
+        if not layout.has("excluded_nodes"):
+            self._add_exclusions(records, full=only is None)
+        slots = self._running_slots(records, prune=only is None)
+        return parse_json.iter_unique(parse_squeue.job_from_fields(r, gres_detail=slots.get(r["job_id"], ()))
+                                      for r in records)
+
+    def _read_squeue(self, layout: parse_squeue.Layout, select: Sequence[str]) -> str | None:
+        """squeue --array with `layout` (SQUEUE_FORMAT2, times as epoch seconds); None when the
+        one job asked for is gone."""
+        try:
+            return self._squeue(["squeue", "--all", "--array", "--noheader", *select],
+                                SQUEUE_FORMAT2=layout.format(), SLURM_TIME_FORMAT="%s", TZ="UTC")
+        except SlurmError as exc:
+            if select and "invalid job id" in str(exc).lower():
+                return None
+            raise
+
+    def _one(self, job_id: str, excluded_nodes: bool) -> list[dict[str, str]]:
+        """One job's records read alone with a strict layout (see parse_squeue.Layout.scan)."""
+        layout = parse_squeue.Layout.new(excluded_nodes=excluded_nodes, strict=True)
+        out = self._read_squeue(layout, [f"--jobs={job_id}"])
+        try:
+            return [r for r in layout.records(out or "") if r["job_id"] == job_id]
+        except parse_squeue.SlurmFormatError as exc:
+            raise SlurmError(str(exc)) from exc
+
+    def _add_exclusions(self, records: Sequence[dict[str, str]], *, full: bool) -> None:
+        """Pending jobs' excluded nodes where squeue -O cannot print them (before 24.05).
+
+        A second read of the whole queue is a second job-info RPC of every job (on a queue of
+        50,000, as much as the first), so each pending job's exclusions are kept: read when a
+        job is first seen (alone, `squeue -j ID`, which asks slurmctld for that job only; the
+        whole queue once when many are new) and read again for every job every
+        EXCLUSIONS_REFRESH_S (a user may change a pending job's --exclude)."""
+        pending = [r["job_id"] for r in records if r["state"] == "PENDING"]
+        now = time.monotonic()
+        new = [j for j in pending if j not in self._excluded]
+        if full and (len(new) > _EXCLUSIONS_ALONE or now - self._excluded_at > EXCLUSIONS_REFRESH_S):
+            if pending:
+                self._excluded = {j: "" for j in pending} | self._exclusions([])
+                self._excluded_at = now
+        elif new:
+            with ThreadPoolExecutor(max_workers=min(_DETAIL_READERS, len(new))) as pool:
+                for job_id, found in zip(new, pool.map(lambda j: self._exclusions([f"--jobs={j}"]), new)):
+                    self._excluded[job_id] = found.get(job_id, "")
+        if full:
+            keep = set(pending)
+            self._excluded = {j: v for j, v in self._excluded.items() if j in keep}
+        for r in records:
+            r["excluded_nodes"] = self._excluded.get(r["job_id"], "")
+
+    def _exclusions(self, select: Sequence[str]) -> dict[str, str]:
+        """Job id -> excluded nodes (`squeue -o %x`), for a squeue whose -O lacks them (< 24.05)."""
+        layout = parse_squeue.exclusions_layout()
+        try:
+            out = self._squeue(["squeue", "--all", "--array", "--noheader", *select],
+                               SQUEUE_FORMAT=parse_squeue.exclusions_format(layout))
+        except SlurmError as exc:
+            if select and "invalid job id" in str(exc).lower():
+                return {}
+            raise
+        try:
+            return parse_squeue.exclusions_from(out, layout)
+        except parse_squeue.SlurmFormatError as exc:
+            raise SlurmError(str(exc)) from exc
+
+    def _running_slots(self, records: Sequence[Mapping[str, str]], *, prune: bool) -> dict[str, tuple[str, ...]]:
+        """Running GPU jobs -> their per-node GRES detail, in the order of their node list
+        (what squeue --json calls gres_detail). Read with `scontrol -d show job ID` the first
+        time a job is seen running (a few at a time, in parallel), then kept while it runs,
+        and read again when it is seen COMPLETING: slurmctld frees a job's GPUs as it ends,
+        and its detail is then empty (as in squeue --json), so a job waiting for them is
+        placed at once, not when the node has finished the job's epilog."""
+        running = {r["job_id"]: r for r in records if r["state"] in parse_squeue.RUNNING_STATES}
+        if prune:
+            self._slots = {k: v for k, v in self._slots.items() if k in running}
+        want: list[tuple[str, tuple[float | None, bool], list[str]]] = []
+        out: dict[str, tuple[str, ...]] = {}
+        for job_id, r in running.items():
+            key = (float(r["start_time"]) if r["start_time"].isdigit() else None, r["state"] == "COMPLETING")
+            nodes = expand_nodes(r["nodes"] if r["nodes"] not in ("(null)", "N/A") else "")
+            known = self._slots.get(job_id)
+            if known is not None and known[0] == key and all(n in known[1] for n in nodes):
+                out[job_id] = tuple(known[1][n] for n in nodes)
+            elif nodes:
+                want.append((job_id, key, nodes))
+        if not want:
+            return out
+        with ThreadPoolExecutor(max_workers=min(_DETAIL_READERS, len(want))) as pool:
+            found = list(pool.map(lambda w: self._detail(w[0]), want))
+        for (job_id, key, nodes), per_node in zip(want, found):
+            if per_node and all(n in per_node for n in nodes):
+                self._slots[job_id] = (key, per_node)
+                out[job_id] = tuple(per_node[n] for n in nodes)
+        return out
+
+    def _detail(self, job_id: str) -> dict[str, str] | None:
+        """Node -> GRES detail of one job (`scontrol -d show job ID`); None when the job is gone."""
+        try:
+            text = self._run(["scontrol", "-d", "show", "job", job_id])
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            log.debug("job %s: no GPU slots read (%s)", job_id, exc)
+            return None
+        groups = parse_squeue.gres_detail_of(text, job_id)
+        if groups is None:
+            return None
+        return {node: gres for hosts, gres in groups.items() for node in expand_nodes(hosts)}
 
     def nodes(self) -> list[SlurmNode]:
         if self.version() >= (23, 2):
@@ -292,8 +445,11 @@ class RestBackend(CliBackend):
         return result
 
     def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
+        # slurmrestd answers with every job (no state or job filter in v0.0.38 to v0.0.42's
+        # GET jobs): only the placer's are converted, and the document is dropped after
         return self._read("jobs", lambda doc: parse_json.iter_unique(
-            parse_json.jobs_from_doc(doc, active_only=True, only=only)), lambda: super(RestBackend, self).jobs(only))
+            parse_json.jobs_from_doc(doc, active_only=True, only=only, placer_only=True)),
+            lambda: super(RestBackend, self).jobs(only))
 
     def nodes(self) -> list[SlurmNode]:
         return self._read("nodes", parse_json.nodes_from_doc, super().nodes)
@@ -343,7 +499,7 @@ class PyslurmBackend(CliBackend):
         # names as squeue --json, which is what the shared parser reads
         jobs = self._pyslurm.Jobs.load()
         return parse_json.iter_unique(parse_json.jobs_from_doc({"jobs": [j.to_dict() for j in jobs.values()]},
-                                                               active_only=True, only=only))
+                                                               active_only=True, only=only, placer_only=True))
 
     def nodes(self) -> list[SlurmNode]:
         nodes = self._pyslurm.Nodes.load()
@@ -373,6 +529,26 @@ def make_backend(name: str, *, rest_url: str | None = None, rest_api: str = "v0.
     if name == "pyslurm":
         return PyslurmBackend(timeout=timeout)
     raise ConfigError(f"unknown Slurm backend {name!r}; valid: {', '.join(BACKENDS)}")
+
+
+#: `scontrol -d show job` (or `squeue -j`) run at once for jobs seen for the first time
+_DETAIL_READERS = 8
+#: records with the separator in their own text read again one by one; more: the whole queue, strictly
+_UNSURE_ALONE = 8
+#: new pending jobs whose exclusions are read one by one; more: the whole queue at once
+_EXCLUSIONS_ALONE = 16
+#: how often every pending job's exclusions are read again (before Slurm 24.05)
+EXCLUSIONS_REFRESH_S = 60.0
+#: the most ids passed to squeue -j: squeue compares every job with every id asked for
+_SELECT_MAX = 64
+
+
+def _select_jobs(only: Collection[str] | None) -> list[str]:
+    """squeue's -j for a read of a few ids (one id: slurmctld sends just that job); none for
+    many (squeue would compare each job of the queue with each id) or for all."""
+    if only is None or len(only) > _SELECT_MAX or not all(re.fullmatch(r"\d+", j) for j in only):
+        return []
+    return [f"--jobs={','.join(sorted(only))}"]
 
 
 def _check_job_id(job_id: str) -> None:

@@ -40,8 +40,12 @@ _UNAVAILABLE_MARKERS = (
 
 
 def run_command(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
-                env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+                env: Mapping[str, str] | None = None, check: bool = True,
+                inherit_env: bool = True) -> subprocess.CompletedProcess[str]:
     """Run `argv` (a list, never a shell string) and return the finished process.
+
+    `env` is added to this process's environment, or with inherit_env=False is the whole
+    environment (so a variable such as SQUEUE_STATES cannot change what a read returns).
 
     With check=True a non-zero exit raises SlurmUnavailable when the output says slurmctld is
     unreachable, and SlurmError otherwise; the message carries the command name and Slurm's own
@@ -55,7 +59,7 @@ def run_command(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
     exe = args[0]
     if os.sep not in exe and shutil.which(exe, path=(env or os.environ).get("PATH")) is None:
         raise SlurmUnavailable(f"{exe}: command not found (is slurm-client installed and on PATH?)")
-    full_env = None if env is None else {**os.environ, **env}
+    full_env = None if env is None else {**os.environ, **env} if inherit_env else dict(env)
     try:
         child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                  text=True, errors="replace", env=full_env, start_new_session=True)

@@ -170,17 +170,32 @@ FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NOD
 
 
 def jobs_from_doc(doc: Mapping[str, Any], *, active_only: bool = False,
-                  only: Collection[str] | None = None) -> list[SlurmJob]:
+                  only: Collection[str] | None = None, placer_only: bool = False) -> list[SlurmJob]:
     """`squeue --json` (22.05, 24.11) or `scontrol show job --json` (24.11).
 
     active_only skips finished jobs before converting them: on a busy cluster squeue lists
-    thousands of them (22.05 ignores --states with --json) and the placer needs none."""
-    raw = [j for j in doc.get("jobs") or [] if isinstance(j, Mapping)]
+    thousands of them (22.05 ignores --states with --json) and the placer needs none.
+    placer_only keeps only the jobs the placer acts on (`placer_needs_raw`: GPU jobs and
+    pal-tagged ones), looked at in the raw document, so a queue's CPU jobs are never
+    converted (a SlurmJob of a 24.11 job is ~2 KB more to keep)."""
+    raw = (j for j in doc.get("jobs") or [] if isinstance(j, Mapping))
     if only is not None:  # e.g. re-reading just the jobs a cycle changed: convert nothing else
-        raw = [j for j in raw if str(number(j.get("job_id"), 0)) in only]
+        raw = (j for j in raw if str(number(j.get("job_id"), 0)) in only)
+    if placer_only:
+        raw = (j for j in raw if placer_needs_raw(j))
     if active_only:
-        raw = [j for j in raw if not (set(states(j.get("job_state"))[:1]) & FINISHED_STATES)]
+        raw = (j for j in raw if not (set(states(j.get("job_state"))[:1]) & FINISHED_STATES))
     return [job_from_json(j) for j in raw]
+
+
+_GPU_FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
+
+
+def placer_needs_raw(raw: Mapping[str, Any]) -> bool:
+    """A raw JSON job the placer acts on: any GPU in a request field, or a pal-slurm tag (the
+    same rule as parse_squeue.placer_needs, on the unconverted document)."""
+    return (text(raw.get("admin_comment")).startswith("pal")
+            or any("gpu" in text(raw.get(k)) for k in _GPU_FIELDS))
 
 
 def node_from_json(raw: Mapping[str, Any]) -> SlurmNode:

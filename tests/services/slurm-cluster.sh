@@ -263,6 +263,9 @@ ReturnToService=2
 KillWait=2
 InactiveLimit=0
 MinJobAge=300
+# room for bench/placer_scale.py's queue of 50,000 jobs (Slurm's defaults: 10,000 and 1,001)
+MaxJobCount=200000
+MaxArraySize=100001
 Waittime=0
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none

@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""The placer's cycle on a queue of 50,000 jobs, on a real Slurm test cluster.
+
+Targets: the median cycle under 1 s, and the placer's memory (its peak RSS) under 400 MB:
+`pal placer` runs under MemoryMax=1G (systemd/pal-placer.service), and reading a queue of
+30-40k jobs as `squeue --json` reached it. The script exits 1 and says which target was
+missed; 2 when the run itself could not be made (cluster, submissions, the filter's holds).
+
+What runs: the real Placer, wired by `pal placer`'s own builder (pal_slurm.placer.service
+.build_placer: the configured CLI backend, a SQLite database with the 16 GPUs of the test
+cluster classified by pal_slurm.demo.on_slurm.make_db, the audit, the accounting, the job
+identities), in this process, so its memory is this process's. The cluster is
+tests/services/slurm-cluster.sh's (slurmctld, 4 slurmd, 4 fake V100s each, the real
+job_submit.lua); the queue:
+  - 16 GPU jobs that fill every GPU (`sleep`), submitted before the filter is on, so they
+    run unheld; the held jobs then wait and the cycles measure reading and planning, not
+    placements (which bench/placer_latency.py measures);
+  - --held GPU jobs (default 10,000) held by the submit filter itself: the placer's heartbeat
+    is published (enforce mode, hold_s 3600) and the kill switch removed, as `pal placer`
+    does, so job_submit.lua gives each a begin time and its `pal:held` tag. Requests cycle
+    through --gres=gpu:1, --gpus=2, --gpus-per-node=1 and --pal-class A-D;
+  - the rest of --pending (default 50,000 in all) CPU jobs, pending with a begin time a day
+    ahead (`--eligible`: pending for resources instead, every node's CPUs being asked for
+    exclusively, which makes slurmctld's scheduler and backfill look at them every pass).
+    With --array-size N they are submitted as arrays of N tasks (one record each, as
+    slurmctld holds pending arrays; the placer's read expands them, squeue --array).
+Then --cycles cycles (default 7), one every placer.interval_s (2 s), as the service loop runs
+them. Printed: each cycle's seconds and what it read, the median, the placer's RSS (peak and
+now), and slurmctld's RPCs per cycle by message type from `sdiag` (before/after), with
+Slurm's own scheduler's share beside them: main scheduler and backfill cycles and their time
+over the same wall time. At the end every job the script submitted is cancelled, the
+filter's kill switch is put back and a stopping heartbeat written.
+
+Run it on a cluster of your own (it holds jobs through the filter: no other placer or test
+may use that cluster), with room for the queue (slurm-cluster.sh writes MaxJobCount=200000,
+MaxArraySize=100001):
+  PAL_TEST_SLURM_DIR=/var/tmp/pal-scale-slurm PAL_TEST_SLURM_CTLD_PORT=26817 \\
+  PAL_TEST_SLURM_NODE_PORT=27001 bench/placer_scale.py [--pending 50000] [--held 10000]
+It starts that cluster (idempotent) and leaves it running; stop it with slurm-cluster.sh stop.
+Usage: bench/placer_scale.py [--pending N] [--held N] [--cycles 7] [--submitters 8]
+                             [--array-size 0] [--eligible]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pal_slurm.config import load_config  # noqa: E402
+from pal_slurm.db.engine import open_engine  # noqa: E402
+from pal_slurm.demo.on_slurm import make_db  # noqa: E402
+from pal_slurm.placer import holds  # noqa: E402
+from pal_slurm.placer.process import write_config  # noqa: E402
+from pal_slurm.placer.service import build_placer  # noqa: E402
+
+SCRIPT = REPO / "tests" / "services" / "slurm-cluster.sh"
+TARGET_CYCLE_S = 1.0
+TARGET_RSS_MB = 400.0
+FORMS = (["--gres=gpu:1"], ["--gpus=2"], ["--gpus-per-node=1"])
+CLASSES = ("A", "B", "C", "D")
+
+
+class Cluster:
+    """The test cluster of PAL_TEST_SLURM_DIR (started if it is not running)."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "PAL_PYTHON": sys.executable}
+        proc = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, env=env, timeout=300,
+                              check=False, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            fail(f"slurm-cluster.sh start failed: {proc.stderr.strip().splitlines()[-1:]}")
+        out = subprocess.run([str(SCRIPT), "env"], capture_output=True, text=True, env=env, check=True).stdout
+        self.env = dict(re.findall(r"^export ([A-Z_]+)=(.*)$", out, flags=re.MULTILINE))
+        os.environ.update(self.env)  # the placer's squeue/scontrol talk to this cluster
+        self.dir = Path(self.env["PAL_TEST_SLURM_DIR"])
+        self.state_file = self.dir / "pal" / "filter-state.lua"
+        self.kill_switch = self.dir / "pal" / "filter-disabled"
+
+    def run(self, argv: Sequence[str], timeout: float = 60, check: bool = True) -> str:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
+                              stdin=subprocess.DEVNULL)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv[:2])}: {(proc.stderr or proc.stdout).strip()[:300]}")
+        return proc.stdout
+
+    def config(self) -> dict[str, str]:
+        out = self.run(["scontrol", "show", "config"])
+        return dict(re.findall(r"^(\w+)\s+=\s+(.*?)\s*$", out, flags=re.MULTILINE))
+
+    def active_jobs(self) -> int:
+        return len([ln for ln in self.run(["squeue", "--all", "--noheader", "-o", "%A"]).splitlines() if ln.strip()])
+
+    def submit(self, args: Sequence[str]) -> str:
+        out = self.run(["sbatch", "--parsable", "--output=/dev/null", *args]).strip()
+        job = out.split(";")[0]
+        if not job.isdigit():
+            raise RuntimeError(f"sbatch printed {out!r}")
+        return job
+
+    def cancel(self, ids: Sequence[str]) -> None:
+        for i in range(0, len(ids), 2000):
+            self.run(["scancel", *ids[i:i + 2000]], timeout=300, check=False)
+
+
+def fail(msg: str) -> None:
+    print(f"placer_scale: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+# -- sdiag ---------------------------------------------------------------------------------------
+@dataclass
+class Sdiag:
+    """What sdiag says at one moment: RPCs by message type (count, total µs), and the main
+    scheduler's and backfill's cycles (count, total µs: the mean times the count)."""
+
+    rpcs: dict[str, tuple[int, int]] = field(default_factory=dict)
+    main: tuple[int, int] = (0, 0)
+    backfill: tuple[int, int] = (0, 0)
+
+
+_RPC = re.compile(r"^\s*([A-Z_]+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)", re.MULTILINE)
+
+
+def sdiag(cluster: Cluster) -> Sdiag:
+    text = cluster.run(["sdiag"])
+    by_type = text.split("Remote Procedure Call statistics by message type", 1)[-1]
+    by_type = by_type.split("Remote Procedure Call statistics by user", 1)[0]
+    out = Sdiag(rpcs={m[0]: (int(m[1]), int(m[2])) for m in _RPC.findall(by_type)})
+    main = text.split("Main schedule statistics", 1)[-1].split("Backfilling stats", 1)[0]
+    back = text.split("Backfilling stats", 1)[-1].split("Latency for", 1)[0]
+    out.main = _cycles(main)
+    out.backfill = _cycles(back)
+    return out
+
+
+def _cycles(section: str) -> tuple[int, int]:
+    total = re.search(r"Total cycles:\s*(\d+)", section)
+    mean = re.search(r"Mean cycle:\s*(\d+)", section)
+    n = int(total.group(1)) if total else 0
+    return n, n * (int(mean.group(1)) if mean else 0)
+
+
+# -- memory --------------------------------------------------------------------------------------
+def rss_mb() -> tuple[float, float]:
+    """(now, peak) resident set of this process, MB."""
+    now = peak = 0.0
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                now = int(line.split()[1]) / 1024
+            elif line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) / 1024
+    return now, max(peak, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+# -- the run -------------------------------------------------------------------------------------
+def submit_all(cluster: Cluster, specs: list[list[str]], workers: int, what: str) -> list[str]:
+    ids: list[str] = []
+    errors: list[str] = []
+    t0 = time.monotonic()
+
+    def one(args: list[str]) -> None:
+        try:
+            ids.append(cluster.submit(args))
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            errors.append(str(exc))
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, specs))
+    print(f"  {what}: {len(ids)} submitted in {time.monotonic() - t0:.0f} s"
+          + (f", {len(errors)} refused (first: {errors[0]})" if errors else ""), flush=True)
+    return ids
+
+
+def timed(fn: Callable[..., list], sink: list[tuple[float, int]]) -> Callable[..., list]:
+    def wrapper(*a: object, **kw: object) -> list:
+        t0 = time.perf_counter()
+        out = fn(*a, **kw)
+        sink.append((time.perf_counter() - t0, len(out)))
+        return out
+    return wrapper
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pending", type=int, default=50_000, help="pending jobs in all (held GPU jobs included)")
+    ap.add_argument("--held", type=int, default=10_000, help="GPU jobs the submit filter holds")
+    ap.add_argument("--cycles", type=int, default=7)
+    ap.add_argument("--submitters", type=int, default=8, help="sbatch processes at once")
+    ap.add_argument("--array-size", type=int, default=0, help="submit the CPU jobs as arrays of this many tasks")
+    ap.add_argument("--eligible", action="store_true",
+                    help="CPU jobs pending for resources (scheduled every pass), not for a begin time")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        fail("needs root (the test cluster runs slurmd as root; the placer updates other users' jobs)")
+    if not 0 <= args.held <= args.pending or args.cycles < 1:
+        fail("want 0 <= --held <= --pending and --cycles >= 1")
+
+    cluster = Cluster()
+    if not cluster.kill_switch.exists():
+        fail(f"the filter of the cluster in {cluster.dir} is on (no {cluster.kill_switch}): another placer or "
+             "test uses it; use your own PAL_TEST_SLURM_DIR and ports")
+    if (busy := cluster.active_jobs()):
+        fail(f"{busy} job(s) already pending or running on the cluster in {cluster.dir}; they would skew the figures")
+    conf = cluster.config()
+    room = int(conf.get("MaxJobCount", "10000"))
+    if room < args.pending + 1000:
+        fail(f"MaxJobCount={room} is too small for {args.pending} jobs (slurm-cluster.sh writes 200000: restart "
+             "your cluster with the current script)")
+    if args.array_size > int(conf.get("MaxArraySize", "1001")) - 1:
+        fail(f"--array-size {args.array_size} is over MaxArraySize={conf.get('MaxArraySize')}")
+    print(f"cluster {cluster.dir}: Slurm {conf.get('SLURM_VERSION', '?')}, {conf.get('SchedulerParameters', '')}")
+
+    submitted: list[str] = []
+    stop_beat = threading.Event()
+    with tempfile.TemporaryDirectory(prefix="pal-scale-", dir=cluster.dir) as tmpdir:
+        tmp = Path(tmpdir)
+        db_url = make_db(tmp)
+        cfg = load_config(write_config(tmp, db_url, cluster.state_file, mode="enforce", interval=2.0, hold_s=3600,
+                                       max_hold=7200.0, stale_after=120, wake=False))
+        engine = open_engine(cfg)
+        placer = build_placer(cfg, lambda: engine)
+        try:
+            # 1. every GPU busy, unheld (the filter is still off)
+            fill = [cluster.submit(["-N1", "--gres=gpu:4", "-J", "scale-fill", "--wrap", "sleep 100000"])
+                    for _ in range(4)]
+            submitted += fill
+            deadline = time.monotonic() + 60
+            while cluster.run(["squeue", "--noheader", "-t", "RUNNING", "-o", "%A", "-j", ",".join(fill)]).count(
+                    "\n") < len(fill):
+                if time.monotonic() > deadline:
+                    fail("the 16 GPU fill jobs did not start within 60 s")
+                time.sleep(0.5)
+            # 2. the filter on, as `pal placer` turns it on: its heartbeat, then no kill switch
+            placer.publish(nodes=placer.backend.nodes())
+
+            def beat() -> None:
+                while not stop_beat.wait(5):
+                    placer.publish()
+
+            threading.Thread(target=beat, daemon=True).start()
+            cluster.kill_switch.unlink()
+            time.sleep(2.3)  # the filter re-reads its state at most every 2 s
+            print(f"submitting {args.pending} pending jobs ({args.held} GPU jobs held by the filter) with "
+                  f"{args.submitters} sbatch at once", flush=True)
+            gpu = [[*FORMS[i % len(FORMS)], f"--pal-class={CLASSES[i % 4]}", "-J", f"scale-gpu-{i}", "--wrap", "true"]
+                   for i in range(args.held)]
+            submitted += submit_all(cluster, gpu, args.submitters, "held GPU jobs")
+            cpu_n = args.pending - args.held
+            when = ["--exclusive"] if args.eligible else ["--begin=now+86400"]
+            if args.array_size:
+                sizes = [min(args.array_size, cpu_n - i) for i in range(0, cpu_n, args.array_size)]
+                cpu = [[*when, f"--array=0-{n - 1}", "-J", "scale-cpu", "--wrap", "true"] for n in sizes]
+            else:
+                cpu = [[*when, "-J", f"scale-cpu-{i}", "--wrap", "true"] for i in range(cpu_n)]
+            submitted += submit_all(cluster, cpu, args.submitters, "CPU jobs")
+            stop_beat.set()
+            return measure(cluster, placer, args)
+        finally:
+            stop_beat.set()
+            cluster.kill_switch.touch()
+            try:
+                placer.publish(alive=False)
+            except OSError as exc:
+                print(f"placer_scale: stopping heartbeat not written: {exc}", file=sys.stderr)
+            print(f"cleaning up: scancel {len(submitted)} job(s)", flush=True)
+            cluster.cancel(submitted)
+            engine.dispose()
+
+
+def time_stages(sink: dict[str, list[float]]) -> None:
+    """Each cycle stage timed (pal_slurm.placer.cycle.STAGES, looked up by Placer.cycle as it runs)."""
+    from pal_slurm.placer import cycle
+
+    def timed_stage(stage: Callable[..., bool]) -> Callable[..., bool]:
+        def run(p: object, c: object) -> bool:
+            t0 = time.perf_counter()
+            try:
+                return stage(p, c)
+            finally:
+                sink.setdefault(stage.__name__, []).append(time.perf_counter() - t0)
+        run.__name__ = stage.__name__
+        return run
+
+    cycle.STAGES = tuple(timed_stage(s) for s in cycle.STAGES)
+
+
+def measure(cluster: Cluster, placer: object, args: argparse.Namespace) -> int:
+    p = placer  # a pal_slurm.placer.cycle.Placer
+    backend = p.backend  # type: ignore[attr-defined]
+    stages: dict[str, list[float]] = {}
+    time_stages(stages)
+    reads_jobs: list[tuple[float, int]] = []
+    reads_nodes: list[tuple[float, int]] = []
+    backend.jobs = timed(backend.jobs, reads_jobs)
+    backend.nodes = timed(backend.nodes, reads_nodes)
+    now = time.time()
+    held = [j for j in backend.jobs() if holds.is_held_by_pal(j, now)]
+    reads_jobs.clear()
+    if len(held) < args.held:
+        print(f"placer_scale: only {len(held)} of {args.held} GPU jobs are held by the filter", file=sys.stderr)
+        return 2
+    interval = p.cfg.interval_s  # type: ignore[attr-defined]
+    rss_before, _ = rss_mb()
+    before = sdiag(cluster)
+    t_start = time.monotonic()
+    seconds: list[float] = []
+    print(f"{args.cycles} cycles, one every {interval:g} s:")
+    for i in range(args.cycles):
+        started = time.monotonic()
+        report = p.cycle()  # type: ignore[attr-defined]
+        seconds.append(report.seconds)
+        read_s, read_n = reads_jobs[-1] if reads_jobs else (0.0, 0)
+        print(f"  cycle {i + 1}: {report.seconds:.3f} s (jobs read: {read_n} in {read_s:.3f} s; nodes "
+              f"{reads_nodes[-1][0] if reads_nodes else 0:.3f} s); held {report.held}, placed {len(report.placed)}, "
+              f"waiting {len(report.waiting)}, released {len(report.released)}", flush=True)
+        if i + 1 < args.cycles:
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    wall = time.monotonic() - t_start
+    after = sdiag(cluster)
+    rss_now, rss_peak = rss_mb()
+    median = statistics.median(seconds)
+
+    print(f"median cycle: {median:.3f} s (min {min(seconds):.3f}, max {max(seconds):.3f}); "
+          f"the job read alone: median {statistics.median(s for s, _n in reads_jobs):.3f} s")
+    print("  by stage (median s): " + ", ".join(f"{name} {statistics.median(t):.3f}" for name, t in stages.items()))
+    print(f"placer RSS: peak {rss_peak:.0f} MB, now {rss_now:.0f} MB (before the cycles {rss_before:.0f} MB)")
+    print(f"slurmctld over the {args.cycles} cycles ({wall:.1f} s), per cycle (sdiag):")
+    rpc_total_us = 0
+    for name, (n1, t1) in sorted(after.rpcs.items()):
+        n0, t0 = before.rpcs.get(name, (0, 0))
+        if n1 - n0 <= 0 or name == "REQUEST_STATS_INFO":  # sdiag's own
+            continue
+        rpc_total_us += t1 - t0
+        print(f"  {name:<32} {(n1 - n0) / args.cycles:7.1f} RPCs  {(t1 - t0) / args.cycles / 1e3:9.1f} ms")
+    print(f"  {'all RPCs but sdiag':<32} {'':7}       {rpc_total_us / args.cycles / 1e3:9.1f} ms"
+          f"   ({rpc_total_us / 1e4 / wall:.1f} % of the wall time)")
+    for label, (c0, u0), (c1, u1) in (("main scheduler", before.main, after.main),
+                                      ("backfill", before.backfill, after.backfill)):
+        dc, du = c1 - c0, u1 - u0
+        print(f"  Slurm's {label:<24} {dc / args.cycles:7.1f} cycles {du / args.cycles / 1e3:9.1f} ms"
+              f"   ({du / 1e4 / wall:.1f} % of the wall time)")
+
+    missed = []
+    if median >= TARGET_CYCLE_S:
+        missed.append(f"median cycle {median:.3f} s >= {TARGET_CYCLE_S:g} s")
+    if rss_peak >= TARGET_RSS_MB:
+        missed.append(f"placer RSS {rss_peak:.0f} MB >= {TARGET_RSS_MB:g} MB")
+    if missed:
+        print("TARGETS MISSED: " + "; ".join(missed))
+        return 1
+    print(f"targets met: median cycle < {TARGET_CYCLE_S:g} s, RSS < {TARGET_RSS_MB:g} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
