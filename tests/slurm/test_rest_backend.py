@@ -86,6 +86,9 @@ def _node_facts(nodes: list[SlurmNode]) -> dict[str, dict[str, object]]:
     return {n.name: {f: getattr(n, f) for f in NODE_FACTS} for n in nodes}
 
 
+HELD_NOTE = "site: held class=A v1 at=1700000000"
+
+
 @dataclass
 class Rig:
     cluster: SlurmCluster
@@ -93,7 +96,7 @@ class Rig:
     token: str
     node: str  # where `running` runs
     running: str  # RUNNING on pal-n3, GPU slot 1
-    held: str  # PENDING, priority 0, --gpus=2, admin comment of a pal hold
+    held: str  # PENDING, priority 0, --gpus=2, an admin comment like a tag
     pinned: str  # PENDING (held), required node pal-n2, --gres=gpu:2
 
 
@@ -113,7 +116,9 @@ def rig(slurm_cluster: SlurmCluster) -> Iterator[Rig]:
         pinned = slurm_cluster.submit(["--hold", "--gres=gpu:2", f"--nodelist={pin}", "--job-name=rest-pinned",
                                        "--wrap", "true"])
         jobs.append(pinned)
-        slurm_cluster.scontrol("update", f"jobid={held}", "AdminComment=pal:held class=A v1 at=1700000000")
+        # an admin comment with spaces and '=' like pal's tags, but none a placer takes for its
+        # own hold: the placer test of this module runs a real placer beside these jobs, in any order
+        slurm_cluster.scontrol("update", f"jobid={held}", f"AdminComment={HELD_NOTE}")
         slurm_cluster.wait_state(running, "RUNNING", timeout=60)
         yield Rig(slurm_cluster, url, _token(slurm_cluster), node, running, held, pinned)
     finally:
@@ -134,7 +139,7 @@ def test_jobs_and_nodes_read_through_slurmrestd_match_the_cli(rig: Rig) -> None:
     assert any("(IDX:1)" in g for g in run["gres_detail"])
     assert held["state"] == "PENDING" and held["priority"] == 0
     assert re.fullmatch(r"gres[:/]gpu:2", str(held["tres_per_job"])) and held["tres_per_node"] == ""
-    assert held["admin_comment"] == "pal:held class=A v1 at=1700000000"
+    assert held["admin_comment"] == HELD_NOTE
     assert pinned["required_nodes"] in ("pal-n2", rig.cluster.nodes[0])
     assert re.fullmatch(r"gres[:/]gpu:2", str(pinned["tres_per_node"]))
 
