@@ -160,8 +160,14 @@ class _LoopPlacer:
         self.starts: list[float] = []
         self.wake_file = ""
 
+    #: no database thread: nothing to wait for at start
+    runner = None
+
     def publish(self, **_kw: object) -> None:
         pass
+
+    def prime(self, _wait_s: float) -> bool:
+        return True
 
     def cycle(self) -> CycleReport:
         self.starts.append(time.monotonic())
@@ -191,10 +197,15 @@ def test_a_burst_of_pokes_does_not_run_cycles_back_to_back(tmp_path: Path, cycle
         os.kill(os.getpid(), signal.SIGTERM)
 
     old = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    threading.Timer(0.2, burst).start()
+    # the burst ends with a SIGTERM to this process: it must find run_forever's handler, never
+    # the default one (which would end the whole test run), so a loop that failed early waits for it
+    signal.signal(signal.SIGTERM, lambda *_a: None)
+    timer = threading.Timer(0.2, burst)
+    timer.start()
     try:
         service.run_forever(p, cfg.interval_s)  # type: ignore[arg-type]
     finally:
+        timer.join(5)
         signal.signal(signal.SIGTERM, old[0])
         signal.signal(signal.SIGINT, old[1])
     assert done.is_set()
