@@ -35,8 +35,9 @@
 #   PAL_TEST_SLURM_REST       1: also slurmrestd (reads with JWT): `install` adds slurmrestd and
 #                             slurm-wlm-jwt-plugin, `start` installs them if missing, adds
 #                             AuthAltTypes=auth/jwt (key $DIR/etc/jwt.key) to slurm.conf and runs
-#                             slurmrestd as the non-root user palrest (created if missing); without
-#                             it, `start` stops a slurmrestd this script started.  Tokens:
+#                             slurmrestd as the non-root user palrest (created if missing); 0: `start`
+#                             stops a slurmrestd this script started; unset: as the cluster in the
+#                             state dir runs now (so a test's restart-ctld keeps it).  Tokens:
 #                             `scontrol token username=USER lifespan=3600` prints SLURM_JWT=...
 #   PAL_TEST_SLURM_REST_PORT  slurmrestd port on 127.0.0.1; default PAL_TEST_SLURM_CTLD_PORT + 2000
 #   PAL_TEST_SLURM_CONF_EXTRA lines appended to slurm.conf (a replay's cluster adds
@@ -67,7 +68,11 @@ DIR="${PAL_TEST_SLURM_DIR:-/var/tmp/pal-test-slurm}"
 WAIT_S="${PAL_TEST_SLURM_WAIT:-60}"
 CTLD_PORT="${PAL_TEST_SLURM_CTLD_PORT:-16817}"
 NODE_PORT="${PAL_TEST_SLURM_NODE_PORT:-17001}"
-REST="${PAL_TEST_SLURM_REST:-0}"
+# unset: as the cluster in $DIR runs now (a restart-ctld from a test keeps its slurmrestd and JWT)
+REST="${PAL_TEST_SLURM_REST:-}"
+if [ -z "$REST" ]; then
+    if [ -f "$DIR/run/slurmrestd.url" ]; then REST=1; else REST=0; fi
+fi
 REST_PORT="${PAL_TEST_SLURM_REST_PORT:-$((${CTLD_PORT:-16817} + 2000))}"
 REST_USER="palrest"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
