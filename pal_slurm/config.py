@@ -65,6 +65,9 @@ class DatabaseConfig(_Section):
     url: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite file in the data dir")
     echo: bool = False
     connect_timeout_s: int = Field(default=10, ge=1, le=600)
+    #: how long a migration's ALTER waits for a table lock before `pal db upgrade` gives up (not
+    #: queued behind a long reader for ever, with the placer's reads queued behind it)
+    migration_lock_timeout_s: float = Field(default=5.0, ge=0.1, le=3600)
 
 
 class ClassificationConfig(_Section):

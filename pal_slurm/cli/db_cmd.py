@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.numbers import Real
 from pal_slurm.cli.render import emit_json, text_format_option
 
 
@@ -16,12 +17,18 @@ def db() -> None:
 
 
 @db.command("upgrade")
+@click.option("--lock-timeout", "lock_timeout", type=Real(0.1, 3600), metavar="SECONDS",
+              help="How long a schema change waits for a table lock another session holds before it gives up "
+                   "(so that the placer's reads never queue behind it) [default: [database] "
+                   "migration_lock_timeout_s, 5].")
 @click.pass_obj
-def upgrade(app: AppContext) -> None:
+def upgrade(app: AppContext, lock_timeout: float | None) -> None:
     """Create the schema or migrate it to the newest revision (safe to run again).
 
     A SQLite file's missing directories are created, and said so on stderr (a mistyped
-    path shows at once)."""
+    path shows at once). A schema change that cannot get its table lock within
+    --lock-timeout stops with a clear error; run it again when the database is quieter
+    (on MariaDB the rerun completes a migration that stopped midway)."""
     from pal_slurm.config import mask_url
     from pal_slurm.db import migrate
 
@@ -30,7 +37,7 @@ def upgrade(app: AppContext) -> None:
     if missing is not None and missing.is_dir():
         click.echo(f"pal: created the directory {missing} for the database (it did not exist)", err=True)
     before = migrate.schema_state(engine)
-    after = migrate.upgrade(engine)
+    after = migrate.upgrade(engine, lock_timeout_s=lock_timeout or app.cfg.database.migration_lock_timeout_s)
     where = mask_url(app.cfg.db_url)
     if before.current == after.current:
         click.echo(f"{where}: already at revision {after.current}")
