@@ -92,3 +92,23 @@ def sql(dialect: str) -> None:
     from pal_slurm.db import migrate
 
     click.echo(migrate.offline_sql(dialect), nl=False)
+
+
+@db.command("roles")
+@click.option("--dialect", type=click.Choice(["postgresql", "mysql"]), required=True)
+@click.option("--database", default="pal", show_default=True, metavar="NAME", help="The pal database's name.")
+@click.option("--node", "nodes", multiple=True, metavar="NAME",
+              help="Also create the login of GPU node NAME (pal_node_NAME; repeat for each node).")
+def roles(dialect: str, database: str, nodes: tuple[str, ...]) -> None:
+    """Print the SQL that creates the database roles and grants each the least it needs: the
+    owner (the schema, admin commands), pal_placer (the placement daemon) and pal_node (the GPU
+    nodes, each writing only its own rows); what sql/roles-*.sql hold.
+
+    \b
+    Run it as the server's administrator after `pal db upgrade`, and again after every
+    upgrade (new tables get their grants); docs/admin-guide.md, "Database". Logins get no
+    password here: set each at the client's prompt (psql's \\password), never on a command line.
+    """
+    from pal_slurm.db.roles import role_sql
+
+    click.echo(role_sql(dialect, database=database, nodes=nodes), nl=False)  # type: ignore[arg-type]
