@@ -25,7 +25,9 @@ fails when a table of the models is in no list, so a new table gets a decision.
 
 What MariaDB cannot enforce, and PostgreSQL does: reads by row. A node's login there can read
 every node's job profiles' id, job id, node and start (the columns it must read to skip a job
-it stored already), never their user, command fingerprint or figures (column privileges).
+it stored already), never their user, command fingerprint or figures (column privileges), and
+every node's GPU flags' GPU, node, kind and clearing. On PostgreSQL an UPDATE of another node's
+row changes nothing (row-level security hides the row); MariaDB's trigger refuses it.
 """
 
 from __future__ import annotations
