@@ -27,7 +27,7 @@ help:
 	@echo "make test-other-slurm - the real-Slurm tests on the other Slurm version, in a Debian 12/13 chroot (root)"
 	@echo "make slurm-cluster - install and start the Slurm test cluster (root; stop: make slurm-cluster-stop)"
 	@echo "make browser - install chromium for the HTML report's browser test (root)"
-	@echo "make sql    - regenerate sql/*.sql from the migrations"
+	@echo "make sql    - regenerate sql/*.sql from the migrations and the role definitions (pal_slurm/db/roles.py)"
 	@echo "make bench  - run the benchmarks in bench/ (all of them; fails naming those that missed a target)"
 	@echo "make replay - replay Sia-Philly workloads 1 and 4 on a real 16x4-GPU Slurm cluster, plain Slurm vs pal-slurm,"
 	@echo "              with the simulator's prediction of each arm (3 shaken repetitions, about 2.5 hours, resumable; REPLAY_ARGS=... for bench/replay.py)"
@@ -87,6 +87,7 @@ test-fast: venv
 
 sql: venv
 	for d in postgresql mysql sqlite; do $(PAL) db sql --dialect $$d > sql/schema-$$d.sql; done
+	for d in postgresql mysql; do $(PAL) db roles --dialect $$d > sql/roles-$$d.sql; done
 
 # Each benchmark prints a "target met" or "TARGET MISSED" line per target and exits 1 when one is
 # missed (bench/targets.py). All of them run; `make bench` then fails naming every one that missed

@@ -63,8 +63,14 @@ class _Section(BaseModel):
 
 class DatabaseConfig(_Section):
     url: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite file in the data dir")
+    #: a credentials file whose one line is the URL (mode 0640 root:pal), instead of `url`: one
+    #: pal.toml for every host, each host's own login in its own file (the GPU nodes' roles)
+    url_file: Path | None = None
     echo: bool = False
     connect_timeout_s: int = Field(default=10, ge=1, le=600)
+    #: how long a migration's ALTER waits for a table lock before `pal db upgrade` gives up (not
+    #: queued behind a long reader for ever, with the placer's reads queued behind it)
+    migration_lock_timeout_s: float = Field(default=5.0, ge=0.1, le=3600)
 
 
 class ClassificationConfig(_Section):
@@ -394,6 +400,9 @@ def load_config(
         except UnicodeDecodeError as exc:  # a binary file, or another encoding: TOML is UTF-8
             raise ConfigError(f"{file}: not a TOML file (byte {exc.start} is not UTF-8 text)") from exc
     url = db_url or env.get("PAL_DB_URL") or None
+    section = data.get("database")
+    if not url and isinstance(section, dict) and section.get("url_file") is not None:
+        url = _url_from_file(section, file, source)
     if url:
         data.setdefault("database", {})
         if not isinstance(data["database"], dict):
@@ -407,6 +416,45 @@ def load_config(
         raise ConfigError(_format_error(exc, source)) from exc
     _check_across_sections(cfg, source)
     return cfg
+
+
+def _url_from_file(section: dict[str, Any], config_file: Path, source: str) -> str:
+    """The URL in [database] url_file (relative to the configuration file's directory): its one
+    line that is not blank or a # comment. ConfigError naming the file when it cannot be read,
+    holds no URL or more than one, or when `url` is set too (which of the two would win?).
+    Warned about (not refused) when every user may read it: it holds a password."""
+    import logging
+    import stat
+
+    where = f"{source}: database.url_file"
+    if section.get("url") is not None:
+        raise ConfigError(f"{where}: set either url or url_file, not both")
+    value = section["url_file"]
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: must be a file name")
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = config_file.parent / path
+    try:
+        text = path.read_text(encoding="utf-8")
+        mode = path.stat().st_mode
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{where}: {path} does not exist") from exc
+    except PermissionError as exc:
+        raise ConfigError(f"{where}: {path} cannot be read (permission denied: it is 0640 root:pal, and this "
+                          "user is not root or in group pal)") from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(f"{where}: {path} is a directory, not a file") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: {path} is not UTF-8 text") from exc
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    if len(lines) != 1:
+        raise ConfigError(f"{where}: {path} must hold the database URL on one line, it has "
+                          f"{'none' if not lines else len(lines)}")
+    if mode & stat.S_IROTH:
+        logging.getLogger(__name__).warning("%s is readable by every user and holds the database password: "
+                                            "chmod 0640 %s (owner root, group pal)", path, path)
+    return lines[0]
 
 
 def _check_across_sections(cfg: PalConfig, source: str) -> None:

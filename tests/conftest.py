@@ -26,18 +26,27 @@ ARTIFACT_CONFIG = str(DATA / "pal-artifact.toml")
 ARTIFACT_DIR = Path(os.environ.get("PAL_ARTIFACT_DIR", REPO / "tests" / "data" / "pal-artifact"))
 
 SERVER_ENV = {"postgres": "PAL_TEST_POSTGRES_URL", "mysql": "PAL_TEST_MYSQL_URL"}
+#: the servers' administrators (tests/services/db-servers.sh env): for the tests that create roles
+ADMIN_ENV = {"postgres": "PAL_TEST_POSTGRES_ADMIN_URL", "mysql": "PAL_TEST_MYSQL_ADMIN_URL"}
 
 
-def _server_url(kind: str) -> str:
-    url = os.environ.get(SERVER_ENV[kind])
+def _server_url(kind: str, env: dict[str, str] = SERVER_ENV) -> str:
+    url = os.environ.get(env[kind])
     if not url:
         if os.environ.get("PAL_REQUIRE_DB_SERVERS") == "1":
-            pytest.fail(f"{SERVER_ENV[kind]} is not set but PAL_REQUIRE_DB_SERVERS=1 (run `make test`)")
-        pytest.skip(f"no {kind} server: set {SERVER_ENV[kind]} (make test starts one)")
+            pytest.fail(f"{env[kind]} is not set but PAL_REQUIRE_DB_SERVERS=1 (run `make test`)")
+        pytest.skip(f"no {kind} server: set {env[kind]} (make test starts one)")
     return url
 
 
-def _throwaway_db(kind: str) -> Iterator[str]:
+def admin_url(kind: str) -> str:
+    """The server administrator's URL (a superuser, root), for tests that create roles and users."""
+    return _server_url(kind, ADMIN_ENV)
+
+
+def throwaway_db(kind: str) -> Iterator[str]:
+    """A database created for one test on the server and dropped afterwards (a generator: its URL,
+    as the server's pal user)."""
     base = make_url(_server_url(kind))
     name = f"pal_test_{uuid.uuid4().hex[:10]}"
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
@@ -67,7 +76,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'pal.db'}"
     else:
-        yield from _throwaway_db(request.param)
+        yield from throwaway_db(request.param)
 
 
 @pytest.fixture

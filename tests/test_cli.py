@@ -404,7 +404,7 @@ def test_json_is_an_alias_of_format_json_everywhere() -> None:
     missing = [" ".join(path) for path, c in _commands() if not isinstance(c, __import__("click").Group)
                and {"--json", "--format"} - {o for p in c.params for o in p.opts}
                # actions that print one line of what they did, SQL, and JSON itself
-               and path not in {("db", "upgrade"), ("db", "sql"), ("jobs", "rule", "delete"),
+               and path not in {("db", "upgrade"), ("db", "sql"), ("db", "roles"), ("jobs", "rule", "delete"),
                                 ("jobs", "rule", "export"), ("gpus", "drain")}]
     assert not missing, f"commands without --format/--json: {missing}"
 

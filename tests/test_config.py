@@ -173,3 +173,39 @@ def test_passwords_in_the_query_string_are_masked_too() -> None:
     assert "hunter2" not in masked and "passwd=***" in masked and "ca.pem" in masked
     cfg = load_config(None, db_url="postgresql+psycopg://u@h/d?password=hunter2", env={})
     assert "hunter2" not in repr(config_as_dict(cfg))
+
+
+def test_the_url_can_come_from_a_credentials_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """One pal.toml for every host, each host's login in a file of its own ([database] url_file)."""
+    import os
+
+    creds = tmp_path / "db-url"
+    creds.write_text("# this node's login\npostgresql+psycopg://pal_node_gpu001:s3cret@db/pal?sslmode=verify-full\n")
+    os.chmod(creds, 0o640)
+    f = write(tmp_path, '[database]\nurl_file = "db-url"\n')  # relative to the configuration file
+    cfg = load_config(f, env={})
+    assert cfg.db_url == "postgresql+psycopg://pal_node_gpu001:s3cret@db/pal?sslmode=verify-full"
+    assert cfg.database.url_file == Path("db-url")  # `pal config show` says where the URL came from
+    assert "s3cret" not in str(config_as_dict(cfg))
+    assert not caplog.records, "a 0640 file is not warned about"
+    assert load_config(f, env={"PAL_DB_URL": "sqlite:///env.db"}).db_url == "sqlite:///env.db", "overrides win"
+
+    os.chmod(creds, 0o644)
+    load_config(f, env={})
+    assert any("readable by every user" in r.getMessage() for r in caplog.records)
+
+    for text, message in (
+            ('[database]\nurl = "sqlite:///x.db"\nurl_file = "db-url"\n', "set either url or url_file, not both"),
+            ('[database]\nurl_file = "missing"\n', "does not exist"),
+            ('[database]\nurl_file = "."\n', "is a directory"),
+    ):
+        with pytest.raises(ConfigError, match=message) as err:
+            load_config(write(tmp_path, text), env={})
+        assert "\n" not in str(err.value).strip()
+    f = write(tmp_path, '[database]\nurl_file = "db-url"\n')
+    creds.write_text("sqlite:///a.db\nsqlite:///b.db\n")
+    with pytest.raises(ConfigError, match="on one line, it has 2"):
+        load_config(f, env={})
+    creds.write_text("# nothing\n\n")
+    with pytest.raises(ConfigError, match="on one line, it has none"):
+        load_config(f, env={})

@@ -28,9 +28,9 @@ def _gpus(engine) -> dict[str, Gpu]:
         return {g.uuid: g for g in rows}
 
 
-def _store(engine, scan: InventoryScan, when: datetime):
+def _store(engine, scan: InventoryScan, when: datetime, *, allow_move: bool = False):
     with session_scope(engine) as s:
-        return store_inventory(s, scan, now=when)
+        return store_inventory(s, scan, now=when, allow_move=allow_move)
 
 
 def test_first_scan_stores_every_field(engine) -> None:
@@ -94,8 +94,8 @@ def test_gpu_moved_to_another_node_keeps_its_row(engine) -> None:
     _store(engine, scan1, T0)
     moved = dataclasses.replace(scan1.gpus[0], node="gpu002", index=0)
     scan2 = InventoryScan(backend="sim", nodes=("gpu002",), gpus=(moved,))
-    res = _store(engine, scan2, T0 + timedelta(days=1))
-    assert res.updated == [moved.uuid] and res.missing == []
+    res = _store(engine, scan2, T0 + timedelta(days=1), allow_move=True)  # an admin's move (tests/test_gpu_move.py)
+    assert res.updated == [moved.uuid] and res.missing == [] and res.moved == [moved.uuid]
     row = _gpus(engine)[moved.uuid]
     assert row.node.name == "gpu002" and row.first_seen == T0
     # The old node's next scan no longer shows it, but it is not the old node's GPU any more.

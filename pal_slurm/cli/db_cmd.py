@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from pal_slurm.cli.context import AppContext
+from pal_slurm.cli.numbers import Real
 from pal_slurm.cli.render import emit_json, text_format_option
 
 
@@ -16,12 +17,18 @@ def db() -> None:
 
 
 @db.command("upgrade")
+@click.option("--lock-timeout", "lock_timeout", type=Real(0.1, 3600), metavar="SECONDS",
+              help="How long a schema change waits for a table lock another session holds before it gives up "
+                   "(so that the placer's reads never queue behind it) [default: [database] "
+                   "migration_lock_timeout_s, 5].")
 @click.pass_obj
-def upgrade(app: AppContext) -> None:
+def upgrade(app: AppContext, lock_timeout: float | None) -> None:
     """Create the schema or migrate it to the newest revision (safe to run again).
 
     A SQLite file's missing directories are created, and said so on stderr (a mistyped
-    path shows at once)."""
+    path shows at once). A schema change that cannot get its table lock within
+    --lock-timeout stops with a clear error; run it again when the database is quieter
+    (on MariaDB the rerun completes a migration that stopped midway)."""
     from pal_slurm.config import mask_url
     from pal_slurm.db import migrate
 
@@ -30,7 +37,7 @@ def upgrade(app: AppContext) -> None:
     if missing is not None and missing.is_dir():
         click.echo(f"pal: created the directory {missing} for the database (it did not exist)", err=True)
     before = migrate.schema_state(engine)
-    after = migrate.upgrade(engine)
+    after = migrate.upgrade(engine, lock_timeout_s=lock_timeout or app.cfg.database.migration_lock_timeout_s)
     where = mask_url(app.cfg.db_url)
     if before.current == after.current:
         click.echo(f"{where}: already at revision {after.current}")
@@ -85,3 +92,23 @@ def sql(dialect: str) -> None:
     from pal_slurm.db import migrate
 
     click.echo(migrate.offline_sql(dialect), nl=False)
+
+
+@db.command("roles")
+@click.option("--dialect", type=click.Choice(["postgresql", "mysql"]), required=True)
+@click.option("--database", default="pal", show_default=True, metavar="NAME", help="The pal database's name.")
+@click.option("--node", "nodes", multiple=True, metavar="NAME",
+              help="Also create the login of GPU node NAME (pal_node_NAME; repeat for each node).")
+def roles(dialect: str, database: str, nodes: tuple[str, ...]) -> None:
+    """Print the SQL that creates the database roles and grants each the least it needs: the
+    owner (the schema, admin commands), pal_placer (the placement daemon) and pal_node (the GPU
+    nodes, each writing only its own rows); what sql/roles-*.sql hold.
+
+    \b
+    Run it as the server's administrator after `pal db upgrade`, and again after every
+    upgrade (new tables get their grants); docs/admin-guide.md, "Database". Logins get no
+    password here: set each at the client's prompt (psql's \\password), never on a command line.
+    """
+    from pal_slurm.db.roles import role_sql
+
+    click.echo(role_sql(dialect, database=database, nodes=nodes), nl=False)  # type: ignore[arg-type]

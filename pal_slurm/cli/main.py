@@ -138,7 +138,9 @@ def _debug(ctx: click.Context) -> bool:
 @click.option("--config", "config_path", metavar="FILE", envvar="PAL_CONFIG",
               help="Configuration file [default: /etc/pal/pal.toml; env PAL_CONFIG].")
 @click.option("--db", "db_url", metavar="URL", envvar="PAL_DB_URL",
-              help="Database URL, overrides the file [env PAL_DB_URL]; e.g. postgresql+psycopg://pal@db/pal.")
+              help="Database URL, overrides the file [env PAL_DB_URL]; e.g. sqlite:///tmp/pal.db. A password "
+                   "on a command line is visible to every user (ps): keep a server's URL in the configuration file "
+                   "or its [database] url_file.")
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logging.")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 @click.version_option(__version__, prog_name="pal")

@@ -34,16 +34,21 @@ def profile() -> None:
 @click.option("--keep-suspect", is_flag=True, default=None,
               help="Store suspect scores quarantined (never classified) instead of leaving them out "
                    "[default: [ingest] keep_suspect].")
+@click.option("--allow-move", is_flag=True,
+              help="A GPU recorded on another node than the file says is moved there (an admin who knows it "
+                   "was moved); without it such a file is refused, naming the GPU and both nodes.")
 @output_options(("table", "json"), "table: lines for people (no table, so no csv); json for scripts.",
                 moved={"pal-artifact": "--input-format", "jsonl": "--input-format"})
 @click.pass_obj
 def import_(app: AppContext, files: tuple[Path, ...], input_format: str, benchmark: str | None, model: str | None,
-            unit: str | None, max_factor: float | None, keep_suspect: bool | None, fmt: str) -> None:
+            unit: str | None, max_factor: float | None, keep_suspect: bool | None, allow_move: bool, fmt: str) -> None:
     """Import profile FILES. Each file is one transaction (all or nothing); importing a file
     again adds nothing. A malformed row stops with FILE:LINE and the reason; an implausible
     score (not finite, not positive, or more than --max-factor times off its group's running
     median) is left out with FILE:LINE and the import goes on. A row that names a GPU by its
-    slot joins the GPU known there; identity conflicts are reported, never merged.
+    slot joins the GPU known there; identity conflicts are reported, never merged. A file whose
+    newest measurement of a GPU is on another node than the one the GPU is recorded on is
+    refused unless --allow-move: the nodes store their own measurements and never move a GPU.
 
     See docs/import-formats.md for both formats, the identity rules and the checks.
     --input-format names what the files hold; --format, as for every command, what is printed.
@@ -53,7 +58,8 @@ def import_(app: AppContext, files: tuple[Path, ...], input_format: str, benchma
     ing = app.cfg.ingest
     done = import_files(app.engine, list(files), input_format, benchmark=benchmark, model=model, unit=unit,  # type: ignore[arg-type]
                         max_factor=ing.max_factor if max_factor is None else max_factor,
-                        keep_suspect=ing.keep_suspect if keep_suspect is None else keep_suspect)
+                        keep_suspect=ing.keep_suspect if keep_suspect is None else keep_suspect,
+                        allow_move=allow_move)
     for d in done:
         shown = d.result.warnings[:_MAX_WARNINGS]
         for line in shown:
@@ -81,7 +87,8 @@ def import_(app: AppContext, files: tuple[Path, ...], input_format: str, benchma
                     "quarantined": d.result.quarantined, "new_gpus": d.result.new_gpus,
                     "new_nodes": d.result.new_nodes, "merged_gpus": d.result.merged_gpus,
                     "resolved_runs": d.result.resolved_runs, "conflicts": d.result.conflicts,
-                    "model_conflicts": d.result.model_conflicts, "benchmarks": sorted(d.result.benchmarks),
+                    "model_conflicts": d.result.model_conflicts, "moved_gpus": d.result.moved_gpus,
+                    "benchmarks": sorted(d.result.benchmarks),
                     "warnings": d.result.warnings, "database": ids} for d in done])
         return
     for d in done:
@@ -90,7 +97,8 @@ def import_(app: AppContext, files: tuple[Path, ...], input_format: str, benchma
             (r.rejected, "rejected"), (r.quarantined, "quarantined"),
             (r.merged_gpus, "slot identities merged into their UUID"),
             (r.resolved_runs, "runs placed on the GPU known at their slot"),
-            (r.conflicts, "identity conflicts"), (r.model_conflicts, "model conflicts")) if n)
+            (r.conflicts, "identity conflicts"), (r.model_conflicts, "model conflicts"),
+            (r.moved_gpus, "GPUs moved to another node")) if n)
         click.echo(f"{d.path}: {r.records} runs, {r.added} added, {r.already_present} already present{extra}, "
                    f"{r.new_gpus} new GPUs, {r.new_nodes} new nodes")
     click.echo(_identity_line(ids))
@@ -176,20 +184,24 @@ def _reasons(mask: int | None) -> str:
 @profile.command("inventory")
 @_backend_options
 @click.option("--no-db", is_flag=True, help="Only show the GPUs; do not write the database.")
+@click.option("--allow-move", is_flag=True,
+              help="A GPU recorded on another node is moved to this one (an admin who knows it was moved); "
+                   "without it the scan is refused, naming the GPU and both nodes.")
 @format_option
 @click.pass_obj
-def inventory_(app: AppContext, no_db: bool, fmt: str, **kw: Any) -> None:
+def inventory_(app: AppContext, no_db: bool, allow_move: bool, fmt: str, **kw: Any) -> None:
     """List this node's GPUs (UUID, serial, PCI bus, minor number, memory, power limit, driver,
     ECC, retired pages) and upsert them into the database by UUID.
 
     A GPU of this node that the scan no longer shows is marked missing, never deleted; it is
     marked present again when seen. A GPU whose queries fail is reported and the others go on.
+    A GPU recorded on another node is not moved here without --allow-move.
     """
     from pal_slurm.profiler.service import inventory_node, open_requested_backend
 
     backend = open_requested_backend(_backend_request(kw))
     try:
-        out = inventory_node(backend, None if no_db else (lambda: app.engine))
+        out = inventory_node(backend, None if no_db else (lambda: app.engine), allow_move=allow_move)
     finally:
         backend.close()
     stored = out.stored
@@ -215,7 +227,8 @@ def inventory_(app: AppContext, no_db: bool, fmt: str, **kw: Any) -> None:
         if stored:
             click.echo(f"stored: {len(stored.added)} new, {len(stored.updated)} updated, "
                        f"{len(stored.returned)} back, {len(stored.missing)} marked missing"
-                       + (f" ({', '.join(stored.missing)})" if stored.missing else ""))
+                       + (f" ({', '.join(stored.missing)})" if stored.missing else "")
+                       + (f", {len(stored.moved)} moved here ({', '.join(stored.moved)})" if stored.moved else ""))
     if out.db_error:
         raise PalError(f"inventory not stored: {out.db_error}")
 

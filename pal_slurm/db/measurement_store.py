@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from pal_slurm.classification.classify_fleet import GroupRuns
 from pal_slurm.db.models import Base, Benchmark, Gpu, Node, ProfileRun, utcnow
-from pal_slurm.errors import InputError
+from pal_slurm.errors import GpuMoveRefused, InputError
 from pal_slurm.ingest.records import SLOT_PREFIX, GpuInfo, ProfileRecord, slot_key
 from pal_slurm.ingest.validate import DEFAULT_MAX_FACTOR, find_suspects
 
@@ -41,11 +41,12 @@ class ImportResult:
     resolved_runs: int = 0  # runs of a slot-named row stored on the GPU known at that slot
     conflicts: int = 0  # identity conflicts reported, never merged
     model_conflicts: int = 0  # GPUs stored as another model than --model says (the stored one is kept)
+    moved_gpus: int = 0  # GPUs put on another node than the one they were recorded on (allow_move only)
     warnings: list[str] = field(default_factory=list)  # "FILE:LINE: reason", for stderr
 
     def merge(self, other: "ImportResult") -> None:
         for name in ("records", "added", "already_present", "new_gpus", "new_nodes", "rejected", "quarantined",
-                     "merged_gpus", "resolved_runs", "conflicts", "model_conflicts"):
+                     "merged_gpus", "resolved_runs", "conflicts", "model_conflicts", "moved_gpus"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.benchmarks |= other.benchmarks
         self.warnings.extend(other.warnings)
@@ -165,8 +166,9 @@ class _Identity:
     """Resolves each record to its Gpu row (see docs/import-formats.md, "GPU identity")."""
 
     def __init__(self, session: Session, records: Sequence[ProfileRecord], nodes: dict[str, Node],
-                 result: ImportResult) -> None:
+                 result: ImportResult, allow_move: bool = False) -> None:
         self.session, self.nodes, self.result = session, nodes, result
+        self.allow_move = allow_move
         keys = {r.gpu.uuid for r in records}
         for r in records:  # the slot identity a real UUID may have to absorb
             if not r.gpu.provisional and r.gpu.node is not None and r.gpu.nvml_index is not None:
@@ -242,12 +244,21 @@ class _Identity:
         else:
             stored = (self.node_name.get(gpu.node_id) if gpu.node_id is not None else None, gpu.nvml_index)
             here = (latest.gpu.node, latest.gpu.nvml_index)
-            if stored[0] is not None and here[0] is not None and (
+            newer = latest.started_at >= gpu.last_seen or stored[0] is None
+            first_here = min((r for r in recs if (r.gpu.node, r.gpu.nvml_index) == here), key=lambda r: r.line)
+            if newer and stored[0] is not None and here[0] is not None and stored[0] != here[0]:
+                # the newest measurement would move the GPU to another node: only an admin may
+                if not self.allow_move:
+                    raise GpuMoveRefused(uuid, stored[0], here[0], source=first_here.source_file,
+                                         line=first_here.line)
+                self.result.moved_gpus += 1
+                self.result.warnings.append(f"{_at(first_here)}: GPU {uuid} moved from {_slot_text(*stored)} to "
+                                            f"{_slot_text(*here)} (--allow-move)")
+            elif stored[0] is not None and here[0] is not None and (
                     stored[0] != here[0] or (stored[1] is not None and here[1] is not None and stored[1] != here[1])):
-                first_here = min((r for r in recs if (r.gpu.node, r.gpu.nvml_index) == here), key=lambda r: r.line)
                 self.warn(first_here, f"GPU {uuid} is at {_slot_text(*here)} here but stored at {_slot_text(*stored)}: "
                                   "one UUID at two slots (not merged; the latest measurement's slot is kept)")
-            if latest.started_at >= gpu.last_seen or stored[0] is None:
+            if newer:
                 self._apply(gpu, latest.gpu)
             elif stored[1] is None and here[0] == stored[0]:
                 self._apply(gpu, dataclasses.replace(latest.gpu, node=None))
@@ -312,10 +323,10 @@ def _day(when: datetime) -> str:
 
 
 def _resolve_gpus(session: Session, records: Sequence[ProfileRecord], nodes: dict[str, Node],
-                  result: ImportResult) -> dict[int, Gpu]:
+                  result: ImportResult, allow_move: bool = False) -> dict[int, Gpu]:
     """id(record) -> its Gpu. Real UUIDs first (they claim slots), then the slot-named rows:
     so the result is the same in whichever order files (or rows) come."""
-    ident = _Identity(session, records, nodes, result)
+    ident = _Identity(session, records, nodes, result, allow_move)
     real: dict[str, list[ProfileRecord]] = {}
     slots: dict[str, list[ProfileRecord]] = {}
     for r in records:
@@ -416,13 +427,18 @@ def _stored_scores(session: Session, records: Sequence[ProfileRecord],
 
 
 def import_records(session: Session, records: Sequence[ProfileRecord], *,
-                   max_factor: float = DEFAULT_MAX_FACTOR, keep_suspect: bool = False) -> ImportResult:
+                   max_factor: float = DEFAULT_MAX_FACTOR, keep_suspect: bool = False,
+                   allow_move: bool = False) -> ImportResult:
     """Add the records' runs that are not stored yet; create nodes, GPUs and benchmarks as needed.
 
     A suspect score (pal_slurm.ingest.validate) is left out with a FILE:LINE warning, or,
     with `keep_suspect`, stored quarantined (never classified); a non-finite one is always
     left out. GPUs are resolved by identity (a slot-named row joins the GPU known at its
-    slot). Runs the caller's transaction only (no commit): the CLI commits once per file.
+    slot). A GPU recorded on one node whose newest measurement here is on another is refused
+    (GpuMoveRefused, nothing stored) unless `allow_move` (an admin's `pal profile import
+    --allow-move`): the GPU nodes write their own measurements, and one must not take over
+    another node's GPUs. Runs the caller's transaction only (no commit): the CLI commits once
+    per file.
     """
     result = ImportResult(records=len(records))
     if not records:
@@ -466,7 +482,7 @@ def import_records(session: Session, records: Sequence[ProfileRecord], *,
     if new:
         benches = _ensure_benchmarks(session, new)
         nodes = _ensure_nodes(session, {r.gpu.node for r in new if r.gpu.node}, now, result)
-        resolved = _resolve_gpus(session, new, nodes, result)
+        resolved = _resolve_gpus(session, new, nodes, result, allow_move)
     _check_models(session, records, present, resolved, result)
     if not new:
         return result

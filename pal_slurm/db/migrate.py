@@ -8,11 +8,11 @@ clear message instead of failing half-way.
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from typing import TYPE_CHECKING
-
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from pal_slurm.config import mask_url
@@ -89,7 +89,19 @@ def schema_state(engine: Engine) -> SchemaState:
                        newer=current is not None and current not in known_revisions())
 
 
-def upgrade(engine: Engine, revision: str = "head") -> SchemaState:
+#: how long a migration waits for a table lock by default ([database] migration_lock_timeout_s)
+DEFAULT_LOCK_TIMEOUT_S = 5.0
+
+
+def upgrade(engine: Engine, revision: str = "head", *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> SchemaState:
+    """Migrate to `revision`, each statement waiting at most `lock_timeout_s` for a table lock.
+
+    Why the bound: an ALTER TABLE needs an exclusive lock, and while it waits for a long reader
+    (a report, an admin's open transaction) every later reader of that table, the placer's
+    included, queues behind it. Bounded, the migration gives up instead (DatabaseError saying
+    so, and to run it again when the database is quieter): PostgreSQL rolls it back whole;
+    on MariaDB (and SQLite) the statements done stay, and the rerun completes the rest (each
+    migration skips what exists, pal_slurm.db.migration_ops)."""
     from alembic import command
 
     state = schema_state(engine)
@@ -99,11 +111,77 @@ def upgrade(engine: Engine, revision: str = "head") -> SchemaState:
     cfg = alembic_config(str(engine.url))
     try:
         with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
+            restore = _bound_lock_waits(conn, lock_timeout_s)
+            try:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+            finally:
+                _restore(conn, restore)
     except SQLAlchemyError as exc:
-        raise DatabaseError(f"migration failed on {mask_url(str(engine.url))}: {describe_error(exc)}") from exc
+        where = mask_url(str(engine.url))
+        if is_lock_timeout(exc):
+            raise DatabaseError(
+                f"migration stopped on {where}: it waited {lock_timeout_s:g} s for a table lock another session "
+                f"holds (a long query or an open transaction on a table it alters) and gave up, so that nothing "
+                f"queues behind it; the schema is at {_current_or_unknown(engine)}. Run `pal db upgrade` again "
+                "when the database is quieter, or allow a longer wait with --lock-timeout SECONDS") from exc
+        raise DatabaseError(f"migration failed on {where}: {describe_error(exc)}") from exc
     return schema_state(engine)
+
+
+def _bound_lock_waits(conn: Connection, seconds: float) -> list[tuple[str, Any]]:
+    """Make this connection's lock waits give up after `seconds`; what to set back afterwards
+    (session settings outlive the migration on a pooled connection)."""
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        # LOCAL: for the migration's transaction only (PostgreSQL migrates in one transaction)
+        conn.execute(text(f"SET LOCAL lock_timeout = {max(1, round(seconds * 1000))}"))
+        return []
+    if dialect in ("mysql", "mariadb"):
+        # lock_wait_timeout bounds the metadata lock an ALTER waits for; innodb_lock_wait_timeout
+        # the row locks of a data statement; both take whole seconds
+        old = conn.execute(text("SELECT @@SESSION.lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout")).one()
+        whole = max(1, math.ceil(seconds))
+        conn.execute(text(f"SET SESSION lock_wait_timeout = {whole}, innodb_lock_wait_timeout = {whole}"))
+        return [("lock_wait_timeout", int(old[0])), ("innodb_lock_wait_timeout", int(old[1]))]
+    if dialect == "sqlite":
+        old = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
+        conn.exec_driver_sql(f"PRAGMA busy_timeout = {max(1, round(seconds * 1000))}")
+        return [("busy_timeout", old)]
+    return []
+
+
+def _restore(conn: Connection, settings: list[tuple[str, Any]]) -> None:
+    """Set back what _bound_lock_waits changed; a connection the failure broke is left to the pool."""
+    try:
+        for name, value in settings:
+            if name == "busy_timeout":
+                conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(value)}")
+            else:
+                conn.execute(text(f"SET SESSION {name} = {int(value)}"))
+    except SQLAlchemyError:
+        conn.invalidate()
+
+
+def is_lock_timeout(exc: SQLAlchemyError) -> bool:
+    """Whether a driver error is a lock wait that ran out: PostgreSQL's lock_not_available
+    (55P03), MariaDB/MySQL's 1205 (lock wait timeout), SQLite's "database is locked"."""
+    orig = getattr(exc, "orig", None)
+    if orig is None:
+        return False
+    if getattr(orig, "sqlstate", None) == "55P03":
+        return True
+    args = getattr(orig, "args", ())
+    if args and args[0] == 1205:
+        return True
+    return "database is locked" in str(orig)
+
+
+def _current_or_unknown(engine: Engine) -> str:
+    try:
+        return schema_state(engine).current or "empty (nothing applied)"
+    except DatabaseError:
+        return "unknown (the database did not answer)"
 
 
 def require_current(engine: Engine) -> None:

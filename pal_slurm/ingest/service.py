@@ -60,12 +60,14 @@ class FileImport:
 
 def import_files(engine: Engine, paths: Sequence[Path], fmt: ImportFormat, *, benchmark: str | None = None,
                  model: str | None = None, unit: str | None = None, max_factor: float | None = None,
-                 keep_suspect: bool = False) -> list[FileImport]:
+                 keep_suspect: bool = False, allow_move: bool = False) -> list[FileImport]:
     """Each file is parsed whole first, then written in its own transaction (all or nothing).
 
     A suspect score is left out (or quarantined with `keep_suspect`) and the import goes on;
     `max_factor` defaults to pal_slurm.ingest.validate.DEFAULT_MAX_FACTOR. What the user should
-    hear about each file is in its result's `warnings` ("FILE:LINE: reason")."""
+    hear about each file is in its result's `warnings` ("FILE:LINE: reason"). `allow_move`: a GPU
+    recorded on another node than a file says is moved there, not refused (an admin's decision;
+    pal_slurm.db.measurement_store.import_records)."""
     from pal_slurm.ingest.validate import DEFAULT_MAX_FACTOR
 
     require_current(engine)
@@ -78,7 +80,8 @@ def import_files(engine: Engine, paths: Sequence[Path], fmt: ImportFormat, *, be
                              source=str(path))
         with session_scope(engine) as session:
             result = import_records(session, records, keep_suspect=keep_suspect,
-                                    max_factor=DEFAULT_MAX_FACTOR if max_factor is None else max_factor)
+                                    max_factor=DEFAULT_MAX_FACTOR if max_factor is None else max_factor,
+                                    allow_move=allow_move)
         result.warnings[:0] = notes
         log.info("%s: %d runs read, %d added, %d already present", path, result.records, result.added,
                  result.already_present)

@@ -1,7 +1,9 @@
 """Store an inventory scan: upsert nodes and GPUs by UUID; a vanished GPU is marked missing.
 
 A GPU is identified by its UUID, never by node and slot: a GPU moved to another node
-keeps its history, a replaced one is a new row. A GPU that a scan of its node no longer
+keeps its history, a replaced one is a new row. A scan does not move a GPU recorded on
+another node by itself: that takes an admin's `--allow-move` (GpuMoveRefused otherwise), since
+each GPU node stores its own scans and must not take over another node's GPUs. A GPU that a scan of its node no longer
 shows is marked `state='missing'` (never deleted: its measurements and classes stay
 auditable) and becomes `present` again when a scan sees it. A GPU that answered with an
 error but told its UUID is neither refreshed nor marked missing: it is there, but broken.
@@ -17,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from pal_slurm.db.models import Gpu, Node, utcnow
+from pal_slurm.errors import GpuMoveRefused
 from pal_slurm.gpu.interface import GpuFault, GpuInventory, InventoryScan
 
 __all__ = ["InventoryResult", "store_inventory"]
@@ -34,11 +37,12 @@ class InventoryResult:
     updated: list[str] = field(default_factory=list)  # UUIDs already known
     returned: list[str] = field(default_factory=list)  # were missing, seen again
     missing: list[str] = field(default_factory=list)  # newly marked missing by this scan
+    moved: list[str] = field(default_factory=list)  # recorded on another node, moved here (allow_move)
     faults: list[GpuFault] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {"nodes": self.nodes, "added": self.added, "updated": self.updated, "returned": self.returned,
-                "missing": self.missing,
+                "missing": self.missing, "moved": self.moved,
                 "faults": [{"index": f.index, "uuid": f.uuid, "lost": f.lost, "error": f.error} for f in self.faults]}
 
 
@@ -62,8 +66,10 @@ def _apply(gpu: Gpu, inv: GpuInventory, node: Node, now: datetime) -> None:
     gpu.inventoried_at = now
 
 
-def store_inventory(session: Session, scan: InventoryScan, now: datetime | None = None) -> InventoryResult:
-    """Upsert `scan` in the caller's transaction; returns what changed."""
+def store_inventory(session: Session, scan: InventoryScan, now: datetime | None = None, *,
+                    allow_move: bool = False) -> InventoryResult:
+    """Upsert `scan` in the caller's transaction; returns what changed. A GPU recorded on
+    another node than the scan's raises GpuMoveRefused (nothing stored) unless `allow_move`."""
     now = now or utcnow()
     result = InventoryResult(nodes=list(scan.nodes), faults=list(scan.faults))
     nodes = {name: _node(session, name, now) for name in scan.nodes}
@@ -80,6 +86,13 @@ def store_inventory(session: Session, scan: InventoryScan, now: datetime | None 
             result.added.append(inv.uuid)
         else:
             (result.returned if gpu.state == "missing" else result.updated).append(inv.uuid)
+            here = nodes[inv.node]
+            if gpu.node_id is not None and gpu.node_id != here.id:
+                recorded = gpu.node.name if gpu.node is not None else f"id {gpu.node_id}"
+                if not allow_move:
+                    raise GpuMoveRefused(inv.uuid, recorded, inv.node)
+                result.moved.append(inv.uuid)
+                log.warning("GPU %s moved from node %s to %s (--allow-move)", inv.uuid, recorded, inv.node)
         _apply(gpu, inv, nodes[inv.node], now)
     session.flush()
     seen = set(uuids) | {f.uuid for f in scan.faults if f.uuid}

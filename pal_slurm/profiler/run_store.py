@@ -27,10 +27,11 @@ __all__ = ["SavedRun", "save_inventory", "save_run"]
 _ERROR_MAX = 2000
 
 
-def save_inventory(engine: Engine, scan: InventoryScan) -> InventoryResult:
+def save_inventory(engine: Engine, scan: InventoryScan, *, allow_move: bool = False) -> InventoryResult:
+    """Store the scan in its own transaction; `allow_move`: see store_inventory."""
     require_current(engine)
     with session_scope(engine) as session:
-        return store_inventory(session, scan)
+        return store_inventory(session, scan, allow_move=allow_move)
 
 
 @dataclass(frozen=True)

@@ -79,15 +79,17 @@ class InventoryOutcome:
     db_error: str | None
 
 
-def inventory_node(backend: GpuBackend, engine_factory: Callable[[], Engine] | None) -> InventoryOutcome:
-    """Scan the backend; store the scan unless engine_factory is None."""
+def inventory_node(backend: GpuBackend, engine_factory: Callable[[], Engine] | None, *,
+                   allow_move: bool = False) -> InventoryOutcome:
+    """Scan the backend; store the scan unless engine_factory is None (`allow_move`: an admin
+    moves GPUs recorded on another node here, pal_slurm.profiler.inventory)."""
     from pal_slurm.profiler.run_store import save_inventory
 
     scan = scan_inventory(backend)
     if engine_factory is None:
         return InventoryOutcome(scan, None, None)
     try:
-        return InventoryOutcome(scan, save_inventory(engine_factory(), scan), None)
+        return InventoryOutcome(scan, save_inventory(engine_factory(), scan, allow_move=allow_move), None)
     except (PalError, SQLAlchemyError) as exc:
         return InventoryOutcome(scan, None, _store_error(exc))
 

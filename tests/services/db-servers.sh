@@ -9,7 +9,8 @@
 #   stop     stop both servers; idempotent
 #   restart  stop, then start
 #   status   say whether each server answers (exit 0 only if both do)
-#   env      print the two `export PAL_TEST_..._URL=...` lines (use with eval)
+#   env      print the `export PAL_TEST_..._URL=...` lines (use with eval): the pal user's URLs and
+#            the administrators' (unix socket) URLs
 #
 # Typical use:
 #   tests/services/db-servers.sh install
@@ -491,6 +492,12 @@ cmd_env() {
         "$DB_USER" "$DB_PASS" "$PG_PORT" "$DB_NAME"
     printf 'export PAL_TEST_MYSQL_URL=mysql+pymysql://%s:%s@127.0.0.1:%s/%s\n' \
         "$DB_USER" "$DB_PASS" "$MY_PORT" "$DB_NAME"
+    # the servers' administrators over their unix sockets (no password: trust, unix_socket), for
+    # the tests that create roles (tests/test_db_roles.py)
+    printf "export PAL_TEST_POSTGRES_ADMIN_URL='postgresql+psycopg://postgres@/postgres?host=%s&port=%s'\n" \
+        "$PG_SOCK_DIR" "$PG_PORT"
+    printf "export PAL_TEST_MYSQL_ADMIN_URL='mysql+pymysql://%s@localhost/?unix_socket=%s'\n" \
+        "$MY_ADMIN_USER" "$MY_SOCK"
 }
 
 usage() {

@@ -10,6 +10,8 @@ from alembic import op
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
+from pal_slurm.db.migration_ops import create_index, create_table
+
 
 
 revision = '0001'
@@ -22,7 +24,9 @@ TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb"
 
 
 def upgrade() -> None:
-    op.create_table('benchmarks',
+    # each operation is skipped where a run that failed midway left it done (MariaDB commits
+    # every DDL statement): see pal_slurm.db.migration_ops
+    create_table('benchmarks',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('name', sa.String(length=64), nullable=False),
     sa.Column('unit', sa.String(length=32), nullable=False),
@@ -31,7 +35,7 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_benchmarks')),
     sa.UniqueConstraint('name', name=op.f('uq_benchmarks_name'))
     )
-    op.create_table('classification_runs',
+    create_table('classification_runs',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('version', sa.Integer(), nullable=False),
     sa.Column('created_at', TIMESTAMP, nullable=False),
@@ -41,7 +45,7 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_classification_runs')),
     sa.UniqueConstraint('version', name=op.f('uq_classification_runs_version'))
     )
-    op.create_table('nodes',
+    create_table('nodes',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('name', sa.String(length=255), nullable=False),
     sa.Column('first_seen', TIMESTAMP, nullable=False),
@@ -49,7 +53,7 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_nodes')),
     sa.UniqueConstraint('name', name=op.f('uq_nodes_name'))
     )
-    op.create_table('placements',
+    create_table('placements',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('slurm_job_id', sa.String(length=64), nullable=False),
     sa.Column('policy', sa.String(length=64), nullable=False),
@@ -64,9 +68,9 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_placements'))
     )
     with op.batch_alter_table('placements', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_placements_slurm_job_id'), ['slurm_job_id'], unique=False)
+        create_index(batch_op, 'placements', batch_op.f('ix_placements_slurm_job_id'), ['slurm_job_id'], unique=False)
 
-    op.create_table('classification_bins',
+    create_table('classification_bins',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('run_id', sa.Integer(), nullable=False),
     sa.Column('model', sa.String(length=128), nullable=False),
@@ -83,7 +87,7 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_classification_bins')),
     sa.UniqueConstraint('run_id', 'model', 'benchmark_id', 'bin', name=op.f('uq_classification_bins_run_id_model_benchmark_id_bin'))
     )
-    op.create_table('gpus',
+    create_table('gpus',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('uuid', sa.String(length=128), nullable=False),
     sa.Column('node_id', sa.Integer(), nullable=True),
@@ -101,10 +105,10 @@ def upgrade() -> None:
     sa.UniqueConstraint('uuid', name=op.f('uq_gpus_uuid'))
     )
     with op.batch_alter_table('gpus', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_gpus_model'), ['model'], unique=False)
-        batch_op.create_index(batch_op.f('ix_gpus_node_id'), ['node_id'], unique=False)
+        create_index(batch_op, 'gpus', batch_op.f('ix_gpus_model'), ['model'], unique=False)
+        create_index(batch_op, 'gpus', batch_op.f('ix_gpus_node_id'), ['node_id'], unique=False)
 
-    op.create_table('job_classes',
+    create_table('job_classes',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('name', sa.String(length=16), nullable=False),
     sa.Column('benchmark_id', sa.Integer(), nullable=True),
@@ -113,7 +117,7 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_job_classes')),
     sa.UniqueConstraint('name', name=op.f('uq_job_classes_name'))
     )
-    op.create_table('classification_results',
+    create_table('classification_results',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('run_id', sa.Integer(), nullable=False),
     sa.Column('gpu_id', sa.Integer(), nullable=False),
@@ -131,7 +135,7 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_classification_results')),
     sa.UniqueConstraint('run_id', 'gpu_id', 'benchmark_id', name=op.f('uq_classification_results_run_id_gpu_id_benchmark_id'))
     )
-    op.create_table('gpu_classes',
+    create_table('gpu_classes',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('run_id', sa.Integer(), nullable=False),
     sa.Column('gpu_id', sa.Integer(), nullable=False),
@@ -147,7 +151,7 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_gpu_classes')),
     sa.UniqueConstraint('run_id', 'gpu_id', 'job_class', name=op.f('uq_gpu_classes_run_id_gpu_id_job_class'))
     )
-    op.create_table('profile_runs',
+    create_table('profile_runs',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('run_key', sa.String(length=64), nullable=False),
     sa.Column('gpu_id', sa.Integer(), nullable=False),
@@ -174,7 +178,7 @@ def upgrade() -> None:
     sa.UniqueConstraint('run_key', name=op.f('uq_profile_runs_run_key'))
     )
     with op.batch_alter_table('profile_runs', schema=None) as batch_op:
-        batch_op.create_index('ix_profile_runs_gpu_bench', ['gpu_id', 'benchmark_id'], unique=False)
+        create_index(batch_op, 'profile_runs', 'ix_profile_runs_gpu_bench', ['gpu_id', 'benchmark_id'], unique=False)
 
 
 

@@ -10,6 +10,8 @@ from alembic import op
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
+from pal_slurm.db.migration_ops import add_column, create_index, create_table
+
 
 revision = '0002'
 down_revision = '0001'
@@ -21,17 +23,19 @@ TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb"
 
 
 def upgrade() -> None:
+    # each operation is skipped where a run that failed midway left it done (MariaDB commits
+    # every DDL statement): see pal_slurm.db.migration_ops
     with op.batch_alter_table('gpus', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('power_limit_w', sa.Double(), nullable=True))
-        batch_op.add_column(sa.Column('driver_version', sa.String(length=32), nullable=True))
-        batch_op.add_column(sa.Column('cuda_version', sa.String(length=32), nullable=True))
-        batch_op.add_column(sa.Column('vbios_version', sa.String(length=64), nullable=True))
-        batch_op.add_column(sa.Column('ecc_corrected', sa.BigInteger(), nullable=True))
-        batch_op.add_column(sa.Column('ecc_uncorrected', sa.BigInteger(), nullable=True))
-        batch_op.add_column(sa.Column('retired_pages', sa.Integer(), nullable=True))
-        batch_op.add_column(sa.Column('inventoried_at', TIMESTAMP, nullable=True))
+        add_column(batch_op, 'gpus', sa.Column('power_limit_w', sa.Double(), nullable=True))
+        add_column(batch_op, 'gpus', sa.Column('driver_version', sa.String(length=32), nullable=True))
+        add_column(batch_op, 'gpus', sa.Column('cuda_version', sa.String(length=32), nullable=True))
+        add_column(batch_op, 'gpus', sa.Column('vbios_version', sa.String(length=64), nullable=True))
+        add_column(batch_op, 'gpus', sa.Column('ecc_corrected', sa.BigInteger(), nullable=True))
+        add_column(batch_op, 'gpus', sa.Column('ecc_uncorrected', sa.BigInteger(), nullable=True))
+        add_column(batch_op, 'gpus', sa.Column('retired_pages', sa.Integer(), nullable=True))
+        add_column(batch_op, 'gpus', sa.Column('inventoried_at', TIMESTAMP, nullable=True))
 
-    op.create_table('benchmark_failures',
+    create_table('benchmark_failures',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('run_key', sa.String(length=64), nullable=False),
     sa.Column('gpu_id', sa.Integer(), nullable=False),
@@ -47,7 +51,7 @@ def upgrade() -> None:
     sa.UniqueConstraint('run_key', name=op.f('uq_benchmark_failures_run_key'))
     )
     with op.batch_alter_table('benchmark_failures', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_benchmark_failures_gpu_id'), ['gpu_id'], unique=False)
+        create_index(batch_op, 'benchmark_failures', batch_op.f('ix_benchmark_failures_gpu_id'), ['gpu_id'], unique=False)
 
 
 def downgrade() -> None:

@@ -10,6 +10,8 @@ from alembic import op
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
+from pal_slurm.db.migration_ops import create_index, create_table
+
 
 revision = '0003'
 down_revision = '0002'
@@ -21,7 +23,9 @@ TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb"
 
 
 def upgrade() -> None:
-    op.create_table('class_rules',
+    # each operation is skipped where a run that failed midway left it done (MariaDB commits
+    # every DDL statement): see pal_slurm.db.migration_ops
+    create_table('class_rules',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('user', sa.String(length=128), nullable=True),
     sa.Column('name', sa.String(length=255), nullable=True),
@@ -32,7 +36,7 @@ def upgrade() -> None:
     sa.Column('created_at', TIMESTAMP, nullable=False),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_class_rules'))
     )
-    op.create_table('gpu_flags',
+    create_table('gpu_flags',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('gpu_uuid', sa.String(length=128), nullable=False),
     sa.Column('node', sa.String(length=255), nullable=False),
@@ -45,9 +49,9 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_gpu_flags'))
     )
     with op.batch_alter_table('gpu_flags', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_gpu_flags_gpu_uuid'), ['gpu_uuid'], unique=False)
+        create_index(batch_op, 'gpu_flags', batch_op.f('ix_gpu_flags_gpu_uuid'), ['gpu_uuid'], unique=False)
 
-    op.create_table('job_identities',
+    create_table('job_identities',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('slurm_job_id', sa.String(length=64), nullable=False),
     sa.Column('user', sa.String(length=128), nullable=False),
@@ -59,9 +63,9 @@ def upgrade() -> None:
     sa.UniqueConstraint('slurm_job_id', name=op.f('uq_job_identities_slurm_job_id'))
     )
     with op.batch_alter_table('job_identities', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_job_identities_fingerprint'), ['fingerprint'], unique=False)
+        create_index(batch_op, 'job_identities', batch_op.f('ix_job_identities_fingerprint'), ['fingerprint'], unique=False)
 
-    op.create_table('job_profiles',
+    create_table('job_profiles',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('slurm_job_id', sa.String(length=64), nullable=False),
     sa.Column('node', sa.String(length=255), nullable=False),
@@ -84,10 +88,10 @@ def upgrade() -> None:
     sa.UniqueConstraint('slurm_job_id', 'node', 'started_at', name=op.f('uq_job_profiles_slurm_job_id_node_started_at'))
     )
     with op.batch_alter_table('job_profiles', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_job_profiles_fingerprint'), ['fingerprint'], unique=False)
-        batch_op.create_index(batch_op.f('ix_job_profiles_slurm_job_id'), ['slurm_job_id'], unique=False)
+        create_index(batch_op, 'job_profiles', batch_op.f('ix_job_profiles_fingerprint'), ['fingerprint'], unique=False)
+        create_index(batch_op, 'job_profiles', batch_op.f('ix_job_profiles_slurm_job_id'), ['slurm_job_id'], unique=False)
 
-    op.create_table('job_sensitivity',
+    create_table('job_sensitivity',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('fingerprint', sa.String(length=16), nullable=False),
     sa.Column('user', sa.String(length=128), nullable=False),

@@ -10,6 +10,8 @@ from alembic import op
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
+from pal_slurm.db.migration_ops import add_column
+
 
 revision = '0004'
 down_revision = '0003'
@@ -21,12 +23,14 @@ TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb"
 
 
 def upgrade() -> None:
+    # each operation is skipped where a run that failed midway left it done (MariaDB commits
+    # every DDL statement): see pal_slurm.db.migration_ops
     with op.batch_alter_table('placements', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('user', sa.String(length=128), nullable=True))
-        batch_op.add_column(sa.Column('account', sa.String(length=128), nullable=True))
-        batch_op.add_column(sa.Column('submitted_at', TIMESTAMP, nullable=True))
-        batch_op.add_column(sa.Column('started_at', TIMESTAMP, nullable=True))
-        batch_op.add_column(sa.Column('ended_at', TIMESTAMP, nullable=True))
+        add_column(batch_op, 'placements', sa.Column('user', sa.String(length=128), nullable=True))
+        add_column(batch_op, 'placements', sa.Column('account', sa.String(length=128), nullable=True))
+        add_column(batch_op, 'placements', sa.Column('submitted_at', TIMESTAMP, nullable=True))
+        add_column(batch_op, 'placements', sa.Column('started_at', TIMESTAMP, nullable=True))
+        add_column(batch_op, 'placements', sa.Column('ended_at', TIMESTAMP, nullable=True))
 
 
 def downgrade() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from alembic import op
 import sqlalchemy as sa
 
+from pal_slurm.db.migration_ops import add_column
+
 
 revision = '0005'
 down_revision = '0004'
@@ -17,8 +19,10 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # each operation is skipped where a run that failed midway left it done (MariaDB commits
+    # every DDL statement): see pal_slurm.db.migration_ops
     with op.batch_alter_table('profile_runs', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('quarantine', sa.String(length=255), nullable=True))
+        add_column(batch_op, 'profile_runs', sa.Column('quarantine', sa.String(length=255), nullable=True))
 
 
 def downgrade() -> None:

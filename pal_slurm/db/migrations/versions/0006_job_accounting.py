@@ -10,6 +10,8 @@ from alembic import op
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
+from pal_slurm.db.migration_ops import create_index, create_table
+
 
 revision = '0006'
 down_revision = '0005'
@@ -21,7 +23,9 @@ TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb"
 
 
 def upgrade() -> None:
-    op.create_table('job_accounting',
+    # each operation is skipped where a run that failed midway left it done (MariaDB commits
+    # every DDL statement): see pal_slurm.db.migration_ops
+    create_table('job_accounting',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('slurm_job_id', sa.String(length=64), nullable=False),
     sa.Column('mode', sa.String(length=16), nullable=False),
@@ -44,8 +48,8 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_job_accounting'))
     )
     with op.batch_alter_table('job_accounting', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_job_accounting_ended_at'), ['ended_at'], unique=False)
-        batch_op.create_index(batch_op.f('ix_job_accounting_slurm_job_id'), ['slurm_job_id'], unique=False)
+        create_index(batch_op, 'job_accounting', batch_op.f('ix_job_accounting_ended_at'), ['ended_at'], unique=False)
+        create_index(batch_op, 'job_accounting', batch_op.f('ix_job_accounting_slurm_job_id'), ['slurm_job_id'], unique=False)
 
 
 def downgrade() -> None:

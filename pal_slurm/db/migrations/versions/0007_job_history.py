@@ -10,6 +10,8 @@ from alembic import op
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
+from pal_slurm.db.migration_ops import create_index, create_table
+
 
 revision = '0007'
 down_revision = '0006'
@@ -21,7 +23,9 @@ TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb"
 
 
 def upgrade() -> None:
-    op.create_table('job_history',
+    # each operation is skipped where a run that failed midway left it done (MariaDB commits
+    # every DDL statement): see pal_slurm.db.migration_ops
+    create_table('job_history',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
     sa.Column('source', sa.String(length=128), nullable=False),
     sa.Column('slurm_job_id', sa.String(length=64), nullable=False),
@@ -38,7 +42,7 @@ def upgrade() -> None:
                         name=op.f('uq_job_history_source_slurm_job_id_started_at'))
     )
     with op.batch_alter_table('job_history', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_job_history_started_at'), ['started_at'], unique=False)
+        create_index(batch_op, 'job_history', batch_op.f('ix_job_history_started_at'), ['started_at'], unique=False)
 
 
 def downgrade() -> None:
