@@ -36,7 +36,9 @@ may use that cluster), with room for the queue (slurm-cluster.sh writes MaxJobCo
 MaxArraySize=100001):
   PAL_TEST_SLURM_DIR=/var/tmp/pal-scale-slurm PAL_TEST_SLURM_CTLD_PORT=26817 \\
   PAL_TEST_SLURM_NODE_PORT=27001 bench/placer_scale.py [--pending 50000] [--held 10000]
-It starts that cluster (idempotent) and leaves it running; stop it with slurm-cluster.sh stop.
+It starts that cluster (idempotent) and leaves it running; stop it with slurm-cluster.sh stop
+(with the same variables) before the test cluster's tests run: two clusters with the same node
+names on one machine disturb each other's jobs (seen: typed GRES requests refused).
 Usage: bench/placer_scale.py [--pending N] [--held N] [--cycles 7] [--submitters 8]
                              [--array-size 0] [--eligible]
 """

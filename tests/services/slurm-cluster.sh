@@ -795,6 +795,9 @@ cmd_restart_ctld() {
     stop_pid slurmctld
     start_ctld
     wait_ctld
+    # the nodes are "unknown" until their slurmd registers again (a few seconds), and until then
+    # slurmctld maps typed GRES requests wrongly or refuses them: wait for every node
+    wait_nodes "$(node_names "$ETC/nodes.conf" | wc -l)"
     log "slurmctld restarted (pid $(recorded_pid slurmctld || echo '?'))"
 }
 
