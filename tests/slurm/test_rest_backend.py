@@ -160,20 +160,23 @@ def test_writes_go_through_scontrol_as_root_even_with_slurm_jwt_in_the_environme
     rest = RestBackend(rig.url, api=_rest_api(), timeout=30, fallback_cli=False)
     assert "SLURM_JWT" not in os.environ
     assert rest.user == "palrest"  # from the token's own claim
-    rest.update_job(rig.pinned, [("AdminComment", "pal: rest write test")])
-    rest.hold(rig.pinned)  # held already: scontrol accepts it again
-    job = rig.cluster.job(rig.pinned)
+    # a job of this test's own: released at the end, it runs and is gone, and the module's
+    # jobs stay as the other tests (in any order) expect them
+    own = rig.cluster.submit(["--hold", "--gres=gpu:1", "--job-name=rest-write", "--wrap", "true"])
+    rest.update_job(own, [("AdminComment", "pal: rest write test")])
+    rest.hold(own)  # held already: scontrol accepts it again
+    job = rig.cluster.job(own)
     assert job.get("AdminComment") == "pal: rest write test"
     assert job.get("Priority") == "0" and job.get("JobState") == "PENDING"
     # the begin-time hold job_submit.lua uses: moved on, then ended (through scontrol as well)
-    rest.set_begin(rig.pinned, time.time() + 300)
-    got = {j.job_id: j for j in CliBackend(timeout=30).jobs()}[rig.pinned]
+    rest.set_begin(own, time.time() + 300)
+    got = {j.job_id: j for j in CliBackend(timeout=30).jobs()}[own]
     assert got.begin_time is not None and 290 < got.begin_time - time.time() <= 301, got.begin_time
-    rest.start_now(rig.pinned)
-    got = {j.job_id: j for j in CliBackend(timeout=30).jobs()}[rig.pinned]
+    rest.start_now(own)
+    got = {j.job_id: j for j in CliBackend(timeout=30).jobs()}[own]
     assert got.begin_time is not None and got.begin_time <= time.time() + 1, got.begin_time
-    rest.release(rig.pinned)
-    assert rig.cluster.job(rig.pinned).get("Priority") != "0"
+    rest.release(own)
+    assert rig.cluster.job(own).get("Priority") != "0"
     # a palrest token reads root's jobs as well (no PrivateData on the test cluster)
     assert rig.held in {j.job_id for j in rest.jobs()}
 
