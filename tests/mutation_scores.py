@@ -1,0 +1,103 @@
+"""The scores of `make mutation`, per module, and the survivors nobody has explained.
+
+Run from the repository root after `mutmut run` (the Makefile does both). Reads mutmut's
+results in mutants/ and prints, per mutated module, the mutants in all and how many the
+tests killed, how many survived, timed out or had no test that calls them. Then every
+survivor: one that docs/mutation.md lists as equivalent (by name, with the line it changes,
+so a renumbered mutant is not excused by its old entry) is counted apart; any other is
+printed with its diff, and the exit status is 1. The habit this keeps: a surviving mutant
+gets a test that kills it, or a line in docs/mutation.md that says why nothing can.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+from mutmut.__main__ import get_diff_for_mutant
+from mutmut.configuration import config
+from mutmut.mutation.data import SourceFileMutationData
+from mutmut.stats import status_by_exit_code
+from mutmut.utils.file_utils import walk_mutatable_files
+
+COLUMNS = ("killed", "survived", "timeout", "no tests", "other")
+#: a row of docs/mutation.md's table of equivalent mutants: | `name` | `changed line` | why |
+ROW = re.compile(r"^\|\s*`([^`]+__mutmut_\d+)`\s*\|\s*`(.*?)`\s*\|")
+
+
+def equivalents(doc: Path) -> dict[str, str]:
+    """Mutant name -> the mutated line (stripped), from the doc's table rows."""
+    if not doc.exists():
+        return {}
+    out = {}
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        m = ROW.match(line)
+        if m:
+            out[m.group(1)] = m.group(2).replace("\\|", "|").strip()
+    return out
+
+
+def diff_of(name: str, path: Path) -> str:
+    with contextlib.redirect_stdout(io.StringIO()):
+        return get_diff_for_mutant(name, path=path)
+
+
+def changed_line(diff: str) -> str:
+    """The mutant's line as the diff shows it (the first added line, stripped)."""
+    added = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    return added[0] if added else ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--equivalents", type=Path, default=Path("docs/mutation.md"))
+    args = parser.parse_args()
+    if not Path("mutants").is_dir():
+        print("no mutants/: run `make mutation` first", file=sys.stderr)
+        return 2
+    known = equivalents(args.equivalents)
+    config()
+    unexplained: list[tuple[str, Path]] = []
+    excused = Counter()
+    print(f"{'module':<40} {'mutants':>7} " + " ".join(f"{c:>8}" for c in COLUMNS) + f" {'score':>6} {'equiv.':>6}")
+    totals: Counter[str] = Counter()
+    for path in walk_mutatable_files():
+        data = SourceFileMutationData(path=path)
+        data.load()
+        if not data.exit_code_by_key:
+            continue
+        counts: Counter[str] = Counter()
+        for name, code in data.exit_code_by_key.items():
+            status = status_by_exit_code[code]
+            counts[status if status in COLUMNS else "other"] += 1
+            if status in ("survived", "no tests"):
+                if name in known and changed_line(diff_of(name, path)) == known[name]:
+                    excused[str(path)] += 1
+                else:
+                    unexplained.append((name, path))
+        total = sum(counts.values())
+        totals.update(counts)
+        totals["total"] += total
+        totals["equivalent"] += excused[str(path)]
+        score = 100.0 * counts["killed"] / total if total else 100.0
+        print(f"{str(path):<40} {total:>7} " + " ".join(f"{counts[c]:>8}" for c in COLUMNS)
+              + f" {score:>5.1f}% {excused[str(path)]:>6}")
+    score = 100.0 * totals["killed"] / totals["total"] if totals["total"] else 100.0
+    print(f"{'all':<40} {totals['total']:>7} " + " ".join(f"{totals[c]:>8}" for c in COLUMNS)
+          + f" {score:>5.1f}% {totals['equivalent']:>6}")
+    if unexplained:
+        print(f"\n{len(unexplained)} mutant(s) that survived or that no test reaches, not listed as equivalent in "
+              f"{args.equivalents}:")
+        for name, path in unexplained:
+            print(f"\n{name}\n{diff_of(name, path)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
