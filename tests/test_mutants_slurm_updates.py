@@ -203,3 +203,29 @@ def test_the_unpinned_rescue_may_ask_for_every_slot_of_a_node() -> None:
     user = _user_job(tpn="gres:gpu:4", nodes=1)
     u = fallback_update(user, cluster_view.build_view(down, [user], factors(SF), CLASSES))
     assert u is not None and u.tres_per_node == ",".join(f"gres:gpu:v100_g{m}:1" for m in range(4))
+
+
+# --------------------------------------------------------------------------- a --gpus job's other GRES
+
+
+def test_a_gpus_per_job_request_keeps_the_other_gres_it_asks_for_per_node() -> None:
+    """`--gpus=2 --gres=mps:10`: the per-slot request replaces TresPerNode whole, so it carries
+    the job's per-node mps too; before, placing the job dropped it."""
+    j = job("1", tpn="gres:mps:10", tpj="gres:gpu:2")
+    view = cluster_view.build_view(FOUR, [j], factors(SF), CLASSES)
+    shape = shapes.request_shape(j, 4)
+    assert not isinstance(shape, str)
+    u = slurm_updates.update_for(j, shape, [0, 1], view)
+    assert u.tres_per_node == "gres:gpu:v100_g0:1,gres:gpu:v100_g1:1,gres:mps:10"
+    assert check_update(shape, u) is None
+    down = [node(f"n{i}", state="DOWN") for i in range(1, 5)]
+    tag = Tag(head=PLACED, job_class="A", was=(("tres_per_node", "gres:mps:10"), ("tres_per_job", "gres:gpu:2")),
+              intent=u.tres_per_node, nodes="n1").render()
+    placed = job("1", tpn=u.tres_per_node, tpj="", required_nodes="n1", admin_comment=tag)
+    rescue = fallback_update(placed, cluster_view.build_view(down, [placed], factors(SF), CLASSES))
+    assert rescue is not None and rescue.tres_per_node == "gres:gpu:v100_g0:1,gres:gpu:v100_g1:1,gres:mps:10"
+
+
+def test_a_gpus_per_job_request_with_an_unreadable_per_node_entry_is_left_to_slurm() -> None:
+    assert shapes.request_shape(job("1", tpn="cpu=4", tpj="gres:gpu:2"), 4) == \
+        "unreadable request 'cpu=4': placed by Slurm"

@@ -344,3 +344,11 @@ def test_drain_asks_slurm_to_drain_that_node_with_that_reason() -> None:
 
     drain(Backend(), "n3", "pal: slow GPU")  # type: ignore[arg-type]
     assert calls == [("n3", "pal: slow GPU")]
+
+
+@pytest.mark.parametrize("version", [V2205, V2411])
+def test_a_placed_gpus_per_job_request_keeps_its_per_node_gres(version) -> None:  # type: ignore[no-untyped-def]
+    job = held("1", tres_per_node="gres:mps:10", tres_per_job="gres:gpu:2")
+    w, slurm, job, update, placed = _one(version, job=job)
+    assert w.apply(job, update, placed)
+    assert "gres:mps:10" in slurm.job("1").tres_per_node.split(",")
