@@ -73,9 +73,10 @@ def test_observe_mode_refuses_every_steering_write_naming_the_job_and_the_write(
 
 
 def test_a_refused_set_with_an_unreadable_job_is_repaired_not_released_without_gpus() -> None:
-    """22.05: the clear went through, the set was refused and so was the read-back. The job is
-    taken as emptied: its request is put back before any release, never released empty."""
-    w, slurm, job, update, placed = _one(V2205, Fault("set"), Fault("read"))
+    """22.05: the clear went through, the set was refused, so were the put-back and the
+    read-back. The job is taken as emptied: its request is put back before any release, never
+    released empty."""
+    w, slurm, job, update, placed = _one(V2205, Fault("set", times=2), Fault("read"))
     assert w.apply(job, update, placed) is False
     got = slurm.job("1")
     assert check_job(got, USER, NOW) == "user" and got.tres_per_node == "gres:gpu:2"
