@@ -104,11 +104,17 @@ def _reference_bic(x: list[float], segments: list[tuple[int, int]], floor_var: f
     return -2.0 * loglik + (3 * len(segments) - 1) * math.log(n)
 
 
-@pytest.mark.parametrize("segments", [
-    [(0, 8)], [(0, 2), (2, 5), (5, 6), (6, 8)], [(0, 1), (1, 8)], [(0, 4), (4, 7), (7, 8)]])
+@pytest.mark.parametrize(("x", "segments"), [
+    ([0.90, 0.95, 1.0, 1.0, 1.0, 1.1, 1.3, 1.45], [(0, 8)]),
+    ([0.90, 0.95, 1.0, 1.0, 1.0, 1.1, 1.3, 1.45], [(0, 2), (2, 5), (5, 6), (6, 8)]),
+    ([0.90, 0.95, 1.0, 1.0, 1.0, 1.1, 1.3, 1.45], [(0, 1), (1, 8)]),
+    ([0.90, 0.95, 1.0, 1.0, 1.0, 1.1, 1.3, 1.45], [(0, 4), (4, 7), (7, 8)]),
+    ([0.90, 1.0, 1.0, 1.5], [(0, 1), (1, 3), (3, 4)]),  # a zero-variance bin whose nearer neighbour is left
+    ([1.0, 1.0, 1.0, 1.0], [(0, 4)]),  # no neighbour at all: the floor
+])
 @pytest.mark.parametrize("floor_var", [1e-8, 1e-3])
-def test_the_mixture_bic_is_the_documented_one(segments: list[tuple[int, int]], floor_var: float) -> None:
-    x = [0.90, 0.95, 1.0, 1.0, 1.0, 1.1, 1.3, 1.45]
+def test_the_mixture_bic_is_the_documented_one(x: list[float], segments: list[tuple[int, int]],
+                                               floor_var: float) -> None:
     got = c._mixture_bic(np.asarray(x), segments, floor_var)
     assert got == pytest.approx(_reference_bic(x, segments, floor_var), rel=1e-9, abs=1e-9)
 
@@ -309,3 +315,59 @@ def test_a_slow_outliers_factor_is_its_perfvar_over_the_anchor() -> None:
     assert anchor != pytest.approx(1.0, abs=1e-3)
     slow = next(g for g in r.gpus if g.uuid == "slow")
     assert slow.outlier and slow.slowdown == pytest.approx(slow.perfvar / anchor, rel=1e-12)
+
+
+def test_the_hysteresis_band_includes_its_edges() -> None:
+    """Bins at exactly 1.0 and 1.25 with hysteresis 0.25: a 1.25 GPU previously at 1.0 lies on
+    the upper edge of bin 1.0's band, a 1.0 GPU previously at 1.25 on the lower edge of the other's."""
+    runs = {f"a{i}": [1.0] * 3 for i in range(6)} | {"b0": [1.25] * 3, "b1": [1.25] * 3}
+    params = ClassifyParams(method="bic", hysteresis=0.25, min_bin_gap=0.2, **NO_OUTLIERS)
+    r = classify_group(runs, lower_is_better=True, params=params, previous={"b0": 1.0, "a0": 1.25})
+    bins = {g.uuid: g.bin for g in r.gpus}
+    assert (bins["b0"], bins["b1"], bins["a0"], bins["a1"]) == (0, 1, 1, 0)
+
+
+def test_gpus_off_the_median_by_exactly_the_threshold_are_not_outliers() -> None:
+    runs = {f"a{i}": [1.0] * 3 for i in range(5)} | {"slow": [1.25] * 3, "fast": [0.75] * 3}
+    r = classify_group(runs, lower_is_better=True, params=ClassifyParams(outlier_min_excess=0.25))
+    assert not any(g.outlier for g in r.gpus)
+
+
+def test_shrink_can_split_into_as_many_bins_as_there_are_distinct_values() -> None:
+    segments, why = c._resolve_partition([1.0, 1.1, 1.2, 1.3, 1.4], [(0, 5)], 8, 0.0, 1e-12)
+    assert len(segments) == 5 and why.startswith("K=5: the smallest K")
+
+
+def test_every_multi_gpu_bin_is_shrunk_also_after_a_one_gpu_bin() -> None:
+    """The fastest regular bin holds one GPU (nothing to shrink); the slowest two, still shrunk."""
+    runs = {"s": [0.8] * 3} | {f"a{i}": [1.0, 1.03, 0.97] for i in range(6)} | \
+        {"p": [1.45] * 3, "q": [1.50, 1.52, 1.48]}
+    r = classify_group(runs, lower_is_better=True, params=ClassifyParams(**NO_OUTLIERS))
+    g = {x.uuid: x for x in r.gpus}
+    assert r.bins[g["s"].bin].gpus == 1 and g["p"].bin == g["q"].bin
+    assert g["q"].slowdown != r.bins[g["q"].bin].slowdown and g["q"].slowdown < g["q"].perfvar
+
+
+def test_gpus_measured_once_each_keep_their_own_perfvar_as_factor() -> None:
+    """No GPU has two runs: there is no noise to shrink by, each factor is its PerfVar / anchor."""
+    runs = {f"g{i}": [0.9 + 0.02 * i] for i in range(10)}
+    r = classify_group(runs, lower_is_better=True, params=ClassifyParams(min_runs=1, **NO_OUTLIERS))
+    assert r.noise is None
+    for g in r.gpus:
+        b = r.bins[g.bin]
+        assert g.slowdown == pytest.approx(g.perfvar / (b.centroid / b.slowdown), rel=1e-12)
+
+
+def test_shrunk_factors_are_divided_by_an_anchor_that_is_not_one() -> None:
+    runs = {f"a{i}": [0.9, 0.92, 0.88] for i in range(4)} | {f"b{i}": [1.1, 1.13, 1.07] for i in range(6)}
+    r = classify_group(runs, lower_is_better=True, params=ClassifyParams(**NO_OUTLIERS))
+    regular = [b for b in r.bins if not b.outlier]
+    anchor = regular[0].centroid / regular[0].slowdown
+    assert anchor != pytest.approx(1.0, abs=1e-3)
+    for g in r.gpus:
+        b = r.bins[g.bin]
+        ms = [x.perfvar for x in r.gpus if x.bin == g.bin]
+        tau2 = max(0.0, statistics.variance(ms) - r.noise ** 2) if len(ms) > 1 else 0.0
+        w = tau2 / (tau2 + g.noise ** 2) if len(ms) > 1 else 1.0
+        want = (b.centroid + w * (g.perfvar - b.centroid)) / anchor if len(ms) > 1 else b.slowdown
+        assert g.slowdown == pytest.approx(want, rel=1e-9), g.uuid

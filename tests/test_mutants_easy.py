@@ -215,3 +215,65 @@ def test_a_job_restricted_to_some_nodes_waits_for_a_release_on_one_of_them() -> 
     d = place("pal-backfill", snap, [job("j", 1, remaining_s=1000.0, allowed_nodes=frozenset({0, 2}))])
     (w,) = d.waits
     assert w.gpus == (4,) and w.free_at == 20.0
+
+
+def test_releases_that_cannot_help_do_not_count_against_the_lookahead() -> None:
+    """Nine releases of GPUs no faster than the one it has now are passed over uncounted; the
+    fast tenth is looked at. Of helpful ones, the eighth is the last looked at."""
+    c = cluster([11], {"A": [3.0] * 10 + [1.0]})
+    running = {f"r{i}": (i + 1,) for i in range(9)} | {"fast": (10,)}
+    ends = {f"r{i}": 1.0 + i for i in range(9)} | {"fast": 50.0}
+    snap = Snapshot(cluster=c, free=frozenset({0}), running=running, now=0.0, expected_end=ends)
+    assert [w.gpus for w in place("pal-backfill", snap, [job("j", 1, remaining_s=1000.0)]).waits] == [(10,)]
+    for helpful, waits in ((7, True), (8, False)):
+        pv = [3.0] + [2.99] * helpful + [1.0]
+        c = cluster([len(pv)], {"A": pv})
+        running = {f"r{i}": (i + 1,) for i in range(helpful)} | {"fast": (helpful + 1,)}
+        ends = {f"r{i}": 1.0 + i for i in range(helpful)} | {"fast": 50.0}
+        snap = Snapshot(cluster=c, free=frozenset({0}), running=running, now=0.0, expected_end=ends)
+        assert bool(place("pal-backfill", snap, [job("j", 1, remaining_s=1000.0)]).waits) is waits, helpful
+
+
+def _two_releases(pace_first: float = 1.5) -> Snapshot:
+    """The job's free GPU is a 3x outlier; GPU 0 (`pace_first`) frees at 10, GPU 1 (1.0) at 300;
+    GPU 3 (0.5, never free) makes the fastest pace of the class 0.5."""
+    c = cluster([4], {"A": [pace_first, 1.0, 3.0, 0.5]})
+    return Snapshot(cluster=c, free=frozenset({2}), running={"r": (0,), "q": (1,), "s": (3,)}, now=0.0,
+                    expected_end={"r": 10.0, "q": 300.0, "s": 1e9})
+
+
+def test_a_search_budget_spent_mid_job_keeps_the_best_wait_found_so_far() -> None:
+    pol = get_policy("pal-backfill")
+    snap = _two_releases()
+    pol.wait_searches = 2
+    (w,) = pol.place(snap, [job("j", 1, remaining_s=1000.0)], PlacementContext(locality_penalty=1.7)).waits
+    assert (w.gpus, w.free_at) == ((1,), 300.0), "300 + 1000 beats 10 + 1500"
+    pol.wait_searches = 1
+    (w,) = pol.place(snap, [job("j", 1, remaining_s=1000.0)], PlacementContext(locality_penalty=1.7)).waits
+    assert (w.gpus, w.free_at) == ((0,), 10.0), "one search: the first release's"
+
+
+def test_of_two_releases_finishing_the_job_at_the_same_time_it_waits_for_the_earlier() -> None:
+    snap = _two_releases(pace_first=1.29)  # 10 + 1290 = 300 + 1000
+    (w,) = place("pal-backfill", snap, [job("j", 1, remaining_s=1000.0)]).waits
+    assert (w.gpus, w.free_at) == ((0,), 10.0)
+
+
+def test_a_wait_bound_of_one_second_still_allows_a_release_within_it() -> None:
+    snap, j = _outlier(end=0.5)
+    assert place("pal-backfill", snap, [j], max_wait_s=1.0).waits
+
+
+def test_a_short_job_waits_too_when_that_finishes_it_sooner() -> None:
+    """Its estimate is one second: three on the outlier, 0.1 + 1 after GPU 0 frees at 0.1."""
+    snap, _j = _outlier(end=0.1)
+    assert place("pal-backfill", snap, [job("j", 1, remaining_s=1.0)], wait_fraction=1.0).waits
+
+
+def test_a_job_waits_by_its_own_classs_factors() -> None:
+    """For class A the free GPU is as fast as the one being released; for D it is 3x slower."""
+    c = cluster([2, 2], {"A": [1.0, 1.0, 1.0, 1.0], "D": [1.0, 1.0, 3.0, 3.0]})
+    snap = Snapshot(cluster=c, free=frozenset({2}), running={"r": (0,), "s": (1,), "t": (3,)}, now=0.0,
+                    expected_end={"r": 10.0, "s": 1e9, "t": 1e9})
+    assert place("pal-backfill", snap, [job("d", 1, "D", remaining_s=1000.0)]).waits
+    assert not place("pal-backfill", snap, [job("a", 1, "A", remaining_s=1000.0)]).waits

@@ -214,3 +214,43 @@ def test_a_cached_verdict_is_for_its_own_class_table_only() -> None:
     wide = replace(tab, pv=np.array([0.5, 1.3]))
     assert not chooser.is_quiet(ix, wide, 0.05)
     assert chooser.fastest(wide) == 0.5
+
+
+def test_faster_gpus_on_nodes_the_job_may_not_use_do_not_count_as_a_possible_gain() -> None:
+    c = cluster([2, 2], {"A": [1.30, 1.00, 1.00, 1.00]})
+    d = one(free_only(c, [0, 2]), job("j", 1, remaining_s=3600, allowed_nodes=frozenset({0})))
+    assert d.as_dict() == {"j": (0,)}
+    assert d.assignments[0].reason.endswith("first fit kept: no set is faster beyond the noise (5%)")
+
+
+# --------------------------------------------------------------------------- waiting under pal-guard
+
+
+def _waits(pv: list[float], end: float, noise: float = 0.05, cls: str = "A", **classes: list[float]) -> bool:
+    """A 1-GPU job (1000 s) whose free GPU is GPU 0; GPU 1 frees at `end`; waits allowed up to 1000 s."""
+    c = cluster([2, 2], {"A": pv, **classes})
+    snap = Snapshot(cluster=c, free=frozenset({0}), running={"r": (1,), "s": (2, 3)}, now=0.0,
+                    expected_end={"r": end, "s": 1e9})
+    from pal_slurm.placement.model import PlacementContext
+    from pal_slurm.placement.policies import get_policy
+
+    ctx = PlacementContext(noise=noise, wait_fraction=1.0, max_wait_s=1000.0)
+    return bool(get_policy("pal-guard").place(snap, [job("j", 1, cls, remaining_s=1000.0)], ctx).waits)
+
+
+def test_pal_guard_waits_only_to_finish_sooner_by_more_than_the_noise_when_that_is_above_five_percent() -> None:
+    """Now 1300 s; after GPU 1 (1.0) frees at `end`, end + 1000. With a noise of 10 % the gain
+    must exceed 100 s: at end=220 it is 80 s, not enough (5 % would have let it wait)."""
+    assert _waits([1.3, 1.0, 1.0, 1.0], end=150.0, noise=0.10)
+    assert not _waits([1.3, 1.0, 1.0, 1.0], end=220.0, noise=0.10)
+
+
+def test_pal_guard_does_not_wait_on_a_gpu_within_the_noise_of_the_classs_fastest() -> None:
+    """Every GPU of the class is slow; the free one (1.57) is within 5 % of the fastest (1.5):
+    nothing is worth waiting for, though the release would gain 4.5 %."""
+    assert not _waits([1.57, 1.5, 1.6, 1.6], end=10.0)
+
+
+def test_pal_guard_waits_by_the_jobs_own_class() -> None:
+    assert _waits([1.0, 1.0, 1.0, 1.0], end=10.0, cls="D", D=[1.3, 1.0, 1.0, 1.0])
+    assert not _waits([1.0, 1.0, 1.0, 1.0], end=10.0, cls="A", D=[1.3, 1.0, 1.0, 1.0])
