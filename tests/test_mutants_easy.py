@@ -277,3 +277,19 @@ def test_a_job_waits_by_its_own_classs_factors() -> None:
                     expected_end={"r": 10.0, "s": 1e9, "t": 1e9})
     assert place("pal-backfill", snap, [job("d", 1, "D", remaining_s=1000.0)]).waits
     assert not place("pal-backfill", snap, [job("a", 1, "A", remaining_s=1000.0)]).waits
+
+
+def test_a_job_waits_by_its_own_classs_fastest_gpu_too() -> None:
+    """For class A every GPU is 3x: no release could help an A job, and for a D job the fastest
+    D GPU (1.0) is what bounds how soon it could finish."""
+    c = cluster([2, 2], {"A": [3.0, 3.0, 3.0, 3.0], "D": [3.0, 1.0, 1.0, 1.0]})
+    snap = Snapshot(cluster=c, free=frozenset({0}), running={"r": (1,), "s": (2, 3)}, now=0.0,
+                    expected_end={"r": 10.0, "s": 1e9})
+    assert place("pal-backfill", snap, [job("d", 1, "D", remaining_s=1000.0)]).waits
+
+
+def test_past_the_lookahead_the_best_wait_found_so_far_stands() -> None:
+    pol = get_policy("pal-backfill")
+    pol.wait_lookahead = 1
+    (w,) = pol.place(_two_releases(), [job("j", 1, remaining_s=1000.0)], PlacementContext(locality_penalty=1.7)).waits
+    assert (w.gpus, w.free_at) == ((0,), 10.0)

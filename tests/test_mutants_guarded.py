@@ -124,7 +124,7 @@ def test_any_positive_saving_pays_for_a_neutral_move_however_short_the_job() -> 
 def test_a_move_without_a_runtime_estimate_says_the_saving_is_unknown() -> None:
     d = _hand_worked(neutral_pv=1.00, fast_pv=0.90, remaining_s=0)
     assert d.as_dict() == {"j": (2,)}
-    assert "saves an unknown amount (no runtime estimate)" in d.assignments[0].reason
+    assert "; saves an unknown amount (no runtime estimate), 23.1% of its run time" in d.assignments[0].reason
 
 
 def test_a_kept_first_fit_still_lists_first_fits_gpus_among_the_alternatives() -> None:
@@ -166,6 +166,8 @@ def test_a_two_node_job_is_not_moved_onto_nodes_with_more_free_gpus() -> None:
     j = job("m", 2, gpus_per_node=1, min_nodes=2, max_nodes=2, same_slots=True, remaining_s=3600)
     d = one(free_only(c, [0, 2, 4, 5, 6, 7]), j)
     assert d.as_dict() == {"m": (0, 2)} and d.assignments[0].first_fit
+    assert d.assignments[0].reason.endswith("first fit kept: no faster set leaves the free GPUs as whole as first "
+                                            "fit does")
 
 
 def test_a_two_node_job_is_not_moved_to_a_node_it_may_not_use() -> None:
@@ -254,3 +256,25 @@ def test_pal_guard_does_not_wait_on_a_gpu_within_the_noise_of_the_classs_fastest
 def test_pal_guard_waits_by_the_jobs_own_class() -> None:
     assert _waits([1.0, 1.0, 1.0, 1.0], end=10.0, cls="D", D=[1.3, 1.0, 1.0, 1.0])
     assert not _waits([1.0, 1.0, 1.0, 1.0], end=10.0, cls="A", D=[1.3, 1.0, 1.0, 1.0])
+
+
+def test_first_fit_within_the_noise_of_the_classs_fastest_gpu_says_so() -> None:
+    """The class has a slow GPU (busy), so it is not quiet; first fit's 1.02 is within 5 % of 1.0."""
+    c = cluster([2, 2], {"A": [1.02, 1.00, 1.30, 1.00]})
+    d = one(free_only(c, [0, 1]), job("j", 1, remaining_s=3600))
+    assert d.as_dict() == {"j": (0,)}
+    assert d.assignments[0].reason.endswith("first fit kept: no set is faster beyond the noise (5%)")
+
+
+def test_pal_guard_does_not_wait_for_a_tighter_gpu_within_the_noise_of_its_own() -> None:
+    """GPU 0 (1.57) is free on a node with two free; GPU 2 (1.5), alone on its node, frees at 10:
+    first fit would then take it (the tighter fit), 4.5 % faster: within the noise, no wait."""
+    c = cluster([2, 2], {"A": [1.57, 1.6, 1.5, 1.6]})
+    snap = Snapshot(cluster=c, free=frozenset({0, 1}), running={"r": (2,), "s": (3,)}, now=0.0,
+                    expected_end={"r": 10.0, "s": 1e9})
+    from pal_slurm.placement.model import PlacementContext
+    from pal_slurm.placement.policies import get_policy
+
+    ctx = PlacementContext(wait_fraction=1.0, max_wait_s=1000.0)
+    d = get_policy("pal-guard").place(snap, [job("j", 1, remaining_s=1000.0)], ctx)
+    assert not d.waits and d.as_dict() == {"j": (0,)}

@@ -113,6 +113,8 @@ def test_a_job_waits_with_the_reason_it_cannot_start_now() -> None:
     exact = [node("n1", used=(0, 1)), node("n2", used=(0, 1, 2, 3))]
     planned = _plan([job("1", tpn="gres:gpu:2")], exact)
     assert planned.waiting == {} and [r.id for r in planned.requests] == ["1"]
+    planned = _plan([job("1", tpn="gres:gpu:4", nodes=2)])
+    assert planned.waiting == {} and [r.id for r in planned.requests] == ["1"], "every GPU of two idle nodes"
     busy = [node("n1", used=(0, 1, 2)), node("n2", used=(0, 1, 2))]
     planned = _plan([job("1", tpn="gres:gpu:2")], busy)
     assert planned.waiting == {"1": "no node it may use has 2 free steerable GPUs"}

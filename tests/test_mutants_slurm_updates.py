@@ -229,3 +229,12 @@ def test_a_gpus_per_job_request_keeps_the_other_gres_it_asks_for_per_node() -> N
 def test_a_gpus_per_job_request_with_an_unreadable_per_node_entry_is_left_to_slurm() -> None:
     assert shapes.request_shape(job("1", tpn="cpu=4", tpj="gres:gpu:2"), 4) == \
         "unreadable request 'cpu=4': placed by Slurm"
+
+
+def test_a_gpus_per_job_requests_own_other_gres_are_kept_once() -> None:
+    j = job("1", tpn="gres:mps:10", tpj="gres:gpu:2,gres:mps:10,gres:shard:2")
+    view = cluster_view.build_view(FOUR, [j], factors(SF), CLASSES)
+    shape = shapes.request_shape(j, 4)
+    assert not isinstance(shape, str)
+    u = slurm_updates.update_for(j, shape, [0, 1], view)
+    assert u.tres_per_node == "gres:gpu:v100_g0:1,gres:gpu:v100_g1:1,gres:mps:10,gres:shard:2"

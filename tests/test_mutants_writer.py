@@ -72,14 +72,16 @@ def test_observe_mode_refuses_every_steering_write_naming_the_job_and_the_write(
 # --------------------------------------------------------------------------- apply's error paths
 
 
-def test_a_refused_set_with_an_unreadable_job_is_repaired_not_released_without_gpus() -> None:
+@pytest.mark.parametrize("user", [USER, {"tres_per_job": "gres:gpu:2"}])
+def test_a_refused_set_with_an_unreadable_job_is_repaired_not_released_without_gpus(user) -> None:  # type: ignore[no-untyped-def]
     """22.05: the clear went through, the set was refused, so were the put-back and the
     read-back. The job is taken as emptied: its request is put back before any release, never
-    released empty."""
-    w, slurm, job, update, placed = _one(V2205, Fault("set", times=2), Fault("read"))
+    released empty (`--gres=gpu:2` and `--gpus=2`)."""
+    job = held("1", tres_per_node=user.get("tres_per_node", ""), tres_per_job=user.get("tres_per_job", ""))
+    w, slurm, job, update, placed = _one(V2205, Fault("set", times=2), Fault("read"), job=job)
     assert w.apply(job, update, placed) is False
     got = slurm.job("1")
-    assert check_job(got, USER, NOW) == "user" and got.tres_per_node == "gres:gpu:2"
+    assert check_job(got, user, NOW) == "user"
     assert Tag.parse(got.admin_comment).note.startswith("placement failed: scontrol set: refused by the test")
 
 
