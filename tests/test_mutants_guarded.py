@@ -216,6 +216,8 @@ def test_a_cached_verdict_is_for_its_own_class_table_only() -> None:
     wide = replace(tab, pv=np.array([0.5, 1.3]))
     assert not chooser.is_quiet(ix, wide, 0.05)
     assert chooser.fastest(wide) == 0.5
+    assert chooser._pv_views(ix, tab)[1].tolist() == [[1.0, 1.01]]
+    assert chooser._pv_views(ix, wide)[1].tolist() == [[0.5, 1.3]]
 
 
 def test_faster_gpus_on_nodes_the_job_may_not_use_do_not_count_as_a_possible_gain() -> None:
@@ -267,14 +269,14 @@ def test_first_fit_within_the_noise_of_the_classs_fastest_gpu_says_so() -> None:
 
 
 def test_pal_guard_does_not_wait_for_a_tighter_gpu_within_the_noise_of_its_own() -> None:
-    """GPU 0 (1.57) is free on a node with two free; GPU 2 (1.5), alone on its node, frees at 10:
-    first fit would then take it (the tighter fit), 4.5 % faster: within the noise, no wait."""
-    c = cluster([2, 2], {"A": [1.57, 1.6, 1.5, 1.6]})
-    snap = Snapshot(cluster=c, free=frozenset({0, 1}), running={"r": (2,), "s": (3,)}, now=0.0,
+    """GPU 2 (1.57) is free; GPU 0 (1.5), on the node before, frees at 10: first fit would then
+    take it, 4.5 % faster: within the noise of the class's fastest, so no wait."""
+    c = cluster([2, 2], {"A": [1.5, 1.6, 1.57, 1.6]})
+    snap = Snapshot(cluster=c, free=frozenset({2, 3}), running={"r": (0,), "s": (1,)}, now=0.0,
                     expected_end={"r": 10.0, "s": 1e9})
     from pal_slurm.placement.model import PlacementContext
     from pal_slurm.placement.policies import get_policy
 
     ctx = PlacementContext(wait_fraction=1.0, max_wait_s=1000.0)
     d = get_policy("pal-guard").place(snap, [job("j", 1, remaining_s=1000.0)], ctx)
-    assert not d.waits and d.as_dict() == {"j": (0,)}
+    assert not d.waits and d.as_dict() == {"j": (2,)}
