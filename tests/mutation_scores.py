@@ -6,7 +6,9 @@ tests killed, how many survived, timed out or had no test that calls them. Then 
 survivor: one that docs/mutation.md lists as equivalent (by name, with the line it changes,
 so a renumbered mutant is not excused by its old entry) is counted apart; any other is
 printed with its diff, and the exit status is 1. The habit this keeps: a surviving mutant
-gets a test that kills it, or a line in docs/mutation.md that says why nothing can.
+gets a test that kills it, or a line in docs/mutation.md that says why nothing can (kind
+`equivalent`: no input changes what the code does) or why no test is worth it (kind
+`accepted`, counted apart so the list of those stays short).
 """
 
 from __future__ import annotations
@@ -26,19 +28,24 @@ from mutmut.stats import status_by_exit_code
 from mutmut.utils.file_utils import walk_mutatable_files
 
 COLUMNS = ("killed", "survived", "timeout", "no tests", "other")
-#: a row of docs/mutation.md's table of equivalent mutants: | `name` | `changed line` | why |
-ROW = re.compile(r"^\|\s*`([^`]+__mutmut_\d+)`\s*\|\s*`(.*?)`\s*\|")
+KINDS = ("equivalent", "accepted")
+#: a row of docs/mutation.md's tables: | `name` | `changed line` | kind | why |
+CELL = re.compile(r"(?<!\\)\|")
+CODE = re.compile(r"^(`+) ?(.*?) ?\1$")
 
 
-def equivalents(doc: Path) -> dict[str, str]:
-    """Mutant name -> the mutated line (stripped), from the doc's table rows."""
+def equivalents(doc: Path) -> dict[str, tuple[str, str]]:
+    """Mutant name -> (the mutated line, stripped; its kind), from the doc's table rows."""
     if not doc.exists():
         return {}
     out = {}
     for line in doc.read_text(encoding="utf-8").splitlines():
-        m = ROW.match(line)
-        if m:
-            out[m.group(1)] = m.group(2).replace("\\|", "|").strip()
+        cells = [c.strip() for c in CELL.split(line)]
+        if len(cells) < 5 or cells[0] or not cells[1].endswith("`") or "__mutmut_" not in cells[1]:
+            continue
+        name, code = CODE.match(cells[1]), CODE.match(cells[2])
+        if name and code and cells[3] in KINDS:
+            out[name.group(2)] = (code.group(2).replace("\\|", "|").strip(), cells[3])
     return out
 
 
@@ -63,8 +70,9 @@ def main() -> int:
     known = equivalents(args.equivalents)
     config()
     unexplained: list[tuple[str, Path]] = []
-    excused = Counter()
-    print(f"{'module':<40} {'mutants':>7} " + " ".join(f"{c:>8}" for c in COLUMNS) + f" {'score':>6} {'equiv.':>6}")
+    excused: Counter[tuple[str, str]] = Counter()
+    print(f"{'module':<40} {'mutants':>7} " + " ".join(f"{c:>8}" for c in COLUMNS)
+          + f" {'score':>6} {'equiv.':>6} {'accept.':>7}")
     totals: Counter[str] = Counter()
     for path in walk_mutatable_files():
         data = SourceFileMutationData(path=path)
@@ -76,20 +84,24 @@ def main() -> int:
             status = status_by_exit_code[code]
             counts[status if status in COLUMNS else "other"] += 1
             if status in ("survived", "no tests"):
-                if name in known and changed_line(diff_of(name, path)) == known[name]:
-                    excused[str(path)] += 1
+                line, kind = known.get(name, ("", ""))
+                if kind and changed_line(diff_of(name, path)) == line:
+                    excused[(str(path), kind)] += 1
                 else:
                     unexplained.append((name, path))
         total = sum(counts.values())
         totals.update(counts)
         totals["total"] += total
-        totals["equivalent"] += excused[str(path)]
+        for kind in KINDS:
+            totals[kind] += excused[(str(path), kind)]
         score = 100.0 * counts["killed"] / total if total else 100.0
         print(f"{str(path):<40} {total:>7} " + " ".join(f"{counts[c]:>8}" for c in COLUMNS)
-              + f" {score:>5.1f}% {excused[str(path)]:>6}")
+              + f" {score:>5.1f}% {excused[(str(path), 'equivalent')]:>6} {excused[(str(path), 'accepted')]:>7}")
     score = 100.0 * totals["killed"] / totals["total"] if totals["total"] else 100.0
     print(f"{'all':<40} {totals['total']:>7} " + " ".join(f"{totals[c]:>8}" for c in COLUMNS)
-          + f" {score:>5.1f}% {totals['equivalent']:>6}")
+          + f" {score:>5.1f}% {totals['equivalent']:>6} {totals['accepted']:>7}")
+    print("score: killed / mutants; equiv.: survivors docs/mutation.md shows to be equivalent; accept.: survivors "
+          "it accepts, with the reason")
     if unexplained:
         print(f"\n{len(unexplained)} mutant(s) that survived or that no test reaches, not listed as equivalent in "
               f"{args.equivalents}:")
