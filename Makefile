@@ -15,7 +15,7 @@ export PAL_TEST_SLURM_REST ?= 1
 # 24.11 on Debian 13) in a Debian chroot of the other release; 0 skips that (and says so)
 PAL_TEST_OTHER_SLURM ?= 1
 
-.PHONY: demo test test-fast venv db-servers db-servers-stop sql bench replay clean help slurm-cluster slurm-cluster-stop test-slurm test-other-slurm browser
+.PHONY: demo test test-fast mutation venv db-servers db-servers-stop sql bench replay clean help slurm-cluster slurm-cluster-stop test-slurm test-other-slurm browser
 
 help:
 	@echo "make demo   - venv + install + run the demo (SQLite, simulated GPU fleet, report, HTML)"
@@ -27,6 +27,9 @@ help:
 	@echo "make test-other-slurm - the real-Slurm tests on the other Slurm version, in a Debian 12/13 chroot (root)"
 	@echo "make slurm-cluster - install and start the Slurm test cluster (root; stop: make slurm-cluster-stop)"
 	@echo "make browser - install chromium for the HTML report's browser test (root)"
+	@echo "make mutation - mutation testing (mutmut) of the safety-critical modules against their closest tests;"
+	@echo "              per-module scores, and every surviving mutant docs/mutation.md does not explain (exit 1)"
+	@echo "              (MUTANTS='pal_slurm.placer.writer.*': only those; MUTATION_JOBS=N: N at a time, default 2)"
 	@echo "make sql    - regenerate sql/*.sql from the migrations and the role definitions (pal_slurm/db/roles.py)"
 	@echo "make bench  - run the benchmarks in bench/ (all of them; fails naming those that missed a target)"
 	@echo "make replay - replay Sia-Philly workloads 1 and 4 on a real 16x4-GPU Slurm cluster, plain Slurm vs pal-slurm,"
@@ -85,6 +88,19 @@ test-slurm: venv db-servers slurm-cluster
 test-fast: venv
 	$(VENV)/bin/python -m pytest -m "not slurm" $(PYTEST_ARGS)
 
+# mutmut, configured in setup.cfg [mutmut] (docs/mutation.md): a fresh mutants/ each run, so a test
+# added since the last run counts; niced, as it keeps MUTATION_JOBS cores busy for a while
+MUTANTS ?=
+MUTATION_JOBS ?= 2
+$(VENV)/.mutation: $(VENV)/.installed
+	$(VENV)/bin/python -m pip install -q -e '.[dev,mutation]'
+	@touch $@
+
+mutation: $(VENV)/.mutation
+	rm -rf mutants
+	nice -n 10 $(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS)
+	$(VENV)/bin/python tests/mutation_scores.py
+
 sql: venv
 	for d in postgresql mysql sqlite; do $(PAL) db sql --dialect $$d > sql/schema-$$d.sql; done
 	for d in postgresql mysql; do $(PAL) db roles --dialect $$d > sql/roles-$$d.sql; done
@@ -111,4 +127,4 @@ replay: venv
 	$(SLURM_CLUSTER) install && $(VENV)/bin/python bench/replay.py --out replay-out $(REPLAY_ARGS)
 
 clean:
-	rm -rf $(VENV) pal-demo .pytest_cache build *.egg-info
+	rm -rf $(VENV) pal-demo .pytest_cache build *.egg-info mutants

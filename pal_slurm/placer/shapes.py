@@ -107,8 +107,10 @@ def request_shape(job: SlurmJob, max_per_node: int) -> Shape | str:
     tres, fld = (per_node, "tres_per_node") if per_node.gpu_count else (per_job, "tres_per_job")
     if not tres.gpu_count:
         return "no GPUs requested"
-    if tres.unparsed:
-        return f"unreadable request {','.join(tres.unparsed)!r}: placed by Slurm"
+    # the per-slot request replaces TresPerNode whole: for `--gpus` too its other entries must be readable
+    unread = tres.unparsed + (per_node.unparsed if fld == "tres_per_job" else ())
+    if unread:
+        return f"unreadable request {','.join(unread)!r}: placed by Slurm"
     if tres.gpu_types:
         return f"asks for GPU type {','.join(tres.gpu_types)}: not moved"
     n = tres.gpu_count

@@ -31,7 +31,7 @@ from pal_slurm.placer.tag import PLACED, Tag
 from pal_slurm.slurm.gresconf import natural_key as _natural
 from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
-from pal_slurm.slurm.tres import parsed_tres, typed_gpu_request
+from pal_slurm.slurm.tres import GresItem, parsed_tres, typed_gpu_request
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,23 @@ class Update:
 FIELD_KEY = {"tres_per_node": "TresPerNode", "tres_per_job": "TresPerJob"}
 
 
+def _others(job: SlurmJob, shape: Shape) -> tuple[GresItem, ...]:
+    """The non-GPU GRES the per-slot request keeps: the steered field's, and for a `--gpus`
+    request (TresPerJob) also the per-node ones (`--gres=mps:10`) that TresPerNode holds now,
+    which setting TresPerNode would otherwise drop."""
+    others = shape.tres.without_gpus().items
+    if shape.field == "tres_per_node":
+        return others
+    per_node = parsed_tres(job.tres_per_node).without_gpus().items
+    return per_node + tuple(i for i in others if (i.name, i.type) not in {(p.name, p.type) for p in per_node})
+
+
 def update_for(job: SlurmJob, shape: Shape, gpus: Sequence[int], view: View) -> Update:
     """The per-slot request for the chosen GPUs (the same slots on every node)."""
     chosen = [view.slots[g] for g in sorted(gpus)]
     nodes = sorted({s.node for s in chosen}, key=_natural)
     first = [s for s in chosen if s.node == nodes[0]]
-    request = typed_gpu_request(shape.tres.prefix, {s.gres_type: 1 for s in first},
-                                others=shape.tres.without_gpus().items)
+    request = typed_gpu_request(shape.tres.prefix, {s.gres_type: 1 for s in first}, others=_others(job, shape))
     original_value = getattr(job, shape.field)
     return Update(job_id=job.job_id, clear_field=FIELD_KEY[shape.field], tres_per_node=request,
                   node_list=",".join(nodes), slots=tuple(chosen), original=(shape.field, original_value))
@@ -192,8 +202,7 @@ def fallback_update(job: SlurmJob, view: View) -> Update | None:
         ids = view.cluster.node_gpus[int(node)]
         if len(ids) >= shape.per_node:
             types = [view.slots[g].gres_type for g in ids[: shape.per_node]]
-            request = typed_gpu_request(shape.tres.prefix, {t: 1 for t in types},
-                                        others=shape.tres.without_gpus().items)
+            request = typed_gpu_request(shape.tres.prefix, {t: 1 for t in types}, others=_others(user, shape))
             return Update(job_id=job.job_id, clear_field="TresPerNode", tres_per_node=request, node_list="",
                           slots=(), original=(shape.field, getattr(user, shape.field)))
     return None
