@@ -88,21 +88,6 @@ class DbWorker:
             self._stop = True
             self._cond.notify_all()
 
-    def run_pending(self) -> None:
-        """Run what is queued now, in this thread (tests, and `pal placer --once`)."""
-        while True:
-            with self._cond:
-                if not self._tasks:
-                    return
-                key, task = self._tasks.popitem(last=False)
-                self._running = key
-            try:
-                self._run(key, task)
-            finally:
-                with self._cond:
-                    self._running = None
-                    self._cond.notify_all()
-
     def _loop(self) -> None:
         while True:
             with self._cond:
@@ -114,14 +99,22 @@ class DbWorker:
                 if wait > 0:
                     self._cond.wait(wait)
                     continue
-                key, task = self._tasks.popitem(last=False)
-                self._running = key
-            try:
-                self._run(key, task)
-            finally:
-                with self._cond:
-                    self._running = None
-                    self._cond.notify_all()
+                key, task = self._take()
+            self._run_marked(key, task)
+
+    def _take(self) -> tuple[str, Callable[[], None]]:
+        """The oldest queued task, marked running (the caller holds the lock)."""
+        key, task = self._tasks.popitem(last=False)
+        self._running = key
+        return key, task
+
+    def _run_marked(self, key: str, task: Callable[[], None]) -> None:
+        try:
+            self._run(key, task)
+        finally:
+            with self._cond:
+                self._running = None
+                self._cond.notify_all()
 
     def _run(self, key: str, task: Callable[[], None]) -> None:
         try:
