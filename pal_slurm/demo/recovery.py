@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine, select
 
@@ -63,14 +64,19 @@ class Recovery:
         return self.within_one / self.gpus if self.gpus else 0.0
 
 
+def _run_of(s: Any, version: int | None) -> ClassificationRun | None:
+    """Classification run `version`, or the latest when None; None when there is none."""
+    q = select(ClassificationRun).order_by(ClassificationRun.version.desc())
+    if version is not None:
+        q = select(ClassificationRun).where(ClassificationRun.version == version)
+    return s.scalars(q.limit(1)).first()
+
+
 def load_assignments(engine: Engine, benchmark: str, version: int | None = None,
                      regular_edge: float = 1.04) -> dict[str, BinAssignment]:
     """UUID -> assignment in classification `version` (default: the latest) for `benchmark`."""
     with session_scope(engine) as s:
-        run_q = select(ClassificationRun).order_by(ClassificationRun.version.desc())
-        if version is not None:
-            run_q = select(ClassificationRun).where(ClassificationRun.version == version)
-        run = s.scalars(run_q.limit(1)).first()
+        run = _run_of(s, version)
         if run is None:
             return {}
         bench_id = s.scalar(select(Benchmark.id).where(Benchmark.name == benchmark))
@@ -140,10 +146,7 @@ def load_bins(engine: Engine, benchmark: str, version: int | None = None,
     """(model -> its bins in order, uuid -> (model, bin given)) of classification `version`
     (default: the latest) for `benchmark`; GPUs without a bin (unprofiled) are left out."""
     with session_scope(engine) as s:
-        run_q = select(ClassificationRun).order_by(ClassificationRun.version.desc())
-        if version is not None:
-            run_q = select(ClassificationRun).where(ClassificationRun.version == version)
-        run = s.scalars(run_q.limit(1)).first()
+        run = _run_of(s, version)
         if run is None:
             return {}, {}
         bench_id = s.scalar(select(Benchmark.id).where(Benchmark.name == benchmark))
