@@ -151,6 +151,24 @@ class SlurmCluster:
                 raise AssertionError(f"job {jobid} not in {sorted(wanted)} after {timeout:g}s: {info}")
             time.sleep(0.25)
 
+    def wait_quiet(self, timeout: float = 60) -> None:
+        """Wait until no job is still queued, running or completing (tests submit some with
+        plain sbatch, so every job of the cluster counts).
+
+        Why: a placer that accounts finished jobs (observe-mode savings, the demo's report)
+        would also account an earlier test's job that its clean-up cancelled a moment ago;
+        such a job, cancelled within a second of starting, is rightly unaccounted and would
+        make the report's counts depend on the test order."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.run(["squeue", "--all", "--noheader", "--format=%i %T"], check=False).stdout
+            busy = [line.strip() for line in out.splitlines() if line.strip()]
+            if not busy:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"jobs of earlier tests still active after {timeout:g}s: {busy}")
+            time.sleep(0.25)
+
     def job_output(self, jobid: str) -> str:
         path = self.out_dir / f"{jobid}.out"
         deadline = time.monotonic() + 5

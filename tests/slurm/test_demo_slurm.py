@@ -65,6 +65,7 @@ def test_pace_range_is_the_slowest_gpu_of_the_best_and_worst_set() -> None:
 
 def test_demo_on_the_cluster(slurm_cluster, tmp_path: Path) -> None:
     """The whole demo: each job placed as the default policy would, the filter off and the placer gone afterwards."""
+    slurm_cluster.wait_quiet()  # an earlier test's job ending now would be in the demo's savings report
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pal_slurm", "demo", "--slurm", "--json", "--dir", str(tmp_path)],
                           cwd=REPO, env={**os.environ, **slurm_cluster.env}, capture_output=True, text=True,

@@ -56,6 +56,7 @@ def test_observe_mode_accounts_the_tax_the_jobs_measured(slurm_cluster: SlurmClu
     script.chmod(0o755)
     state = tmp_path / "filter-state.lua"  # not the cluster's: an observing placer steers nothing
     config = write_config(tmp_path, url, state, mode="observe", interval=0.5)
+    slurm_cluster.wait_quiet()  # an earlier test's job ending now would be in this placer's accounts
     placer = PlacerProcess(config, slurm_cluster.env, tmp_path / "placer.log")
     ids: list[str] = []
     try:
@@ -117,6 +118,8 @@ def test_observe_mode_accounts_the_tax_the_jobs_measured(slurm_cluster: SlurmClu
                             check=True, env={**os.environ, **slurm_cluster.env})
     data = json.loads(report.stdout)
     slow_row = by_job[on_slow[0]]
+    ledger = _accounting(url, None)  # the report sums the whole ledger, which only this test's jobs should be in
+    assert sorted(r["slurm_job_id"] for r in ledger) == sorted(ids), ledger
     assert data["accounted_jobs"] == JOBS and data["unaccounted_jobs"] == 0
     assert data["lost_gpu_hours"] == pytest.approx(slow_row["tax_gpu_h"])
     assert data["observe_saved_gpu_hours"] == pytest.approx(sum(row["saved_gpu_h"] for row in rows))
@@ -141,7 +144,8 @@ def _observed(url: str, ids: list[str]) -> dict[str, list[dict]]:
         engine.dispose()
 
 
-def _accounting(url: str, ids: list[str]) -> list[dict]:
+def _accounting(url: str, ids: list[str] | None) -> list[dict]:
+    """The placer's accounting rows for IDS (every row when None)."""
     from sqlalchemy import select
 
     from pal_slurm.db.engine import make_engine
@@ -150,7 +154,10 @@ def _accounting(url: str, ids: list[str]) -> list[dict]:
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            rows = conn.execute(select(JobAccounting).where(JobAccounting.slurm_job_id.in_(ids))).mappings().all()
+            query = select(JobAccounting)
+            if ids is not None:
+                query = query.where(JobAccounting.slurm_job_id.in_(ids))
+            rows = conn.execute(query).mappings().all()
         return [dict(r) for r in rows]
     finally:
         engine.dispose()
