@@ -40,7 +40,7 @@ It starts that cluster (idempotent) and leaves it running; stop it with slurm-cl
 (with the same variables) before the test cluster's tests run: two clusters with the same node
 names on one machine disturb each other's jobs (seen: typed GRES requests refused).
 Usage: bench/placer_scale.py [--pending N] [--held N] [--cycles 7] [--submitters 8]
-                             [--array-size 0] [--eligible]
+                             [--array-size 0] [--eligible] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -203,6 +203,8 @@ def main() -> int:
     ap.add_argument("--pending", type=int, default=50_000, help="pending jobs in all (held GPU jobs included)")
     ap.add_argument("--held", type=int, default=10_000, help="GPU jobs the submit filter holds")
     ap.add_argument("--cycles", type=int, default=7)
+    ap.add_argument("--profile", metavar="FILE", default="",
+                    help="run the cycles under cProfile, write its stats to FILE and print the top functions")
     ap.add_argument("--submitters", type=int, default=8, help="sbatch processes at once")
     ap.add_argument("--array-size", type=int, default=0, help="submit the CPU jobs as arrays of this many tasks")
     ap.add_argument("--eligible", action="store_true",
@@ -322,10 +324,19 @@ def measure(cluster: Cluster, placer: object, args: argparse.Namespace) -> int:
     before = sdiag(cluster)
     t_start = time.monotonic()
     seconds: list[float] = []
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
     print(f"{args.cycles} cycles, one every {interval:g} s:")
     for i in range(args.cycles):
         started = time.monotonic()
+        if profiler is not None:
+            profiler.enable()
         report = p.cycle()  # type: ignore[attr-defined]
+        if profiler is not None:
+            profiler.disable()
         seconds.append(report.seconds)
         read_s, read_n = reads_jobs[-1] if reads_jobs else (0.0, 0)
         print(f"  cycle {i + 1}: {report.seconds:.3f} s (jobs read: {read_n} in {read_s:.3f} s; nodes "
@@ -334,6 +345,12 @@ def measure(cluster: Cluster, placer: object, args: argparse.Namespace) -> int:
         if i + 1 < args.cycles:
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
     wall = time.monotonic() - t_start
+    if profiler is not None:
+        import pstats
+
+        profiler.dump_stats(args.profile)
+        print(f"cProfile of the {args.cycles} cycles ({args.profile}), top 30 by cumulative time:")
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
     after = sdiag(cluster)
     rss_now, rss_peak = rss_mb()
     median = statistics.median(seconds)

@@ -56,6 +56,8 @@ class ClassRules:
             self._load, refresh_s, initial=None, clock=clock, retry_s=min(refresh_s, 10.0),
             on_error=lambda error: log.warning("class rules not reloaded: %s", error), runner=runner,
             key="class-rules")
+        self._resolved_by: ClassRuleTable | None = None
+        self._resolved: dict[tuple[str, str, str, str, str], tuple[str, str]] = {}
 
     def _load(self, _now: float) -> ClassRuleTable:
         from pal_slurm.db.engine import session_scope
@@ -68,14 +70,25 @@ class ClassRules:
         return self._cache.get()
 
     def resolve(self, job: Any) -> tuple[str, str]:
-        """(class, why) for a job; the configured default class when no table was ever read."""
+        """(class, why) for a job; the configured default class when no table was ever read.
+        Kept per table and job identity (user, name, command, account, partition): every
+        held job is asked for each cycle, and a table changes only when it is read again."""
         from pal_slurm.jobs.rules import resolve_class
 
         table = self.table()
         if table is None:
             return self._default, "default"
-        return resolve_class(table, job.user, job.name, job.command, job.account, job.partition,
-                             default=self._default)
+        if table is not self._resolved_by:
+            if table != self._resolved_by:  # read again, and changed (a reload is a new, often equal, table)
+                self._resolved = {}
+            self._resolved_by = table
+        key = (job.user, job.name, job.command, job.account, job.partition)
+        got = self._resolved.get(key)
+        if got is None:
+            if len(self._resolved) >= 100_000:
+                self._resolved.clear()
+            got = self._resolved[key] = resolve_class(table, *key, default=self._default)
+        return got
 
     def filter_rules(self) -> list[Any]:
         """The rules the submit filter applies itself (published in its state file)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -90,6 +91,15 @@ class Shape:
 
 
 def request_shape(job: SlurmJob, max_per_node: int) -> Shape | str:
+    """The shape we can steer, or the reason we release the job unchanged (see `_shape`;
+    a held queue shares a few requests, so each is worked out once)."""
+    return _shape(job.tres_per_task, job.tres_per_socket, job.tres_per_node, job.tres_per_job, job.node_count,
+                  job.max_nodes, max_per_node)
+
+
+@lru_cache(maxsize=4096)
+def _shape(tres_per_task: str, tres_per_socket: str, tres_per_node: str, tres_per_job: str, node_count: int,
+           max_nodes: int, max_per_node: int) -> Shape | str:
     """The shape we can steer, or the reason we release the job unchanged.
 
     Node counts as Slurm gives them: a per-node request (`--gres`, `--gpus-per-node`)
@@ -99,9 +109,9 @@ def request_shape(job: SlurmJob, max_per_node: int) -> Shape | str:
     within that range). Repeated GRES entries count as Slurm counts them (the last of a
     type wins: `--gres=gpu:1,gpu:1` is one GPU).
     """
-    if parsed_tres(job.tres_per_task).gpu_count or parsed_tres(job.tres_per_socket).gpu_count:
+    if parsed_tres(tres_per_task).gpu_count or parsed_tres(tres_per_socket).gpu_count:
         return "GPUs per task or per socket: placed by Slurm (not expressible as per-slot types)"
-    per_node, per_job = parsed_tres(job.tres_per_node), parsed_tres(job.tres_per_job)
+    per_node, per_job = parsed_tres(tres_per_node), parsed_tres(tres_per_job)
     if per_node.gpu_count and per_job.gpu_count:
         return "GPUs requested per node and per job: placed by Slurm"
     tres, fld = (per_node, "tres_per_node") if per_node.gpu_count else (per_job, "tres_per_job")
@@ -114,9 +124,9 @@ def request_shape(job: SlurmJob, max_per_node: int) -> Shape | str:
     if tres.gpu_types:
         return f"asks for GPU type {','.join(tres.gpu_types)}: not moved"
     n = tres.gpu_count
-    lo = max(job.node_count, 1)
+    lo = max(node_count, 1)
     # without -N (squeue's max_nodes 0) a per-node request runs on exactly node_count nodes
-    hi = job.max_nodes if job.max_nodes and job.max_nodes >= lo else (lo if fld == "tres_per_node" else None)
+    hi = max_nodes if max_nodes and max_nodes >= lo else (lo if fld == "tres_per_node" else None)
     if fld == "tres_per_node":
         if n > max_per_node:
             return f"{n} GPUs per node: no node has that many steerable GPUs; placed by Slurm"
@@ -133,21 +143,33 @@ def allowed_mask(job: SlurmJob, view: View, shape: Shape, *, now: bool = True) -
     now=False: the nodes that could ever take the job (partition, features, exclusions, the
     node's CPUs and memory), whatever their state and load: a node that is down, still
     registering after a slurmctld restart, or busy makes a job wait, not leave our hands."""
+    key = _constraints(job, shape)
+    return key if isinstance(key, str) else _mask(view, key, now=now)
+
+
+def _constraints(job: SlurmJob, shape: Shape) -> tuple[str, str, str, bool, int, int] | str:
+    """What limits the nodes a job may use (partition, features, exclusions, exclusive, CPUs
+    and memory on each node), or why the job is not moved. Held jobs share a few such sets:
+    each set's masks are computed once a cycle."""
     if job.required_nodes:
         return "names nodes: not moved"
     feats = job.features.strip()
     if feats and not _SIMPLE_FEATURES.match(feats):
         return f"feature expression {feats!r}: placed by Slurm"
-    table = view.table
     cpus = max(job.min_cpus_per_node, -(-job.cpus // shape.nodes))
-    mem = job.memory_on_node_mb()
-    # held jobs share a few constraint sets (partition, features, CPUs, memory): compute each once
-    key = (job.partition, feats, job.excluded_nodes, job.exclusive, cpus, mem, now)
+    return (job.partition, feats, job.excluded_nodes, job.exclusive, cpus, job.memory_on_node_mb())
+
+
+def _mask(view: View, constraints: tuple[str, str, str, bool, int, int], *, now: bool) -> np.ndarray:
+    """`allowed_mask` for one set of constraints (cached on the cycle's table)."""
+    partition, feats, excluded_nodes, exclusive, cpus, mem = constraints
+    table = view.table
+    key = (*constraints, now)
     cached = table._masks.get(key)
     if cached is not None:
         return cached
     mask = table.schedulable.copy() if now else np.ones_like(table.schedulable)
-    parts = {p for p in job.partition.split(",") if p}
+    parts = {p for p in partition.split(",") if p}
     if parts:
         in_part = np.zeros_like(mask)
         for p in parts:
@@ -155,11 +177,11 @@ def allowed_mask(job: SlurmJob, view: View, shape: Shape, *, now: bool = True) -
         mask &= in_part
     for f in (feats.split("&") if feats else ()):
         mask &= table.feature(f)
-    for name in expand_nodes(job.excluded_nodes):
+    for name in expand_nodes(excluded_nodes):
         i = view.node_index.get(name)
         if i is not None:
             mask[i] = False
-    if job.exclusive and now:
+    if exclusive and now:
         mask &= ~table.busy
     mask &= (table.free_cpus if now else table.cpus) >= cpus
     if mem:
@@ -185,37 +207,60 @@ def plan_requests(held: Sequence[HeldJob], view: View) -> Planned:
     the queue order is the caller's, see pal_slurm.placement.decide)."""
     out = Planned()
     max_per_node = view.cluster.max_gpus_per_node
-    table = view.table
+    verdicts: dict[tuple[object, ...], _Verdict] = {}  # a held queue shares a few (constraints, shape)
     for h in held:
         job = h.job
         shape = request_shape(job, max_per_node)
         if isinstance(shape, str):
             out.skips.append(Skip(job, shape))
             continue
-        mask = allowed_mask(job, view, shape)
-        if isinstance(mask, str):
-            out.skips.append(Skip(job, mask))
+        constraints = _constraints(job, shape)
+        if isinstance(constraints, str):
+            out.skips.append(Skip(job, constraints))
             continue
-        possible = allowed_mask(job, view, shape, now=False)
-        assert not isinstance(possible, str)  # the same reasons as `mask` above
-        if np.count_nonzero(possible & (table.gpus >= shape.per_node)) < shape.nodes:
-            # not even an empty, healthy cluster could take it on the nodes it may use
-            out.skips.append(Skip(job, f"needs {shape.nodes} node(s) with {shape.per_node} steerable GPUs among "
-                                       f"the nodes it may use ({np.count_nonzero(possible)}): placed by Slurm"))
+        key = (constraints, shape.per_node, shape.nodes)
+        verdict = verdicts.get(key)
+        if verdict is None:
+            verdict = verdicts[key] = _verdict(view, constraints, shape)
+        if verdict.skip:
+            out.skips.append(Skip(job, verdict.skip))
             continue
-        if not np.any(mask & (table.free_gpus >= shape.per_node)):
-            out.waiting[job.job_id] = f"no node it may use has {shape.per_node} free steerable GPUs"
-        elif np.count_nonzero(mask & (table.gpus >= shape.per_node)) < shape.nodes:
-            out.waiting[job.job_id] = f"fewer than {shape.nodes} node(s) it may use can take it now"
+        if verdict.waiting:
+            out.waiting[job.job_id] = verdict.waiting
         # every steerable job goes to the policy, also one that cannot start now: in queue
         # order it may be the head a backfilling policy reserves GPUs for. One node: the
         # policy's one-node choice; several: the same slots on each (one per-node request)
         out.requests.append(JobRequest(
             id=job.job_id, gpus=shape.gpus, job_class=h.job_class, submit_time=job.submit_time,
             gpus_per_node=shape.per_node if shape.nodes > 1 else None, min_nodes=shape.nodes, max_nodes=shape.nodes,
-            allowed_nodes=table.as_set(mask), same_slots=shape.nodes > 1, remaining_s=h.estimate_s,
+            allowed_nodes=verdict.allowed, same_slots=shape.nodes > 1, remaining_s=h.estimate_s,
             tier=h.tier, priority=h.priority))
         out.shapes[job.job_id] = shape
         out.held[job.job_id] = h
     return out
 
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What one set of constraints and one shape mean this cycle: `skip` (released unchanged,
+    why), else `waiting` (why it cannot start now; "" when it can) and the nodes allowed."""
+
+    skip: str = ""
+    waiting: str = ""
+    allowed: frozenset[int] = frozenset()
+
+
+def _verdict(view: View, constraints: tuple[str, str, str, bool, int, int], shape: Shape) -> _Verdict:
+    table = view.table
+    mask = _mask(view, constraints, now=True)
+    possible = _mask(view, constraints, now=False)
+    if np.count_nonzero(possible & (table.gpus >= shape.per_node)) < shape.nodes:
+        # not even an empty, healthy cluster could take it on the nodes it may use
+        return _Verdict(skip=f"needs {shape.nodes} node(s) with {shape.per_node} steerable GPUs among "
+                             f"the nodes it may use ({np.count_nonzero(possible)}): placed by Slurm")
+    waiting = ""
+    if not np.any(mask & (table.free_gpus >= shape.per_node)):
+        waiting = f"no node it may use has {shape.per_node} free steerable GPUs"
+    elif np.count_nonzero(mask & (table.gpus >= shape.per_node)) < shape.nodes:
+        waiting = f"fewer than {shape.nodes} node(s) it may use can take it now"
+    return _Verdict(waiting=waiting, allowed=table.as_set(mask))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 HELD = "pal:held"
 PLACED = "pal: placed"
@@ -146,8 +147,13 @@ class Tag:
 
     @classmethod
     def parse(cls, text: str | None) -> Tag | None:
-        """The tag in an admin comment, None when the comment is not pal-slurm's."""
-        text = text or ""
+        """The tag in an admin comment, None when the comment is not pal-slurm's. (A Tag is
+        immutable and a comment parses the same every time: each cycle asks for every held
+        job's tag several times, so the parsed tags are kept.)"""
+        return _parse_tag(text or "") if cls is Tag else cls._parse(text or "")
+
+    @classmethod
+    def _parse(cls, text: str) -> Tag | None:
         head = next((h for h in HEADS if text.startswith(h) and text[len(h):len(h) + 1] in ("", " ", ":")), None)
         if head is None:
             return None
@@ -188,6 +194,11 @@ class Tag:
                    intent=values.get("set", ""), nodes=values.get("on", ""), gpus=values.get("gpus", ""),
                    sf=values.get("sf", ""), policy=values.get("policy", ""), version=version,
                    at=int(at) if at.isdigit() else None, note=note, site=site, extra=tuple(extra))
+
+
+@lru_cache(maxsize=65536)
+def _parse_tag(text: str) -> Tag | None:
+    return Tag._parse(text)
 
 
 def site_comment(text: str | None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pal_slurm.slurm.tres import TresList, parse_tres
+from pal_slurm.slurm.tres import TresList, parsed_tres
 
 #: node states in which a node can take new jobs (flags such as DRAIN are checked separately)
 SCHEDULABLE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING", "PLANNED"})
@@ -86,7 +86,7 @@ class SlurmJob:
         return self.state in ("RUNNING", "COMPLETING", "CONFIGURING")
 
     def tres(self, field_name: str) -> TresList:
-        return parse_tres(getattr(self, field_name))
+        return parsed_tres(getattr(self, field_name))
 
     @property
     def is_array(self) -> bool:

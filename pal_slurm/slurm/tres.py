@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 _SUFFIX = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _COUNT = re.compile(r"^(\d+)([kKmMgGtT]?)$")
@@ -41,7 +41,9 @@ class TresList:
     #: entries we could not read (kept verbatim); a request with any is not rewritten
     unparsed: tuple[str, ...] = ()
 
-    @property
+    # cached: one parsed value is shared by every job with the same text (`parsed_tres`) and
+    # asked for its GPUs several times a cycle for each of them
+    @cached_property
     def gpu_items(self) -> tuple[GresItem, ...]:
         """The GPU entries as Slurm counts them: a repeated entry of the same type replaces
         the earlier one (`gpu:1,gpu:1` is 1 GPU, `gpu:1,gpu:2` is 2, `gpu:2,gpu:1` is 1;
@@ -52,11 +54,11 @@ class TresList:
                 last[i.type] = i
         return tuple(last.values())
 
-    @property
+    @cached_property
     def gpu_count(self) -> int:
         return sum(i.count for i in self.gpu_items)
 
-    @property
+    @cached_property
     def gpu_types(self) -> tuple[str, ...]:
         return tuple(i.type for i in self.gpu_items if i.type)
 
