@@ -9,7 +9,8 @@ missed; 2 when the run itself could not be made (cluster, submissions, the filte
 What runs: the real Placer, wired by `pal placer`'s own builder (pal_slurm.placer.service
 .build_placer: the configured CLI backend, a SQLite database with the 16 GPUs of the test
 cluster classified by pal_slurm.demo.on_slurm.make_db, the audit, the accounting, the job
-identities), in this process, so its memory is this process's. The cluster is
+identities; the database on its own thread and the collector tuned, as `pal placer` runs),
+in this process, so its memory is this process's. The cluster is
 tests/services/slurm-cluster.sh's (slurmctld, 4 slurmd, 4 fake V100s each, the real
 job_submit.lua); the queue:
   - 16 GPU jobs that fill every GPU (`sleep`), submitted before the filter is on, so they
@@ -67,6 +68,7 @@ from pal_slurm.config import load_config  # noqa: E402
 from pal_slurm.db.engine import open_engine  # noqa: E402
 from pal_slurm.demo.on_slurm import make_db  # noqa: E402
 from pal_slurm.placer import holds  # noqa: E402
+from pal_slurm.placer.daemon import tune_gc  # noqa: E402
 from pal_slurm.placer.process import write_config  # noqa: E402
 from pal_slurm.placer.service import build_placer  # noqa: E402
 
@@ -238,7 +240,11 @@ def main() -> int:
         cfg = load_config(write_config(tmp, db_url, cluster.state_file, mode="enforce", interval=2.0, hold_s=3600,
                                        max_hold=7200.0, stale_after=120, wake=False))
         engine = open_engine(cfg)
-        placer = build_placer(cfg, lambda: engine)
+        # as `pal placer` builds and tunes it: the database on a thread of its own, the collector tuned
+        placer = build_placer(cfg, lambda: engine, background_db=True)
+        tune_gc()
+        if not placer.prime(30.0):  # the first reads of the classes and rules, as the daemon waits for them
+            fail("the placer's first database reads did not come within 30 s")
         try:
             # 1. every GPU busy, unheld (the filter is still off)
             fill = [cluster.submit(["-N1", "--gres=gpu:4", "-J", "scale-fill", "--wrap", "sleep 100000"])
@@ -375,6 +381,10 @@ def measure(cluster: Cluster, placer: object, args: argparse.Namespace) -> int:
         print(f"  Slurm's {label:<24} {dc / args.cycles:7.1f} cycles {du / args.cycles / 1e3:9.1f} ms"
               f"   ({du / 1e4 / wall:.1f} % of the wall time)")
 
+    if len(stages.get("place", [])) < args.cycles:  # the gate ended them: nothing was decided, nothing measured
+        print(f"placer_scale: only {len(stages.get('place', []))} of {args.cycles} cycles reached the place stage",
+              file=sys.stderr)
+        return 2
     missed = []
     if median >= TARGET_CYCLE_S:
         missed.append(f"median cycle {median:.3f} s >= {TARGET_CYCLE_S:g} s")
