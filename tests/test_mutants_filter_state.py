@@ -134,6 +134,8 @@ def test_encoding_keeps_only_the_safe_bytes_and_decodes_back() -> None:
     for value in AWKWARD:
         assert decode(encode(value)) == value
         assert re.fullmatch(r"(?:[A-Za-z0-9._-]|%[0-9A-F]{2})*", encode(value)), value
+    # bytes that are not UTF-8 (never written by encode) are replaced, never an error
+    assert decode("a%FFb%C3") == "a\ufffdb\ufffd"
 
 
 def test_hold_s_is_one_second_to_one_day_inclusive_and_says_so() -> None:
@@ -196,6 +198,8 @@ def test_models_are_read_back_with_capitals_digits_and_punctuation(tmp_path: Pat
     assert filter_state.read_models(tmp_path / "missing") == ()
     path.write_text('return {\n  format = 1,\n  models = { "v100" },\n}\n')
     assert filter_state.read_models(path) == (), "a format-1 file of an older placer is not read"
+    path.write_text("format 2\nmodel a b\nmodel \nmodel%20x\nmodel c%20d\n")
+    assert filter_state.read_models(path) == ("a b", "c d"), "split at the first space, as the filter does"
 
 
 def test_the_heartbeat_age_is_read_through_garbage_and_is_none_for_a_goodbye(tmp_path: Path) -> None:
@@ -207,10 +211,28 @@ def test_the_heartbeat_age_is_read_through_garbage_and_is_none_for_a_goodbye(tmp
     path.write_text("format 2\nheartbeat 0\n")
     assert filter_state.heartbeat_age(path, now=61.0) is None
     for unread in ("format 2\nheartbeat 1.5\n", "format 2\nheartbeat soon\n", "heartbeat 1\nformat 2\n",
-                   "return { format = 1, heartbeat = 1, }\n", "format 2\nheartbeat 1234567890123456\n"):
+                   "return { format = 1, heartbeat = 1, }\n", "format 2\nheartbeat 1234567890123456\n",
+                   "format 2\nmode enforce\n", "format 2\nheartbeat 5 6\n",
+                   # a lone CR ends no line, for the filter: these say no heartbeat
+                   "format 2\nmode enforce\rheartbeat 7\n", "format 2\rheartbeat 7\n"):
         path.write_text(unread)
         assert filter_state.heartbeat_age(path, now=61.0) is None, unread
     assert filter_state.heartbeat_age(tmp_path / "missing", now=61.0) is None
+
+
+def test_a_file_the_filter_refuses_for_its_size_has_no_heartbeat(tmp_path: Path) -> None:
+    """The filter holds nothing with a file over MAX_BYTES: the fail-safe must see it as stale."""
+    path = tmp_path / "state"
+    head = "format 2\nheartbeat 1000\n"
+    path.write_text(head + "#" * (filter_state.MAX_BYTES - len(head) - 1) + "\n")
+    assert path.stat().st_size == filter_state.MAX_BYTES
+    assert filter_state.heartbeat_age(path, now=1010.0) == 10.0
+    path.write_text(head + "#" * (filter_state.MAX_BYTES - len(head)) + "\n")
+    assert filter_state.heartbeat_age(path, now=1010.0) is None
+    # the limit is in bytes, as the filter counts: two-byte characters count twice
+    path.write_text(head + "#" * (filter_state.MAX_BYTES - len(head) - 2) + "ü\n", encoding="utf-8")
+    assert path.stat().st_size == filter_state.MAX_BYTES + 1
+    assert filter_state.heartbeat_age(path, now=1010.0) is None
 
 
 def test_the_published_mode_is_read_back(tmp_path: Path) -> None:
@@ -219,6 +241,11 @@ def test_the_published_mode_is_read_back(tmp_path: Path) -> None:
     assert filter_state.published_mode(path) == "enforce"
     path.write_text('return { format = 1, mode = "enforce" }\n')
     assert filter_state.published_mode(path) is None
+    for text, seen in (("format 2\nmode enforce now\n", "observe"), ("format 2\nmode bogus\n", "observe"),
+                       ("format 2\nmode enforce\nmode observe\n", "observe"), ("format 2\n", None),
+                       ("format 2\nmode observe\nmode enf%6Frce\n", "enforce")):
+        path.write_text(text)
+        assert filter_state.published_mode(path) == seen, text
     assert filter_state.published_mode(tmp_path / "missing") is None
 
 
@@ -261,3 +288,35 @@ def test_what_does_not_fit_the_limits_is_left_out_last_first_and_said_once(
         filter_state.write(tmp_path / "state", FilterState(mode="enforce", heartbeat=5, stale_after=30))
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and said[0].startswith("4 model, class or rule line(s) left out of the filter state"), said
+
+
+def test_the_writer_stays_within_the_line_cap_without_counting_lines() -> None:
+    """Its settings (7 lines at most), the models and the unheld classes at their cap and the
+    rules at theirs are fewer lines than the filter reads."""
+    state = FilterState(mode="enforce", heartbeat=5, stale_after=30, wake=True,
+                        models=tuple(f"m{i}" for i in range(filter_state.MAX_MODELS)),
+                        unheld_classes=tuple(f"c{i}" for i in range(filter_state.MAX_MODELS)),
+                        rules=tuple({"class": "A", "id": str(i)} for i in range(filter_state.MAX_RULES)))
+    lines = render(state).splitlines()
+    assert len(lines) == 7 + 2 * filter_state.MAX_MODELS + filter_state.MAX_RULES <= filter_state.MAX_LINES
+
+
+def test_a_file_of_exactly_the_byte_limit_is_written_whole_and_a_byte_more_is_not() -> None:
+    """Lines of exactly MAX_LINE bytes fill the file to exactly MAX_BYTES (line ends counted);
+    a last rule one byte longer would pass the limit and is left out."""
+    base = FilterState(mode="enforce", heartbeat=5, stale_after=30)
+    room = filter_state.MAX_BYTES - len(render(base))
+    full = filter_state.MAX_LINE + 1                     # a line of the longest length and its end
+    prefix = len("rule name=")
+    rules = [{"name": f"{i:06d}".ljust(filter_state.MAX_LINE - prefix, "x")} for i in range(room // full)]
+    last = room % full - 1 - prefix
+    assert last > 10
+    exact = render(FilterState(mode="enforce", heartbeat=5, stale_after=30,
+                               rules=(*rules, {"name": "L" * last})))
+    assert len(exact) == filter_state.MAX_BYTES and exact.count("\nrule ") == len(rules) + 1
+    assert max(len(line) for line in exact.splitlines()) == filter_state.MAX_LINE
+    over = render(FilterState(mode="enforce", heartbeat=5, stale_after=30,
+                              rules=(*rules, {"name": "L" * (last + 1)})))
+    assert over.count("\nrule ") == len(rules) and len(over) == filter_state.MAX_BYTES - last - prefix - 1
+    seen = _as_the_filter_reads_it(exact)
+    assert "error" not in seen and len(seen["rules"]) == len(rules) + 1

@@ -56,6 +56,8 @@ RULE_KEYS = ("id", "user", "name", "account", "partition", "class")
 MAX_BYTES = 4 * 1024 * 1024
 #: bytes in one line, without its line end
 MAX_LINE = 8192
+#: lines in all (the writer's settings, models, unheld classes and rules at their caps stay
+#: within it, so the writer counts no lines)
 MAX_LINES = 20000
 MAX_RULES = 10000
 #: `model` lines, and `unheld` lines
@@ -120,7 +122,7 @@ def _render(state: FilterState) -> tuple[str, int]:
         taken = 0
         for value in values:
             line = f"{key} {value}"
-            if taken >= cap or len(line) > MAX_LINE or size + len(line) + 1 > MAX_BYTES or len(lines) >= MAX_LINES:
+            if taken >= cap or len(line) > MAX_LINE or size + len(line) + 1 > MAX_BYTES:
                 left_out += 1
                 continue
             lines.append(line)
@@ -174,11 +176,14 @@ def rules_from(entries: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any],
 
 
 def _read(path: str | os.PathLike[str]) -> str | None:
+    """The file's text as the filter reads it: line ends as they are (a lone CR ends no line),
+    and None for a file the filter refuses for its size (it then holds nothing: no heartbeat)."""
     try:
         with open(path, encoding="ascii", errors="replace", newline="") as fh:
-            return fh.read(MAX_BYTES + 1)
+            text = fh.read(MAX_BYTES + 1)
     except OSError:
         return None
+    return None if len(text) > MAX_BYTES else text
 
 
 def _pairs(text: str) -> Iterator[tuple[str, str]]:
@@ -212,21 +217,25 @@ def heartbeat_age(path: str | os.PathLike[str], now: float | None = None) -> flo
     import time
 
     text = _read(path)
-    beat = None
-    for key, value in _pairs(text or ""):
+    if text is None:
+        return None
+    beat = 0
+    for key, value in _pairs(text):
         if key == "heartbeat":
-            beat = int(value) if _INTEGER.fullmatch(value) else None
-    if not beat:
+            beat = int(value) if _INTEGER.fullmatch(value) else 0
+    if beat == 0:
         return None
     return (time.time() if now is None else now) - beat
 
 
 def published_mode(path: str | os.PathLike[str]) -> str | None:
-    """The mode a filter state file publishes (None when unreadable or of another format):
-    what a test or the demo waits for before it submits."""
+    """The mode a filter state file publishes, as the filter reads it (anything but enforce is
+    observe; None when unreadable or of another format): what a test waits for before it submits."""
     text = _read(path)
+    if text is None:
+        return None
     found = None
-    for key, value in _pairs(text or ""):
+    for key, value in _pairs(text):
         if key == "mode":
-            found = decode(value)
+            found = "enforce" if decode(value) == "enforce" else "observe"
     return found
