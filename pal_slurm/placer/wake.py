@@ -79,10 +79,11 @@ def state_dir_problem(directory: str | os.PathLike[str], euid: int | None = None
 
 
 def ensure(path: str | os.PathLike[str]) -> bool:
-    """Create the poke file as an empty regular file if it is missing (mode 0664; an existing
-    file keeps its owner and mode, which the admin sets so slurmctld's SlurmUser may write
-    it). False, with an error logged, when the path is anything but a regular file: the
-    filter would block on a FIFO, so the placer then publishes no poke path at all."""
+    """Create the poke file as an empty regular file if it is missing (mode 0664 less the
+    umask; an existing file keeps its owner and mode, which the admin sets so slurmctld's
+    SlurmUser may write it). False, with an error logged, when the path is anything but a
+    regular file: the filter would block on a FIFO, so the placer then does not tell it to
+    poke (no `wake 1`)."""
     p = Path(path)
     try:
         st = p.lstat()
