@@ -455,7 +455,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="pal-bench-") as tmpdir:
         tmp = Path(tmpdir)
-        cfg = PlacerConfig(mode="enforce", policy=args.policy, state_file=str(tmp / "filter-state.lua"))
+        cfg = PlacerConfig(mode="enforce", policy=args.policy, state_file=str(tmp / "filter-state"))
         audit, identities = database(tmp, not args.no_audit_db)
         accounting = Accounting(AccountingSink(None), cfg.mode)
         accounting.cycle = phases.wrap("account", accounting.cycle)  # type: ignore[method-assign]

@@ -89,7 +89,7 @@ def main() -> int:
                                    connect_timeout_s=10)}
     current = {"engine": engines["good"]}
     cfg = PalConfig(database=DatabaseConfig(url=url), data_dir=tmp,
-                    placer=PlacerConfig(mode="enforce", state_file=str(tmp / "filter-state.lua"), hold_s=args.hold_s,
+                    placer=PlacerConfig(mode="enforce", state_file=str(tmp / "filter-state"), hold_s=args.hold_s,
                                         classes_refresh_s=5.0, noise=0.0))
     p = build_placer(cfg, lambda: current["engine"], background_db=True)
     ids: set[str] = set()

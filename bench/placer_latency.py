@@ -106,7 +106,7 @@ class Cluster:
         out = subprocess.run([str(SCRIPT), "env"], capture_output=True, text=True, env=env, check=True).stdout
         self.env = dict(re.findall(r"^export ([A-Z_]+)=(.*)$", out, flags=re.MULTILINE))
         self.dir = Path(self.env["PAL_TEST_SLURM_DIR"])
-        self.state_file = self.dir / "pal" / "filter-state.lua"
+        self.state_file = self.dir / "pal" / "filter-state"
         self.kill_switch = self.dir / "pal" / "filter-disabled"
 
     def run(self, argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:

@@ -92,7 +92,7 @@ class Cluster:
         self.env = dict(re.findall(r"^export ([A-Z_]+)=(.*)$", out, flags=re.MULTILINE))
         os.environ.update(self.env)  # the placer's squeue/scontrol talk to this cluster
         self.dir = Path(self.env["PAL_TEST_SLURM_DIR"])
-        self.state_file = self.dir / "pal" / "filter-state.lua"
+        self.state_file = self.dir / "pal" / "filter-state"
         self.kill_switch = self.dir / "pal" / "filter-disabled"
 
     def run(self, argv: Sequence[str], timeout: float = 60, check: bool = True) -> str:

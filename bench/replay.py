@@ -202,7 +202,7 @@ def main() -> int:
                              text=True, check=False).stdout.strip()
     print(f"replay cluster: {args.nodes} x {args.gpus_per_node} fake GPUs, {version}, up in {time.time() - t:.0f} s "
           f"({args.cluster_dir})", flush=True)
-    handle = ClusterHandle(env=slurm_env, state_file=Path(args.cluster_dir) / "pal" / "filter-state.lua",
+    handle = ClusterHandle(env=slurm_env, state_file=Path(args.cluster_dir) / "pal" / "filter-state",
                            kill_switch=Path(args.cluster_dir) / "pal" / "filter-disabled")
 
     profiles = load_artifact_profiles(args.variability)

@@ -17,20 +17,29 @@ from pathlib import Path
 
 
 def write_atomically(path: str | os.PathLike[str], text: str, *, encoding: str = "utf-8",
-                     mode: int | None = None, durable: bool = True) -> None:
+                     mode: int | None = None, durable: bool = True, group: int | None = None) -> None:
     """Write `text` to `path` through a temporary file beside it and a rename.
 
     `mode`: the file's permission bits; None gives what a plain `open()` gives (0666 less the
     umask). `durable`: fsync before the rename, so that a crash leaves the old file or the new
-    one, never an empty one; a file rewritten every few seconds may skip it. The directory must
-    exist. Any error (an OSError) is raised as it is, for the caller to word, and the temporary
-    file is gone by then."""
+    one, never an empty one; a file rewritten every few seconds may skip it. `group`: the
+    file's group, set before the rename when it differs, best effort (a group this process may
+    not give is left as created: the caller's reader then may not read it, nothing worse). The
+    directory must exist. Any error (an OSError) is raised as it is, for the caller to word, and
+    the temporary file is gone by then.
+
+    The temporary file is created by mkstemp: O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, so a name
+    planted before it (a link, a FIFO) makes it pick another, never open that."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="\n") as fh:
-            # the mode set on the open descriptor, not on the path: in a directory others can
-            # write, the path could be swapped for a link to another file before a chmod by name
+            # owner, group and mode set on the open descriptor, not on the path: in a directory
+            # others can write, the path could be swapped for a link to another file before a
+            # chown or chmod by name
+            if group is not None and os.fstat(fh.fileno()).st_gid != group:
+                with contextlib.suppress(OSError):
+                    os.fchown(fh.fileno(), -1, group)
             os.fchmod(fh.fileno(), 0o666 & ~current_umask() if mode is None else mode)
             fh.write(text)
             if durable:

@@ -213,7 +213,8 @@ class PlacerConfig(_Section):
     mode: Literal["observe", "enforce"] = Field(default="observe", description="observe: log only; enforce: hold and place")
     policy: str = Field(default=DEFAULT_POLICY, description="placement policy (see `pal simulate --help`)")
     interval_s: float = Field(default=2.0, gt=0, le=300, description="seconds between cycles")
-    state_file: str = Field(default="/var/lib/pal/filter-state.lua", description="the file job_submit.lua reads")
+    state_file: str = Field(default="/var/lib/pal/placer/filter-state",
+                            description="the file job_submit.lua reads; its directory must be the placer's alone")
     stale_after_s: int = Field(default=30, ge=5, description="heartbeat age after which the filter stops holding")
     replan_after_s: float = Field(default=120.0, gt=0, description="re-plan a released job that has not started")
     max_hold_s: float = Field(default=3600.0, gt=0, description="release a held job unchanged after this long")
@@ -236,10 +237,11 @@ class PlacerConfig(_Section):
     hold_s: int = Field(default=90, ge=10, le=3600,
                         description="a held job's begin time is this far ahead; the hold ends by itself after it")
     wake: bool = Field(default=True, description="run a cycle at once when the submit filter holds a job or a job "
-                                                 "ends (they poke wake_file); false: only every interval_s")
-    wake_file: str = Field(default="", description="the file the filter and EpilogSlurmctld poke; empty: placer-wake "
-                                                   "beside state_file")
-    wake_poll_s: float = Field(default=0.02, gt=0, le=1, description="how often the placer looks at wake_file")
+                                                 "ends (they poke placer-wake beside state_file); false: only every "
+                                                 "interval_s")
+    wake_file: str = Field(default="", description="ignored (a warning says so when set): the wake-up file is always "
+                                                   "placer-wake beside state_file, so the state file names no path")
+    wake_poll_s: float = Field(default=0.02, gt=0, le=1, description="how often the placer looks at the wake-up file")
     lock_file: str = Field(default="", description="the lock one placer at a time holds (flock); empty: placer.lock "
                                                    "beside state_file")
     wake_min_gap_s: float = Field(default=0.5, ge=0, le=60,

@@ -11,8 +11,10 @@ What it does to a job at submit time, and nothing else:
      BeginTime) and tagged in admin_comment
      `pal:held class=<X> src=<source>`; the placer places and
      releases it (StartTime=now), extending the hold while it keeps the job
-     waiting.  It then appends a byte to the placer's wake-up file (the
-     state file's `wake`), so the placer places the job at once.  Not `priority = 0`: Slurm skips its submit-time checks for a
+     waiting.  When the state says `wake 1`, it then appends a byte to the
+     placer's wake-up file (`placer-wake` beside the state file: a fixed
+     path, never one the state names), so the placer places the job at
+     once.  Not `priority = 0`: Slurm skips its submit-time checks for a
      held job, so a request plain Slurm rejects would be accepted and pend
      forever; a begin time keeps every check, and if the placer dies the hold
      ends by itself.
@@ -34,17 +36,27 @@ local pal = {}
 pal.NO_VAL = 4294967294            -- 0xfffffffe, Slurm's "unset" for uint32 fields
 pal.NO_VAL16 = 65534               -- 0xfffe
 pal.CACHE_SECONDS = 2
-pal.DEFAULT_STATE_PATH = "/var/lib/pal/filter-state.lua"
+pal.DEFAULT_STATE_PATH = "/var/lib/pal/placer/filter-state"
 pal.DEFAULT_KILL_SWITCH = "/etc/pal/filter-disabled"
+pal.WAKE_NAME = "placer-wake"      -- the wake-up file, beside the state file
 pal.DEFAULT_STALE_AFTER = 30
 pal.DEFAULT_HOLD_SECONDS = 90      -- how long a hold lasts unless the placer releases or extends it
 pal.MAX_HOLD_SECONDS = 86400
-pal.STATE_INSTRUCTION_LIMIT = 5000000
+-- The state file's limits (pal_slurm/slurm/filter_state.py writes within the same ones): what
+-- slurmctld spends on one read is bounded whatever the file holds.
+pal.STATE_FORMAT = "2"
 pal.STATE_MAX_BYTES = 4 * 1024 * 1024
+pal.STATE_MAX_LINE = 8192          -- bytes in one line, without its line end
+pal.STATE_MAX_LINES = 20000
+pal.STATE_MAX_RULES = 10000
+pal.STATE_MAX_RULE_FIELDS = 32     -- `key=value` fields in one rule (the placer writes at most 6)
+pal.STATE_MAX_MODELS = 1000        -- `model` lines; `unheld` lines too
 pal.SPANK_OPTION_VAR = "_SLURM_SPANK_OPTION_pal_pal_class"
 pal.TRES_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }
 
 local VALID_CLASSES = { A = "A", B = "B", C = "C", D = "D", AUTO = "auto", OFF = "off" }
+-- the bytes Lua's %s matches (isspace in the C locale)
+local SPACE_BYTES = { [9] = true, [10] = true, [11] = true, [12] = true, [13] = true, [32] = true }
 local COUNT_MULT = { [""] = 1, k = 1024, m = 1024 ^ 2, g = 1024 ^ 3, t = 1024 ^ 4, p = 1024 ^ 5 }
 
 -- ---------------------------------------------------------------- helpers
@@ -268,12 +280,26 @@ end
 
 -- ---------------------------------------------------------------- class hint
 
---- Normalise a class value: returns the class, or nil when invalid.
+--[[
+Normalise a class value: returns the class, or nil when invalid.  Trimmed byte by
+byte, not with a pattern: a rule's class comes from the state file, and a lazy
+pattern with a trailing `%s*$` is quadratic on a long run of spaces.
+--]]
 function pal.normalize_class(v)
     if type(v) ~= "string" then
         return nil
     end
-    return VALID_CLASSES[v:match("^%s*(.-)%s*$"):upper()]
+    local first, last = 1, #v
+    while first <= last and SPACE_BYTES[string.byte(v, first)] do
+        first = first + 1
+    end
+    while last >= first and SPACE_BYTES[string.byte(v, last)] do
+        last = last - 1
+    end
+    if last - first >= 8 then
+        return nil
+    end
+    return VALID_CLASSES[string.upper(string.sub(v, first, last))]
 end
 
 --- Value of --pal-class from the job's spank_job_env (entries `NAME=value`).
@@ -427,68 +453,204 @@ end
 
 -- ---------------------------------------------------------------- state file
 
-local function sanitize_state(t)
-    if type(t) ~= "table" then
-        return nil, "state file did not return a table"
-    end
-    if rawget(t, "format") ~= 1 then
-        return nil, "unknown state format " .. pal.quote(tostring(rawget(t, "format")))
-    end
-    local s = { format = 1, models = {}, rules = {} }
-    local mode = rawget(t, "mode")
-    s.mode = (mode == "enforce" or mode == "observe") and mode or "observe"
-    local hb = rawget(t, "heartbeat")
-    s.heartbeat = type(hb) == "number" and hb or nil
-    local sa = rawget(t, "stale_after")
-    s.stale_after = (type(sa) == "number" and sa >= 0) and sa or pal.DEFAULT_STALE_AFTER
-    local hs = rawget(t, "hold_s")
-    s.hold_s = (type(hs) == "number" and hs >= 1 and hs <= pal.MAX_HOLD_SECONDS) and math.floor(hs)
-        or pal.DEFAULT_HOLD_SECONDS
-    local models = rawget(t, "models")
-    if type(models) == "table" then
-        for _, m in ipairs(models) do
-            if type(m) == "string" and m ~= "" then
-                s.models[m:lower()] = true
-            end
+--[[
+The filter state file is data, never code (format 2; the writer is
+pal_slurm/slurm/filter_state.py, the contract docs/admin-guide.md, "The filter
+state file").  A state file run as a Lua chunk, even in an empty environment
+under an instruction hook, still reaches the string library through the string
+metatable: one string.rep allocates most of a GiB inside slurmctld, one
+backtracking gsub runs for minutes in a single C call no hook interrupts.  So
+the file is read line by line with plain finds, every loop bounded by the
+STATE_MAX_* limits, and the only pattern, the %XX decode, is linear.
+
+    # comment
+    format 2                   the first line that is not a comment or blank
+    mode enforce               observe | enforce (anything else: observe)
+    heartbeat 1765000000       integers: digits, an optional leading minus
+    stale_after 30
+    hold_s 600
+    wake 1                     poke the wake-up file (its path is fixed: pal.wake_path)
+    model v100                 one line per model, per unheld class, per rule
+    unheld A
+    rule id=3 user=alice name=train%20job class=B
+
+One space after the key; rule fields `key=value` separated by single spaces;
+values percent-encoded by the writer; a line may end in CR LF; unknown keys
+and rule fields are skipped, so a newer placer may add some.
+--]]
+
+local RULE_KEYS = { user = true, name = true, account = true, partition = true, class = true, id = true }
+
+-- "41" -> "A" for every spelling of two hex digits: string.gsub takes the table, no function call per escape
+local HEX_PAIRS = {}
+do
+    local digits = "0123456789abcdefABCDEF"
+    for i = 1, #digits do
+        for j = 1, #digits do
+            local pair = string.sub(digits, i, i) .. string.sub(digits, j, j)
+            HEX_PAIRS[pair] = string.char(tonumber(pair, 16))
         end
     end
-    s.unheld = {}
-    local unheld = rawget(t, "unheld_classes")
-    if type(unheld) == "table" then
-        for _, c in ipairs(unheld) do
-            if type(c) == "string" and c ~= "" then
-                s.unheld[c] = true
-            end
+end
+
+--- Decode %XX escapes (a `%` not followed by two hex digits stays as it is).
+function pal.percent_decode(s)
+    if not string.find(s, "%", 1, true) then
+        return s
+    end
+    return (string.gsub(s, "%%(%x%x)", HEX_PAIRS))
+end
+
+--- The value of a plain integer (`-?[0-9]+`, at most 15 characters, so exact in a double), else nil.
+local function plain_integer(s)
+    local n = #s
+    if n == 0 or n > 15 then
+        return nil
+    end
+    local first = 1
+    if string.byte(s, 1) == 45 then           -- "-"
+        if n == 1 then
+            return nil
+        end
+        first = 2
+    end
+    for i = first, n do
+        local b = string.byte(s, i)
+        if b < 48 or b > 57 then
+            return nil
         end
     end
-    -- the placer's wake-up file: an absolute path, or none
-    local wake = rawget(t, "wake")
-    if type(wake) == "string" and wake:sub(1, 1) == "/" and not wake:find("[%z\1-\31\127]") then
-        s.wake = wake
+    return tonumber(s)
+end
+
+--- One rule's fields, `key=value` separated by single spaces; unknown keys skipped.
+--- Returns the rule, or nil and an error text.
+local function parse_rule(text)
+    local rule, pos, n, fields = {}, 1, #text, 0
+    while pos <= n do
+        fields = fields + 1
+        if fields > pal.STATE_MAX_RULE_FIELDS then
+            return nil, "rule with more than " .. pal.STATE_MAX_RULE_FIELDS .. " fields"
+        end
+        local space = string.find(text, " ", pos, true)
+        local last = space and space - 1 or n
+        local field = string.sub(text, pos, last)
+        local eq = string.find(field, "=", 1, true)
+        if eq then
+            local key = string.sub(field, 1, eq - 1)
+            if RULE_KEYS[key] then
+                rule[key] = pal.percent_decode(string.sub(field, eq + 1))
+            end
+        end
+        pos = last + 2
     end
-    local rules = rawget(t, "rules")
-    if type(rules) == "table" then
-        for _, r in ipairs(rules) do
-            if type(r) == "table" then
-                local clean = {}
-                for _, k in ipairs({ "user", "name", "account", "partition", "class", "id" }) do
-                    local v = rawget(r, k)
-                    if type(v) == "string" or type(v) == "number" then
-                        clean[k] = tostring(v)
-                    end
+    return rule, nil
+end
+
+--- Apply one `key value` line to the state; returns an error text when the file must be refused.
+local function apply_line(s, key, value, counts)
+    if key == "mode" then
+        local mode = pal.percent_decode(value)
+        s.mode = (mode == "enforce" or mode == "observe") and mode or "observe"
+    elseif key == "heartbeat" or key == "stale_after" or key == "hold_s" then
+        local n = plain_integer(value)
+        if n == nil then
+            return key .. " is not an integer: " .. pal.quote(value)
+        end
+        if key == "heartbeat" then
+            s.heartbeat = n
+        elseif key == "stale_after" then
+            s.stale_after = n >= 0 and n or pal.DEFAULT_STALE_AFTER
+        else
+            s.hold_s = (n >= 1 and n <= pal.MAX_HOLD_SECONDS) and n or pal.DEFAULT_HOLD_SECONDS
+        end
+    elseif key == "wake" then
+        s.wake = value == "1"
+    elseif key == "model" or key == "unheld" then
+        counts[key] = counts[key] + 1
+        if counts[key] > pal.STATE_MAX_MODELS then
+            return "more than " .. pal.STATE_MAX_MODELS .. " " .. key .. " lines"
+        end
+        local v = pal.percent_decode(value)
+        if v ~= "" then
+            if key == "model" then
+                s.models[string.lower(v)] = true
+            else
+                s.unheld[v] = true
+            end
+        end
+    elseif key == "rule" then
+        if #s.rules >= pal.STATE_MAX_RULES then
+            return "more than " .. pal.STATE_MAX_RULES .. " rules"
+        end
+        local rule, err = parse_rule(value)
+        if rule == nil then
+            return err
+        end
+        s.rules[#s.rules + 1] = rule
+    end
+    return nil
+end
+
+--[[
+Parse the text of a state file.  Returns state or nil, err; a file that breaks a
+limit, says another format, or holds a number that is not a plain integer is
+refused whole (the caller then holds nothing: fail open).
+--]]
+function pal.parse_state(text)
+    if type(text) ~= "string" then
+        return nil, "no state text"
+    end
+    local size = #text
+    if size > pal.STATE_MAX_BYTES then
+        return nil, "state file larger than " .. pal.STATE_MAX_BYTES .. " bytes"
+    end
+    local s = {
+        format = 2, mode = "observe", stale_after = pal.DEFAULT_STALE_AFTER, hold_s = pal.DEFAULT_HOLD_SECONDS,
+        wake = false, models = {}, unheld = {}, rules = {},
+    }
+    local counts = { model = 0, unheld = 0 }
+    local pos, lineno, format_seen = 1, 0, false
+    while pos <= size do
+        local nl = string.find(text, "\n", pos, true)
+        local last = nl and nl - 1 or size
+        lineno = lineno + 1
+        if lineno > pal.STATE_MAX_LINES then
+            return nil, "state file has more than " .. pal.STATE_MAX_LINES .. " lines"
+        end
+        if last >= pos and string.byte(text, last) == 13 then   -- CR LF
+            last = last - 1
+        end
+        if last - pos + 1 > pal.STATE_MAX_LINE then
+            return nil, "state file line " .. lineno .. " is longer than " .. pal.STATE_MAX_LINE .. " bytes"
+        end
+        local line = string.sub(text, pos, last)
+        pos = (nl or size) + 1
+        if line ~= "" and string.byte(line, 1) ~= 35 then       -- not blank, not "#"
+            local space = string.find(line, " ", 1, true)
+            local key = space and string.sub(line, 1, space - 1) or line
+            local value = space and string.sub(line, space + 1) or ""
+            if not format_seen then
+                if key ~= "format" or value ~= pal.STATE_FORMAT then
+                    return nil, "unknown state format: the first line is " .. pal.quote(line) .. ", not `format "
+                        .. pal.STATE_FORMAT .. "` (a state file of an older placer?)"
                 end
-                s.rules[#s.rules + 1] = clean
+                format_seen = true
+            else
+                local err = apply_line(s, key, value, counts)
+                if err then
+                    return nil, "state file line " .. lineno .. ": " .. err
+                end
             end
         end
+    end
+    if not format_seen then
+        return nil, "unknown state format: no `format " .. pal.STATE_FORMAT .. "` line"
     end
     return s, nil
 end
 
---[[
-Load the state file: a Lua chunk (source only, at most STATE_MAX_BYTES) run
-in an empty environment (it cannot reach os, io or slurm) under an
-instruction limit.  Returns state or nil, err.
---]]
+--- Read and parse the state file (at most STATE_MAX_BYTES of it).  Returns state or nil, err.
 function pal.load_state(path)
     local f, open_err = io.open(path, "rb")
     if not f then
@@ -496,31 +658,31 @@ function pal.load_state(path)
     end
     local text = f:read(pal.STATE_MAX_BYTES + 1) or ""
     f:close()
-    if #text > pal.STATE_MAX_BYTES then
-        return nil, "state file larger than " .. pal.STATE_MAX_BYTES .. " bytes"
+    return pal.parse_state(text)
+end
+
+--[[
+The placer's wake-up file: WAKE_NAME in the state file's directory.  Computed
+here, never read from the state file, so the file cannot point slurmctld at
+another one; the directory is the placer's alone (it checks that at start and
+otherwise says no `wake 1`).
+--]]
+function pal.wake_path(state_path)
+    if type(state_path) ~= "string" or state_path == "" then
+        return nil
     end
-    if text:sub(1, 1) == "\27" then
-        return nil, "state file is precompiled bytecode; refusing it"
+    local slash, from = nil, 1
+    while true do
+        local i = string.find(state_path, "/", from, true)
+        if not i then
+            break
+        end
+        slash, from = i, i + 1
     end
-    local chunk, err = loadstring(text, "@" .. path)
-    if not chunk then
-        return nil, "cannot parse state file: " .. tostring(err)
+    if slash == nil then
+        return pal.WAKE_NAME
     end
-    setfenv(chunk, {})
-    local co = coroutine.create(chunk)
-    if debug and debug.sethook then
-        debug.sethook(co, function()
-            error("state file ran too long", 0)
-        end, "", pal.STATE_INSTRUCTION_LIMIT)
-    end
-    local ok, result = coroutine.resume(co)
-    if not ok then
-        return nil, "state file failed: " .. tostring(result)
-    end
-    if coroutine.status(co) ~= "dead" then
-        return nil, "state file yielded"
-    end
-    return sanitize_state(result)
+    return string.sub(state_path, 1, slash) .. pal.WAKE_NAME
 end
 
 local cache = { path = nil, at = nil, state = nil, err = nil }
@@ -662,9 +824,10 @@ end
 --[[
 Wake the placer at once: append one byte to its wake-up file.  A regular file
 on a local disk cannot block slurmctld, and a missing one (or a directory we
-may not write) only makes io.open return nil; the placer creates the file and
-publishes its path only when it is a regular file (never a FIFO, which would
-block here).  Never raises.  Returns true when the byte was written.
+may not write) only makes io.open return nil.  io.open cannot refuse a FIFO
+(which would block here) or a link, so the placer says `wake 1` only after it
+made the file and found it a regular file in a directory only it may write.
+Never raises.  Returns true when the byte was written.
 --]]
 function pal.poke(path)
     if type(path) ~= "string" or path == "" then
@@ -695,12 +858,13 @@ function pal.process(job_desc, now, log)
     if pal.kill_switch_on(env_path("PAL_FILTER_KILL_SWITCH", pal.DEFAULT_KILL_SWITCH)) then
         return nil
     end
-    local state = pal.get_state(env_path("PAL_FILTER_STATE", pal.DEFAULT_STATE_PATH), now, log)
+    local state_path = env_path("PAL_FILTER_STATE", pal.DEFAULT_STATE_PATH)
+    local state = pal.get_state(state_path, now, log)
     local view = pal.read_view(job_desc)
     local changes, logs = pal.plan(view, state, now)
     pal.apply(job_desc, changes, view)
-    if changes.begin_time ~= nil and type(state) == "table" then
-        pal.poke(state.wake)       -- held: the placer places it now, not at its next cycle
+    if changes.begin_time ~= nil and type(state) == "table" and state.wake then
+        pal.poke(pal.wake_path(state_path))   -- held: the placer places it now, not at its next cycle
     end
     for _, line in ipairs(logs) do
         log(line)

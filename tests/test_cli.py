@@ -235,9 +235,9 @@ def test_demo_ignores_pal_db_url_from_the_environment(runner: CliRunner, tmp_pat
 
 def test_the_placer_refuses_a_mistyped_sqlite_url_and_creates_nothing(runner: CliRunner, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'typo' / 'pla.db'}"
-    result = runner.invoke(cli, ["--db", url, "placer", "--once", "--state-file", str(tmp_path / "state.lua")])
+    result = runner.invoke(cli, ["--db", url, "placer", "--once", "--state-file", str(tmp_path / "state")])
     assert result.exit_code == 1 and "no database at" in result.output and "Traceback" not in result.output
-    assert not (tmp_path / "typo").exists() and not (tmp_path / "state.lua").exists()
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "state").exists()
 
 
 def test_a_reader_that_goes_away_ends_pal_quietly_with_141(monkeypatch, tmp_path: Path, capsys) -> None:

@@ -340,7 +340,7 @@ def test_the_placer_does_what_the_placer_does_as_pal_placer(roles: RoleDb, tmp_p
 
     # the daemon, as pal_placer: its database work on its own thread, as `pal placer` runs it
     cfg = PalConfig(database=DatabaseConfig(url=roles.urls["placer"]), data_dir=tmp_path,
-                    placer=PlacerConfig(mode="enforce", state_file=str(tmp_path / "filter-state.lua"),
+                    placer=PlacerConfig(mode="enforce", state_file=str(tmp_path / "filter-state"),
                                         classes_refresh_s=600.0))
     p = build_placer(cfg, lambda: roles.placer, background_db=True)
     worker = p.runner.__self__  # type: ignore[union-attr]

@@ -294,13 +294,13 @@ def test_cli_empty_database_says_what_to_do(runner: CliRunner, sqlite_url: str) 
 def test_cli_writes_the_initial_filter_state(runner: CliRunner, inv_file: Path, tmp_path: Path) -> None:
     """Bare model requests (`--gres=gpu:v100:1`) need the models in the filter state before the
     placer's first cycle: gres-conf writes them, with heartbeat 0 (nothing held yet)."""
-    state = tmp_path / "pal" / "filter-state.lua"
+    state = tmp_path / "pal" / "filter-state"
     result = runner.invoke(cli, ["slurm", "gres-conf", "--inventory", str(inv_file), "--filter-state", str(state)])
     assert result.exit_code == 0, result.output
     text = state.read_text()
-    assert 'models = { "v100" }' in text and "heartbeat = 0," in text
+    assert "\nmodel v100\n" in text and "\nheartbeat 0\n" in text
     # a live placer's state is not clobbered
-    state.write_text(text.replace("heartbeat = 0,", f"heartbeat = {int(__import__('time').time())},"))
+    state.write_text(text.replace("\nheartbeat 0\n", f"\nheartbeat {int(__import__('time').time())}\n"))
     result = runner.invoke(cli, ["slurm", "gres-conf", "--inventory", str(inv_file), "--filter-state", str(state)])
     assert result.exit_code == 0 and "left as it is" in result.output
-    assert "heartbeat = 0," not in state.read_text()
+    assert "\nheartbeat 0\n" not in state.read_text()

@@ -31,6 +31,7 @@ from pal_slurm.jobs.rules import (
     resolve_class,
 )
 from pal_slurm.jobs.sensitivity_store import record_identity
+from pal_slurm.slurm import filter_state
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
@@ -166,7 +167,7 @@ def test_bad_rules_are_one_line_errors(sqlite_url: str, args: list[str], message
 
 # --------------------------------------------------------------------------- the real filter reads them
 
-def _lua_string(value: str) -> str:
+def _lua_literal(value: str) -> str:
     out = []
     for byte in value.encode("utf-8"):
         out.append("\\" + chr(byte) if chr(byte) in '"\\' else chr(byte) if 32 <= byte < 127 else f"\\{byte:03d}")
@@ -179,19 +180,18 @@ def test_job_submit_lua_matches_like_resolve(tmp_path: Path) -> None:
     lua = require_tool("lua5.1", "lua5.1")
     t = table()
     rules = filter_rules(t)
-    body = ",\n".join("  { " + ", ".join(f"{k} = {_lua_string(str(v))}" for k, v in r.items()) + " }" for r in rules)
-    state = tmp_path / "filter-state.lua"
-    state.write_text(f'return {{ format = 1, mode = "enforce", heartbeat = 0, stale_after = 30, models = {{}},\n'
-                     f'rules = {{\n{body}\n}} }}\n')
+    state = tmp_path / "filter-state"
+    state.write_text(filter_state.render(filter_state.FilterState(mode="enforce", heartbeat=0, stale_after=30,
+                                                                  rules=filter_state.rules_from(rules))))
     views = [("alice", "etl", "a1", "gpu"), ("bob", "x", "proj", "gpu"), ("carol", "x", "none", "debug"),
              ("alice", "train", "none", "gpu"), ("dave", "mix", "none", "gpu"), ("zed", "q", "none", "gpu")]
     script = tmp_path / "probe.lua"
     script.write_text(
         'slurm = { SUCCESS = 0, ERROR = -1, log_info = function() end, log_error = function() end }\n'
-        f'PAL_FILTER_TEST = true\nlocal pal = dofile({_lua_string(str(REPO / "spank_hooks" / "job_submit.lua"))})\n'
-        f'local state = assert(pal.load_state({_lua_string(str(state))}))\n'
-        + "".join(f'print(pal.class_hint({{ user_name = {_lua_string(u)}, name = {_lua_string(n)}, '
-                  f'account = {_lua_string(a)}, partition = {_lua_string(p)} }}, state.rules))\n'
+        f'PAL_FILTER_TEST = true\nlocal pal = dofile({_lua_literal(str(REPO / "spank_hooks" / "job_submit.lua"))})\n'
+        f'local state = assert(pal.load_state({_lua_literal(str(state))}))\n'
+        + "".join(f'print(pal.class_hint({{ user_name = {_lua_literal(u)}, name = {_lua_literal(n)}, '
+                  f'account = {_lua_literal(a)}, partition = {_lua_literal(p)} }}, state.rules))\n'
                   for u, n, a, p in views))
     proc = subprocess.run([lua, str(script)], capture_output=True, text=True, timeout=30, check=False)
     assert proc.returncode == 0, proc.stderr

@@ -76,3 +76,25 @@ def test_the_filters_slot_type_rule_is_the_python_one() -> None:
         assert is_slot_type(name) is want, name
         assert lua[name] == str(want).lower(), f"{name}: Lua says {lua[name]}, Python {want}"
     assert slot_of_type("a_g007") == 7 and slot_of_type("x_g1_g2") == 2
+
+
+def test_the_filter_runs_no_code_from_its_state_file() -> None:
+    """The state file is data: nothing in the filter compiles or runs a chunk, and nothing
+    sandboxes one (a sandbox left in would mean a chunk still runs somewhere)."""
+    import re
+
+    text = FILTER.read_text()
+    for forbidden in (r"\bloadstring\b", r"\bload\s*\(", r"\bsetfenv\b", r"\bcoroutine\b", r"\bdebug\b",
+                      r"\bloadfile\b"):
+        assert not re.search(forbidden, text), forbidden
+
+
+def test_the_filter_and_the_placer_agree_on_the_default_paths() -> None:
+    """The filter computes the wake-up file beside its state file as the placer does: both
+    defaults must name the same state file, and the same file name."""
+    from pal_slurm.config import PlacerConfig
+    from pal_slurm.placer.wake import WAKE_NAME
+
+    text = FILTER.read_text()
+    assert f'pal.DEFAULT_STATE_PATH = "{PlacerConfig().state_file}"' in text
+    assert f'pal.WAKE_NAME = "{WAKE_NAME}"' in text

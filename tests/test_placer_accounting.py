@@ -59,7 +59,7 @@ class Clock:
 def make_placer(tmp_path: Path, jobs: list[SlurmJob], mode: str, sink: AccountingSink | None = None):
     backend = Recorder(jobs, [node("n1")])
     clock = Clock()
-    config = PlacerConfig(mode=mode, state_file=str(tmp_path / "filter-state.lua"))  # type: ignore[arg-type]
+    config = PlacerConfig(mode=mode, state_file=str(tmp_path / "filter-state"))  # type: ignore[arg-type]
     books = Accounting(sink or AccountingSink(None), mode)
     p = Placer(backend, config, StaticFactors(Factors(by_slot=by_slot(["n1"]), version=7, loaded_at=NOW)),  # type: ignore[arg-type]
                AuditSink(None), classes=CLASSES, clock=clock, accounting=books)

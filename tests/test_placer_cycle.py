@@ -383,19 +383,19 @@ def test_stopping_with_grace_keeps_the_filter_holding_briefly(tmp_path: Path) ->
     p, _rec = placer(tmp_path, [], [node("n1")])
     p.publish()
     p.release_all("placer stopped", grace_s=10)
-    text = (tmp_path / "filter-state.lua").read_text()
-    beat = int(text.split("heartbeat = ")[1].split(",")[0])
+    text = (tmp_path / "filter-state").read_text()
+    beat = int(text.split("\nheartbeat ")[1].split("\n")[0])
     # fresh for exactly grace_s more seconds (stale_after 30), each new hold at most 15 s
-    assert beat == int(NOW) - 20 and "hold_s = 15," in text
+    assert beat == int(NOW) - 20 and "\nhold_s 15\n" in text
     p.release_all("placer stopped")
-    assert "heartbeat = 0," in (tmp_path / "filter-state.lua").read_text()
+    assert "\nheartbeat 0\n" in (tmp_path / "filter-state").read_text()
 
 
 def test_a_restarting_placer_republishes_the_models_it_had(tmp_path: Path) -> None:
     p, _rec = placer(tmp_path, [], [node("n1")])
     p.cycle()
-    assert 'models = { "v100" }' in (tmp_path / "filter-state.lua").read_text()
+    assert "\nmodel v100\n" in (tmp_path / "filter-state").read_text()
     fresh, _ = placer(tmp_path, [], [])
     fresh.publish()
-    assert 'models = { "v100" }' in (tmp_path / "filter-state.lua").read_text()
+    assert "\nmodel v100\n" in (tmp_path / "filter-state").read_text()
 

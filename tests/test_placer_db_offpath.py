@@ -104,7 +104,7 @@ def test_cycles_stay_short_and_the_heartbeat_fresh_while_the_database_is_black_h
     hole = make_engine(f"postgresql+psycopg://pal:secret@127.0.0.1:{black_hole}/pal", connect_timeout_s=10)
     current = {"engine": good}
     cfg = PalConfig(database=DatabaseConfig(url=url), data_dir=tmp_path,
-                    placer=PlacerConfig(mode="enforce", state_file=str(tmp_path / "filter-state.lua"),
+                    placer=PlacerConfig(mode="enforce", state_file=str(tmp_path / "filter-state"),
                                         classes_refresh_s=1.0))
     p = build_placer(cfg, lambda: current["engine"], background_db=True)
     worker = p.runner.__self__  # type: ignore[union-attr]
@@ -159,7 +159,7 @@ def test_a_placer_that_never_reaches_the_database_releases_its_held_jobs_after_t
     first read has failed (here after connect_timeout_s, 2 s)."""
     hole = make_engine(f"postgresql+psycopg://pal:x@127.0.0.1:{black_hole}/pal", connect_timeout_s=2)
     cfg = PalConfig(database=DatabaseConfig(url="sqlite:///" + str(tmp_path / "unused.db")), data_dir=tmp_path,
-                    placer=PlacerConfig(mode="enforce", state_file=str(tmp_path / "filter-state.lua")))
+                    placer=PlacerConfig(mode="enforce", state_file=str(tmp_path / "filter-state")))
     p = build_placer(cfg, lambda: hole, background_db=True)
     backend = Recorder([_held_now("1")], [node(n) for n in NODES])  # type: ignore[list-item]
     p.backend = backend  # type: ignore[assignment]

@@ -46,7 +46,7 @@ def left_to_slurm_case(tmp_path: Path) -> tuple[Placer, Recorder, list[float]]:
     backend = Recorder([job], nodes)
     flat = {(n.name, m): GpuVariability(perfvar={c: 1.0 for c in CLASSES}, slowdown={c: 1.0 for c in CLASSES})
             for n in nodes for m in range(4)}
-    cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state.lua"))
+    cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state"))
     clock = [NOW]
     p = Placer(backend, cfg, StaticFactors(Factors(by_slot=flat, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
                AuditSink(None), classes=CLASSES, clock=lambda: clock[0])
@@ -68,27 +68,27 @@ def test_the_filter_is_told_which_classes_it_need_not_hold(tmp_path: Path) -> No
     by_slot = {(n.name, m): GpuVariability(perfvar={"A": 1.0 + m / 10, "B": 1.0 + m / 10, "C": 1.01, "D": 1.0},
                                            slowdown={"A": 1.0, "B": 1.0, "C": 1.0, "D": 1.0})
                for n in nodes for m in range(4)}
-    cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state.lua"))
+    cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state"))
     p = Placer(Recorder([], nodes), cfg, StaticFactors(Factors(by_slot=by_slot, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
                AuditSink(None), classes=CLASSES, clock=lambda: NOW)
     p.cycle()
     p.cycle()  # the classes found in one cycle go out with the next heartbeat
     # C and D have nothing to choose, A and B have: all are held (all or none, unheld_classes)
-    assert "unheld_classes = {  }" in (tmp_path / "state.lua").read_text()
+    assert "\nunheld " not in (tmp_path / "state").read_text()
     quiet = {k: GpuVariability(perfvar={"A": 1.0, "B": 1.02, "C": 1.01, "D": 1.0}, slowdown=v.slowdown)
              for k, v in by_slot.items()}
-    r = Placer(Recorder([], nodes), PlacerConfig(mode="enforce", state_file=str(tmp_path / "quiet.lua")),
+    r = Placer(Recorder([], nodes), PlacerConfig(mode="enforce", state_file=str(tmp_path / "quiet")),
                StaticFactors(Factors(by_slot=quiet, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
                AuditSink(None), classes=CLASSES, clock=lambda: NOW)
     r.cycle()
     r.cycle()
-    assert 'unheld_classes = { "A", "B", "C", "D" }' in (tmp_path / "quiet.lua").read_text()
-    cfg_off = PlacerConfig(mode="enforce", policy="pal-match", state_file=str(tmp_path / "other.lua"))
+    assert "\nunheld A\nunheld B\nunheld C\nunheld D\n" in (tmp_path / "quiet").read_text()
+    cfg_off = PlacerConfig(mode="enforce", policy="pal-match", state_file=str(tmp_path / "other"))
     q = Placer(Recorder([], nodes), cfg_off, StaticFactors(Factors(by_slot=by_slot, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
                AuditSink(None), classes=CLASSES, clock=lambda: NOW)
     q.cycle()
     q.cycle()
-    assert "unheld_classes = {  }" in (tmp_path / "other.lua").read_text()
+    assert "\nunheld " not in (tmp_path / "other").read_text()
 
 
 def test_a_multi_node_first_fit_on_the_same_slots_is_pinned_as_it_would_run(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_a_multi_node_first_fit_on_the_same_slots_is_pinned_as_it_would_run(tmp_
     flat = {(n.name, m): GpuVariability(perfvar={c: 1.0 for c in CLASSES}, slowdown={c: 1.0 for c in CLASSES})
             for n in nodes for m in range(4)}
     backend = Recorder([job], nodes)
-    cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state.lua"))
+    cfg = PlacerConfig(mode="enforce", state_file=str(tmp_path / "state"))
     p = Placer(backend, cfg, StaticFactors(Factors(by_slot=flat, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
                AuditSink(None), classes=CLASSES, clock=lambda: NOW)
     assert p.cycle().placed == ["8"]

@@ -111,7 +111,7 @@ def placer(tmp_path: Path, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode],
     by_slot = {(n.name, m): GpuVariability(perfvar={c: 1.0 + m / 10 for c in CLASSES},
                                            slowdown={c: 1.0 + m / 10 for c in CLASSES})
                for n in nodes for m in range(4)}
-    config = PlacerConfig(mode="enforce", state_file=str(tmp_path / "filter-state.lua"), **cfg)  # type: ignore[arg-type]
+    config = PlacerConfig(mode="enforce", state_file=str(tmp_path / "filter-state"), **cfg)  # type: ignore[arg-type]
     p = Placer(backend, config, StaticFactors(Factors(by_slot=by_slot, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
                AuditSink(None), classes=CLASSES, clock=lambda: NOW)
     return p, backend
@@ -132,7 +132,7 @@ def test_a_begin_time_hold_is_retyped_then_ended_with_start_now(tmp_path: Path) 
     assert tags[0] < retype < start < tags[-1] and len(tags) == 2
     assert calls[tags[0]][3].startswith("pal:held class=A src=default was=tres_per_node:gres:gpu:1 set=")
     assert calls[tags[-1]][3].startswith("pal: placed")
-    assert "hold_s = 90," in (tmp_path / "filter-state.lua").read_text()
+    assert "\nhold_s 90\n" in (tmp_path / "filter-state").read_text()
 
 
 def test_a_hold_ending_soon_is_moved_on_first(tmp_path: Path) -> None:

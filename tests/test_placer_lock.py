@@ -65,7 +65,7 @@ def test_a_link_in_place_of_the_lock_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_default_lock_sits_beside_the_state_file() -> None:
-    assert default_lock_path("/var/lib/pal/filter-state.lua") == "/var/lib/pal/placer.lock"
+    assert default_lock_path("/var/lib/pal/placer/filter-state") == "/var/lib/pal/placer/placer.lock"
 
 
 def test_the_advisory_lock_is_one_sessions_at_a_time(db_url: str) -> None:

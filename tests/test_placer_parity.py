@@ -105,7 +105,7 @@ def daemon_decision(policy: str, snap: Snapshot, queue: Sequence[JobRequest], tm
         perfvar={k: c.perfvar[k][g.id] for k in CLASSES}, slowdown={k: c.slowdown[k][g.id] for k in CLASSES})
         for g in c.gpus}
     factors = Factors(by_slot=by_slot, version=1, loaded_at=0.0)
-    cfg = PlacerConfig(mode="enforce", policy=policy, state_file=str(tmp / "state.lua"), max_hold_s=1e9)
+    cfg = PlacerConfig(mode="enforce", policy=policy, state_file=str(tmp / "state"), max_hold_s=1e9)
     placer = Placer(Recorder(jobs, nodes), cfg, StaticFactors(factors), AuditSink(None), classes=CLASSES,  # type: ignore[arg-type]
                     clock=lambda: snap.now or 0.0)
     held = [j for j in jobs if j.pending]

@@ -130,6 +130,23 @@ def test_hardening_keeps_slurm_and_munge_reachable(name: str) -> None:
     _hardening_keeps_slurm_reachable(load(name))
 
 
+def test_the_placer_state_directory_is_the_placers_alone_and_slurmctld_reads_it_through_its_group() -> None:
+    """slurmctld opens the wake-up file in the state directory with Lua's io.open (which follows
+    links, and blocks on a FIFO), so only the placer may write the directory; slurmctld, as
+    SlurmUser, reads the state file (0640) through the directory's group. systemd gives the
+    directory the unit's group at every start: the daemon and the fail-safe must agree."""
+    units = [load("pal-placer.service"), load("pal-placer-failsafe.service")]
+    state = Path(PlacerConfig().state_file)
+    for unit in units:
+        assert Path("/var/lib") / one(unit, "Service", "StateDirectory") == state.parent
+        mode = int(one(unit, "Service", "StateDirectoryMode"), 8)
+        assert mode & 0o022 == 0, "nobody but the owner may write it"
+        assert mode & 0o050 == 0o050, "the group reads and enters it"
+        assert one(unit, "Service", "Group") == "slurm"
+    for key in ("Group", "StateDirectory", "StateDirectoryMode"):
+        assert one(units[0], "Service", key) == one(units[1], "Service", key), key
+
+
 def test_failsafe_service_and_timer() -> None:
     svc = load("pal-placer-failsafe.service")
     assert one(svc, "Service", "Type") == "oneshot"

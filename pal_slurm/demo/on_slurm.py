@@ -128,7 +128,7 @@ class DemoCluster:
 
     @property
     def state_file(self) -> Path:
-        return self.dir / "pal" / "filter-state.lua"
+        return self.dir / "pal" / "filter-state"
 
     @property
     def kill_switch(self) -> Path:

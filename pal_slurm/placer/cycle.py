@@ -103,13 +103,14 @@ class Placer:
         self.writer.backend = self.problem.backend = backend
 
     @property
-    def wake_file(self) -> str:
-        """The wake-up file the heartbeat names to the filter (set by placer.service.wake_watch)."""
-        return self.heartbeat.wake_file
+    def wake_ready(self) -> bool:
+        """Whether the heartbeat tells the filter to poke the wake-up file (set by
+        placer.service.wake_watch once the file and its directory are fit for it)."""
+        return self.heartbeat.wake_ready
 
-    @wake_file.setter
-    def wake_file(self, path: str) -> None:
-        self.heartbeat.wake_file = path
+    @wake_ready.setter
+    def wake_ready(self, ready: bool) -> None:
+        self.heartbeat.wake_ready = ready
 
     estimate_s = staticmethod(estimate_s)
     expected_end = staticmethod(expected_end)

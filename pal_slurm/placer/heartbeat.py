@@ -4,7 +4,7 @@ Why its own step: the submit filter holds GPU jobs only while this heartbeat is 
 is written at start before anything else is read, every cycle while Slurm answers, and with
 a stopping beat when the daemon goes (docs/admin-guide.md, "The placement daemon"). It
 carries the mode, the GPU models the filter steers, the class rules it applies itself and
-the classes it may leave to Slurm, and the wake-up file it pokes when it holds a job.
+the classes it may leave to Slurm, and whether it pokes the wake-up file when it holds a job.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ class Heartbeat:
         self.rules = rules
         self.models: tuple[str, ...] = tuple(m.lower() for m in cfg.models)
         self.unheld: frozenset[str] = frozenset()
-        #: the file the filter pokes when it holds a job ("" until the loop sets one up: see
-        #: placer.service.run_forever and placer.wake)
-        self.wake_file = ""
+        #: whether the filter pokes the wake-up file when it holds a job (False until the loop
+        #: has checked the file and its directory: placer.service.wake_watch, placer.wake)
+        self.wake_ready = False
 
     def publish(self, *, alive: bool = True, nodes: Sequence[SlurmNode] = (), grace_s: int = 0) -> None:
         """Write the filter state.
@@ -67,7 +67,7 @@ class Heartbeat:
         state = filter_state.FilterState(mode=self.cfg.mode, heartbeat=beat, stale_after=stale, models=self.models,
                                          rules=filter_state.rules_from(rules), hold_s=max(hold, 10),
                                          unheld_classes=tuple(sorted(self.unheld)) if alive else (),
-                                         wake=self.wake_file if alive else "")
+                                         wake=self.wake_ready and alive)
         filter_state.write(self.cfg.state_file, state)
 
 

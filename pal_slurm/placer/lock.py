@@ -39,8 +39,8 @@ LOCK_NAME = "placer.lock"
 
 
 def default_lock_path(state_file: str) -> str:
-    """`placer.lock` in the state file's directory (/var/lib/pal by default: root's, 0755, so
-    no other user can put a file or a link there first)."""
+    """`placer.lock` in the state file's directory (/var/lib/pal/placer by default: the
+    placer's alone, so no other user can put a file or a link there first)."""
     return str(Path(state_file).expanduser().parent / LOCK_NAME)
 
 

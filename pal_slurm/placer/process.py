@@ -89,7 +89,7 @@ class PlacerProcess:
 
 def wait_heartbeat(state_file: Path, placer: PlacerProcess, timeout: float = 30.0) -> None:
     """Until the placer has published a fresh enforce-mode heartbeat (the filter holds nothing before)."""
-    from pal_slurm.slurm.filter_state import heartbeat_age
+    from pal_slurm.slurm.filter_state import heartbeat_age, published_mode
 
     start = time.time()
     while time.time() - start < timeout:
@@ -97,7 +97,7 @@ def wait_heartbeat(state_file: Path, placer: PlacerProcess, timeout: float = 30.
             tail = " | ".join(placer.output().strip().splitlines()[-3:])
             raise PalError(f"pal placer exited with status {placer.proc.returncode}: {tail}")
         age = heartbeat_age(str(state_file))
-        if age is not None and age < 3 and 'mode = "enforce"' in state_file.read_text(encoding="utf-8"):
+        if age is not None and age < 3 and published_mode(state_file) == "enforce":
             return
         time.sleep(0.2)
     raise PalError(f"pal placer wrote no heartbeat to {state_file} within {timeout:g} s "

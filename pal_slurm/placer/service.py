@@ -12,7 +12,9 @@ must fail open rather than keep jobs held. Between cycles the loop watches the w
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -307,17 +309,31 @@ def _stand_by(one: OnePlacer, stop: threading.Event, notify: Any) -> bool:
 
 
 def wake_watch(p: Placer) -> WakeWatch | None:
-    """The wake-up file the loop watches between cycles (placer.wake), created if missing and
-    published to the filter through the heartbeat; None when waking is off or the path is
-    unusable (then every job waits for the next cycle, as without it)."""
-    from pal_slurm.placer.wake import WakeWatch, default_path, ensure
+    """The wake-up file the loop watches between cycles (placer.wake): `placer-wake` beside the
+    state file, created if missing; the heartbeat then tells the filter to poke it (`wake 1`).
+    None when waking is off, the file is not a regular file, or the state directory is not the
+    placer's alone (wake.state_dir_problem): then every job waits for the next cycle, as
+    without it, slower but never stuck."""
+    from pal_slurm.placer.wake import WakeWatch, default_path, ensure, state_dir_problem
 
+    path = default_path(p.cfg.state_file)
+    if p.cfg.wake_file and os.path.abspath(p.cfg.wake_file) != os.path.abspath(path):
+        log.warning("placer.wake_file = %s is ignored: the wake-up file is always %s (placer-wake beside "
+                    "state_file), the path the submit filter and EpilogSlurmctld compute themselves, so the "
+                    "state file slurmctld reads names no file to write", p.cfg.wake_file, path)
     if not p.cfg.wake:
         return None
-    path = p.cfg.wake_file or default_path(p.cfg.state_file)
+    directory = os.path.dirname(path) or "."
+    with contextlib.suppress(OSError):  # a directory that cannot be made is named just below
+        os.makedirs(directory, exist_ok=True)
+    problem = state_dir_problem(directory)
+    if problem is not None:
+        log.error("%s: the submit filter is not told to wake the placer (slurmctld opens a file there); jobs wait "
+                  "for the next cycle, every %g s", problem, p.cfg.interval_s)
+        return None
     if not ensure(path):
         return None
-    p.wake_file = path
+    p.wake_ready = True
     log.info("woken at once by %s (a held job, a job's end); else every %g s", path, p.cfg.interval_s)
     return WakeWatch(path, poll_s=p.cfg.wake_poll_s)
 

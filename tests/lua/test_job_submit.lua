@@ -81,27 +81,39 @@ local function write(path, text)
     f:close()
 end
 
-local function serialize(v)
-    if type(v) == "string" then
-        return string.format("%q", v)
-    elseif type(v) ~= "table" then
-        return tostring(v)
+--- Percent-encode as the placer does: every byte outside [A-Za-z0-9._-] as %XX.
+local function enc(v)
+    return (string.gsub(tostring(v), "[^%w._-]", function(c)
+        return string.format("%%%02X", string.byte(c))
+    end))
+end
+
+--- A state table (the fields the placer writes) as a format-2 state file.
+local function render(s)
+    local lines = { "# pal-slurm filter state (format 2); test", "format 2" }
+    local function add(line)
+        lines[#lines + 1] = line
     end
-    local parts = {}
-    for _, item in ipairs(v) do
-        parts[#parts + 1] = serialize(item)
+    if s.mode ~= nil then add("mode " .. enc(s.mode)) end
+    for _, key in ipairs({ "heartbeat", "stale_after", "hold_s" }) do
+        if s[key] ~= nil then add(key .. " " .. tostring(s[key])) end
     end
-    for k, item in pairs(v) do
-        if type(k) == "string" then
-            parts[#parts + 1] = k .. " = " .. serialize(item)
+    if s.wake then add("wake 1") end
+    for _, m in ipairs(s.models or {}) do add("model " .. enc(m)) end
+    for _, c in ipairs(s.unheld_classes or {}) do add("unheld " .. enc(c)) end
+    for _, r in ipairs(s.rules or {}) do
+        local fields = {}
+        for _, key in ipairs({ "id", "user", "name", "account", "partition", "class" }) do
+            if r[key] ~= nil then fields[#fields + 1] = key .. "=" .. enc(r[key]) end
         end
+        add("rule " .. table.concat(fields, " "))
     end
-    return "{ " .. table.concat(parts, ", ") .. " }"
+    return table.concat(lines, "\n") .. "\n"
 end
 
 local function state_table(over)
     local s = {
-        format = 1, mode = "enforce", heartbeat = os.time(), stale_after = 30,
+        mode = "enforce", heartbeat = os.time(), stale_after = 30,
         models = { "v100" }, rules = {},
     }
     for k, v in pairs(over or {}) do
@@ -110,7 +122,14 @@ local function state_table(over)
     return s
 end
 
-local STATE_PATH = tmpname()
+-- the state file lives in a directory of its own: the wake-up file is beside it
+local STATE_DIR = os.tmpname()
+os.remove(STATE_DIR)
+assert(os.execute("mkdir -m 700 '" .. STATE_DIR .. "'") == 0, "cannot create " .. STATE_DIR)
+local STATE_PATH = STATE_DIR .. "/filter-state"
+local WAKE_PATH = STATE_DIR .. "/placer-wake"
+tmpfiles[#tmpfiles + 1] = STATE_PATH
+tmpfiles[#tmpfiles + 1] = WAKE_PATH
 local KILL_PATH = tmpname()
 os.remove(KILL_PATH)
 
@@ -127,13 +146,18 @@ end
 --- Write the state file (table or raw text) and forget the cached copy.
 local function set_state(s)
     if type(s) == "table" then
-        write(STATE_PATH, "-- test\nreturn " .. serialize(s) .. "\n")
+        write(STATE_PATH, render(s))
     elseif s == nil then
         os.remove(STATE_PATH)
     else
         write(STATE_PATH, s)
     end
     pal.reset_cache()
+end
+
+--- The state parsed from a text, or nil and the reason.
+local function parse(text)
+    return pal.parse_state(text)
 end
 
 local function job(over)
@@ -411,10 +435,17 @@ test("hold: through the begin time, hold_s from the state (default 90 s), priori
     j = submit(job({ tres_per_node = "gres:gpu:1" }))
     truthy(held(j), "held with hold_s 25")
     truthy(j.begin_time >= t0 + 25 and j.begin_time <= os.time() + 25, "begin = now + hold_s")
+    for _, bad in ipairs({ 0, pal.MAX_HOLD_SECONDS + 1 }) do
+        set_state(state_table({ hold_s = bad }))
+        t0 = os.time()
+        j = submit(job({ tres_per_node = "gres:gpu:1" }))
+        truthy(j.begin_time >= t0 + 90 and j.begin_time <= os.time() + 90, "hold_s out of range: default")
+    end
     set_state(state_table({ hold_s = "soon" }))
-    t0 = os.time()
+    logs = {}
     j = submit(job({ tres_per_node = "gres:gpu:1" }))
-    truthy(j.begin_time >= t0 + 90 and j.begin_time <= os.time() + 90, "bad hold_s: default")
+    eq(held(j), false, "hold_s not a number: the file is refused, nothing held")
+    truthy(log_has('hold_s is not an integer: "soon"'), "says why")
 end)
 
 test("hold: a begin time in the past or now (--begin=now) is replaced by the hold", function()
@@ -458,7 +489,7 @@ test("no hold: heartbeat far in the future", function()
 end)
 
 test("no hold: heartbeat missing", function()
-    set_state("return { format = 1, mode = 'enforce', models = {} }")
+    set_state("format 2\nmode enforce\nmodel v100\n")
     local j = submit(job({ tres_per_node = "gres:gpu:1" }))
     eq(held(j), false)
 end)
@@ -557,9 +588,8 @@ test("a class the placer leaves to Slurm is not held; the others are", function(
     eq(h, false) eq(r, "class D has nothing to choose")
     h, r = pal.should_hold(v, gpus, "A", st, NOW)
     eq(h, true) eq(r, "enforce")
-    write(STATE_PATH, "return { format = 1, mode = 'enforce', heartbeat = " .. NOW .. ", unheld_classes = { 'D', 5, '' } }")
-    local s = assert(pal.load_state(STATE_PATH))
-    eq(s.unheld.D, true, "D read") eq(s.unheld.A, nil, "A not") eq(s.unheld["5"], nil, "numbers ignored")
+    local s = assert(parse("format 2\nmode enforce\nheartbeat " .. NOW .. "\nunheld D\nunheld \n"))
+    eq(s.unheld.D, true, "D read") eq(s.unheld.A, nil, "A not") eq(s.unheld[""], nil, "empty ignored")
 end)
 
 -- ------------------------------------------------------------------ waking the placer
@@ -574,47 +604,181 @@ local function size_of(path)
     return n
 end
 
-test("wake: a held job appends one byte to the state's wake file, each time", function()
-    local wake = tmpname()
-    write(wake, "")
-    set_state(state_table({ wake = wake }))
+test("wake: a held job appends one byte to placer-wake beside the state file, each time", function()
+    write(WAKE_PATH, "")
+    set_state(state_table({ wake = true }))
     local j = submit(job({ tres_per_node = "gres:gpu:1" }))
     truthy(held(j), "held")
-    eq(size_of(wake), 1, "one poke")
+    eq(size_of(WAKE_PATH), 1, "one poke")
     submit(job({ tres_per_node = "gres:gpu:2" }))
-    eq(size_of(wake), 2, "a second poke grows the file again")
+    eq(size_of(WAKE_PATH), 2, "a second poke grows the file again")
 end)
 
-test("wake: no poke for a job not held, in observe mode, or without a wake path", function()
-    local wake = tmpname()
-    write(wake, "")
-    set_state(state_table({ wake = wake }))
+test("wake: no poke for a job not held, in observe mode, with a stale heartbeat, or without `wake 1`", function()
+    write(WAKE_PATH, "")
+    set_state(state_table({ wake = true }))
     submit(job({}))                                           -- no GPUs
     submit(job({ tres_per_node = "gres:gpu:1", req_nodes = "n1" }))
-    eq(size_of(wake), 0, "not held: not poked")
-    set_state(state_table({ wake = wake, mode = "observe" }))
+    eq(size_of(WAKE_PATH), 0, "not held: not poked")
+    set_state(state_table({ wake = true, mode = "observe" }))
     submit(job({ tres_per_node = "gres:gpu:1" }))
-    eq(size_of(wake), 0, "observe: not poked")
-    set_state(state_table({ wake = wake, heartbeat = os.time() - 3600 }))
+    eq(size_of(WAKE_PATH), 0, "observe: not poked")
+    set_state(state_table({ wake = true, heartbeat = os.time() - 3600 }))
     submit(job({ tres_per_node = "gres:gpu:1" }))
-    eq(size_of(wake), 0, "stale heartbeat: not poked")
+    eq(size_of(WAKE_PATH), 0, "stale heartbeat: not poked")
+    set_state(state_table())
+    truthy(held((submit(job({ tres_per_node = "gres:gpu:1" })))), "held")
+    eq(size_of(WAKE_PATH), 0, "no `wake 1`: not poked")
+    for _, v in ipairs({ "0", "yes", "true", "1 ", "" }) do
+        eq(assert(parse("format 2\nwake " .. v .. "\n")).wake, false, "wake " .. v)
+    end
 end)
 
-test("wake: a missing file or directory, or a relative or odd path, never fails the submission", function()
-    for _, path in ipairs({ "/nonexistent-pal-dir/placer-wake", "relative/wake", "/tmp/a\nb", "" }) do
-        set_state(state_table({ wake = path }))
-        local j, rc = submit(job({ tres_per_node = "gres:gpu:1" }))
-        eq(rc, slurm.SUCCESS, path) truthy(held(j), "held anyway: " .. path)
+test("wake: the path is fixed beside the state file; a state file cannot name another", function()
+    eq(pal.wake_path("/var/lib/pal/placer/filter-state"), "/var/lib/pal/placer/placer-wake")
+    eq(pal.wake_path("/filter-state"), "/placer-wake")
+    eq(pal.wake_path("rel/dir/state"), "rel/dir/placer-wake")
+    eq(pal.wake_path("filter-state"), "placer-wake")
+    eq(pal.wake_path(""), nil) eq(pal.wake_path(nil), nil)
+    local victim = tmpname()
+    write(victim, "keep")
+    write(WAKE_PATH, "")
+    for _, text in ipairs({ "wake " .. victim, "wake_file " .. victim, "wake " .. enc(victim) }) do
+        set_state(render(state_table()) .. text .. "\n")
+        local j = submit(job({ tres_per_node = "gres:gpu:1" }))
+        truthy(held(j), "held: " .. text)
+        eq(size_of(victim), 4, "the named file is never written: " .. text)
+        eq(size_of(WAKE_PATH), 0, "and without `wake 1` nothing is poked: " .. text)
     end
+    -- `wake 1` and a path on another line: the fixed file, never the named one
+    set_state(render(state_table({ wake = true })) .. "wake " .. victim .. "\nwake 1\n")
+    submit(job({ tres_per_node = "gres:gpu:1" }))
+    eq(size_of(victim), 4, "victim untouched")
+    eq(size_of(WAKE_PATH), 1, "the fixed file poked")
+end)
+
+test("wake: a wake-up file that cannot be opened never fails the submission", function()
+    os.remove(WAKE_PATH)
+    assert(os.execute("mkdir '" .. WAKE_PATH .. "'") == 0)   -- a directory: io.open fails
+    set_state(state_table({ wake = true }))
+    local j, rc = submit(job({ tres_per_node = "gres:gpu:1" }))
+    os.remove(WAKE_PATH)
+    eq(rc, slurm.SUCCESS) truthy(held(j), "held anyway")
     eq(pal.poke(nil), false) eq(pal.poke("/nonexistent-pal-dir/x"), false)
-    write(STATE_PATH, "return { format = 1, mode = 'enforce', heartbeat = " .. NOW .. ", wake = 'rel/x' }")
-    eq(assert(pal.load_state(STATE_PATH)).wake, nil, "a relative path is not taken")
 end)
 
 -- ------------------------------------------------------------------ state file
 
-test("state: syntax error, non-table, wrong format, missing file", function()
-    for _, text in ipairs({ "return {", "return 5", "return { format = 2, mode = 'enforce' }", "" }) do
+test("state: every field is read", function()
+    local s = assert(parse(table.concat({
+        "# pal-slurm filter state (format 2); written by pal placer; do not edit",
+        "",
+        "format 2",
+        "mode enforce",
+        "heartbeat 1765000000",
+        "stale_after 45",
+        "hold_s 600",
+        "wake 1",
+        "model v100",
+        "model A100-SXM4",
+        "unheld A",
+        "unheld C",
+        "rule id=3 user=alice name=train%20job class=B",
+        "rule id=r-4 account=proj partition=gpu class=off",
+        "",
+    }, "\n")))
+    eq(s.format, 2) eq(s.mode, "enforce") eq(s.heartbeat, 1765000000) eq(s.stale_after, 45) eq(s.hold_s, 600)
+    eq(s.wake, true)
+    eq(s.models.v100, true) eq(s.models["a100-sxm4"], true, "models lower-cased") eq(s.models["A100-SXM4"], nil)
+    eq(s.unheld.A, true) eq(s.unheld.C, true) eq(s.unheld.B, nil)
+    eq(#s.rules, 2)
+    local r = s.rules[1]
+    eq(r.id, "3") eq(r.user, "alice") eq(r.name, "train job") eq(r.class, "B") eq(r.account, nil)
+    r = s.rules[2]
+    eq(r.id, "r-4") eq(r.account, "proj") eq(r.partition, "gpu") eq(r.class, "off") eq(r.user, nil)
+    eq(pal.class_hint({ user_name = "alice", name = "train job" }, s.rules), "B")
+end)
+
+test("state: defaults when a field is missing; the filter's semantics for odd values", function()
+    local s = assert(parse("format 2\n"))
+    eq(s.mode, "observe") eq(s.heartbeat, nil) eq(s.stale_after, 30) eq(s.hold_s, 90) eq(s.wake, false)
+    eq(next(s.models), nil) eq(next(s.unheld), nil) eq(#s.rules, 0)
+    s = assert(parse("format 2\nmode yes\nstale_after -1\nhold_s 0\nmodel \nmodel V100\n"))
+    eq(s.mode, "observe", "unknown mode") eq(s.stale_after, 30, "negative stale_after") eq(s.hold_s, 90, "hold_s 0")
+    eq(s.models[""], nil, "empty model") eq(s.models.v100, true)
+    eq(assert(parse("format 2\nmode ENFORCE\n")).mode, "observe", "modes are lower case")
+    eq(assert(parse("format 2\nstale_after 0\n")).stale_after, 0)
+    eq(assert(parse("format 2\nhold_s 86400\n")).hold_s, 86400)
+    eq(assert(parse("format 2\nhold_s 86401\n")).hold_s, 90)
+    eq(assert(parse("format 2\nhold_s 1\n")).hold_s, 1)
+    eq(assert(parse("format 2\nheartbeat -5\n")).heartbeat, -5)
+    eq(assert(parse("format 2\nheartbeat 007\n")).heartbeat, 7)
+    eq(assert(parse("format 2\nmode enforce\nmode observe\n")).mode, "observe", "the last line wins")
+end)
+
+test("state: a number that is not a plain integer refuses the file, and says which", function()
+    for _, v in ipairs({ "1.5", "1e9", "0x10", " 5", "5 ", "", "-", "+5", "nan", "inf", "1234567890123456",
+        "5\0" }) do
+        for _, key in ipairs({ "heartbeat", "stale_after", "hold_s" }) do
+            local s, err = parse("format 2\nmode enforce\n" .. key .. " " .. v .. "\n")
+            eq(s, nil, key .. " " .. v)
+            truthy(err:find(key .. " is not an integer", 1, true), err)
+            truthy(err:find("line 3", 1, true), err)
+        end
+    end
+end)
+
+test("state: values are percent-decoded, awkward bytes and all", function()
+    local s = assert(parse("format 2\nrule user=a%20b name=%3D%25%0A%C3%BC%22%27%5C class=%41 account=%zz%4%\n"
+        .. "rule name=%e2%82%ac partition=x%2\n"))
+    local r = s.rules[1]
+    eq(r.user, "a b") eq(r.name, "=%\n\195\188\"'\\") eq(r.class, "A")
+    eq(r.account, "%zz%4%", "a % without two hex digits stays")
+    eq(s.rules[2].name, "\226\130\172", "lower-case hex") eq(s.rules[2].partition, "x%2")
+    eq(pal.percent_decode("plain"), "plain")
+    eq(pal.percent_decode("%41%42%43"), "ABC")
+end)
+
+test("state: unknown keys and rule fields are skipped (a newer placer may add some)", function()
+    local s = assert(parse("format 2\nmode enforce\nfuture_key some value\nFORMAT 3\nmodels v100\n"
+        .. "rule id=1 color=red user=bob novalue class=C =x\nmodel a100\n"))
+    eq(s.mode, "enforce") eq(s.models.a100, true) eq(s.models.v100, nil, "`models` is not `model`")
+    local r = s.rules[1]
+    eq(r.user, "bob") eq(r.class, "C") eq(r.id, "1") eq(r.color, nil) eq(r.novalue, nil)
+end)
+
+test("state: CR LF line ends are read like LF ones", function()
+    local s = assert(parse("# comment\r\nformat 2\r\nmode enforce\r\nheartbeat 12\r\nwake 1\r\nmodel V100\r\n"
+        .. "rule user=alice class=A\r\n\r\n"))
+    eq(s.mode, "enforce") eq(s.heartbeat, 12) eq(s.wake, true) eq(s.models.v100, true)
+    eq(s.rules[1].class, "A") eq(s.rules[1].user, "alice")
+    eq(assert(parse("format 2\r\nmode enforce")).mode, "enforce", "no line end at the end")
+end)
+
+test("state: `format 2` must come first; a format-1 Lua file of an older placer is refused", function()
+    local format1 = table.concat({
+        "-- written by pal placer; do not edit (pal-slurm filter state, format 1)",
+        "return {",
+        "  format = 1,", '  mode = "enforce",', "  heartbeat = " .. os.time() .. ",", "  stale_after = 30,",
+        '  models = { "v100" },', "  rules = {", "  },", "}", "",
+    }, "\n")
+    set_state(format1)
+    logs = {}
+    local j = submit(job({ tres_per_node = "gres:gpu:v100:1" }))
+    eq(held(j), false, "nothing held")
+    eq(j.tres_per_node, "gres:gpu:v100:1", "nothing rewritten")
+    truthy(log_has("no usable filter state (unknown state format"), "says why")
+    for _, text in ipairs({ "", "\n\n# only comments\n", "mode enforce\nformat 2\n", "format 1\n", "format 3\n",
+        "format  2\n", "format 2 \n", " format 2\n", "FORMAT 2\n", "format\n", "return { format = 2 }\n",
+        string.dump(function() return { format = 2 } end) }) do
+        local s, err = parse(text)
+        eq(s, nil, pal.quote(text))
+        truthy(err:find("unknown state format", 1, true), err)
+    end
+end)
+
+test("state: a refused or missing file holds and rewrites nothing, and is logged", function()
+    for _, text in ipairs({ "return {", "format 9\n", "\0\1\2\255garbage", "format 2\nheartbeat soon\n" }) do
         set_state(text)
         logs = {}
         local j = submit(job({ tres_per_node = "gres:gpu:v100:1" }))
@@ -628,74 +792,166 @@ test("state: syntax error, non-table, wrong format, missing file", function()
     truthy(err:find("cannot open", 1, true))
 end)
 
-test("state: cannot call os.exit, touch slurm, or read globals", function()
+test("state: garbage and binary are refused or skipped, never run", function()
     local attacks = {
         "os.exit(3) return {}",
         "slurm.SUCCESS = 99 return {}",
         "slurm_job_submit = nil return {}",
-        "return { format = 1, mode = print and 'enforce' or 'observe', heartbeat = os.time() }",
-        "local x = getfenv(0) x.slurm = nil return {}",
+        "return { format = 2, mode = print and 'enforce' or 'observe', heartbeat = os.time() }",
+        "return ('x'):rep(256 * 1024 * 1024)",
         "io.open('/tmp/pal-should-not-exist', 'w') return {}",
+        "format 2\nmode os.exit(3)\nheartbeat " .. os.time() .. "\n",
+        -- code on lines of its own: unknown keys, skipped; the rest of the file stands (held)
+        { "format 2\nmode enforce\nheartbeat " .. os.time() .. "\nos.exit(3)\nslurm.SUCCESS = 99\n"
+            .. "io.open('/tmp/pal-should-not-exist', 'w')\nreturn ('x'):rep(256 * 1024 * 1024)\n" },
     }
     local exit_called = false
     os.exit = function() exit_called = true error("os.exit reached", 0) end
-    for _, text in ipairs(attacks) do
+    for _, attack in ipairs(attacks) do
+        local text, holds = attack, false
+        if type(attack) == "table" then
+            text, holds = attack[1], true
+        end
         set_state(text)
         local j, rc = submit(job({ tres_per_node = "gres:gpu:1" }))
         eq(exit_called, false, "os.exit reached by " .. text)
         eq(rc, 0, text .. " rc")
-        eq(held(j), false, text)
+        eq(held(j), holds, text)
         eq(slurm, REAL_SLURM, "slurm global replaced by " .. text)
         eq(slurm.SUCCESS, 0, "slurm.SUCCESS after " .. text)
         eq(type(slurm_job_submit), "function", "callback after " .. text)
     end
     os.exit = REAL_EXIT
     eq(io.open("/tmp/pal-should-not-exist", "r"), nil, "state file wrote a file")
+    -- binary lines after the format line are unknown keys: skipped
+    local junk = {}
+    for b = 0, 255 do
+        junk[#junk + 1] = string.char(b, (b * 7) % 256, 0, 255)
+    end
+    local s = assert(parse("format 2\nmode enforce\n" .. table.concat(junk, "\n") .. "\nheartbeat 5\n"))
+    eq(s.mode, "enforce") eq(s.heartbeat, 5)
 end)
 
-test("state: endless loop is cut off by the instruction limit", function()
-    set_state("while true do end")
-    local s, err = pal.load_state(STATE_PATH)
-    eq(s, nil)
-    truthy(err:find("too long", 1, true), err)
-end)
-
-test("state: bytecode and oversized files are refused", function()
-    set_state(string.dump(function() return { format = 1 } end))
-    local s, err = pal.load_state(STATE_PATH)
-    eq(s, nil)
-    truthy(err:find("bytecode", 1, true), err)
+test("state: oversized files, too many lines, rules or models, and long lines are refused", function()
+    local s, err = parse("format 2\n" .. string.rep("#", pal.STATE_MAX_BYTES))
+    eq(s, nil) truthy(err:find("larger than", 1, true), err)
     local saved = pal.STATE_MAX_BYTES
     pal.STATE_MAX_BYTES = 100
-    set_state("return { format = 1 }" .. string.rep(" ", 200))
+    set_state("format 2\n" .. string.rep("#", 200))
     s, err = pal.load_state(STATE_PATH)
     pal.STATE_MAX_BYTES = saved
-    eq(s, nil)
-    truthy(err:find("larger", 1, true), err)
+    eq(s, nil) truthy(err:find("larger", 1, true), err)
+
+    local rules = { "format 2" }
+    for i = 1, pal.STATE_MAX_RULES do
+        rules[#rules + 1] = "rule id=" .. i .. " user=u" .. i .. " class=A"
+    end
+    s = assert(parse(table.concat(rules, "\n")))
+    eq(#s.rules, pal.STATE_MAX_RULES, "exactly the cap: read")
+    rules[#rules + 1] = "rule id=x class=B"
+    s, err = parse(table.concat(rules, "\n"))
+    eq(s, nil) truthy(err:find("more than " .. pal.STATE_MAX_RULES .. " rules", 1, true), err)
+
+    for _, key in ipairs({ "model", "unheld" }) do
+        local lines = { "format 2" }
+        for i = 1, pal.STATE_MAX_MODELS + 1 do
+            lines[#lines + 1] = key .. " m" .. i
+        end
+        s, err = parse(table.concat(lines, "\n"))
+        eq(s, nil) truthy(err:find("more than " .. pal.STATE_MAX_MODELS .. " " .. key, 1, true), err)
+        table.remove(lines)
+        truthy(parse(table.concat(lines, "\n")), key .. ": exactly the cap is read")
+    end
+
+    local fields = {}
+    for i = 1, pal.STATE_MAX_RULE_FIELDS do
+        fields[i] = "f" .. i .. "=x"
+    end
+    truthy(parse("format 2\nrule " .. table.concat(fields, " ") .. "\n"), "a rule of the most fields")
+    s, err = parse("format 2\nrule " .. table.concat(fields, " ") .. " class=A\n")
+    eq(s, nil) truthy(err:find("more than " .. pal.STATE_MAX_RULE_FIELDS .. " fields", 1, true), err)
+
+    s, err = parse("format 2\n" .. string.rep("#\n", pal.STATE_MAX_LINES))
+    eq(s, nil) truthy(err:find("more than " .. pal.STATE_MAX_LINES .. " lines", 1, true), err)
+    truthy(parse("format 2\n" .. string.rep("#\n", pal.STATE_MAX_LINES - 1)), "exactly the line cap")
+
+    local long = "rule name=" .. string.rep("x", pal.STATE_MAX_LINE - 10)
+    eq(#long, pal.STATE_MAX_LINE)
+    truthy(parse("format 2\n" .. long .. "\n"), "a line of the longest length")
+    truthy(parse("format 2\r\n" .. long .. "\r\n"), "and with CR LF")
+    s, err = parse("format 2\n" .. long .. "x\n")
+    eq(s, nil) truthy(err:find("line 2 is longer than " .. pal.STATE_MAX_LINE, 1, true), err)
 end)
 
-test("state: sanitised copy (bad fields dropped, unknown mode is observe)", function()
-    set_state("return { format = 1, mode = 'yes', heartbeat = 'soon', stale_after = -1, "
-        .. "models = { 'V100', 7, '' }, rules = { 'x', { user = 'a', class = 'A', extra = {} } } }")
-    local s = assert(pal.load_state(STATE_PATH))
-    eq(s.mode, "observe")
-    eq(s.heartbeat, nil)
-    eq(s.stale_after, 30)
-    eq(s.hold_s, 90)
-    eq(s.models.v100, true)
-    eq(#s.rules, 1)
-    eq(s.rules[1].user, "a")
-    eq(s.rules[1].extra, nil)
+test("state: a 1 MB adversarial file is parsed in bounded time", function()
+    local MB = 1024 * 1024
+    local function fill(line)
+        return "format 2\n" .. string.rep(line .. "\n", math.floor(MB / (#line + 1)))
+    end
+    local width = pal.STATE_MAX_LINE - 16
+    local cases = {
+        { "one line", "format 2\n" .. string.rep("x", MB) },
+        { "line ends only", "format 2\n" .. string.rep("\n", MB) },
+        { "CRs", "format 2\n" .. string.rep("\r", MB) },
+        { "percent signs", fill("rule name=" .. string.rep("%", width)) },
+        { "escapes", fill("rule name=" .. string.rep("%41", math.floor(width / 3))) },
+        { "half escapes", fill("rule name=" .. string.rep("%4", math.floor(width / 2))) },
+        { "equals", fill("rule " .. string.rep("=", width)) },
+        { "spaces", fill("rule " .. string.rep(" ", width)) },
+        { "fields without =", fill("rule " .. string.rep("a ", math.floor(width / 2)) .. "user=x") },
+        { "fields", fill("rule " .. string.rep("id=1 ", math.floor(width / 5))) },
+        { "models", fill("model " .. string.rep("%41", math.floor(width / 3))) },
+        { "a spaced class", fill("rule user=alice class=" .. string.rep("%20", math.floor(width / 7)) .. "A"
+            .. string.rep("%20", math.floor(width / 7))) },
+        { "rules of the most fields", fill("rule " .. string.rep("name=" .. string.rep("%41", 80) .. " ",
+            pal.STATE_MAX_RULE_FIELDS - 1) .. "user=bob") },
+        { "many rules", fill("rule user=bob name=" .. string.rep("x", 86) .. " class=A") },
+        { "comments", "format 2\n" .. string.rep("#" .. string.rep("(.-)*", 10) .. "\n", math.floor(MB / 52)) },
+        { "binary", "format 2\n" .. string.rep("\0\255\1%\r =", math.floor(MB / 7)) },
+    }
+    local view = { user_name = "alice", name = "train" }
+    local worst, worst_name = 0, ""
+    for _, c in ipairs(cases) do
+        local name, text = c[1], c[2]
+        truthy(#text >= MB - pal.STATE_MAX_LINE and #text <= MB + 64, name .. " is about 1 MB: " .. #text)
+        local t0 = os.clock()
+        local s = pal.parse_state(text)
+        if s then
+            pal.class_hint(view, s.rules)   -- every rule looked at, the first that matches normalised
+        end
+        local took = os.clock() - t0
+        if name == "a spaced class" or name == "rules of the most fields" or name == "many rules" then
+            truthy(s and #s.rules > 100, name .. " is read, not refused")
+        end
+        if took > worst then
+            worst, worst_name = took, name
+        end
+        truthy(took < 2.0, name .. " took " .. took .. " s")
+        if os.getenv("PAL_LUA_TIMES") then
+            io.write(string.format("     %-24s %.3f s %s\n", name, took, s and "read" or "refused"))
+        end
+    end
+    io.write(string.format("     (slowest 1 MB state file: %s, %.3f s of CPU)\n", worst_name, worst))
 end)
 
 test("state: cached for CACHE_SECONDS, then re-read", function()
-    write(STATE_PATH, "return { format = 1, mode = 'observe' }")
+    write(STATE_PATH, "format 2\nmode observe\n")
     pal.reset_cache()
     eq(pal.get_state(STATE_PATH, NOW).mode, "observe")
-    write(STATE_PATH, "return { format = 1, mode = 'enforce' }")
+    write(STATE_PATH, "format 2\nmode enforce\n")
     eq(pal.get_state(STATE_PATH, NOW + 1).mode, "observe", "cached")
     eq(pal.get_state(STATE_PATH, NOW + 2).mode, "enforce", "re-read")
     eq(pal.get_state(STATE_PATH, NOW - 10).mode, "enforce", "clock went back: re-read")
+end)
+
+test("normalize_class: trims like %s, bounded on a long class", function()
+    eq(pal.normalize_class(" \t b \r\n"), "B")
+    eq(pal.normalize_class("auto"), "auto") eq(pal.normalize_class("Off"), "off")
+    eq(pal.normalize_class(""), nil) eq(pal.normalize_class("   "), nil) eq(pal.normalize_class("A B"), nil)
+    eq(pal.normalize_class(5), nil)
+    local t0 = os.clock()
+    eq(pal.normalize_class(string.rep(" ", 100000) .. "A" .. string.rep(" ", 100000) .. "x"), nil)
+    truthy(os.clock() - t0 < 0.5, "linear")
 end)
 
 -- ------------------------------------------------------------------ fail open
@@ -781,6 +1037,7 @@ end
 for _, p in ipairs(tmpfiles) do
     os.remove(p)
 end
+os.remove(STATE_DIR)
 os.getenv = real_getenv
 io.write(string.format("%d tests, %d failed\n", #tests, #failures))
 REAL_EXIT(#failures == 0 and 0 or 1)

@@ -49,7 +49,7 @@
 #             inventory.json, prolog/epilog wrappers (when spank_hooks/pal-{pro,epi}log.sh exist)
 #   dev/<node>/nvidia<minor>   fake GPUs (character devices c 195 <minor>)
 #   lib/pal_spank.so           built from spank_hooks/ when its source and libslurm-dev exist
-#   pal/      filter-state.lua (PAL_FILTER_STATE) and filter-disabled (PAL_FILTER_KILL_SWITCH,
+#   pal/      filter-state (PAL_FILTER_STATE) and filter-disabled (PAL_FILTER_KILL_SWITCH,
 #             created at start: a cluster without the daemon behaves like plain Slurm)
 #   jobmap/<node>/  PAL_JOBMAP_DIR of the prolog/epilog wrappers
 #   log/      slurmctld.log, slurmd-<node>.log, *.out (daemon stdout/stderr)
@@ -95,7 +95,7 @@ CONF="$ETC/slurm.conf"
 LOGD="$DIR/log"
 PIDS="$DIR/pids"
 PAL_STATE_DIR="$DIR/pal"
-FILTER_STATE="$PAL_STATE_DIR/filter-state.lua"
+FILTER_STATE="$PAL_STATE_DIR/filter-state"
 KILL_SWITCH="$PAL_STATE_DIR/filter-disabled"
 export SLURM_CONF="$CONF"
 
@@ -338,9 +338,10 @@ EOF
     if [ -f "$REPO/spank_hooks/pal-epilog-slurmctld.sh" ]; then
         cat >"$ETC/epilog-slurmctld.sh" <<EOF
 #!/bin/sh
-# wrapper written by tests/services/slurm-cluster.sh: this cluster's placer wake-up file, then the real hook
-PAL_WAKE_FILE="$PAL_STATE_DIR/placer-wake"
-export PAL_WAKE_FILE
+# wrapper written by tests/services/slurm-cluster.sh: this cluster's filter state (the placer's
+# wake-up file is placer-wake beside it), then the real hook
+PAL_FILTER_STATE="$FILTER_STATE"
+export PAL_FILTER_STATE
 exec /bin/sh "$REPO/spank_hooks/pal-epilog-slurmctld.sh" "\$@"
 EOF
         chmod 755 "$ETC/epilog-slurmctld.sh"

@@ -46,41 +46,31 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"Slurm test cluster unavailable: {reason}")
 
 
-def lua_string(value: str) -> str:
-    """A Lua 5.1 string literal for any text (quotes, backslashes, control bytes escaped)."""
-    out = []
-    for byte in value.encode("utf-8"):
-        ch = chr(byte)
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif 32 <= byte < 127:
-            out.append(ch)
-        else:
-            out.append(f"\\{byte:03d}")
-    return '"' + "".join(out) + '"'
+def percent_encoded(value: str) -> str:
+    """A filter state value: UTF-8, every byte outside [A-Za-z0-9._-] as %XX. Written here
+    again, not imported from pal_slurm.slurm.filter_state: these tests check the contract the
+    filter reads (docs/admin-guide.md, "The filter state file"), not one writer against itself."""
+    safe = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+    return "".join(chr(b) if b in safe else f"%{b:02X}" for b in value.encode("utf-8"))
 
 
-def filter_state_lua(mode: str, heartbeat: int, rules: Iterable[Mapping[str, Any]], *,
-                     stale_after: int = 30, models: Sequence[str] = ("v100",), hold_s: int | None = None) -> str:
-    """The filter state file the placer writes (its contract: docs/admin-guide.md, "slurm.conf, job_submit.lua,
-    plugstack.conf")."""
+def filter_state_text(mode: str, heartbeat: int, rules: Iterable[Mapping[str, Any]], *,
+                      stale_after: int = 30, models: Sequence[str] = ("v100",), hold_s: int | None = None) -> str:
+    """The filter state file the placer writes, format 2 (its contract: docs/admin-guide.md,
+    "slurm.conf, job_submit.lua, plugstack.conf")."""
     rule_lines = []
     for rule in rules:
-        parts = [f"{k} = {lua_string(str(v))}" for k, v in rule.items() if v is not None]
-        rule_lines.append("    { " + ", ".join(parts) + " },")
+        fields = [f"{k}={percent_encoded(str(v))}" for k, v in rule.items() if v is not None]
+        rule_lines.append("rule " + " ".join(fields))
     return "\n".join([
-        "-- written by pal tests (slurm_cluster.set_filter); do not edit",
-        "return {",
-        "  format = 1,",
-        f"  mode = {lua_string(mode)},",
-        f"  heartbeat = {int(heartbeat)},",
-        f"  stale_after = {int(stale_after)},",
-        *([f"  hold_s = {int(hold_s)},"] if hold_s is not None else []),
-        "  models = { " + ", ".join(lua_string(m) for m in models) + " },",
-        "  rules = {",
+        "# written by pal tests (slurm_cluster.set_filter); do not edit",
+        "format 2",
+        f"mode {percent_encoded(mode)}",
+        f"heartbeat {int(heartbeat)}",
+        f"stale_after {int(stale_after)}",
+        *([f"hold_s {int(hold_s)}"] if hold_s is not None else []),
+        *(f"model {percent_encoded(m)}" for m in models),
         *rule_lines,
-        "  },",
-        "}",
         "",
     ])
 
@@ -231,7 +221,7 @@ class SlurmCluster:
     # ------------------------------------------------------------ the submit filter
     @property
     def filter_state(self) -> Path:
-        return self.dir / "pal" / "filter-state.lua"
+        return self.dir / "pal" / "filter-state"
 
     @property
     def kill_switch(self) -> Path:
@@ -246,8 +236,8 @@ class SlurmCluster:
         if mode == "off":
             self.kill_switch.touch()
             return
-        text = filter_state_lua(mode, int(time.time() - heartbeat_age_s), rules, stale_after=stale_after,
-                                models=models, hold_s=hold_s)
+        text = filter_state_text(mode, int(time.time() - heartbeat_age_s), rules, stale_after=stale_after,
+                                 models=models, hold_s=hold_s)
         tmp = self.filter_state.with_name(f".{self.filter_state.name}.tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(self.filter_state)

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from pal_slurm.cli.main import cli
 
 SCRIPT = Path(__file__).resolve().parents[1] / "services" / "slurm-cluster.sh"
+FILTER = Path(__file__).resolve().parents[2] / "spank_hooks" / "job_submit.lua"
 
 
 def gpus_of(cluster, jobid: str) -> list[int]:  # type: ignore[no-untyped-def]
@@ -109,18 +110,19 @@ def test_slurmctld_restart_keeps_running_jobs(slurm_cluster) -> None:  # type: i
     slurm_cluster.wait_state(jobid, "COMPLETED", timeout=60)
 
 
-def test_set_filter_writes_a_lua_table(slurm_filter) -> None:  # type: ignore[no-untyped-def]
+def test_set_filter_writes_a_state_the_filter_reads(slurm_filter) -> None:  # type: ignore[no-untyped-def]
     lua = shutil.which("lua5.1")
     if not lua:
         pytest.skip("lua5.1 not installed")
     slurm_filter.set_filter("enforce", heartbeat_age_s=100,
                             rules=[{"user": 'al"ice\\', "name": "tr\nain ü", "class": "A", "id": "r1"}])
     assert not slurm_filter.kill_switch.exists()
-    script = ('local t = dofile(arg[1]); print(t.mode, os.time() - t.heartbeat >= 100, t.models[1], '
+    script = ('slurm = { SUCCESS = 0 }; PAL_FILTER_TEST = true; local pal = dofile(arg[2]); '
+              'local t = assert(pal.load_state(arg[1])); print(t.mode, os.time() - t.heartbeat >= 100, t.models.v100, '
               't.rules[1].user, t.rules[1].name, t.rules[1].class)')
-    out = subprocess.run([lua, "-e", f"arg={{[1]={json.dumps(str(slurm_filter.filter_state))}}}", "-e", script],
-                         capture_output=True, text=True, check=True).stdout
-    assert out == 'enforce\ttrue\tv100\tal"ice\\\ttr\nain ü\tA\n'
+    args = f"arg={{[1]={json.dumps(str(slurm_filter.filter_state))}, [2]={json.dumps(str(FILTER))}}}"
+    out = subprocess.run([lua, "-e", args, "-e", script], capture_output=True, text=True, check=True).stdout
+    assert out == 'enforce\ttrue\ttrue\tal"ice\\\ttr\nain ü\tA\n'
     slurm_filter.set_filter("off")
     assert slurm_filter.kill_switch.exists()
 

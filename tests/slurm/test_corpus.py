@@ -245,7 +245,7 @@ def runs(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) 
 
 def _heartbeat(cluster: SlurmCluster) -> int:
     try:
-        m = re.search(r"heartbeat\s*=\s*(\d+)", cluster.filter_state.read_text(encoding="utf-8"))
+        m = re.search(r"^heartbeat (\d+)$", cluster.filter_state.read_text(encoding="utf-8"), flags=re.M)
     except OSError:
         return -1
     return int(m.group(1)) if m else -1

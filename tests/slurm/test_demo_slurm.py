@@ -103,7 +103,7 @@ def test_demo_on_the_cluster(slurm_cluster, tmp_path: Path) -> None:
     assert headline.startswith("last 1 day: ") and "lost to slow GPUs" in headline, out["savings"]
     assert "against Slurm's first fit" in headline and "unaccounted" not in headline, out["savings"]
     assert slurm_cluster.kill_switch.exists()  # the filter is off again
-    assert "heartbeat = 0" in slurm_cluster.filter_state.read_text(encoding="utf-8")  # the placer said goodbye
+    assert "\nheartbeat 0\n" in slurm_cluster.filter_state.read_text(encoding="utf-8")  # the placer said goodbye
     print(f"pal demo --slurm took {took:.1f} s")
 
 

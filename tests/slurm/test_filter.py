@@ -194,7 +194,9 @@ def test_kill_switch_leaves_everything_to_slurm(slurm_filter: Any, jobs: list[st
 
 
 def test_broken_state_files_do_not_break_submission(slurm_filter: Any, jobs: list[str]) -> None:
-    for text in ("return {", "os.exit(1)", "return 42", "slurm.SUCCESS = 7 return {}", "while true do end"):
+    format1 = f'return {{ format = 1, mode = "enforce", heartbeat = {int(time.time())}, models = {{ "v100" }} }}'
+    for text in ("return {", "os.exit(1)", "return 42", "slurm.SUCCESS = 7 return {}", "while true do end",
+                 "return ('x'):rep(256 * 1024 * 1024)", format1, "format 2\nmode enforce\nheartbeat soon"):
         slurm_filter.filter_state.write_text(text + "\n", encoding="utf-8")
         slurm_filter.kill_switch.unlink(missing_ok=True)
         time.sleep(STATE_CACHE_S)

@@ -48,9 +48,9 @@ def _start(cluster: SlurmCluster, tmp: Path, db_url: str, mode: str) -> PlacerPr
     cfg = write_config(tmp, db_url, cluster.filter_state, mode=mode, interval=0.5)
     placer = PlacerProcess(cfg, cluster.env, tmp / f"placer-{mode}.log")
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and f'mode = "{mode}"' not in _read(cluster.filter_state):
+    while time.monotonic() < deadline and f"\nmode {mode}\n" not in _read(cluster.filter_state):
         time.sleep(0.2)
-    assert f'mode = "{mode}"' in _read(cluster.filter_state), placer.output()
+    assert f"\nmode {mode}\n" in _read(cluster.filter_state), placer.output()
     cluster.kill_switch.unlink(missing_ok=True)
     time.sleep(FILTER_CACHE_S)
     return placer
@@ -128,7 +128,7 @@ def test_the_hold_is_a_begin_time_released_at_once_after_retyping(live: Live) ->
     """The filter holds through the begin time (hold_s from the placer's state file); the placer
     retypes the job and releases it with StartTime=now in the same cycle: it runs within
     seconds, long before the 90 s hold would have ended by itself."""
-    assert "hold_s = 90," in _read(live.cluster.filter_state)
+    assert "\nhold_s 90\n" in _read(live.cluster.filter_state)
     t0 = time.monotonic()
     _jid, env, info = live.run_job(["--gres=gpu:1"], timeout=30)
     assert time.monotonic() - t0 < 30 and info["AdminComment"].startswith("pal: placed"), info

@@ -73,7 +73,7 @@ class Rig:
         by_slot = {(n.name, m): GpuVariability(perfvar={c: 1.0 + m / 10 for c in CLASSES},
                                                slowdown={c: 1.0 + m / 10 for c in CLASSES})
                    for n in nodes for m in range(4)}
-        cfg = PlacerConfig(mode="enforce", state_file=str(self.tmp / "filter-state.lua"), hold_s=120)
+        cfg = PlacerConfig(mode="enforce", state_file=str(self.tmp / "filter-state"), hold_s=120)
         backend: Any = Only(self.cli, self.ids)
         if faults:
             backend = Faults(backend, *faults)

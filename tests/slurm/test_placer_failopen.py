@@ -121,7 +121,7 @@ class Rig:
             text = self.cluster.filter_state.read_text(encoding="utf-8")
         except OSError:
             return -1
-        m = re.search(r"heartbeat\s*=\s*(\d+)", text)
+        m = re.search(r"^heartbeat (\d+)$", text, flags=re.M)
         return int(m.group(1)) if m else -1
 
     def filter_on(self) -> None:

@@ -271,9 +271,9 @@ def test_the_placer_places_a_held_job_reading_through_slurmrestd(
     first = len(cluster.submitted)
     try:
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and 'mode = "enforce"' not in _text(cluster.filter_state):
+        while time.monotonic() < deadline and "\nmode enforce\n" not in _text(cluster.filter_state):
             time.sleep(0.2)
-        assert 'mode = "enforce"' in _text(cluster.filter_state), placer.output()
+        assert "\nmode enforce\n" in _text(cluster.filter_state), placer.output()
         cluster.kill_switch.unlink(missing_ok=True)
         time.sleep(2.3)  # job_submit.lua re-reads the state file at most every 2 s
         jid = cluster.submit(["--gres=gpu:1", "--pal-class=A", "--wrap",

@@ -54,7 +54,7 @@ def test_observe_mode_accounts_the_tax_the_jobs_measured(slurm_cluster: SlurmClu
     script.write_text(f"#!{sys.executable}\nimport sys\nfrom pal_slurm.replay.job import run\n"
                       "sys.exit(run(sys.argv[1:]))\n", encoding="utf-8")
     script.chmod(0o755)
-    state = tmp_path / "filter-state.lua"  # not the cluster's: an observing placer steers nothing
+    state = tmp_path / "filter-state"  # not the cluster's: an observing placer steers nothing
     config = write_config(tmp_path, url, state, mode="observe", interval=0.5)
     slurm_cluster.wait_quiet()  # an earlier test's job ending now would be in this placer's accounts
     placer = PlacerProcess(config, slurm_cluster.env, tmp_path / "placer.log")

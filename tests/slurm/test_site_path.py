@@ -100,9 +100,9 @@ def site(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) 
     cfg = write_config(tmp, db, slurm_cluster.filter_state, mode="enforce", interval=0.5)
     placer = PlacerProcess(cfg, slurm_cluster.env, tmp / "placer.log")
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and 'mode = "enforce"' not in _read(slurm_cluster.filter_state):
+    while time.monotonic() < deadline and "\nmode enforce\n" not in _read(slurm_cluster.filter_state):
         time.sleep(0.2)
-    assert 'mode = "enforce"' in _read(slurm_cluster.filter_state), placer.output()
+    assert "\nmode enforce\n" in _read(slurm_cluster.filter_state), placer.output()
     slurm_cluster.kill_switch.unlink(missing_ok=True)
     time.sleep(FILTER_CACHE_S)
     try:
