@@ -351,6 +351,16 @@ def measure(cluster: Cluster, placer: object, args: argparse.Namespace) -> int:
         if i + 1 < args.cycles:
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
     wall = time.monotonic() - t_start
+    # the squeue the read runs, alone: what of the read is Slurm's (slurmctld and squeue), not ours
+    from pal_slurm.slurm import parse_squeue
+
+    layout = parse_squeue.Layout.new(excluded_nodes=backend.version() >= parse_squeue.EXCNODES_SINCE)
+    alone = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        text = backend._read_squeue(layout, [])
+        alone.append(time.perf_counter() - t0)
+    lines = (text or "").count(layout.end)
     if profiler is not None:
         import pstats
 
@@ -363,6 +373,8 @@ def measure(cluster: Cluster, placer: object, args: argparse.Namespace) -> int:
 
     print(f"median cycle: {median:.3f} s (min {min(seconds):.3f}, max {max(seconds):.3f}); "
           f"the job read alone: median {statistics.median(s for s, _n in reads_jobs):.3f} s")
+    print(f"  squeue alone (the read's own command, after the cycles): median {statistics.median(alone):.3f} s for "
+          f"{lines} records")
     print("  by stage (median s): " + ", ".join(f"{name} {statistics.median(t):.3f}" for name, t in stages.items()))
     print(f"placer RSS: peak {rss_peak:.0f} MB, now {rss_now:.0f} MB (before the cycles {rss_before:.0f} MB)")
     print(f"slurmctld over the {args.cycles} cycles ({wall:.1f} s), per cycle (sdiag):")

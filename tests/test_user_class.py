@@ -54,3 +54,33 @@ def test_the_placer_places_a_self_declared_class_a_job_as_its_rules_say(tmp_path
     p.problem.user_class = "lower"
     assert p.problem.class_of(lower) == ("D", "comment")
     assert CLASSES == ORDER
+
+
+def test_a_held_jobs_class_is_worked_out_again_only_when_the_rules_change(tmp_path: Path) -> None:
+    """The problem builder keeps each held job's class while its record and the rule table stay
+    (a reload that reads an equal table counts as the same); a changed table changes the class
+    in the very next cycle."""
+    from pal_slurm.placer.factors import Factors
+
+    job = replace(held("1"), admin_comment="pal:held class=B src=default")
+    p, _b = placer(tmp_path, [job], [node("n1")])
+    asked: list[str] = []
+    table = {"class": "B"}
+
+    def resolve(j):  # type: ignore[no-untyped-def]
+        asked.append(j.job_id)
+        return table["class"], "rule 1"
+
+    p.problem.resolve_class = resolve
+    p.problem.rules_snapshot = lambda: dict(table)  # a new, equal object every time, as a reload gives
+    p.problem.user_class = "lower"
+    factors = Factors(by_slot={}, version=1, loaded_at=0)
+    built = p.problem.build([job], [job], [node("n1")], factors, 0.0)
+    assert built.planned.held["1"].job_class == "B" and asked == []  # the filter's default class B: not asked
+    job_a = replace(job, admin_comment="pal:held class=A src=spank")  # declared A: the rules are asked
+    for _ in range(3):
+        built = p.problem.build([job_a], [job_a], [node("n1")], factors, 0.0)
+    assert asked == ["1"] and built.planned.held["1"].job_class == "B"  # asked once for three cycles
+    table["class"] = "C"
+    built = p.problem.build([job_a], [job_a], [node("n1")], factors, 0.0)
+    assert asked == ["1", "1"] and built.planned.held["1"].job_class == "C"  # the rules changed: asked again

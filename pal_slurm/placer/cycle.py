@@ -59,7 +59,7 @@ class Placer:
                  identities: Identities | None = None,
                  clock: Callable[[], float] = time.time, history: RuntimeHistory | None = None,
                  accounting: Accounting | None = None, runner: Runner | None = None,
-                 user_class: str = "lower") -> None:
+                 user_class: str = "lower", rules_snapshot: Callable[[], object] | None = None) -> None:
         self.cfg = cfg
         #: the database thread every database read and write goes through (placer/db_worker.py);
         #: None: done inline (tests, replays)
@@ -78,7 +78,7 @@ class Placer:
         self.writer = Writer(backend, audit, policy=self.policy.name, mode=cfg.mode, clock=clock)
         self.problem = ProblemBuilder(backend, self.classes, refresh_s=cfg.classes_refresh_s,
                                       resolve_class=resolve_class, history=history, clock=clock, runner=runner,
-                                      user_class_policy=user_class)
+                                      user_class_policy=user_class, rules_snapshot=rules_snapshot)
         self.seen = SeenJobs(audit, identities, runner=runner)
         #: per-job tax records (pal_slurm.placer.accounting); None: none kept
         self.accounting = accounting

@@ -101,8 +101,11 @@ class ProblemBuilder:
     def __init__(self, backend: SlurmBackend, classes: Sequence[str], *, refresh_s: float,
                  resolve_class: ClassResolver | None = None, history: RuntimeHistory | None = None,
                  clock: Callable[[], float] = time.time, runner: Runner | None = None,
-                 user_class_policy: str = "lower") -> None:
+                 user_class_policy: str = "lower", rules_snapshot: Callable[[], object] | None = None) -> None:
         self.backend = backend
+        #: what `resolve_class` answers from (the class-rule table), so a job's class is worked
+        #: out again only when it changed; None: asked every cycle
+        self.rules_snapshot = rules_snapshot
         #: what a class a user declared may do ([jobs] user_class; pal_slurm.jobs.user_class)
         self.user_class = user_class_policy
         self.classes = tuple(classes)
@@ -123,8 +126,9 @@ class ProblemBuilder:
         #: the same SlurmJob cycle after cycle (the backend keeps unchanged ones), and planning
         #: it again (its tag, its user's request, its fingerprint) was a third of a cycle of
         #: 10,000 held jobs.
-        self._planned: dict[tuple[bool, str], tuple[SlurmJob, SlurmJob, Estimate]] = {}
+        self._planned: dict[tuple[bool, str], tuple[SlurmJob, SlurmJob, Estimate, tuple[str, str] | None]] = {}
         self._planned_with: LearnedRuntimes | None = None  # the learned runtimes those estimates came from
+        self._classed_with: object = None  # the rule table those classes came from
         self._orphaned_since: dict[tuple[str, str], float] = {}  # (node, GRES type) -> first seen
         self._said_stuck: set[tuple[str, str]] = set()
 
@@ -211,22 +215,28 @@ class ProblemBuilder:
         tiers, prio = self._ranks.get(now)
         learned = self._learned.get(now) if self._learned is not None else LearnedRuntimes()
         held_jobs = []
-        # a reload of the learned runtimes is a new table, most often an equal one
+        # a reload of the learned runtimes or the rules is a new table, most often an equal one
         before = self._planned if learned is self._planned_with or learned == self._planned_with else {}
         self._planned_with = learned
+        rules = self.rules_snapshot() if self.rules_snapshot is not None else None
+        same_rules = rules is not None and (rules is self._classed_with or rules == self._classed_with)
+        self._classed_with = rules
         kept = {k: v for k, v in before.items() if k[0] != replans_as_submitted}
         for read in held:
             key = (replans_as_submitted, read.job_id)
             memo = before.get(key)
             if memo is not None and memo[0] is read:
-                j, est = memo[1], memo[2]
+                j, est, cls = memo[1], memo[2], memo[3] if same_rules else None
             else:
                 j = plan_from(read) if replans_as_submitted else read
                 est = estimate_of(j, learned)
                 self._say_estimate(j, est)
-            kept[key] = (read, j, est)
+                cls = None
+            if cls is None:
+                cls = self.class_of(j)
+            kept[key] = (read, j, est, cls if rules is not None else None)
             tier, priority = job_rank(j, tiers, prio, now)
-            held_jobs.append(shapes.HeldJob(j, *self.class_of(j), tier=tier, priority=priority,
+            held_jobs.append(shapes.HeldJob(j, *cls, tier=tier, priority=priority,
                                             estimate_s=est.seconds, estimate_source=est.source))
         self._planned = kept
         by_id = {j.job_id: j for j in jobs}

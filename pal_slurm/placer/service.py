@@ -144,7 +144,7 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
                             runner=runner)
     return Placer(backend, pc, factors, AuditSink(engine), classes=list(cfg.job_classes),
                   resolve_class=rules.resolve, rules=rules.filter_rules, identities=identities, history=history,
-                  accounting=accounting, runner=runner, user_class=cfg.jobs.user_class)
+                  accounting=accounting, runner=runner, user_class=cfg.jobs.user_class, rules_snapshot=rules.table)
 
 
 def one_placer(cfg: PalConfig, engine: Callable[[], Engine], *, state_file: str | None = None,
