@@ -24,7 +24,8 @@ job_submit.lua); the queue:
     ahead (`--eligible`: pending for resources instead, every node's CPUs being asked for
     exclusively, which makes slurmctld's scheduler and backfill look at them every pass).
     With --array-size N they are submitted as arrays of N tasks (one record each, as
-    slurmctld holds pending arrays; the placer's read expands them, squeue --array).
+    slurmctld holds pending arrays; the placer's read keeps them so, squeue without --array,
+    and reads only pending GPU arrays again with --array).
 Then --cycles cycles (default 7), one every placer.interval_s (2 s), as the service loop runs
 them. Printed: each cycle's seconds and what it read, the median, the placer's RSS (peak and
 now), and slurmctld's RPCs per cycle by message type from `sdiag` (before/after), with
@@ -39,7 +40,10 @@ MaxArraySize=100001):
   PAL_TEST_SLURM_NODE_PORT=27001 bench/placer_scale.py [--pending 50000] [--held 10000]
 It starts that cluster (idempotent) and leaves it running; stop it with slurm-cluster.sh stop
 (with the same variables) before the test cluster's tests run: two clusters with the same node
-names on one machine disturb each other's jobs (seen: typed GRES requests refused).
+names on one machine disturb each other's jobs (seen: typed GRES requests refused). For figures
+to quote, start from a fresh cluster (stop it, remove its directory): the jobs an earlier run
+cancelled stay in slurmctld's table for MinJobAge (300 s) and every job-info RPC walks them
+(seen: 52 ms per read on a fresh cluster, 242 ms after four runs in a row).
 Usage: bench/placer_scale.py [--pending N] [--held N] [--cycles 7] [--submitters 8]
                              [--array-size 0] [--eligible] [--profile FILE]
 """
@@ -351,7 +355,15 @@ def measure(cluster: Cluster, placer: object, args: argparse.Namespace) -> int:
         if i + 1 < args.cycles:
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
     wall = time.monotonic() - t_start
-    # the squeue the read runs, alone: what of the read is Slurm's (slurmctld and squeue), not ours
+    if profiler is not None:
+        import pstats
+
+        profiler.dump_stats(args.profile)
+        print(f"cProfile of the {args.cycles} cycles ({args.profile}), top 30 by cumulative time:")
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
+    after = sdiag(cluster)
+    # squeue as the read ran it before (the whole queue, --array), alone and after sdiag's count:
+    # what of such a read is Slurm's (slurmctld and squeue), not ours
     from pal_slurm.slurm import parse_squeue
 
     layout = parse_squeue.Layout.new(excluded_nodes=backend.version() >= parse_squeue.EXCNODES_SINCE)
@@ -361,19 +373,12 @@ def measure(cluster: Cluster, placer: object, args: argparse.Namespace) -> int:
         text = backend._read_squeue(layout, [])
         alone.append(time.perf_counter() - t0)
     lines = (text or "").count(layout.end)
-    if profiler is not None:
-        import pstats
-
-        profiler.dump_stats(args.profile)
-        print(f"cProfile of the {args.cycles} cycles ({args.profile}), top 30 by cumulative time:")
-        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
-    after = sdiag(cluster)
     rss_now, rss_peak = rss_mb()
     median = statistics.median(seconds)
 
     print(f"median cycle: {median:.3f} s (min {min(seconds):.3f}, max {max(seconds):.3f}); "
           f"the job read alone: median {statistics.median(s for s, _n in reads_jobs):.3f} s")
-    print(f"  squeue alone (the read's own command, after the cycles): median {statistics.median(alone):.3f} s for "
+    print(f"  squeue --all --array alone (after the cycles): median {statistics.median(alone):.3f} s for "
           f"{lines} records")
     print("  by stage (median s): " + ", ".join(f"{name} {statistics.median(t):.3f}" for name, t in stages.items()))
     print(f"placer RSS: peak {rss_peak:.0f} MB, now {rss_now:.0f} MB (before the cycles {rss_before:.0f} MB)")
