@@ -378,9 +378,10 @@ def load_config(
 ) -> PalConfig:
     """Build the effective configuration.
 
-    Precedence (highest first): `db_url` argument (--db), PAL_DB_URL, the file's
-    [database] url; the file is `path` (--config), else PAL_CONFIG, else
-    /etc/pal/pal.toml when it exists. An explicitly named file must exist.
+    Precedence (highest first): `db_url` argument (--db), PAL_DB_URL, the systemd credential
+    `pal-db-url` (`LoadCredential=pal-db-url:/etc/pal/db-url`: a login only root may read, handed
+    to one service), the file's [database] url or url_file; the file is `path` (--config), else
+    PAL_CONFIG, else /etc/pal/pal.toml when it exists. An explicitly named file must exist.
     """
     env = os.environ if env is None else env
     explicit = path if path is not None else env.get("PAL_CONFIG") or None
@@ -403,6 +404,8 @@ def load_config(
             raise ConfigError(f"{file}: not a TOML file (byte {exc.start} is not UTF-8 text)") from exc
     url = db_url or env.get("PAL_DB_URL") or None
     section = data.get("database")
+    if not url and env.get("CREDENTIALS_DIRECTORY"):
+        url = _url_from_credential(Path(env["CREDENTIALS_DIRECTORY"]))
     if not url and isinstance(section, dict) and section.get("url_file") is not None:
         url = _url_from_file(section, file, source)
     if url:
@@ -425,9 +428,6 @@ def _url_from_file(section: dict[str, Any], config_file: Path, source: str) -> s
     line that is not blank or a # comment. ConfigError naming the file when it cannot be read,
     holds no URL or more than one, or when `url` is set too (which of the two would win?).
     Warned about (not refused) when every user may read it: it holds a password."""
-    import logging
-    import stat
-
     where = f"{source}: database.url_file"
     if section.get("url") is not None:
         raise ConfigError(f"{where}: set either url or url_file, not both")
@@ -437,6 +437,28 @@ def _url_from_file(section: dict[str, Any], config_file: Path, source: str) -> s
     path = Path(value).expanduser()
     if not path.is_absolute():
         path = config_file.parent / path
+    return _read_url(path, where)
+
+
+#: the systemd credential that holds the database URL (`LoadCredential=pal-db-url:FILE`)
+DB_URL_CREDENTIAL = "pal-db-url"
+
+
+def _url_from_credential(directory: Path) -> str | None:
+    """The URL in the service's systemd credential `pal-db-url`, None when the service was given
+    none (systemd copies the file, readable by the service's user alone, under
+    $CREDENTIALS_DIRECTORY)."""
+    path = directory / DB_URL_CREDENTIAL
+    if not path.exists():
+        return None
+    return _read_url(path, f"systemd credential {DB_URL_CREDENTIAL}")
+
+
+def _read_url(path: Path, where: str) -> str:
+    """The one URL line of a credentials file (see `_url_from_file`)."""
+    import logging
+    import stat
+
     try:
         text = path.read_text(encoding="utf-8")
         mode = path.stat().st_mode

@@ -175,6 +175,25 @@ def test_passwords_in_the_query_string_are_masked_too() -> None:
     assert "hunter2" not in repr(config_as_dict(cfg))
 
 
+def test_a_service_takes_its_login_from_its_systemd_credential(tmp_path: Path) -> None:
+    """`LoadCredential=pal-db-url:/etc/pal/db-url`: systemd hands one service a login only root may
+    read; it wins over the shared pal.toml's url_file (which that service may not be able to
+    read), and an empty credential is an error naming it, never another database."""
+    creds = tmp_path / "credentials"
+    creds.mkdir()
+    (creds / "pal-db-url").write_text("postgresql+psycopg://pal_placer:s3cret@db/pal\n")
+    f = write(tmp_path, '[database]\nurl_file = "/nonexistent/db-url"\n')
+    cfg = load_config(f, env={"CREDENTIALS_DIRECTORY": str(creds)})
+    assert cfg.db_url == "postgresql+psycopg://pal_placer:s3cret@db/pal"
+    assert load_config(f, env={"CREDENTIALS_DIRECTORY": str(creds), "PAL_DB_URL": "sqlite:///e.db"}).db_url \
+        == "sqlite:///e.db"
+    with pytest.raises(ConfigError, match="does not exist"):  # no credential: the file's url_file, as before
+        load_config(f, env={"CREDENTIALS_DIRECTORY": str(tmp_path / "other")})
+    (creds / "pal-db-url").write_text("\n")
+    with pytest.raises(ConfigError, match="systemd credential pal-db-url.*it has none"):
+        load_config(f, env={"CREDENTIALS_DIRECTORY": str(creds)})
+
+
 def test_the_url_can_come_from_a_credentials_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """One pal.toml for every host, each host's login in a file of its own ([database] url_file)."""
     import os
