@@ -153,7 +153,8 @@ def test_a_running_jobs_slots_are_read_once(queue: Queue) -> None:
 
 def test_the_separator_in_jobs_own_text_costs_one_more_read(queue: Queue) -> None:
     """The held job's comment holds the field separator: it is read again alone. Ten more such
-    jobs: the whole queue is read again once, strictly, not ten times."""
+    jobs: the whole queue is read again once, strictly, not ten times. The whole queue is read
+    without --array, and the pending GPU array (with its split-off task) again alone, with it."""
     backend = CliBackend(timeout=30)
     reads: list[list[str]] = []
     squeue = backend._squeue
@@ -166,8 +167,12 @@ def test_the_separator_in_jobs_own_text_costs_one_more_read(queue: Queue) -> Non
     backend._squeue = counting  # type: ignore[method-assign]
     few = {j.job_id: j for j in backend.jobs(only={queue.held, queue.running[0]})}
     assert few[queue.held].comment == "a\x1fb c" and set(few) == {queue.held, queue.running[0]}
+    reads.clear()
     backend.jobs()
-    assert reads[-1][-1] == f"--jobs={queue.held}" and len(reads) == 4
+    whole = [a for a in reads if not a[-1].startswith("--jobs")]
+    assert len(whole) == 1 and "--array" not in whole[0], reads  # the queue once, each pending array one record
+    assert [a[-1] for a in reads if a[-1].startswith("--jobs")] == [f"--jobs={queue.held}", f"--jobs={queue.array}"]
+    assert "--array" in reads[-1], reads  # the GPU array's tasks, the split-off one with its own fields
     odd = [queue.cluster.submit(["--begin=now+3600", "--gres=gpu:1", "-J", f"odd\x1f{i}\x1e", "--wrap", "true"])
            for i in range(10)]
     try:
@@ -175,7 +180,8 @@ def test_the_separator_in_jobs_own_text_costs_one_more_read(queue: Queue) -> Non
         got = {j.job_id: j for j in backend.jobs()}
         assert [got[j].name for j in odd] == [f"odd\x1f{i}\x1e" for i in range(10)]
         assert got[queue.held].comment == "a\x1fb c"
-        assert len(reads) == 2 and not [a for a in reads if a[-1].startswith("--jobs")]
+        # the queue, the queue again strictly, the GPU array again: never one read per odd job
+        assert len(reads) == 3 and [a[-1] for a in reads if a[-1].startswith("--jobs")] == [f"--jobs={queue.array}"]
     finally:
         queue.cluster.cancel(odd)
 
