@@ -10,6 +10,7 @@ never a skip.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,3 +131,13 @@ def require_artifact(*parts: str) -> Path:
 @pytest.fixture
 def artifact_dir() -> Path:
     return require_artifact("variability", "longhorn")
+
+
+@pytest.fixture(autouse=True)
+def _request_shapes_worked_out_afresh() -> None:
+    """Request shapes are cached per process (pal_slurm.placer.shapes._shape): each test works its
+    own out. `make mutation` runs the tests once unmutated in the process it forks each mutant's
+    run from; without this a mutant of the shape rules would be answered from that cache."""
+    shapes = sys.modules.get("pal_slurm.placer.shapes")
+    if shapes is not None:
+        shapes._shape.cache_clear()

@@ -2,12 +2,15 @@
 cases the rest of the suite leaves open (each found by `make mutation`): the reason each
 unsteerable request is released with, requests at the edge of what a node holds, and every
 constraint of the nodes a job may use (CPUs per node, memory now and ever, several partitions,
-several features, exclusive jobs), and which jobs wait rather than start."""
+several features, exclusive jobs), which jobs wait rather than start, the nodes usable now and
+ever, and what a cycle works out once (a mask per set of constraints, shared read-only; a verdict
+per set of constraints and shape)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from pal_slurm.placer import cluster_view, holds, shapes
@@ -123,3 +126,56 @@ def test_a_job_waits_with_the_reason_it_cannot_start_now() -> None:
 def test_the_placement_of_steered_jobs_still_works_end_to_end() -> None:
     _view, planned, ups = place([job("1", tpn="gres:gpu:4")])
     assert set(ups) == {"1"} and len(ups["1"].slots) == 4 and NOW > 0
+
+
+# --------------------------------------------------------------------------- the nodes, now and ever; judged once
+
+
+def test_allowed_mask_is_the_nodes_usable_now_unless_asked_for_those_usable_ever() -> None:
+    """A drained node is not usable now, but could take the job later; a job that names nodes
+    gets the reason it is not moved, not a mask."""
+    nodes = [node("n1"), node("n2", flags=frozenset({"DRAIN"})), node("n3", partitions=("other",))]
+    j = job("1")
+    view = cluster_view.build_view(nodes, [j], factors(SF), CLASSES)
+    shape = shapes.request_shape(j, 4)
+    assert isinstance(shape, shapes.Shape)
+    for now in ({}, {"now": True}):
+        assert np.flatnonzero(shapes.allowed_mask(j, view, shape, **now)).tolist() == [0], now
+    assert np.flatnonzero(shapes.allowed_mask(j, view, shape, now=False)).tolist() == [0, 1]
+    assert shapes.allowed_mask(job("2", required_nodes="n1"), view, shape) == "names nodes: not moved"
+
+
+def test_jobs_with_the_same_constraints_share_one_read_only_mask_a_cycle() -> None:
+    """Held jobs share a few sets of constraints: each set's mask is worked out once a cycle and
+    shared, so nobody may write into it (a change would reach every job sharing it)."""
+    a, b, c = job("1"), job("2"), job("3", excluded_nodes="n1")
+    view = cluster_view.build_view(FOUR, [a, b, c], factors(SF), CLASSES)
+    shape = shapes.request_shape(a, 4)
+    assert isinstance(shape, shapes.Shape)
+    mask = shapes.allowed_mask(a, view, shape)
+    assert isinstance(mask, np.ndarray) and shapes.allowed_mask(b, view, shape) is mask
+    assert not mask.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        mask[0] = False
+    other = shapes.allowed_mask(c, view, shape)
+    assert other is not mask and other.tolist() == [False, True, True, True] and mask.tolist() == [True] * 4
+    ever = shapes.allowed_mask(a, view, shape, now=False)
+    assert ever is not mask and shapes.allowed_mask(b, view, shape, now=False) is ever
+
+
+def test_a_held_queue_is_judged_once_per_constraints_and_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    judged: list[tuple[int, int]] = []
+    verdict = shapes._verdict
+
+    def counted(view, constraints, shape):  # type: ignore[no-untyped-def]
+        judged.append((shape.per_node, shape.nodes))
+        return verdict(view, constraints, shape)
+
+    monkeypatch.setattr(shapes, "_verdict", counted)
+    busy = [node(f"n{i}", used=(0, 1, 2)) for i in range(1, 5)]
+    planned = _plan([job("1"), job("2", tpn="gres:gpu:2"), job("3"), job("4", tpn="gres:gpu:2"), job("5", nodes=2),
+                     job("6", nodes=2)], busy)
+    assert sorted(judged) == [(1, 1), (1, 2), (2, 1)]
+    assert [r.id for r in planned.requests] == ["1", "2", "3", "4", "5", "6"]
+    assert planned.waiting == {"2": "no node it may use has 2 free steerable GPUs",
+                               "4": "no node it may use has 2 free steerable GPUs"}

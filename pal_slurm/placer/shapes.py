@@ -97,10 +97,9 @@ def request_shape(job: SlurmJob, max_per_node: int) -> Shape | str:
                   job.max_nodes, max_per_node)
 
 
-@lru_cache(maxsize=4096)
-def _shape(tres_per_task: str, tres_per_socket: str, tres_per_node: str, tres_per_job: str, node_count: int,
-           max_nodes: int, max_per_node: int) -> Shape | str:
-    """The shape we can steer, or the reason we release the job unchanged.
+def _shape_uncached(tres_per_task: str, tres_per_socket: str, tres_per_node: str, tres_per_job: str,
+                    node_count: int, max_nodes: int, max_per_node: int) -> Shape | str:
+    """The shape we can steer, or the reason we release the job unchanged (`_shape` is this, cached).
 
     Node counts as Slurm gives them: a per-node request (`--gres`, `--gpus-per-node`)
     without `-N` runs on exactly one node (squeue's node_count 1), with `-N N` on N; we
@@ -134,6 +133,10 @@ def _shape(tres_per_task: str, tres_per_socket: str, tres_per_node: str, tres_pe
     if lo > 1 or n > max_per_node:
         return f"--gpus={n} over several nodes: placed by Slurm (not expressible as per-slot types)"
     return Shape(fld, tres, n, n, 1, user_nodes=(1, min(hi or n, n)), user_gpus=n)
+
+
+#: wrapped here rather than decorated: mutmut leaves decorated functions unmutated (docs/mutation.md)
+_shape = lru_cache(maxsize=4096)(_shape_uncached)
 
 
 def allowed_mask(job: SlurmJob, view: View, shape: Shape, *, now: bool = True) -> np.ndarray | str:
