@@ -196,7 +196,7 @@ class Tag:
                    at=int(at) if at.isdigit() else None, note=note, site=site, extra=tuple(extra))
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=16384)  # held jobs share a few tags; a placed job's is its own (up to 900 characters)
 def _parse_tag(text: str) -> Tag | None:
     return Tag._parse(text)
 
