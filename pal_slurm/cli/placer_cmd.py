@@ -80,7 +80,8 @@ def release_stale(app: AppContext, max_age: float | None, force: bool, grace: bo
     \b
     Run by pal-placer-failsafe.timer and by ExecStopPost of pal-placer.service. Without
     systemd, run it from cron every minute:
-      * * * * * root PAL_CONFIG=/etc/pal/pal.toml /usr/local/bin/pal placer release-stale
+      * * * * * slurm PAL_CONFIG=/etc/pal/pal.toml /usr/local/bin/pal placer release-stale
+    (as the daemon runs: SlurmUser; setting AdminComment needs SlurmUser, root or AdminLevel=Administrator).
     """
     from pal_slurm.placer.service import build_placer, one_placer, release_stale as fail_safe
 
