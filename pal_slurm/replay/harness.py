@@ -147,6 +147,38 @@ def worst_factor(factors: Mapping[str, Mapping[str, Mapping[str, float]]], job_c
 
 
 @contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM are noted, and acted on when the block ends.
+
+    Why: a signal that lands while sbatch runs would raise before the job id it printed is
+    recorded, so the clean-up would not know that job and it would run on unwatched after
+    the replay said it cancelled everything. The handlers note the signal instead (a
+    signal mask would not do: numpy's threads take a signal the main thread blocks), and
+    once the job is on the list the noted one is raised as the interrupt it would have been."""
+    noted: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        noted.append(signum)
+
+    try:
+        old = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: no handler to take over
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if noted:
+        handler = old[noted[0]]
+        if callable(handler):
+            handler(noted[0], None)
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(noted[0])
+
+
+@contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -194,11 +226,12 @@ def run_arm(plan: ReplayPlan, *, arm: str, work_dir: Path, factors: Mapping[str,
                         locality_penalty if job.nodes > 1 else 1.0)
                     t = Tracked(plan=job, slurm_id="", submitted_at=time.time(),
                                 limit_s=overrun * worst + overrun_slack_s)
-                    t.slurm_id = _sbatch(sbatch_argv(job, script=script, factors=factors_file, records=records,
-                                                     logs=logs, locality_penalty=locality_penalty,
-                                                     partition=partition), env)
-                    run.jobs.append(t)
-                    by_trace[job.job.job_id] = t
+                    with _interrupts_deferred():
+                        t.slurm_id = _sbatch(sbatch_argv(job, script=script, factors=factors_file, records=records,
+                                                         logs=logs, locality_penalty=locality_penalty,
+                                                         partition=partition), env)
+                        run.jobs.append(t)
+                        by_trace[job.job.job_id] = t
                     now = time.time()
                 _read_records(records, by_trace)
                 if now >= next_squeue:

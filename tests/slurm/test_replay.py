@@ -218,6 +218,10 @@ def test_ctrl_c_cancels_the_replays_jobs(slurm_cluster: SlurmCluster, tmp_path: 
         pytest.fail(f"the replay did not stop within 90 s of SIGINT: {proc.communicate()[0]}")
     assert proc.returncode == 130, out
     assert "interrupted: cancelled" in out
+    # nothing of the replay's runs on: a job whose sbatch the signal met is cancelled too
+    active = slurm_cluster.run(["squeue", "--noheader", "--format=%i %T %o"]).stdout.splitlines()
+    left = [line for line in active if str(tmp_path) in line and line.split()[1] in ("PENDING", "RUNNING")]
+    assert not left, f"the replay's jobs still queued or running after Ctrl-C: {left}"
     doc = slurm_cluster.squeue_json()
     mine = [j for j in doc["jobs"] if str(j.get("name", "")).startswith("replay-")
             and str(j.get("job_id")) in ids]
