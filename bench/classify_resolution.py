@@ -169,12 +169,12 @@ def held_out_truth(records) -> dict[str, dict[str, float]]:
 
 def classify_into_db(records, method: str, tmp: Path, min_runs: int):
     """A fresh database with `records`, classified with `method`: what the simulator loads."""
-    from pal_slurm.classification.service import run_classification
+    from pal_slurm.services.classification import run_classification
     from pal_slurm.config import load_config
     from pal_slurm.db.engine import open_engine, session_scope
     from pal_slurm.db.migrate import upgrade
     from pal_slurm.db.variability_store import load_variability
-    from pal_slurm.ingest.service import import_records_now
+    from pal_slurm.services.ingest import import_records_now
 
     db = tmp / f"{method}.db"
     conf = tmp / "pal.toml"  # the classes read the artifact's benchmark names (CLASS_BENCH)

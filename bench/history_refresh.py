@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pal_slurm.db.engine import make_engine, session_scope  # noqa: E402
 from pal_slurm.db.migrate import upgrade  # noqa: E402
 from pal_slurm.db.models import JobHistory  # noqa: E402
-from pal_slurm.jobs.history_store import HistoryReader, learned_from_history  # noqa: E402
+from pal_slurm.db.history_store import HistoryReader, learned_from_history  # noqa: E402
 from pal_slurm.jobs.runtimes import RuntimeRule  # noqa: E402
 from targets import Targets  # noqa: E402
 

@@ -381,7 +381,7 @@ def database(tmp: Path, use_db: bool) -> tuple[AuditSink, Callable[[Sequence[Slu
         return AuditSink(None), None
     from pal_slurm.db.engine import make_engine, session_scope
     from pal_slurm.db.migrate import upgrade
-    from pal_slurm.jobs.sensitivity_store import record_identities
+    from pal_slurm.db.sensitivity_store import record_identities
 
     engine = make_engine(f"sqlite:///{tmp / 'pal.db'}")
     upgrade(engine)

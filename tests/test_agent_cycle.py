@@ -22,7 +22,7 @@ from pal_slurm.agent.aggregate import JobProfileRecord
 from pal_slurm.agent.job_profile_store import NodeFacts, load_node_facts, write_items
 from pal_slurm.agent.service import AgentService
 from pal_slurm.agent.simload import SimLoad
-from pal_slurm.classification.service import run_classification
+from pal_slurm.services.classification import run_classification
 from pal_slurm.cli.main import cli
 from pal_slurm.config import AgentConfig, load_config
 from pal_slurm.db import migrate
@@ -30,8 +30,8 @@ from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.models import Benchmark, Gpu, GpuFlag, JobProfile, JobSensitivity, Node, ProfileRun
 from pal_slurm.gpu.simulated import SimBackend
 from pal_slurm.gpu.simulated_fleet import make_fleet
-from pal_slurm.ingest.service import import_records_now
-from pal_slurm.jobs.sensitivity_store import learn, record_identity, sensitivity_rule
+from pal_slurm.services.ingest import import_records_now
+from pal_slurm.db.sensitivity_store import learn, record_identity, sensitivity_rule
 from conftest import ARTIFACT_CONFIG
 
 T0 = 1_796_000_000.0 - 1_796_000_000.0 % 60

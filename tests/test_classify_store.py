@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from fleetgen import records
-from pal_slurm.classification.service import run_classification
+from pal_slurm.services.classification import run_classification
 from pal_slurm.cli.main import cli
 from pal_slurm.config import load_config
 from pal_slurm.db import classification_store as cstore
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.variability_store import load_variability
-from pal_slurm.ingest.service import import_records_now
+from pal_slurm.services.ingest import import_records_now
 from pal_slurm.report.service import load_report
 from conftest import ARTIFACT_CONFIG
 

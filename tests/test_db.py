@@ -14,13 +14,13 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import func, inspect, select, text
 
 from fleetgen import T0, records, two_tier_fleet
-from pal_slurm.classification.service import run_classification
+from pal_slurm.services.classification import run_classification
 from pal_slurm.config import load_config
 from pal_slurm.db import migrate
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.models import Base, Gpu, Node, Placement, ProfileRun
 from pal_slurm.errors import DatabaseError, InputError, PalError
-from pal_slurm.ingest.service import import_records_now
+from pal_slurm.services.ingest import import_records_now
 from pal_slurm.report.service import load_gpu_rows, load_report
 from conftest import ARTIFACT_CONFIG
 

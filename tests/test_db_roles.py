@@ -256,7 +256,7 @@ def test_a_node_cannot_write_what_is_not_its_own(roles: RoleDb, tmp_path: Path) 
                                    "VALUES ('mallory', 'A', '', :t)".replace("user", "\"user\"" if roles.kind ==
                                                                                 "postgres" else "`user`"), {"t": T})
     with pytest.raises(PalError) as err:
-        from pal_slurm.jobs.sensitivity_store import add_rule
+        from pal_slurm.db.sensitivity_store import add_rule
 
         with session_scope(me) as s:
             add_rule(s, "A", ["A", "B", "C", "D"], user="mallory")
@@ -312,13 +312,13 @@ def test_a_node_cannot_write_what_is_not_its_own(roles: RoleDb, tmp_path: Path) 
 
 
 def test_the_placer_does_what_the_placer_does_as_pal_placer(roles: RoleDb, tmp_path: Path) -> None:
-    from pal_slurm.classification.service import run_classification
+    from pal_slurm.services.classification import run_classification
     from pal_slurm.config import DatabaseConfig, PalConfig, PlacerConfig
     from pal_slurm.db.advisory_lock import AdvisoryLock
     from pal_slurm.db.models import JobHistory
     from pal_slurm.demo.on_slurm import NODES, records
     from pal_slurm.db.measurement_store import import_records
-    from pal_slurm.jobs.sensitivity_store import add_rule
+    from pal_slurm.db.sensitivity_store import add_rule
     from pal_slurm.placer.service import build_placer
     from pal_slurm.report.service import load_gpu_rows
     from tests.test_placer_accounting import running

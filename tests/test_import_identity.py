@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from conftest import ARTIFACT_CONFIG
-from pal_slurm.classification.service import run_classification
+from pal_slurm.services.classification import run_classification
 from pal_slurm.cli.main import cli
 from pal_slurm.config import load_config
 from pal_slurm.db import migrate
@@ -24,7 +24,7 @@ from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.models import Benchmark, ClassificationResult, ClassificationRun, Gpu, Node, ProfileRun
 from pal_slurm.ingest.artifact_csv import canonical_node, parse_artifact_csv
 from pal_slurm.ingest.records import GpuInfo, ProfileRecord
-from pal_slurm.ingest.service import import_files
+from pal_slurm.services.ingest import import_files
 from pal_slurm.ingest.validate import MIN_REFERENCE, find_suspects
 
 T0 = 1_700_000_000

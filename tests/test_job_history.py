@@ -17,7 +17,7 @@ from pal_slurm.db.engine import session_scope
 from pal_slurm.db.models import JobHistory
 from pal_slurm.errors import InputError
 from pal_slurm.jobs.fingerprint import fingerprint
-from pal_slurm.jobs.history_store import delete_history, import_history, learned_from_history
+from pal_slurm.db.history_store import delete_history, import_history, learned_from_history
 from pal_slurm.jobs.runtimes import (LEARNED_END_GRACE_S, SOURCE_FINGERPRINT, SOURCE_HISTORY, SOURCE_LIMIT,
                                      SOURCE_NONE, LearnedRuntimes, RuntimeRule, learn_runtimes)
 from pal_slurm.jobs.sacct_history import SACCT_COMMAND, ExportJob, format_elapsed, read_history, write_export
@@ -157,7 +157,7 @@ def test_estimate_prefers_fingerprint_then_history_then_the_limit_and_never_exce
 def test_the_placers_incremental_reader_learns_what_a_full_read_learns(engine: Engine) -> None:
     """HistoryReader (kept by the placer across refreshes) after each import, a removal, a row
     committed under an id already passed, and the age cutoff: always learned_from_history's answer."""
-    from pal_slurm.jobs.history_store import HistoryReader
+    from pal_slurm.db.history_store import HistoryReader
 
     now = datetime.now(UTC)
     day = lambda d: (now - timedelta(days=d)).astimezone().strftime("%Y-%m-%dT%H:%M:%S")  # noqa: E731

@@ -23,14 +23,14 @@ from pal_slurm.agent.job_profile_store import write_items
 from pal_slurm.cli.main import cli
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.jobs.fingerprint import fingerprint
+from pal_slurm.db.class_rules_store import load_class_rules
+from pal_slurm.db.sensitivity_store import record_identity
 from pal_slurm.jobs.rules import (
     AdminRule,
     ClassRuleTable,
     filter_rules,
-    load_class_rules,
     resolve_class,
 )
-from pal_slurm.jobs.sensitivity_store import record_identity
 from pal_slurm.slurm import filter_state
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -138,7 +138,7 @@ def test_learn_classes_rules_through_the_cli(db_url: str) -> None:
         ]
         with session_scope(engine) as s:
             t = load_class_rules(s)
-            assert resolve_class(s, "dave", "mix", "gemm.py")[0] == "A"
+            assert resolve_class(t, "dave", "mix", "gemm.py")[0] == "A"
         assert resolve_class(t, "bob", "pr", "pagerank.py", partition="gpu") == ("D", "rule:rule-1")
         listed = json.loads(pal("jobs", "rule", "list", "--format", "json"))
         assert [(r["id"], r["note"]) for r in listed] == [(1, "graph jobs")]
@@ -214,7 +214,7 @@ def test_the_placer_keeps_its_last_class_rules_while_the_database_is_down(tmp_pa
     from types import SimpleNamespace
 
     from pal_slurm.db.migrate import upgrade
-    from pal_slurm.jobs.sensitivity_store import add_rule
+    from pal_slurm.db.sensitivity_store import add_rule
     from pal_slurm.placer.service import ClassRules
 
     engine = make_engine(f"sqlite:///{tmp_path / 'pal.db'}")

@@ -13,7 +13,7 @@ from pal_slurm.jobs.sensitivity import (
     combine,
     compute_score,
 )
-from pal_slurm.jobs.sensitivity_store import sensitivity_rule
+from pal_slurm.db.sensitivity_store import sensitivity_rule
 
 RULE = SensitivityRule.build("ABCD", {"A": 0.5, "B": 0.35, "C": 0.2}, min_samples=100, history=5)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.migrate import upgrade
 from pal_slurm.db.models import JobIdentity
-from pal_slurm.jobs.sensitivity_store import record_identities
+from pal_slurm.db.sensitivity_store import record_identities
 from pal_slurm.placer.audit import AuditSink, Record, placements_for
 
 
@@ -55,7 +55,7 @@ def test_learned_runtimes_per_fingerprint(db_url: str) -> None:
     from datetime import UTC, datetime, timedelta
 
     from pal_slurm.db.models import JobProfile
-    from pal_slurm.jobs.sensitivity_store import learned_runtimes
+    from pal_slurm.db.sensitivity_store import learned_runtimes
 
     engine = make_engine(db_url)
     upgrade(engine)
@@ -90,10 +90,10 @@ def test_variability_loader_serves_the_placer_and_the_simulator(db_url: str, tmp
     from pal_slurm.config import ClassificationConfig, DatabaseConfig, PalConfig
     from pal_slurm.db.variability_store import load_variability
     from tests.slurm.placer_support import A_PERFVAR, records
-    from pal_slurm.classification.service import run_classification
+    from pal_slurm.services.classification import run_classification
     from pal_slurm.errors import PalError
     from pal_slurm.ingest.jsonl import dump_jsonl
-    from pal_slurm.ingest.service import import_files
+    from pal_slurm.services.ingest import import_files
     from pal_slurm.placer.factors import load_factors
 
     engine = make_engine(db_url)

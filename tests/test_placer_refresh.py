@@ -68,12 +68,12 @@ def test_errors_it_is_not_told_to_keep_on_propagate() -> None:
 def test_the_factor_cache_stamps_its_clocks_time(tmp_path: Path) -> None:
     """The classes the placer holds say when they were read on the clock it runs on (a replay or
     a test with a clock of its own), not on the wall clock."""
-    from pal_slurm.classification.service import run_classification
+    from pal_slurm.services.classification import run_classification
     from pal_slurm.config import ClassificationConfig, DatabaseConfig, PalConfig
     from pal_slurm.db.engine import make_engine
     from pal_slurm.db.migrate import upgrade
     from pal_slurm.ingest.jsonl import dump_jsonl
-    from pal_slurm.ingest.service import import_files
+    from pal_slurm.services.ingest import import_files
     from pal_slurm.placer.factors import FactorCache
     from tests.slurm.placer_support import A_PERFVAR, records
 

@@ -39,7 +39,7 @@ from pal_slurm.profiler.executors import (
 from pal_slurm.gpu.interface import GpuSample
 from pal_slurm.gpu.simulated import SimBackend
 from pal_slurm.gpu.simulated_fleet import make_fleet
-from pal_slurm.ingest.service import import_files
+from pal_slurm.services.ingest import import_files
 from pal_slurm.profiler.run_store import save_run
 from pal_slurm.profiler.runner import FAILURE_PREFIX, run_profile, write_jsonl
 from pal_slurm.profiler.telemetry import reason_names, summarize

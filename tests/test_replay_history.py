@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from pal_slurm.db.engine import session_scope
 from pal_slurm.errors import PalError
-from pal_slurm.jobs.history_store import import_history, learned_runtimes_all
+from pal_slurm.db.history_store import import_history, learned_runtimes_all
 from pal_slurm.jobs.runtimes import RuntimeRule
 from pal_slurm.jobs.sacct_history import read_history
 from pal_slurm.placement.variability import GpuVariability, cluster_from_gpus

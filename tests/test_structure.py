@@ -27,13 +27,10 @@ PACKAGE = REPO / "pal_slurm"
 #: Modules that must stay pure, as paths under pal_slurm/ (a directory means every module in it).
 PURE = (
     "placement/",
-    "classification/classify.py",
-    "classification/classify_fleet.py",
-    "classification/actions.py",
+    "classification/",
+    "jobs/",
+    "ingest/",
     "gpu/simulated_fleet.py",
-    "ingest/records.py",
-    "ingest/artifact_csv.py",
-    "ingest/jsonl.py",
     "simulate/event.py",
     "simulate/round.py",
     "simulate/metrics.py",
@@ -56,9 +53,7 @@ PURE = (
     "placer/ledger.py",
     "savings.py",
     "report/fairness.py",
-    "report/numfmt.py",
-    "jobs/runtimes.py",
-    "jobs/sacct_history.py",
+    "numfmt.py",
 )
 
 #: Imports a pure module may not reach, directly or through the pal_slurm modules it imports,
@@ -81,23 +76,27 @@ CLI_RULE = (
     "other way round; move what is shared out of cli/ (an area's service, or the module that owns it)"
 )
 
-#: The layers, bottom first, each with the modules in it (a name covers the modules under it; the
-#: longest name that covers a module decides). A module imports its own layer or lower ones.
+#: The layers, bottom first, each with the packages in it: a package (a folder under pal_slurm/,
+#: or a module at its top) lies in one layer whole, so the folders show the layers. "pal_slurm"
+#: covers the package root and the small modules at the top that every layer uses. A module
+#: imports its own layer or lower ones.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # the package root and what every layer uses
-    ("base", ("pal_slurm", "pal_slurm.errors", "pal_slurm.report.numfmt", "pal_slurm.systemd_notify",
-              "pal_slurm.atomic_write")),
-    # what needs neither configuration nor a database: the placement vocabulary and policies, the
-    # import parsers, classification, the simulated fleet, the Slurm and GPU adapters
-    ("core", ("pal_slurm.placement", "pal_slurm.ingest", "pal_slurm.classification",
-              "pal_slurm.report.fairness", "pal_slurm.savings",
-              "pal_slurm.slurm", "pal_slurm.gpu", "pal_slurm.jobs.sensitivity")),
+    # the package root and what every layer uses: errors, number formats, atomic writes, the
+    # systemd notifier, the bounded metrics server, the benchmark sets
+    ("base", ("pal_slurm",)),
+    # what needs neither configuration nor a database: the placement vocabulary and policies,
+    # classification, the import parsers, job classes and runtimes, the simulator, the Slurm and
+    # GPU adapters
+    ("core", ("pal_slurm.placement", "pal_slurm.classification", "pal_slurm.ingest", "pal_slurm.jobs",
+              "pal_slurm.simulate", "pal_slurm.savings", "pal_slurm.slurm", "pal_slurm.gpu")),
     ("configuration", ("pal_slurm.config",)),
+    # the schema, the migrations and every store (what reads and writes the tables)
     ("storage", ("pal_slurm.db",)),
-    # the placer, the simulator and replay, the profiler, the agent, reports, the demo
-    ("use cases", ("pal_slurm.jobs", "pal_slurm.placer", "pal_slurm.simulate", "pal_slurm.replay",
-                   "pal_slurm.profiler", "pal_slurm.agent", "pal_slurm.report",
-                   "pal_slurm.ingest.service", "pal_slurm.classification.service", "pal_slurm.demo")),
+    # the use cases that touch the database: classify, import, import job history
+    ("services", ("pal_slurm.services",)),
+    # the programs built on them: the placer, replay, the profiler, the agent, reports, the demo
+    ("programs", ("pal_slurm.placer", "pal_slurm.replay", "pal_slurm.profiler", "pal_slurm.agent",
+                  "pal_slurm.report", "pal_slurm.demo")),
     ("command line", ("pal_slurm.cli", "pal_slurm.__main__")),
 )
 
@@ -258,6 +257,55 @@ def test_layer_list_is_current() -> None:
     assert not unplaced, f"modules in no layer of LAYERS (tests/test_structure.py): {unplaced}"
     stale = [p for _, names in LAYERS for p in names if not any(_matches(m, p) for m in modules)]
     assert not stale, f"names in LAYERS that no module has any more: {stale}"
+
+
+def _package_of(module: str) -> str:
+    """The top-level package a module belongs to: pal_slurm.placer.cycle -> pal_slurm.placer;
+    a module at the top is its own (pal_slurm.config); the root's small modules are pal_slurm's."""
+    parts = module.split(".")
+    top = ".".join(parts[:2])
+    if len(parts) == 1 or _module_path(top) is None:
+        return "pal_slurm"
+    is_folder = (REPO.joinpath(*parts[:2]) / "__init__.py").is_file()
+    return top if is_folder or any(top == n for _, names in LAYERS for n in names) else "pal_slurm"
+
+
+def test_layers_name_whole_packages() -> None:
+    """A layer holds packages whole (no package split across layers), so the folders show the
+    layers; and every top-level package (a folder) is named."""
+    named = {n for _, names in LAYERS for n in names}
+    partial = sorted(n for n in named if n != "pal_slurm" and _package_of(n) != n)
+    assert not partial, f"LAYERS names part of a package (name the package whole): {partial}"
+    folders = {f"pal_slurm.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py")}
+    unnamed = sorted(folders - named)
+    assert not unnamed, f"packages under pal_slurm/ in no layer of LAYERS: {unnamed}"
+
+
+def _package_graph() -> dict[str, dict[str, int]]:
+    """top-level package -> {package it imports: 1}: the module graph seen from the folders."""
+    graph: dict[str, dict[str, int]] = {}
+    for module, edges in _import_graph().items():
+        own = _package_of(module)
+        graph.setdefault(own, {})
+        for imported in edges:
+            theirs = _package_of(imported)
+            if theirs != own:
+                graph[own][theirs] = 1
+                graph.setdefault(theirs, {})
+    return graph
+
+
+def test_packages_import_each_other_one_way() -> None:
+    """No circle between packages either (db -> classification -> db was one: a service beside a
+    pure core). The modules behind the first edge of a circle are named, to show where to cut."""
+    graph = _package_graph()
+    circle = _circle(graph)
+    if circle is None:
+        return
+    a, b = circle[0], circle[1]
+    why = sorted(f"{m} -> {i}" for m, edges in _import_graph().items() if _package_of(m) == a
+                 for i in edges if _package_of(i) == b)[:5]
+    raise AssertionError("package import circle: " + " -> ".join(circle) + f"\n{a} -> {b}: {why}\nrule: {CIRCLE_RULE}")
 
 
 def test_no_module_imports_a_higher_layer() -> None:

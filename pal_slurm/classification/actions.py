@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from pal_slurm.benchmark_sets import PROFILER
-from pal_slurm.report.numfmt import fmt_num
+from pal_slurm.numfmt import fmt_num
 
 PLACEMENT = "placement"
 REPROFILE = "re-profile"

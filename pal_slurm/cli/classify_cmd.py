@@ -32,7 +32,7 @@ def classify(app: AppContext, hysteresis: float | None, min_runs: int | None, mo
     run` measures: A train-resnet50, B and C train-bert, D stream). A run in which a class would get
     no GPU is refused, naming the class, what was measured and the fix (--allow-partial: stored anyway);
     the output lists each class with the GPUs it can be placed by."""
-    from pal_slurm.classification.service import run_classification
+    from pal_slurm.services.classification import run_classification
 
     summary = run_classification(app.engine, app.cfg, hysteresis=hysteresis, min_runs=min_runs,
                                  models=list(models) or None, note=note, method=method,

@@ -34,8 +34,8 @@ def learn(app: AppContext, fmt: str) -> None:
     docs/agent.md. Fingerprints with fewer than [jobs] min_samples GPU-samples get no class.
     """
     from pal_slurm.db.engine import session_scope
-    from pal_slurm.jobs.sensitivity_store import learn as do_learn
-    from pal_slurm.jobs.sensitivity_store import sensitivity_rule
+    from pal_slurm.db.sensitivity_store import learn as do_learn
+    from pal_slurm.db.sensitivity_store import sensitivity_rule
 
     rule = sensitivity_rule(app.cfg)
     with session_scope(app.engine) as session:
@@ -75,7 +75,7 @@ def import_history(app: AppContext, file: Path, source: str, fmt: str) -> None:
     its user and job name (at least [jobs] runtime_min_jobs of the last 90 days), never more
     than its time limit; a runtime learned from its job profiles (same command) comes first.
     """
-    from pal_slurm.jobs.service import import_history_file
+    from pal_slurm.services.jobs import import_history_file
 
     result = import_history_file(lambda: app.engine, file, source)  # the file is read first
     data = {"file": str(file), "cluster": result.source, "jobs": result.jobs, "imported": result.added,
@@ -110,7 +110,7 @@ def classes(app: AppContext, fmt: str) -> None:
     `filter rule` says whether the submit filter gets it as a {user, name} rule (not when the
     same user + name has scripts learned into different classes)."""
     from pal_slurm.db.engine import session_scope
-    from pal_slurm.jobs.sensitivity_store import learned_classes
+    from pal_slurm.db.sensitivity_store import learned_classes
 
     with session_scope(app.engine) as session:
         rows = learned_classes(session)
@@ -150,7 +150,7 @@ def rule_add(app: AppContext, job_class: str, user: str | None, name: str | None
     another class is refused, naming that rule, unless --replace. The placement daemon
     publishes rules to the submit filter on its next cycle."""
     from pal_slurm.db.engine import session_scope
-    from pal_slurm.jobs.sensitivity_store import put_rule
+    from pal_slurm.db.sensitivity_store import put_rule
 
     with session_scope(app.engine) as session:
         change = put_rule(session, job_class, list(app.cfg.job_classes), user=user, name=name, account=account,
@@ -174,7 +174,7 @@ def rule_add(app: AppContext, job_class: str, user: str | None, name: str | None
 def rule_list(app: AppContext, fmt: str) -> None:
     """Admin rules in the order the submit filter tries them (first match wins)."""
     from pal_slurm.db.engine import session_scope
-    from pal_slurm.jobs.sensitivity_store import list_rules
+    from pal_slurm.db.sensitivity_store import list_rules
 
     with session_scope(app.engine) as session:
         rows = [{"id": r.id, "rule_id": r.rule_id, "class": r.job_class, "user": r.user, "name": r.name,
@@ -208,7 +208,7 @@ def rule_delete(app: AppContext, rule_id: int) -> None:
     """Delete RULE: its id as `pal jobs rule add` printed it (rule-4) or the number `pal jobs
     rule list` shows (4)."""
     from pal_slurm.db.engine import session_scope
-    from pal_slurm.jobs.sensitivity_store import delete_rule
+    from pal_slurm.db.sensitivity_store import delete_rule
 
     with session_scope(app.engine) as session:
         delete_rule(session, rule_id)
@@ -219,8 +219,9 @@ def rule_delete(app: AppContext, rule_id: int) -> None:
 @click.pass_obj
 def rule_export(app: AppContext) -> None:
     """Print the `rules` list the submit filter gets (JSON; admin rules, then agreed learned classes)."""
+    from pal_slurm.db.class_rules_store import load_class_rules
     from pal_slurm.db.engine import session_scope
     from pal_slurm.jobs.rules import filter_rules
 
     with session_scope(app.engine) as session:
-        emit_json(filter_rules(session))
+        emit_json(filter_rules(load_class_rules(session)))

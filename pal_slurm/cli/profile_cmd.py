@@ -53,7 +53,7 @@ def import_(app: AppContext, files: tuple[Path, ...], input_format: str, benchma
     See docs/import-formats.md for both formats, the identity rules and the checks.
     --input-format names what the files hold; --format, as for every command, what is printed.
     """
-    from pal_slurm.ingest.service import identity_summary, import_files
+    from pal_slurm.services.ingest import identity_summary, import_files
 
     ing = app.cfg.ingest
     done = import_files(app.engine, list(files), input_format, benchmark=benchmark, model=model, unit=unit,  # type: ignore[arg-type]

@@ -95,7 +95,7 @@ KEEP_WHOLE = 40
 
 
 def fmt_float(value: float | None, digits: int = 3) -> str:
-    from pal_slurm.report.numfmt import fmt_num
+    from pal_slurm.numfmt import fmt_num
 
     return fmt_num(value, digits)
 
@@ -249,7 +249,7 @@ def _cell(value: Any) -> Text:
     if value is None:
         return Text("-")
     if isinstance(value, float):
-        from pal_slurm.report.numfmt import fmt_num
+        from pal_slurm.numfmt import fmt_num
 
         return Text(fmt_num(value))
     return Text(printable(str(value)))

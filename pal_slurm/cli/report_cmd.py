@@ -13,7 +13,7 @@ from pal_slurm.cli.numbers import Since, cutoff, ident
 from pal_slurm.cli.filters import expand_hostlist, model_option, node_option, select
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, prose, wide_option
 from pal_slurm.errors import InputError
-from pal_slurm.report.numfmt import fmt_num
+from pal_slurm.numfmt import fmt_num
 
 
 def _bins_text(row: dict[str, Any]) -> str:

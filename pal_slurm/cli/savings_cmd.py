@@ -7,7 +7,7 @@ import click
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.numbers import Since, Whole, cutoff
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, prose
-from pal_slurm.report.numfmt import fmt_num
+from pal_slurm.numfmt import fmt_num
 
 SINCE_HELP = ("Only jobs that ended since WHEN: an age like 7d, 12h, 30m, 90s or an ISO date/time (UTC when it "
               "has no zone) [default: 7d].")

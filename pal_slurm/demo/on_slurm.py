@@ -81,11 +81,11 @@ def make_db(tmp: Path) -> str:
     default classification settings (not the site's /etc/pal/pal.toml): the demo and the
     tests must get the same classes everywhere.
     """
-    from pal_slurm.classification.service import run_classification
+    from pal_slurm.services.classification import run_classification
     from pal_slurm.config import DatabaseConfig, PalConfig
     from pal_slurm.db import migrate
     from pal_slurm.db.engine import open_engine
-    from pal_slurm.ingest.service import import_files
+    from pal_slurm.services.ingest import import_files
 
     db_file = (tmp / "pal.db").resolve()
     url = f"sqlite:///{db_file}"

@@ -65,7 +65,7 @@ def _recovery(fleet: Any, engine: Any, version: int, job_classes: dict[str, str]
 def run_demo(opts: DemoOptions, *, app_config_path: str | None = None, say: Say = print) -> DemoResult:
     """Profile (the shipped profiler, sim backend), classify, report, observe a week; returns
     what it made (paths and figures)."""
-    from pal_slurm.classification.service import run_classification
+    from pal_slurm.services.classification import run_classification
     from pal_slurm.db.engine import open_engine
     from pal_slurm.demo.observe_week import observe_week
     from pal_slurm.gpu.choose import SimOptions

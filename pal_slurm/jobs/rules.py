@@ -15,8 +15,9 @@ Two consumers, one source of truth:
   the agreed class of its user + name, else the default (unknown jobs are treated as the
   most sensitive class, as PAL does).
 
-`ClassRuleTable` is the preloaded form (one query per table) so that the daemon can resolve
-a whole queue without a query per job. Everything but `load_class_rules` is pure.
+`ClassRuleTable` is the preloaded form (one query per table, `pal_slurm.db.class_rules_store`)
+so that the daemon can resolve a whole queue without a query per job. This module is pure: it
+answers from a table its caller loaded.
 """
 
 from __future__ import annotations
@@ -25,13 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
-from pal_slurm.db.models import ClassRule, JobSensitivity
 from pal_slurm.jobs.fingerprint import fingerprint
 
-__all__ = ["AdminRule", "ClassRuleTable", "LearnedName", "filter_rules", "load_class_rules", "resolve_class"]
+__all__ = ["AdminRule", "ClassRuleTable", "LearnedName", "filter_rules", "resolve_class"]
 
 MATCH_FIELDS = ("user", "name", "account", "partition")
 
@@ -95,21 +92,8 @@ class ClassRuleTable:
         return cls(ordered, by_fp, by_name)
 
 
-def load_class_rules(session: Session) -> ClassRuleTable:
-    admin = [AdminRule(r.id, r.user, r.name, r.account, r.partition, r.job_class, r.note)
-             for r in session.scalars(select(ClassRule))]
-    learned = [tuple(row) for row in session.execute(
-        select(JobSensitivity.fingerprint, JobSensitivity.user, JobSensitivity.name, JobSensitivity.job_class))]
-    return ClassRuleTable.build(admin, learned)  # type: ignore[arg-type]
-
-
-def _table(source: Session | ClassRuleTable) -> ClassRuleTable:
-    return source if isinstance(source, ClassRuleTable) else load_class_rules(source)
-
-
-def filter_rules(source: Session | ClassRuleTable) -> list[dict[str, Any]]:
+def filter_rules(table: ClassRuleTable) -> list[dict[str, Any]]:
     """The `rules` of the filter state file, in match order (see the module docstring)."""
-    table = _table(source)
     out: list[dict[str, Any]] = []
     for rule in table.admin:
         entry: dict[str, Any] = {f: getattr(rule, f) for f in MATCH_FIELDS if getattr(rule, f) is not None}
@@ -123,12 +107,11 @@ def filter_rules(source: Session | ClassRuleTable) -> list[dict[str, Any]]:
     return out
 
 
-def resolve_class(source: Session | ClassRuleTable, user: str | None, name: str | None, command: str | None,
+def resolve_class(table: ClassRuleTable, user: str | None, name: str | None, command: str | None,
                   account: str | None = None, partition: str | None = None, *,
                   default: str = "A") -> tuple[str, str]:
     """(class, source) for one job; source is `rule:rule-<id>`, `learned:<fingerprint>`,
     `learned-name:<fingerprint>` (the agreed class of user + name) or `default`."""
-    table = _table(source)
     for rule in table.admin:
         if rule.matches(user, name, account, partition):
             return rule.job_class, f"rule:{rule.rule_id}"

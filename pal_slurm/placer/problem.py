@@ -30,7 +30,7 @@ from pal_slurm.slurm.priority import PriorityConfig, job_rank
 log = logging.getLogger(__name__)
 
 ClassResolver = Callable[[SlurmJob], tuple[str, str]]
-#: what was learned about runtimes (pal_slurm.jobs.history_store.learned_runtimes_all; a plain
+#: what was learned about runtimes (pal_slurm.db.history_store.learned_runtimes_all; a plain
 #: mapping is fingerprint -> seconds)
 RuntimeHistory = Callable[[], "LearnedRuntimes | Mapping[str, float]"]
 

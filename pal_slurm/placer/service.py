@@ -63,7 +63,7 @@ class ClassRules:
 
     def _load(self, _now: float) -> ClassRuleTable:
         from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.rules import load_class_rules
+        from pal_slurm.db.class_rules_store import load_class_rules
 
         with session_scope(self._engine()) as session:
             return load_class_rules(session)
@@ -124,18 +124,18 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
 
     def identities(jobs: Any) -> None:
         from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.sensitivity_store import record_identities
+        from pal_slurm.db.sensitivity_store import record_identities
 
         with session_scope(engine()) as session:
             record_identities(session, [(j.job_id, j.user, j.name, j.command) for j in jobs])
 
-    from pal_slurm.jobs.history_store import HistoryReader, runtime_rule
+    from pal_slurm.db.history_store import HistoryReader, runtime_rule
 
     reader = HistoryReader(runtime_rule(cfg))  # kept across refreshes: each reads only the new rows
 
     def history() -> LearnedRuntimes:
         from pal_slurm.db.engine import session_scope
-        from pal_slurm.jobs.history_store import learned_runtimes_all
+        from pal_slurm.db.history_store import learned_runtimes_all
 
         with session_scope(engine()) as session:
             return learned_runtimes_all(session, reader.rule, reader=reader)

@@ -384,7 +384,7 @@ def arm_running(arm: str, handle: ClusterHandle, *, db_url: str, work_dir: Path,
 def clear_history(db_url: str) -> int:
     """Remove every runtime history a replay imported (labels HISTORY_PREFIX...); how many jobs."""
     from pal_slurm.db.engine import make_engine, session_scope
-    from pal_slurm.jobs.history_store import delete_history
+    from pal_slurm.db.history_store import delete_history
     from pal_slurm.replay.history import HISTORY_PREFIX
 
     engine = make_engine(db_url)
@@ -424,7 +424,7 @@ def learned_estimates(db_url: str, plan: ReplayPlan, settings: ArmSettings) -> d
     rule of its configuration, looked up by the user and job name each job is submitted as."""
     from pal_slurm.config import PalConfig
     from pal_slurm.db.engine import make_engine, session_scope
-    from pal_slurm.jobs.history_store import learned_runtimes_all, runtime_rule
+    from pal_slurm.db.history_store import learned_runtimes_all, runtime_rule
 
     cfg = PalConfig.model_validate({"jobs": {"runtime_min_jobs": settings.history_min_jobs}})
     engine = make_engine(db_url)

@@ -14,7 +14,7 @@ from typing import Any
 from pal_slurm.classification.actions import ACTION_ORDER, ActionPolicy, Finding, GpuAction, grade_gpu
 from pal_slurm.classification.classify import percentile_summary
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
-from pal_slurm.report.numfmt import DIGITS, fmt_num
+from pal_slurm.numfmt import DIGITS, fmt_num
 
 __all__ = ["DIGITS", "PERFVAR_MEANING", "REPORT_FORMAT", "SLOWDOWN_MEANING", "bins_text", "build_report",
            "explain_gpu", "fmt_num", "gpu_rows", "grade_outliers", "group_summary", "identity_text", "regular_bins",

@@ -23,7 +23,7 @@ import math
 from typing import Any, TypeVar
 
 from pal_slurm.db.classification_store import ResultRow, StoredClassification
-from pal_slurm.report.numfmt import fmt_num, mpl_text
+from pal_slurm.numfmt import fmt_num, mpl_text
 from pal_slurm.report.tables import UNKNOWN_NODE, count, escape, finite, node_cells, profiled, rows_text
 
 T = TypeVar("T")

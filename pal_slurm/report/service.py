@@ -13,7 +13,7 @@ from pal_slurm.db import classification_store as cstore
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.migrate import require_current
 from pal_slurm.errors import PalError
-from pal_slurm.ingest.service import identity_summary
+from pal_slurm.services.ingest import identity_summary
 
 def _stored(engine: Engine, version: int | None) -> cstore.StoredClassification:
     """A stored classification with its GPUs' clocks (every report reads them)."""

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pal_slurm.db.classification_store import ResultRow, StoredClassification
-from pal_slurm.report.numfmt import fmt_num
+from pal_slurm.numfmt import fmt_num
 
 #: Rows of the per-node table (under the heatmap).
 MAX_NODE_TABLE_ROWS = 2000

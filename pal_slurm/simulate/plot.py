@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pal_slurm.errors import PalError
-from pal_slurm.report.numfmt import mpl_text
+from pal_slurm.numfmt import mpl_text
 from pal_slurm.simulate.result import SimResult
 
 MAX_TRACES = 8
