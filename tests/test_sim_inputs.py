@@ -22,7 +22,13 @@ from pal_slurm.simulate.traces import (
     read_trace_file,
     tres_gpus,
 )
-from pal_slurm.placement.variability import GpuVariability, cluster_from_variability, from_classification
+from pal_slurm.placement.variability import (
+    ClassifiedGpu,
+    GpuVariability,
+    Measured,
+    cluster_from_variability,
+    from_classification,
+)
 from pal_slurm.simulate.artifact_draw import artifact_slowdowns, draw_artifact, load_artifact_profiles
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
@@ -345,18 +351,26 @@ def test_artifact_draw_for_64_gpus_on_longhorn(artifact_dir: Path) -> None:
 
 
 def test_from_classification_fills_unprofiled_with_worst() -> None:
-    rows = [
-        {"uuid": "g0", "node": "n1", "model": "H100", "classes": {"A": {"bin": 0, "slowdown": 0.98, "outlier": False},
-                                                                 "B": {"bin": 0, "slowdown": 1.0, "perfvar": 1.02}}},
-        {"uuid": "g1", "node": "n1", "model": "H100", "classes": {"A": {"bin": 2, "slowdown": 1.3, "outlier": True},
-                                                                 "B": {"bin": None, "slowdown": None}}},
-        {"uuid": "g2", "node": "n2", "model": "H100", "classes": {"A": {"bin": None, "slowdown": None}}},
+    gpus = [
+        ClassifiedGpu("g0", "n1", "H100", None, {"A": Measured(0.98), "B": Measured(1.0, 1.02)}),
+        ClassifiedGpu("g1", "n1", "H100", None, {"A": Measured(1.3), "B": Measured(None)}),
+        ClassifiedGpu("g2", "n2", "H100", None, {}),
     ]
-    var = from_classification(rows, ["A", "B", "D"])
+    var = from_classification(gpus, ["A", "B", "D"])
     assert [v.uuid for v in var] == ["g0", "g1", "g2"] and var[2].node == "n2"
     assert var[2].slowdown["A"] == 1.3 and var[1].slowdown["B"] == 1.0 and var[2].slowdown["B"] == 1.0
     assert var[0].perfvar["B"] == 1.02 and var[0].perfvar["A"] == 0.98
     assert all(v.slowdown["D"] == 1.0 for v in var)  # nobody profiled for D
+
+
+def test_a_fast_outliers_perfvar_counts_as_its_factor() -> None:
+    """A fast outlier (PerfVar far below the median) is a measurement to check, not a speed to
+    chase: the model takes its slowdown factor as its pace; a slow one keeps its PerfVar."""
+    gpus = [ClassifiedGpu("fast", "n1", "H100", 0, {"A": Measured(1.0, 0.6, fast=True)}),
+            ClassifiedGpu("slow", "n1", "H100", 1, {"A": Measured(1.4, 1.45)})]
+    fast, slow = from_classification(gpus, ["A"])
+    assert (fast.perfvar["A"], fast.slowdown["A"]) == (1.0, 1.0)
+    assert (slow.perfvar["A"], slow.slowdown["A"]) == (1.45, 1.4)
 
 
 def test_cluster_from_variability_is_node_major() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -19,7 +18,7 @@ from sqlalchemy.orm import Session
 from pal_slurm.db import classification_store as cstore
 from pal_slurm.db.models import Gpu
 from pal_slurm.errors import PalError
-from pal_slurm.placement.variability import GpuVariability, from_classification
+from pal_slurm.placement.variability import ClassifiedGpu, GpuVariability, Measured, from_classification
 
 
 @dataclass(frozen=True)
@@ -46,26 +45,21 @@ def load_variability(session: Session, classes: Sequence[str], version: int | No
         raise PalError(f"classification version {version} does not exist")
     stored = cstore.load_classification(session, run)
     minors = {uuid: minor for uuid, minor in session.execute(select(Gpu.uuid, Gpu.minor_number))}
-    rows: dict[str, dict[str, Any]] = {}
     by_bench = {(r.uuid, r.benchmark): r for r in stored.results}
-    for r in stored.results:
-        rows.setdefault(r.uuid, {"uuid": r.uuid, "node": r.node, "model": r.model, "minor": minors.get(r.uuid),
-                                 "classes": {}})
-    for uuid, row in rows.items():
-        for job_class, bench in stored.job_classes.items():
-            res = by_bench.get((uuid, bench))
-            if res is not None and res.profiled:
-                # a fast outlier's PerfVar is a measurement to check, not a speed to chase: the
-                # placer's estimates and the simulator take it as the typical GPU's (its factor)
-                pv = res.slowdown if res.fast else res.perfvar
-                row["classes"][job_class] = {"slowdown": res.slowdown, "perfvar": pv}
-    ordered = sorted(rows.values(), key=lambda x: (x["model"], x["node"] or "", x["uuid"]))
+    first = {r.uuid: r for r in reversed(stored.results)}  # each GPU's first result names it
+    gpus = []
+    for uuid, r in first.items():
+        measured = {job_class: Measured(slowdown=res.slowdown, perfvar=res.perfvar, fast=res.fast)
+                    for job_class, bench in stored.job_classes.items()
+                    if (res := by_bench.get((uuid, bench))) is not None and res.profiled}
+        gpus.append(ClassifiedGpu(uuid=uuid, node=r.node, model=r.model, minor=minors.get(uuid), classes=measured))
+    ordered = sorted(gpus, key=lambda g: (g.model, g.node or "", g.uuid))
     left_out = 0
     if at_slots_only:
         slots = {r.uuid for r in stored.results if r.node and r.slot is not None}
         if slots:
-            left_out = sum(1 for x in ordered if x["uuid"] not in slots)
-            ordered = [x for x in ordered if x["uuid"] in slots]
+            left_out = sum(1 for g in ordered if g.uuid not in slots)
+            ordered = [g for g in ordered if g.uuid in slots]
     return StoredVariability(version=stored.version, gpus=tuple(from_classification(ordered, classes)),
                              without_slot=left_out)
 

@@ -20,7 +20,6 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -29,11 +28,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pal_slurm.placer.tag import Tag
-from pal_slurm.errors import PalError
+from pal_slurm.errors import PalError, SlurmUnavailable
 from pal_slurm.ingest.jsonl import dump_jsonl
 from pal_slurm.ingest.records import GpuInfo, ProfileRecord
 from pal_slurm.placer.process import PlacerProcess, wait_heartbeat, write_config
+from pal_slurm.placer.tag import Tag
+from pal_slurm.slurm.command import run_command
 
 log = logging.getLogger(__name__)
 
@@ -144,12 +144,10 @@ class DemoCluster:
 
 def _script(script: Path, verb: str, timeout: float) -> str:
     """Run the cluster script; its last stderr line is the progress summary, or the error we report."""
-    env = {**os.environ, "PAL_PYTHON": sys.executable}
     try:
-        proc = subprocess.run([str(script), verb], capture_output=True, text=True, errors="replace", env=env,
-                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise PalError(f"{script.name} {verb}: no result within {timeout:g} s") from exc
+        proc = run_command([str(script), verb], timeout=timeout, env={"PAL_PYTHON": sys.executable}, check=False)
+    except SlurmUnavailable as exc:  # it did not finish in time, or could not be started
+        raise PalError(f"{script.name} {verb}: no result within {timeout:g} s ({exc})") from exc
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     if proc.returncode != 0:
         why = next((ln for ln in reversed(lines) if "error:" in ln), lines[-1] if lines else f"exit {proc.returncode}")
@@ -408,9 +406,8 @@ def _job_output(path: Path, wait_s: float = 5.0) -> dict[str, str]:
 
 def _pal(config: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
     """A `pal` command exactly as an admin would run it; its output (stdout, then stderr)."""
-    proc = subprocess.run([sys.executable, "-m", "pal_slurm", "--config", str(config), *args],
-                          capture_output=True, text=True, errors="replace", timeout=60, check=False,
-                          stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    proc = run_command([sys.executable, "-m", "pal_slurm", "--config", str(config), *args], timeout=60,
+                       env=env, check=False)
     return (proc.stdout + proc.stderr).rstrip()
 
 

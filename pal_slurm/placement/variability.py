@@ -2,8 +2,9 @@
 
 A GPU has, per job class, a raw PerfVar (its measured time over the median GPU's: what a
 job is slowed by) and a binned slowdown factor (what policies rank by); higher = slower.
-`from_classification` turns a stored classification's rows into this model (the db
-layer's loader, pal_slurm.db.variability_store, reads them for both callers), and
+`from_classification` turns a classification's GPUs (`ClassifiedGpu`: what the db layer's
+loader, pal_slurm.db.variability_store, reads for both callers) into this model, with the rule
+for a fast outlier's PerfVar (`Measured.pace`), and
 `cluster_from_variability` / `cluster_from_gpus` build the `Cluster` a decision sees.
 Pure: no database, no files.
 """
@@ -38,29 +39,53 @@ def worst_factor(known: Iterable[float | None]) -> float:
     return max(values) if values else 1.0
 
 
-def from_classification(stored_gpu_rows: Sequence[Mapping[str, Any]],
-                        classes: Sequence[str]) -> list[GpuVariability]:
-    """Variability of real GPUs from rows shaped like `pal_slurm.report.data.gpu_rows` output
-    (``{"uuid", "node", "classes": {cls: {"slowdown", "perfvar"?, ...}}}``), in row order.
+@dataclass(frozen=True)
+class Measured:
+    """One GPU's classification for one job class: its binned slowdown, its raw PerfVar (None:
+    not stored), and whether it is a fast outlier (its PerfVar far below the median)."""
 
-    An unprofiled GPU (slowdown None, or the class missing) gets the **worst** (largest)
-    slowdown of that class among the rows (`worst_factor`; 1.0 when no row of the class is
-    profiled). A missing PerfVar is taken equal to the (filled) slowdown.
-    """
-    def entry(row: Mapping[str, Any], cls: str) -> Mapping[str, Any]:
-        return (row.get("classes") or {}).get(cls) or {}
+    slowdown: float | None
+    perfvar: float | None = None
+    fast: bool = False
 
-    worst = {cls: worst_factor(entry(r, cls).get("slowdown") for r in stored_gpu_rows) for cls in classes}
+    @property
+    def pace(self) -> float | None:
+        """The PerfVar a job is slowed by. A fast outlier's is a measurement to check, not a speed
+        to chase: the placer's estimates and the simulator take it as its factor (the typical GPU's)."""
+        return self.slowdown if self.fast else self.perfvar
+
+
+@dataclass(frozen=True)
+class ClassifiedGpu:
+    """One GPU as a classification run left it: its identity and slot, and per job class what
+    was measured (a class absent: not profiled for it)."""
+
+    uuid: str | None
+    node: str | None
+    model: str
+    minor: int | None
+    classes: Mapping[str, Measured]
+
+
+def from_classification(gpus: Sequence[ClassifiedGpu], classes: Sequence[str]) -> list[GpuVariability]:
+    """The variability model of classified GPUs, in their order.
+
+    A GPU with no slowdown for a class gets the **worst** (largest) slowdown of that class among
+    the GPUs (`worst_factor`; 1.0 when none has one); a missing PerfVar is taken equal to the
+    (filled) slowdown."""
+    def measured(g: ClassifiedGpu, cls: str) -> Measured:
+        return g.classes.get(cls) or Measured(None)
+
+    worst = {cls: worst_factor(measured(g, cls).slowdown for g in gpus) for cls in classes}
     out: list[GpuVariability] = []
-    for row in stored_gpu_rows:
+    for g in gpus:
         sf: dict[str, float] = {}
         pv: dict[str, float] = {}
         for cls in classes:
-            e = entry(row, cls)
-            sf[cls] = float(e["slowdown"]) if e.get("slowdown") is not None else worst[cls]
-            pv[cls] = float(e["perfvar"]) if e.get("perfvar") is not None else sf[cls]
-        out.append(GpuVariability(perfvar=pv, slowdown=sf, uuid=row.get("uuid"), node=row.get("node"),
-                                  minor=row.get("minor")))
+            m = measured(g, cls)
+            sf[cls] = float(m.slowdown) if m.slowdown is not None else worst[cls]
+            pv[cls] = float(m.pace) if m.pace is not None else sf[cls]
+        out.append(GpuVariability(perfvar=pv, slowdown=sf, uuid=g.uuid, node=g.node, minor=g.minor))
     return out
 
 

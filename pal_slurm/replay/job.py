@@ -25,10 +25,10 @@ T0 = time.time()  # before the imports: the job's work starts when Slurm starts 
 
 import json  # noqa: E402
 import os  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from pal_slurm.slurm.command import run_command  # noqa: E402
 from pal_slurm.slurm.gresconf import slot_of_type  # noqa: E402
 from pal_slurm.slurm.parse_json import jobs_from_doc, load  # noqa: E402
 from pal_slurm.slurm.tres import parse_gres_alloc  # noqa: E402
@@ -41,8 +41,7 @@ def my_gpus(job_id: str, tries: int = 5) -> tuple[list[tuple[str, int]], float |
 
     last = "not in squeue"
     for attempt in range(tries):
-        out = subprocess.run(["squeue", "--json", f"--jobs={job_id}"], capture_output=True, text=True,
-                             timeout=60, check=False)
+        out = run_command(["squeue", "--json", f"--jobs={job_id}"], timeout=60, check=False)
         if out.returncode == 0:
             for job in jobs_from_doc(load(out.stdout, "squeue --json")):
                 if job.job_id != job_id:
