@@ -126,7 +126,7 @@ def main() -> int:
     from pal_slurm.replay.experiment import ArmSettings, ClusterHandle, configure_database, repredicted, run_arms
     from pal_slurm.replay.experiment import Latencies
     from pal_slurm.replay.fleet import FLEETS, draw_fleet, inventory, name_fleet, node_name
-    from pal_slurm.replay.experiment import ARMS, PAL_ARMS, submitting_user
+    from pal_slurm.replay.experiment import ARMS, Arm, submitting_user
     from pal_slurm.replay.history import history_label
     from pal_slurm.replay.repeat import (earlier_runs, export_path, fingerprint, finite, load_done, result_path,
                                          save_export, save_result)
@@ -149,6 +149,7 @@ def main() -> int:
         unknown = [a for a in arms if a not in ARMS]
         if unknown or not arms:
             raise ValueError(f"--arms {args.arms!r}: expected some of {', '.join(ARMS)}")
+        arms = [Arm(a) for a in arms]
         if args.history is not None and not args.history.is_file():
             raise ValueError(f"--history {args.history}: no such file")
         if args.history is not None:  # refused here, FILE:LINE, before a cluster starts
@@ -234,9 +235,9 @@ def main() -> int:
             ran = []
             for arm in arms:
                 history: list[tuple[str, Path]] = []
-                if arm == "pal+history" and args.history is not None:
+                if arm.learns_history and args.history is not None:
                     history = [(f"replay:file:{args.history.name}", args.history.resolve())]
-                elif arm == "pal+history":
+                elif arm.learns_history:
                     mine = {a: list(rs) for (t, a), rs in stored.items() if t == name}
                     for other in ("slurm", "pal"):  # results another invocation stored (side by side)
                         have = {int(r["rep"]) for r in mine.get(other, [])}
@@ -274,7 +275,7 @@ def main() -> int:
                 lat = {}
                 prior = stored.get((name, "slurm"), [])
                 slurm_done = next((r for r in prior if r.get("rep") == rep and r.get("latencies_s")), None)
-                if arm in PAL_ARMS and slurm_done is not None:
+                if arm.placed_by_pal and slurm_done is not None:
                     lat = {"slurm": Latencies(**slurm_done["latencies_s"])}
                 reports = run_arms(plan, cluster, handle, db_url=db_url, work_dir=out / name / f"rep{rep}-seed{seed}",
                                    factors=factors, settings=replace(settings, latencies=lat), arms=[arm],

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,37 @@ from pal_slurm.simulate.metrics import RunMetrics, run_metrics
 from pal_slurm.simulate.shake import shaken
 from pal_slurm.simulate.result import SimResult
 
-ARMS = ("slurm", "pal", "pal+history")
+class Arm(StrEnum):
+    """One way of running the replayed trace on the cluster: plain Slurm, the placer with
+    runtimes from time limits, or the placer with runtimes learned from earlier runs' sacct
+    history. Compares equal to its name ("pal+history"), which the results store."""
+
+    SLURM = "slurm"
+    PAL = "pal"
+    PAL_HISTORY = "pal+history"
+
+    @property
+    def placed_by_pal(self) -> bool:
+        """The placer runs (enforce mode, the filter on); else plain Slurm (the kill switch on)."""
+        return self is not Arm.SLURM
+
+    @property
+    def learns_history(self) -> bool:
+        """Its placer estimates from the runtimes learned from earlier runs' sacct exports."""
+        return self is Arm.PAL_HISTORY
+
+    @classmethod
+    def of(cls, name: str) -> Arm:
+        """The arm named `name`; PalError naming the arms when there is none."""
+        try:
+            return cls(name)
+        except ValueError:
+            raise PalError(f"unknown arm {name!r}: expected one of {', '.join(ARMS)}") from None
+
+
+ARMS: tuple[str, ...] = tuple(a.value for a in Arm)
 #: the arms the placer runs in
-PAL_ARMS = ("pal", "pal+history")
+PAL_ARMS: tuple[str, ...] = tuple(a.value for a in Arm if a.placed_by_pal)
 #: the model of plain Slurm a replay is predicted with: sched/backfill's whole-node reservations for
 #: every waiting job (the simulator's comparison baseline, slurm-backfill, shares the pal policies'
 #: EASY mechanism instead; docs/evaluation.md, "The third sitting", measures both against a slurmctld)
@@ -199,9 +228,9 @@ def repredicted(result: Mapping[str, Any], plan: ReplayPlan, cluster: Cluster, s
     of its run: the latencies its calibration measured and, for pal+history, the estimates
     learned from the same exports (imported again into `db_url`). The measurement is kept; so a
     model change after a run is judged on the runs already made."""
-    arm = str(result["arm"])
+    arm = Arm.of(str(result["arm"]))
     learned = None
-    if arm == "pal+history":
+    if arm.learns_history:
         if not history:
             raise PalError("arm pal+history needs the sacct exports its run learned from to be predicted again")
         clear_history(db_url)
@@ -234,11 +263,10 @@ def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings,
     """The simulator's run of one arm on the replay's exact inputs (trace seconds); `learned`
     (trace job id -> learned runtime, trace seconds) is what the pal+history arm's placer
     estimates from; `jitter` (seed, trace seconds) moves every arrival by up to that much."""
-    if arm not in ARMS:
-        raise PalError(f"unknown arm {arm!r}: expected one of {', '.join(ARMS)}")
-    pal = arm in PAL_ARMS
+    arm = Arm.of(arm)
+    pal = arm.placed_by_pal
     estimate = (RuntimeEstimate.from_learned(learned or {}, grace_s=plan.to_trace_s(LEARNED_END_GRACE_S))
-                if arm == "pal+history" else RuntimeEstimate(kind="limit"))
+                if arm.learns_history else RuntimeEstimate(kind="limit"))
     policy = get_policy(settings.placer_policy if pal else BASELINE_POLICY)
     lat = settings.latencies.get(arm, Latencies())
     # the classes the placer tells the filter not to hold (all or none): visible at once, and
@@ -291,38 +319,36 @@ def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_ur
     reports = []
     latencies = dict(settings.latencies)
     check_cluster(plan, cluster_gpus(handle.env))
-    for arm in arms:
-        if arm not in ARMS:
-            raise PalError(f"unknown arm {arm!r}: expected one of {', '.join(ARMS)}")
-        if arm == "pal+history" and not history:
-            raise PalError("arm pal+history needs the sacct exports of earlier runs to learn from (none given)")
-    for arm in arms:
+    chosen = [Arm.of(a) for a in arms]
+    if any(a.learns_history for a in chosen) and not history:
+        raise PalError("arm pal+history needs the sacct exports of earlier runs to learn from (none given)")
+    for arm in chosen:
         arm_dir = work_dir / arm
         arm_dir.mkdir(parents=True, exist_ok=True)
         _wait_idle(handle.env)
         notes: list[str] = []
         learned: dict[str, float] | None = None
-        if arm in PAL_ARMS:
+        if arm.placed_by_pal:
             removed = clear_history(db_url)
             if removed:
                 say(f"arm {arm}: removed {removed} jobs of earlier replay histories from the database")
-        if arm == "pal+history":
+        if arm.learns_history:
             for line in seed_history(db_url, history):
                 say(f"arm {arm}: {line}")
             learned = learned_estimates(db_url, plan, settings)
             notes.append(f"runtime history: {len(history)} earlier runs; learned estimates for {len(learned)} of "
                          f"{len(plan.jobs)} jobs")
             say(f"arm {arm}: learned runtimes for {len(learned)} of {len(plan.jobs)} jobs")
-        if calibrate and arm in PAL_ARMS and "slurm" not in latencies:
+        if calibrate and arm.placed_by_pal and Arm.SLURM not in latencies:
             # no slurm arm before it (the arms run side by side on two clusters): measure
             # plain Slurm's dispatch here, so the hold is told apart from it
-            with arm_running("slurm", handle, db_url=db_url, work_dir=arm_dir, settings=settings, horizon_s=0.0,
+            with arm_running(Arm.SLURM, handle, db_url=db_url, work_dir=arm_dir, settings=settings, horizon_s=0.0,
                              notes=notes, say=say):
-                cal = run_arm(calibration_plan(plan.nodes, plan.gpus_per_node), arm="slurm",
+                cal = run_arm(calibration_plan(plan.nodes, plan.gpus_per_node), arm=Arm.SLURM,
                               work_dir=arm_dir / "calibration-slurm", factors=factors, env=handle.env,
                               locality_penalty=settings.locality_penalty, overrun_slack_s=overrun_slack_s)
-            latencies["slurm"] = latencies_from(cal)
-            say(f"arm {arm}: plain Slurm's latencies on this cluster (real s) {latencies['slurm'].as_dict()}")
+            latencies[Arm.SLURM] = latencies_from(cal)
+            say(f"arm {arm}: plain Slurm's latencies on this cluster (real s) {latencies[Arm.SLURM].as_dict()}")
             _wait_idle(handle.env)
         with arm_running(arm, handle, db_url=db_url, work_dir=arm_dir, settings=settings, horizon_s=plan.to_real_s(
                 max(j.submit_time for j in plan.trace.jobs)), notes=notes, say=say):
@@ -330,8 +356,8 @@ def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_ur
                 cal = run_arm(calibration_plan(plan.nodes, plan.gpus_per_node), arm=arm,
                               work_dir=arm_dir / "calibration", factors=factors, env=handle.env,
                               locality_penalty=settings.locality_penalty, overrun_slack_s=overrun_slack_s)
-                slurm = latencies.get("slurm")
-                latencies[arm] = latencies_from(cal, dispatch_s=slurm.start_latency_s if arm in PAL_ARMS and slurm
+                slurm = latencies.get(Arm.SLURM)
+                latencies[arm] = latencies_from(cal, dispatch_s=slurm.start_latency_s if arm.placed_by_pal and slurm
                                                 else None)
                 say(f"arm {arm}: calibrated latencies (real s) {latencies[arm].as_dict()}")
                 _wait_idle(handle.env)
@@ -339,7 +365,7 @@ def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_ur
                           locality_penalty=settings.locality_penalty, say=say, overrun_slack_s=overrun_slack_s)
         prediction = predict_mean(plan, cluster, arm, replace(settings, latencies=latencies), learned=learned)
         predicted = prediction.base
-        rep = ArmReport(arm=arm, policy=settings.placer_policy if arm in PAL_ARMS else "slurm (sched/backfill, cons_tres)",
+        rep = ArmReport(arm=arm, policy=settings.placer_policy if arm.placed_by_pal else "slurm (sched/backfill, cons_tres)",
                         predicted=predicted, prediction=prediction, plan=plan, run=run, notes=notes,
                         latencies=latencies.get(arm, Latencies()))
         rep.real, rep.real_busy = measured(plan, run)
@@ -356,7 +382,7 @@ def arm_running(arm: str, handle: ClusterHandle, *, db_url: str, work_dir: Path,
     placer enforcing with the filter on; afterwards the filter is off and the placer gone."""
     from pal_slurm.placer.process import PlacerProcess, wait_heartbeat, write_config
 
-    if arm == "slurm":
+    if not Arm.of(arm).placed_by_pal:
         handle.kill_switch.touch()
         say(f"arm slurm: plain Slurm (filter off: {handle.kill_switch})")
         yield
