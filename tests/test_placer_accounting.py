@@ -157,6 +157,9 @@ def test_observe_mode_records_the_placers_choice_and_what_slurm_gave(tmp_path: P
     assert report.observed == ["1"]
     alt = books.ledger.choices["1"]
     assert alt.kind == "placer" and alt.factor == 1.0  # the placer would take the fastest GPU, minor 3
+    # its record names the GPU as an applied placement's does: slot type and factor too
+    [seen] = [r for r in p.audit.pending if r.outcome == "observe"]
+    assert seen.gpus == [{"node": "n1", "minor": 3, "type": "v100_g3", "slowdown": 1.0}]
     backend._jobs = [running(j, "n1", (0,), NOW + 2)]  # Slurm's own first fit: minor 0, 1.3x
     clock.now = NOW + 10
     p.cycle()

@@ -37,7 +37,7 @@ from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, Sn
 from pal_slurm.placement.orders import get_order
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.placement.variability import cluster_from_gpus, ordered_gpus
-from pal_slurm.placer.audit import AuditSink, Record
+from pal_slurm.placer.audit import AuditSink, Record, gpu_entry
 from pal_slurm.placer.ledger import Alternative, Ledger, account, slowest
 from pal_slurm.simulate.estimates import RuntimeEstimate
 from pal_slurm.simulate.event import EventOptions, simulate_events
@@ -136,8 +136,7 @@ def observe_week(engine: Engine, cfg: PalConfig, *, seed: int = 0, now: datetime
         user, acct = who[req.id]
         sf = cluster.sf(req.job_class)
         audit.add(Record(job_id=req.id, policy=placer_policy.name, job_class=req.job_class, version=stored.version,
-                         gpus=[{"node": slot[g][0], "minor": slot[g][1], "slowdown": round(sf[g], 4)}
-                               for g in chosen],
+                         gpus=[gpu_entry(slot[g][0], slot[g][1], sf[g]) for g in chosen],
                          alternatives=None, reason=f"observe: would place; {reason}", outcome="observe",
                          decided_at=at(t), user=user, account=acct, submitted_at=at(req.submit_time)))
     audit.flush()

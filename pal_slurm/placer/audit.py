@@ -26,6 +26,17 @@ from pal_slurm.slurm.model import SlurmJob
 log = logging.getLogger(__name__)
 
 
+def gpu_entry(node: str, minor: int, slowdown: float, gres_type: str | None = None) -> dict[str, Any]:
+    """One GPU of a record, built the one way every outcome (and the demo's observe week) builds
+    it: node, device minor, the slot's GRES type where the placer knows it, and the slowdown
+    factor the decision ranked it by (what `pal explain` shows and the accounting sums)."""
+    entry: dict[str, Any] = {"node": node, "minor": minor}
+    if gres_type is not None:
+        entry["type"] = gres_type
+    entry["slowdown"] = round(float(slowdown), 4)
+    return entry
+
+
 @dataclass(frozen=True)
 class Record:
     job_id: str

@@ -35,7 +35,7 @@ from pal_slurm.placement.orders import get_order
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.placer import cluster_view, failopen, holds, slurm_updates
 from pal_slurm.placer.accounting import Accounting
-from pal_slurm.placer.audit import AuditSink, Record
+from pal_slurm.placer.audit import AuditSink, Record, gpu_entry
 from pal_slurm.placer.cycle_report import CycleReport
 from pal_slurm.placer.db_worker import Runner
 from pal_slurm.placer.factors import FactorCache, Factors
@@ -328,8 +328,7 @@ def place(p: Placer, c: Cycle) -> bool:
             why += f"; waited {now - waited[0]:.0f} s for {','.join(waited[1])}"
         why += h.estimate_note
         rec = Record.applied(job, policy=p.policy.name, job_class=h.job_class, version=c.factors.version,
-                             gpus=[{"node": s.node, "minor": s.minor, "type": s.gres_type, "slowdown": round(f, 4)}
-                                   for s, f in zip(update.slots, sfs)],
+                             gpus=[gpu_entry(s.node, s.minor, f, s.gres_type) for s, f in zip(update.slots, sfs)],
                              alternatives=[{"gpus": [_slot_name(view.slots[g]) for g in gpus], "weight": w}
                                            for gpus, w in a.alternatives[:8]],
                              reason=why, at=p.writer.stamp())
@@ -381,8 +380,8 @@ def _note_waits(p: Placer, decision: Decision, prob: Problem, now: float, report
         sfs = [view.cluster.sf(h.job_class)[g] for g in w.gpus]
         p.audit.add(Record.waiting(
             prob.as_read[w.job_id], policy=p.policy.name, job_class=h.job_class, at=p.writer.stamp(),
-            gpus=[{"node": view.slots[g].node, "minor": view.slots[g].minor, "type": view.slots[g].gres_type,
-                   "slowdown": round(f, 4)} for g, f in zip(w.gpus, sfs)],
+            gpus=[gpu_entry(view.slots[g].node, view.slots[g].minor, f, view.slots[g].gres_type)
+                  for g, f in zip(w.gpus, sfs)],
             reason=(f"class {h.job_class}; waits up to {max(w.free_at - now, 0):.0f} s for {','.join(target)}, "
                     f"expected to finish {w.sooner_s:.0f} s sooner than on the GPUs free now{h.estimate_note}")))
 
@@ -402,9 +401,11 @@ def observe(p: Placer, c: Cycle) -> None:
         p.accounting.observed(prob.view, prob.planned, decision, c.factors.version)
     for a in decision.assignments:
         h = prob.planned.held[a.job_id]
+        sf = prob.view.cluster.sf(h.job_class)
         p.audit.add(Record.observed(
             prob.as_read[a.job_id], policy=p.policy.name, job_class=h.job_class, version=c.factors.version,
-            gpus=[{"node": prob.view.slots[g].node, "minor": prob.view.slots[g].minor} for g in a.gpus],
+            gpus=[gpu_entry(prob.view.slots[g].node, prob.view.slots[g].minor, sf[g], prob.view.slots[g].gres_type)
+                  for g in a.gpus],
             reason=f"observe: would place; {a.reason}", at=p.writer.stamp()))
         p.observed.add(a.job_id)
         c.report.observed.append(a.job_id)
