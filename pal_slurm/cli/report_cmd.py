@@ -393,17 +393,17 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     from pal_slurm.classification.actions import drain_plan
     from pal_slurm.errors import PalError
     from pal_slurm.placer.writer import drain
-    from pal_slurm.report.service import load_report
+    from pal_slurm.report.service import load_actions
     from pal_slurm.slurm.backend import CliBackend
 
-    data = load_report(app.engine, app.cfg, version)
+    actions = load_actions(app.engine, app.cfg, version)
     if nodes:  # a node the database does not know is a typo: say so before anything is drained
         from pal_slurm.report.service import fleet_names
 
         known, _models = fleet_names(app.engine)
         select([{"node": n} for n in known], nodes, ())
     nodes = tuple(dict.fromkeys(n for expr in nodes for n in expand_hostlist(expr)))
-    full = drain_plan([_action_of(a) for a in data["actions"]])
+    full = drain_plan(actions)
     plan = [(n, reason) for n, reason in full if not nodes or n in nodes]
     for n in sorted(set(nodes) - {p[0] for p in full}):
         click.echo(f"{n}: no GPU there is graded `drain`; not drained")
@@ -445,13 +445,6 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
         click.echo("dry run: nothing changed; add --apply to drain these nodes", err=True)
     if failed:
         raise PalError(f"{failed} of {len(plan)} node(s) not drained (see above)")
-
-
-def _action_of(a: dict[str, Any]) -> Any:
-    from pal_slurm.classification.actions import GpuAction
-
-    return GpuAction(a["uuid"], a["node"], a["model"], a["action"], a["reason"], tuple(a["benchmarks"]),
-                     a["worst_perfvar"], tuple(a["classes_avoiding"]), tuple(a["classes_landing"]))
 
 
 def _share(tier_name: str):  # type: ignore[no-untyped-def]

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from pal_slurm.classification.actions import GpuAction
 from pal_slurm.config import PalConfig
 from pal_slurm.db import classification_store as cstore
 from pal_slurm.db.engine import session_scope
@@ -31,6 +32,16 @@ def load_report(engine: Engine, cfg: PalConfig, version: int | None = None) -> d
     from pal_slurm.report.data import build_report
 
     return build_report(_stored(engine, version), policy=cfg.report.policy(), identity=identity_summary(engine))
+
+
+def load_actions(engine: Engine, cfg: PalConfig, version: int | None = None) -> list[GpuAction]:
+    """The graded action of every outlier GPU (latest classification, or `version`), as objects:
+    what `pal gpus drain` plans from and the savings report names GPUs by."""
+    from datetime import UTC, datetime
+
+    from pal_slurm.report.data import grade_outliers
+
+    return list(grade_outliers(_stored(engine, version), cfg.report.policy(), datetime.now(UTC)).values())
 
 
 def load_gpu_rows(engine: Engine, version: int | None = None, cfg: PalConfig | None = None) -> list[dict[str, Any]]:
@@ -105,7 +116,7 @@ def gpu_context(engine: Engine, cfg: PalConfig) -> tuple[dict[tuple[str, int], s
             stored = load_variability(session, list(cfg.job_classes))
         names = {(str(v.node), int(v.minor)): str(v.uuid) for v in stored.gpus
                  if v.node is not None and v.minor is not None and v.uuid is not None}
-        data = load_report(engine, cfg)
+        actions = load_actions(engine, cfg)
     except PalError:
         return {}, {}
-    return names, {a["uuid"]: {"action": a["action"], "reason": a["reason"]} for a in data["actions"]}
+    return names, {a.uuid: {"action": a.action, "reason": a.reason} for a in actions}
