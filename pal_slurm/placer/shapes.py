@@ -30,7 +30,7 @@ from pal_slurm.jobs.runtimes import SOURCE_FINGERPRINT, SOURCE_HISTORY
 from pal_slurm.placement.model import JobRequest
 from pal_slurm.placer.cluster_view import View
 from pal_slurm.slurm.hostlist import expand_nodes
-from pal_slurm.slurm.model import SlurmJob
+from pal_slurm.slurm.model import GpuRequestField, SlurmJob
 from pal_slurm.slurm.tres import TresList, parsed_tres
 
 _SIMPLE_FEATURES = re.compile(r"^[\w.-]+(&[\w.-]+)*$")
@@ -80,7 +80,7 @@ class Shape:
     update to this before anything is changed in Slurm.
     """
 
-    field: str  # tres_per_node | tres_per_job
+    field: GpuRequestField  # where the user's GPU request is, and so what a placement clears
     tres: TresList
     gpus: int
     per_node: int
@@ -113,11 +113,11 @@ def _shape_uncached(tres_per_task: str, tres_per_socket: str, tres_per_node: str
     per_node, per_job = parsed_tres(tres_per_node), parsed_tres(tres_per_job)
     if per_node.gpu_count and per_job.gpu_count:
         return "GPUs requested per node and per job: placed by Slurm"
-    tres, fld = (per_node, "tres_per_node") if per_node.gpu_count else (per_job, "tres_per_job")
+    tres, fld = (per_node, GpuRequestField.PER_NODE) if per_node.gpu_count else (per_job, GpuRequestField.PER_JOB)
     if not tres.gpu_count:
         return "no GPUs requested"
     # the per-slot request replaces TresPerNode whole: for `--gpus` too its other entries must be readable
-    unread = tres.unparsed + (per_node.unparsed if fld == "tres_per_job" else ())
+    unread = tres.unparsed + (per_node.unparsed if fld is GpuRequestField.PER_JOB else ())
     if unread:
         return f"unreadable request {','.join(unread)!r}: placed by Slurm"
     if tres.gpu_types:
@@ -125,8 +125,8 @@ def _shape_uncached(tres_per_task: str, tres_per_socket: str, tres_per_node: str
     n = tres.gpu_count
     lo = max(node_count, 1)
     # without -N (squeue's max_nodes 0) a per-node request runs on exactly node_count nodes
-    hi = max_nodes if max_nodes and max_nodes >= lo else (lo if fld == "tres_per_node" else None)
-    if fld == "tres_per_node":
+    hi = max_nodes if max_nodes and max_nodes >= lo else (lo if fld is GpuRequestField.PER_NODE else None)
+    if fld is GpuRequestField.PER_NODE:
         if n > max_per_node:
             return f"{n} GPUs per node: no node has that many steerable GPUs; placed by Slurm"
         return Shape(fld, tres, n * lo, n, lo, user_nodes=(lo, hi), user_per_node=n)

@@ -30,7 +30,7 @@ from pal_slurm.placer.shapes import Shape, allowed_mask, request_shape
 from pal_slurm.placer.tag import PLACED, Tag
 from pal_slurm.slurm.gresconf import natural_key as _natural
 from pal_slurm.slurm.hostlist import expand_nodes
-from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from pal_slurm.slurm.model import GpuRequestField, SlurmJob, SlurmNode
 from pal_slurm.slurm.tres import GresItem, parsed_tres, typed_gpu_request
 
 
@@ -46,15 +46,12 @@ class Update:
     original: tuple[str, str]  # (field, value) to restore on failure
 
 
-FIELD_KEY = {"tres_per_node": "TresPerNode", "tres_per_job": "TresPerJob"}
-
-
 def _others(job: SlurmJob, shape: Shape) -> tuple[GresItem, ...]:
     """The non-GPU GRES the per-slot request keeps: the steered field's, and for a `--gpus`
     request (TresPerJob) also the per-node ones (`--gres=mps:10`) that TresPerNode holds now,
     which setting TresPerNode would otherwise drop."""
     others = shape.tres.without_gpus().items
-    if shape.field == "tres_per_node":
+    if shape.field is GpuRequestField.PER_NODE:
         return others
     per_node = parsed_tres(job.tres_per_node).without_gpus().items
     return per_node + tuple(i for i in others if (i.name, i.type) not in {(p.name, p.type) for p in per_node})
@@ -66,9 +63,8 @@ def update_for(job: SlurmJob, shape: Shape, gpus: Sequence[int], view: View) -> 
     nodes = sorted({s.node for s in chosen}, key=_natural)
     first = [s for s in chosen if s.node == nodes[0]]
     request = typed_gpu_request(shape.tres.prefix, {s.gres_type: 1 for s in first}, others=_others(job, shape))
-    original_value = getattr(job, shape.field)
-    return Update(job_id=job.job_id, clear_field=FIELD_KEY[shape.field], tres_per_node=request,
-                  node_list=",".join(nodes), slots=tuple(chosen), original=(shape.field, original_value))
+    return Update(job_id=job.job_id, clear_field=shape.field.scontrol_key, tres_per_node=request,
+                  node_list=",".join(nodes), slots=tuple(chosen), original=(shape.field, shape.field.of(job)))
 
 
 def summary(update: Update, job_class: str, policy: str, version: int | None, factors: Sequence[float],
@@ -204,6 +200,6 @@ def fallback_update(job: SlurmJob, view: View) -> Update | None:
             types = [view.slots[g].gres_type for g in ids[: shape.per_node]]
             request = typed_gpu_request(shape.tres.prefix, {t: 1 for t in types}, others=_others(user, shape))
             return Update(job_id=job.job_id, clear_field="TresPerNode", tres_per_node=request, node_list="",
-                          slots=(), original=(shape.field, getattr(user, shape.field)))
+                          slots=(), original=(shape.field, shape.field.of(user)))
     return None
 

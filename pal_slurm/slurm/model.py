@@ -7,6 +7,7 @@ reads nothing else, so a future Slurm schema change touches one parser, not the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from pal_slurm.slurm.tres import TresList, parsed_tres
 
@@ -26,6 +27,22 @@ OUT_OF_SERVICE = DRAIN_FLAGS | {"DOWN", "FAIL", "FAILING", "INVALID", "INVALID_R
 #: rebooting, powering up or down, in an unknown state)
 BLOCKING_FLAGS = OUT_OF_SERVICE | {"RESERVED", "NOT_RESPONDING", "NO_RESPOND", "POWERING_DOWN", "POWERING_UP",
                                    "REBOOT", "REBOOT_REQUESTED", "REBOOT_ISSUED", "UNKNOWN"}
+
+
+class GpuRequestField(StrEnum):
+    """Where a job's GPU request lives: per node (`--gres`, `--gpus-per-node`) or per job
+    (`--gpus`). Its value is the SlurmJob field; `scontrol_key` the key `scontrol update` takes."""
+
+    PER_NODE = "tres_per_node"
+    PER_JOB = "tres_per_job"
+
+    @property
+    def scontrol_key(self) -> str:
+        return "TresPerNode" if self is GpuRequestField.PER_NODE else "TresPerJob"
+
+    def of(self, job: SlurmJob) -> str:
+        """The job's request in this field."""
+        return job.tres_per_node if self is GpuRequestField.PER_NODE else job.tres_per_job
 
 
 @dataclass(frozen=True)
