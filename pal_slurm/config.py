@@ -19,7 +19,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
 
 from pal_slurm.benchmark_sets import BENCHMARK_SETS, DEFAULT_SET, known_benchmarks, set_of
 from pal_slurm.errors import ConfigError
-from pal_slurm.placement.model import DEFAULT_POLICY, JOB_CLASSES, NOISE, POLICY_NAMES, WAIT_FRACTION
+from pal_slurm.placement.model import DEFAULT_POLICY, JOB_CLASSES, NOISE, WAIT_FRACTION
+from pal_slurm.placement.table import policy_names
 
 if TYPE_CHECKING:
     from pal_slurm.classification.actions import ActionPolicy
@@ -264,9 +265,8 @@ class PlacerConfig(_Section):
     @classmethod
     def _policy(cls, value: str) -> str:
         """Refused at load, so `pal config show` and every other command say so, not only `pal placer`."""
-        if value not in POLICY_NAMES:
-            raise ValueError(f"unknown policy {value!r}{_did_you_mean(value, POLICY_NAMES)}; "
-                             f"valid: {', '.join(POLICY_NAMES)}")
+        if value not in (names := policy_names()):  # the table's rows: reading them imports no policy, nor numpy
+            raise ValueError(f"unknown policy {value!r}{_did_you_mean(value, names)}; valid: {', '.join(names)}")
         return value
 
     @model_validator(mode="after")
