@@ -58,7 +58,7 @@ def main() -> int:
         return 2
     ref = json.loads(ref_file.read_text())
 
-    from pal_slurm.placement.policies import POLICIES
+    from pal_slurm.placement.policies import policy_names
     from pal_slurm.simulate.metrics import geomean
     from pal_slurm.simulate.runner import ArtifactVariability, SimulationSpec, run_simulations
     from pal_slurm.simulate.traces import read_trace_file
@@ -66,7 +66,8 @@ def main() -> int:
 
     traces = tuple(read_trace_file(args.artifact / "traces/sia-philly" / f"workload-{i}.csv", max_gpus=64)
                    for i in numbers)
-    spec = SimulationSpec(traces=traces, policies=tuple(POLICIES),
+    names = policy_names()
+    spec = SimulationSpec(traces=traces, policies=names,
                           variability=ArtifactVariability(load_artifact_profiles(args.artifact / "variability/longhorn"),
                                                           16, 4),
                           mode="round", order="fifo", locality_penalty=1.7, round_seconds=360, seed=42,
@@ -83,14 +84,14 @@ def main() -> int:
     report = run_simulations(spec, tick)
     elapsed = time.perf_counter() - t0
     ours = {(r.trace, r.policy): r.metrics for r in report.results}
-    artifact_policies = [p for p in POLICIES if any(p in row for row in ref["avg_jct_s"].values())]
-    own_policies = [p for p in POLICIES if p not in artifact_policies]
+    artifact_policies = [p for p in names if any(p in row for row in ref["avg_jct_s"].values())]
+    own_policies = [p for p in names if p not in artifact_policies]
 
     worst = 0.0
     print(f"{'trace':12s} {'policy':18s} {'artifact JCT s':>15s} {'ours JCT s':>13s} {'diff %':>8s} "
           f"{'artifact makespan':>18s} {'ours makespan':>14s}")
     for trace in (t.name for t in traces):
-        for policy in POLICIES:
+        for policy in names:
             m = ours[(trace, policy)]
             a = ref["avg_jct_s"].get(trace, {}).get(policy)
             am = ref.get("makespan_s", {}).get(trace, {}).get(policy)
@@ -108,7 +109,7 @@ def main() -> int:
     print("\ngeomean over the six traces (ours), improvement = 1 - ratio:")
     print(f"{'policy':18s} {'JCT vs packed-sticky':>21s} {'JCT vs packed-nonsticky':>24s} "
           f"{'makespan vs p-s':>16s} {'makespan vs p-ns':>17s} {'util vs p-s':>12s} {'util vs p-ns':>13s}")
-    for policy in POLICIES:
+    for policy in names:
         print(f"{policy:18s} {1 - ratios(policy, 'packed-sticky', 'avg_jct_s'):21.1%} "
               f"{1 - ratios(policy, 'packed-nonsticky', 'avg_jct_s'):24.1%} "
               f"{1 - ratios(policy, 'packed-sticky', 'makespan_s'):16.1%} "
@@ -121,7 +122,7 @@ def main() -> int:
         print(f"\n{policy} vs pal (round mode): avg JCT ratio {jct:.3f}, makespan ratio {mk:.3f} "
               f"({'beats pal' if jct < 1 and mk <= 1.0 + 1e-9 else 'does NOT beat pal'})")
     six = sum(run_times[p] for p in artifact_policies)
-    print(f"\n{len(report.results)} runs ({len(traces)} traces x {len(POLICIES)} policies) in {elapsed:.1f} s; "
+    print(f"\n{len(report.results)} runs ({len(traces)} traces x {len(names)} policies) in {elapsed:.1f} s; "
           f"the {len(artifact_policies)} artifact policies x {len(traces)} traces: {six:.1f} s")
     if args.json:
         args.json.write_text(json.dumps(report.as_dict(), indent=1))

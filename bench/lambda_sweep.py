@@ -30,7 +30,7 @@ def main() -> int:
         print(f"lambda_sweep: no artifact data at {args.artifact}", file=sys.stderr)
         return 2
 
-    from pal_slurm.placement.policies import POLICIES
+    from pal_slurm.placement.policies import policy_names
     from pal_slurm.simulate.metrics import geomean
     from pal_slurm.simulate.runner import ArtifactVariability, SimulationSpec, run_simulations
     from pal_slurm.simulate.traces import read_trace_file
@@ -39,19 +39,20 @@ def main() -> int:
     traces = tuple(read_trace_file(args.artifact / "traces/sia-philly" / f"workload-{i}.csv", max_gpus=64)
                    for i in range(1, 7))
     var = ArtifactVariability(load_artifact_profiles(args.artifact / "variability/longhorn"), 16, 4)
-    own = [p for p in POLICIES if p.startswith("pal-")]
+    names = policy_names()
+    own = [p for p in names if p.startswith("pal-")]
     curves: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for mode in args.modes.split(","):
         print(f"\n== {mode} mode: per policy, geomean over 6 traces of (avg JCT / packed-sticky's) and of avg JCT in hours")
-        print(f"{'lambda':>6s} " + " ".join(f"{p:>16s}" for p in POLICIES) + "   ours vs pal: JCT ratio, makespan ratio")
+        print(f"{'lambda':>6s} " + " ".join(f"{p:>16s}" for p in names) + "   ours vs pal: JCT ratio, makespan ratio")
         for lam in (float(x) for x in args.lambdas.split(",")):
             t0 = time.perf_counter()
-            spec = SimulationSpec(traces=traces, policies=tuple(POLICIES), variability=var, mode=mode,  # type: ignore[arg-type]
+            spec = SimulationSpec(traces=traces, policies=names, variability=var, mode=mode,  # type: ignore[arg-type]
                                   order="fifo", locality_penalty=lam, seed=42, baseline="packed-sticky")
             rep = run_simulations(spec)
             res = {(r.trace, r.policy): r.metrics for r in rep.results}
             cells = []
-            for p in POLICIES:
+            for p in names:
                 ratio = rep.summary[p]["avg_jct_ratio"]
                 hours = geomean([res[(t.name, p)].avg_jct_s / 3600 for t in traces])
                 curves.setdefault((mode, p), []).append((lam, hours))
@@ -71,7 +72,7 @@ def main() -> int:
         FigureCanvasAgg(fig)
         for k, mode in enumerate(modes):
             ax = fig.add_subplot(1, len(modes), k + 1)
-            for p in POLICIES:
+            for p in names:
                 pts = curves[(mode, p)]
                 ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
             ax.set_title(f"{mode} mode")

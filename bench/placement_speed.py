@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Time the placer's decision for a whole cycle: `decide()` over up to 1,000 held jobs on 10,000 GPUs,
-on a state that changes from one cycle to the next, for every registered policy.
+on a state that changes from one cycle to the next, for every policy of the table.
 
 Target: the default policy's (pal-guard, placement.model.DEFAULT_POLICY) decision for one cycle
 (1,000 held jobs, 10,000 GPUs) under 0.5 s median, wall time. Why: the placer decides once per
@@ -67,7 +67,7 @@ from pal_slurm.placement.model import (  # noqa: E402
     Snapshot,
 )
 from pal_slurm.placement.orders import get_order, queue_window  # noqa: E402
-from pal_slurm.placement.policies import POLICIES, get_policy  # noqa: E402
+from pal_slurm.placement.policies import get_policy, policy_names  # noqa: E402
 from targets import Targets  # noqa: E402
 
 TARGET_S = 0.5
@@ -202,16 +202,16 @@ def main() -> int:
     ap.add_argument("--per-node", type=int, default=4)
     ap.add_argument("--held", type=int, default=1000, help="held jobs waiting at every decision [1000]")
     ap.add_argument("--cycles", type=int, default=10, help="timed cycles per policy, after one warm-up cycle [10]")
-    ap.add_argument("--policy", default=",".join(POLICIES), help="comma-separated policies [all registered]")
+    ap.add_argument("--policy", default=",".join(policy_names()), help="comma-separated policies [all of them]")
     ap.add_argument("--step", type=float, default=60.0, help="seconds between two cycles' states [60]")
     ap.add_argument("--free-share", type=float, default=0.5, help="share of the GPUs free before a decision [0.5]")
     ap.add_argument("--target-s", type=float, default=TARGET_S, help=f"the target, median seconds [{TARGET_S}]")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     policies = [p for p in args.policy.split(",") if p]
-    unknown = [p for p in policies if p not in POLICIES]
+    unknown = [p for p in policies if p not in policy_names()]
     if unknown or not policies:
-        ap.error(f"unknown policy {unknown}; known: {', '.join(POLICIES)}")
+        ap.error(f"unknown policy {unknown}; known: {', '.join(policy_names())}")
     if args.cycles < 1 or args.held < 1 or not 0 < args.free_share < 1 or args.per_node < 1 or args.nodes < 1:
         ap.error("--cycles, --held, --nodes and --per-node must be at least 1, --free-share in (0, 1)")
 

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from pal_slurm.placement.model import Cluster, GpuRef, JobRequest, PlacementContext, Snapshot
-from pal_slurm.placement.policies import POLICIES, get_policy
+from pal_slurm.placement.policies import get_policy, policy_names
 
 CLASSES = ("A", "B", "C", "D")
 
@@ -35,7 +35,7 @@ AWARE = ("pm-first", "pal", "pal-backfill", "pal-match")
 
 
 def test_the_aware_policies_are_registered() -> None:
-    assert set(AWARE) <= set(POLICIES)
+    assert set(AWARE) <= set(policy_names())
 
 
 @pytest.mark.parametrize("policy", AWARE)

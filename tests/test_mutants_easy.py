@@ -5,22 +5,32 @@ and the rules of waiting for better GPUs (an estimate needed, the bound, the mar
 sooner, how many releases and searches a decision looks at).
 
 slurm-backfill is Slurm's mechanism with time limits; pal-backfill waits for better GPUs with
-the cost model. Snapshots are hand-built: node sizes, who runs where and until when.
+the cost model (its wait rule, pal_slurm/placement/waiting.py's BetterLater). Snapshots are
+hand-built: node sizes, who runs where and until when.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from pal_slurm.placement.easy import estimated_runtime, time_limit_s
+from pal_slurm.placement.easy import EasyBackfill, estimated_runtime, time_limit_s
 from pal_slurm.placement.index import ClusterIndex
 from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
+from pal_slurm.placement.waiting import BetterLater
 from tests.test_placement_policies import cluster, job
 
 
 def place(name: str, snap: Snapshot, queue: list[JobRequest], **ctx: object) -> Decision:
     return get_policy(name).place(snap, queue, PlacementContext(locality_penalty=1.7, **ctx))  # type: ignore[arg-type]
+
+
+def waiting_with(name: str, **rule: int) -> EasyBackfill:
+    """The policy `name` with its wait rule's knobs (lookahead, searches) set as given."""
+    pol = get_policy(name)
+    assert isinstance(pol, EasyBackfill) and isinstance(pol.wait, BetterLater)
+    return replace(pol, wait=replace(pol.wait, **rule))
 
 
 def reason(d: Decision, job_id: str) -> str:
@@ -173,7 +183,7 @@ def test_a_job_spanning_two_nodes_waits_for_a_release_that_gathers_it_on_one() -
 
 def test_a_job_looks_at_no_more_than_its_lookahead_of_helpful_releases() -> None:
     """Nine releases of GPUs barely faster than its own come first (each looked at, none worth
-    waiting for), then the fast one: past wait_lookahead (8) it is not looked at."""
+    waiting for), then the fast one: past the wait rule's lookahead (8) it is not looked at."""
     pv = [3.0] + [2.99] * 9 + [1.0]
     c = cluster([11], {"A": pv})
     ends = {f"r{i}": 1.0 + i for i in range(9)}
@@ -182,29 +192,26 @@ def test_a_job_looks_at_no_more_than_its_lookahead_of_helpful_releases() -> None
     ends["fast"] = 50.0
     snap = Snapshot(cluster=c, free=frozenset({0}), running=running, now=0.0, expected_end=ends)
     pol = get_policy("pal-backfill")
-    assert pol.wait_lookahead == 8
+    assert isinstance(pol, EasyBackfill) and isinstance(pol.wait, BetterLater) and pol.wait.lookahead == 8
     d = pol.place(snap, [job("j", 1, remaining_s=1000.0)], PlacementContext(locality_penalty=1.7))
     assert not d.waits, "the fast GPU is the 10th release"
-    pol.wait_lookahead = 20
+    pol = waiting_with("pal-backfill", lookahead=20)
     d = pol.place(snap, [job("j", 1, remaining_s=1000.0)], PlacementContext(locality_penalty=1.7))
     assert [w.gpus for w in d.waits] == [(10,)]
 
 
-def test_a_decision_searches_for_better_gpus_no_more_than_wait_searches_times() -> None:
+def test_a_decision_searches_for_better_gpus_no_more_than_its_wait_rules_searches() -> None:
     """Two jobs that would each wait for a faster GPU; with one search left only the first waits
     and the second starts now."""
     c = cluster([4], {"A": [1.0, 1.0, 3.0, 3.0]})
     snap = Snapshot(cluster=c, free=frozenset({2, 3}), running={"r": (0,), "q": (1,)}, now=0.0,
                     expected_end={"r": 10.0, "q": 20.0})
     queue = [job("a", 1, remaining_s=1000.0), job("b", 1, submit=1, remaining_s=1000.0)]
-    pol = get_policy("pal-backfill")
-    both = pol.place(snap, queue, PlacementContext(locality_penalty=1.7))
+    both = get_policy("pal-backfill").place(snap, queue, PlacementContext(locality_penalty=1.7))
     assert [w.job_id for w in both.waits] == ["a", "b"]
-    pol.wait_searches = 1
-    one = pol.place(snap, queue, PlacementContext(locality_penalty=1.7))
+    one = waiting_with("pal-backfill", searches=1).place(snap, queue, PlacementContext(locality_penalty=1.7))
     assert [w.job_id for w in one.waits] == ["a"] and set(one.as_dict()) == {"b"}
-    pol.wait_searches = 0
-    assert not pol.place(snap, queue, PlacementContext(locality_penalty=1.7)).waits
+    assert not waiting_with("pal-backfill", searches=0).place(snap, queue, PlacementContext(locality_penalty=1.7)).waits
 
 
 def test_a_job_restricted_to_some_nodes_waits_for_a_release_on_one_of_them() -> None:
@@ -243,12 +250,11 @@ def _two_releases(pace_first: float = 1.5) -> Snapshot:
 
 
 def test_a_search_budget_spent_mid_job_keeps_the_best_wait_found_so_far() -> None:
-    pol = get_policy("pal-backfill")
     snap = _two_releases()
-    pol.wait_searches = 2
+    pol = waiting_with("pal-backfill", searches=2)
     (w,) = pol.place(snap, [job("j", 1, remaining_s=1000.0)], PlacementContext(locality_penalty=1.7)).waits
     assert (w.gpus, w.free_at) == ((1,), 300.0), "300 + 1000 beats 10 + 1500"
-    pol.wait_searches = 1
+    pol = waiting_with("pal-backfill", searches=1)
     (w,) = pol.place(snap, [job("j", 1, remaining_s=1000.0)], PlacementContext(locality_penalty=1.7)).waits
     assert (w.gpus, w.free_at) == ((0,), 10.0), "one search: the first release's"
 
@@ -289,7 +295,6 @@ def test_a_job_waits_by_its_own_classs_fastest_gpu_too() -> None:
 
 
 def test_past_the_lookahead_the_best_wait_found_so_far_stands() -> None:
-    pol = get_policy("pal-backfill")
-    pol.wait_lookahead = 1
+    pol = waiting_with("pal-backfill", lookahead=1)
     (w,) = pol.place(_two_releases(), [job("j", 1, remaining_s=1000.0)], PlacementContext(locality_penalty=1.7)).waits
     assert (w.gpus, w.free_at) == ((0,), 10.0)

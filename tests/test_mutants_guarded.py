@@ -14,7 +14,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from pal_slurm.placement.guarded import GuardedChooser, quiet_class
+from pal_slurm.placement.first_fit import FirstFit
+from pal_slurm.placement.guarded import GuardedChooser, fastest, quiet_class, quiet_table
 from pal_slurm.placement.index import ClusterIndex
 from pal_slurm.placement.model import Snapshot
 from tests.test_placement_guard import one
@@ -206,16 +207,17 @@ def test_a_class_with_no_gpus_or_a_spread_of_exactly_the_noise_has_nothing_to_ch
 
 
 def test_a_cached_verdict_is_for_its_own_class_table_only() -> None:
-    """The chooser caches per class table; a new table under the same key (a re-read of the
-    factors) gets its own verdict and its own fastest GPU, never the old table's."""
+    """The verdicts are cached per class table; a new table under the same key (a re-read of
+    the factors) gets its own verdict and its own fastest GPU, never the old table's."""
     c = cluster([2], {"A": [1.0, 1.01]})
     ix = ClusterIndex(c)
     tab = ix.table("A")
-    chooser = GuardedChooser()
-    assert chooser.is_quiet(ix, tab, 0.05) and chooser.fastest(tab) == 1.0
+    chooser = GuardedChooser(FirstFit("pal-guard"))
+    assert quiet_table(tab, 0.05) and fastest(tab) == 1.0
     wide = replace(tab, pv=np.array([0.5, 1.3]))
-    assert not chooser.is_quiet(ix, wide, 0.05)
-    assert chooser.fastest(wide) == 0.5
+    assert not quiet_table(wide, 0.05)
+    assert fastest(wide) == 0.5
+    assert fastest(replace(tab, pv=np.array([]))) == 1.0 and quiet_table(replace(tab, pv=np.array([])), 0.0)
     assert chooser._pv_views(ix, tab)[1].tolist() == [[1.0, 1.01]]
     assert chooser._pv_views(ix, wide)[1].tolist() == [[0.5, 1.3]]
 

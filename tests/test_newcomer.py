@@ -288,12 +288,17 @@ def test_the_good_errors_stay(fleet: dict[str, Any], tmp_path: Path) -> None:
     assert "unknown policy 'pal-mach'" in out and "pal-match" in out
 
 
-def test_the_config_knows_every_registered_policy() -> None:
-    from pal_slurm.placement.model import POLICY_NAMES
-    from pal_slurm.placement.policies import POLICIES, policy_names
+def test_the_config_knows_every_policy_of_the_table_and_no_other() -> None:
+    from pal_slurm.config import PlacerConfig
+    from pal_slurm.placement.model import DEFAULT_POLICY
+    from pal_slurm.placement.table import policy_names
 
-    assert set(POLICY_NAMES) == set(POLICIES) and len(POLICY_NAMES) == len(POLICIES)
-    assert tuple(policy_names()) == POLICY_NAMES
+    assert DEFAULT_POLICY in policy_names()
+    for name in policy_names():
+        assert PlacerConfig(policy=name).policy == name
+    with pytest.raises(ValueError, match=r"unknown policy 'pal-gaurd' \(did you mean 'pal-guard'\?\); valid: "
+                                         + ", ".join(policy_names())):
+        PlacerConfig(policy="pal-gaurd")
 
 
 # ---------------------------------------------------------------- the real entry point

@@ -49,7 +49,7 @@ def test_a_thirty_percent_difference_moves_it_to_the_faster_gpu_on_the_same_node
     a = d.assignments[0]
     assert not a.first_fit and a.instead_of == (0,)  # what first fit would have given (the accounting's)
     # the saving that justified it: 1 GPU x 1 h x (1.30 - 1.00) = 0.30 GPU-h
-    assert "variability choice" in a.reason and "0.30 GPU-h" in a.reason
+    assert a.reason.startswith("pal-guard: variability choice") and "0.30 GPU-h" in a.reason
 
 
 def test_a_faster_gpu_on_a_whole_node_is_not_worth_breaking_that_node() -> None:

@@ -1,6 +1,6 @@
 """Placement policies: hand-built clusters with known right answers, then invariants checked
-on seeded random clusters and queues for EVERY registered policy (new policies are covered
-by registering them)."""
+on seeded random clusters and queues for EVERY policy of the table (new policies are covered
+by adding their row)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from pal_slurm.placement.model import (
     PlacementError,
     Snapshot,
 )
-from pal_slurm.placement.policies import POLICIES, Policy, get_policy
+from pal_slurm.placement.policies import Policy, get_policy, policy_names
+from pal_slurm.placement.table import ROWS
+
+NAMES = policy_names()
 
 #: The PAL artifact's six policies; every other registered policy is ours.
 ARTIFACT = ("packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky", "pm-first", "pal")
@@ -52,26 +55,28 @@ def free_only(c: Cluster, free: Sequence[int]) -> Snapshot:
 # --------------------------------------------------------------------------- registry
 
 
-def test_registry_holds_the_artifact_policies_and_ours() -> None:
-    assert set(ARTIFACT) < set(POLICIES)
-    assert {"pal-backfill", "pal-match"} <= set(POLICIES)
-    for name, cls in POLICIES.items():
-        assert issubclass(cls, Policy) and cls.name == name
-        assert isinstance(cls.sticky, bool) and cls.description
-    assert POLICIES["packed-sticky"].sticky and POLICIES["random-sticky"].sticky
-    assert not any(POLICIES[n].sticky for n in ("packed-nonsticky", "random-nonsticky", "pm-first", "pal",
-                                                 "pal-backfill"))
+def test_the_table_holds_the_artifact_policies_and_ours() -> None:
+    assert set(ARTIFACT) < set(NAMES)
+    assert {"pal-backfill", "pal-match"} <= set(NAMES)
+    assert len(set(NAMES)) == len(ROWS), "one row per name"
+    for row in ROWS:
+        policy = row.policy()
+        assert isinstance(policy, Policy) and policy.name == row.name and policy.row is row
+        assert isinstance(row.sticky, bool) and row.description == policy.description
+    assert get_policy("packed-sticky").sticky and get_policy("random-sticky").sticky
+    assert not any(get_policy(n).sticky for n in ("packed-nonsticky", "random-nonsticky", "pm-first", "pal",
+                                                   "pal-backfill"))
 
 
 def test_policy_traits_are_typed_and_consistent() -> None:
-    for cls in POLICIES.values():
-        assert isinstance(cls.backfills, bool) and isinstance(cls.deterministic, bool)
-        assert isinstance(cls.time_aware, bool) and isinstance(cls.lookahead, int)
-        assert cls.backfills == (cls.lookahead > 0)
+    for policy in map(get_policy, NAMES):
+        assert isinstance(policy.backfills, bool) and isinstance(policy.deterministic, bool)
+        assert isinstance(policy.time_aware, bool) and isinstance(policy.lookahead, int)
+        assert policy.backfills == (policy.lookahead > 0)
     for name in ARTIFACT:
-        assert not POLICIES[name].backfills and not POLICIES[name].time_aware
-    assert not POLICIES["random-sticky"].deterministic and POLICIES["pal"].deterministic
-    assert POLICIES["pal-backfill"].backfills and POLICIES["pal-backfill"].time_aware
+        assert not get_policy(name).backfills and not get_policy(name).time_aware
+    assert not get_policy("random-sticky").deterministic and get_policy("pal").deterministic
+    assert get_policy("pal-backfill").backfills and get_policy("pal-backfill").time_aware
 
 
 def test_unknown_policy_lists_the_valid_ones() -> None:
@@ -177,7 +182,7 @@ def test_class_sorted_prefix_keeps_the_rest_in_queue_order_and_ranks_unknown_as_
     classes ranked as A, the rest in queue order."""
     queue = [job("d", 1, "D"), job("x", 1, None), job("b", 1, "B"), job("z", 2, "Z"), job("big", 9, "A"),
              job("c", 1, "C")]
-    ordered, guard = get_policy("pm-first").placement_order(queue, Snapshot.empty(cluster([5])))
+    ordered, guard = get_policy("pm-first").chooser.placement_order(queue, Snapshot.empty(cluster([5])))
     assert [j.id for j in ordered] == ["x", "z", "b", "d", "big", "c"] and guard == 0
 
 
@@ -255,7 +260,7 @@ def test_artifact_policies_stop_at_a_blocked_head(name: str) -> None:
     assert d.assignments == () and d.blocked == "head"
 
 
-@pytest.mark.parametrize("name", [n for n in POLICIES if n not in ARTIFACT])
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in ARTIFACT])
 def test_our_policies_backfill_past_a_blocked_head(name: str) -> None:
     snap, queue = blocked_head_case()
     d = place(name, snap, queue)
@@ -266,7 +271,7 @@ def test_our_policies_backfill_past_a_blocked_head(name: str) -> None:
 # --------------------------------------------------------------------------- per-node splits
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(NAMES))
 def test_gpus_per_node_split_is_honoured(name: str) -> None:
     c = cluster([4, 4, 4], {"A": [1.0, 1.3, 1.0, 1.0, 1.2, 1.0, 1.0, 1.0, 1.0, 1.0, 1.1, 1.0]})
     snap = free_only(c, [0, 1, 2, 4, 5, 8, 9, 10, 11])  # 3, 2, 4 free
@@ -285,7 +290,7 @@ def test_variability_split_prefers_nodes_with_the_better_worst_gpu() -> None:
     assert place("packed-sticky", snap, [job("s", 4, gpus_per_node=2)]).as_dict() == {"s": (0, 1, 4, 5)}
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(NAMES))
 def test_allowed_nodes_are_honoured(name: str) -> None:
     c = cluster([4, 4, 4], {"A": [1.3] * 4 + [1.0] * 4 + [1.2] * 4})
     d = place(name, Snapshot.empty(c), [job("a", 3, allowed_nodes=frozenset({0, 2}))])
@@ -363,7 +368,7 @@ def check_decision(snap: Snapshot, queue: Sequence[JobRequest], d: Decision) -> 
 CASES = range(120)
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(NAMES))
 def test_invariants_on_random_cases(name: str) -> None:
     policy = get_policy(name)
     for seed in CASES:
@@ -376,7 +381,7 @@ def test_invariants_on_random_cases(name: str) -> None:
         assert again == d, f"not deterministic for seed {seed}"
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(NAMES))
 def test_invariants_when_everything_is_free(name: str) -> None:
     """The non-sticky (round-mode) call: every job, every GPU free, no running jobs."""
     policy = get_policy(name)
@@ -391,7 +396,7 @@ def test_invariants_when_everything_is_free(name: str) -> None:
             assert not nxt or placed + nxt[0].gpus > snap.cluster.size, "blocked although it fitted"
 
 
-@pytest.mark.parametrize("name", [n for n in sorted(POLICIES) if POLICIES[n].sticky])
+@pytest.mark.parametrize("name", [r.name for r in sorted(ROWS, key=lambda r: r.name) if r.sticky])
 def test_sticky_policies_leave_running_jobs_alone(name: str) -> None:
     c = cluster([4, 4, 4], {"A": [1.0] * 8 + [1.5] * 4})
     running = {"r1": (0, 1, 2, 3), "r2": (4, 5)}
@@ -403,21 +408,20 @@ def test_sticky_policies_leave_running_jobs_alone(name: str) -> None:
 
 def test_artifact_policies_need_no_timing_information() -> None:
     snap = Snapshot.empty(cluster([4, 4]))
-    for name in POLICIES:
+    for name in NAMES:
         assert place(name, snap, [job("a", 8)]).as_dict() == {"a": tuple(range(8))}
 
 
-def test_the_policy_list_is_in_the_documented_order_whoever_registered_first() -> None:
-    """Which test module (or command) imports a policy module first decides the registry's
-    insertion order; what is listed to users must not depend on it."""
+def test_the_policy_list_is_the_tables_in_the_documented_order() -> None:
+    """What is listed to users is the table's rows in their order, in every process, whatever
+    was imported first."""
     import subprocess
     import sys
 
-    from pal_slurm.placement.model import POLICY_NAMES
-    from pal_slurm.placement.policies import policy_names
-
-    assert tuple(policy_names()) == POLICY_NAMES
-    code = ("import pal_slurm.placement.guarded, pal_slurm.placement.backfill\n"
+    assert NAMES == ("packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky", "pm-first", "pal",
+                        "pal-backfill", "pal-match", "slurm-backfill", "slurm-reserving", "pal-guard")
+    code = ("import pal_slurm.placement.guarded, pal_slurm.placement.easy\n"
             "from pal_slurm.placement.policies import policy_names\nprint(','.join(policy_names()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert tuple(out.split(",")) == POLICY_NAMES
+    assert tuple(out.split(",")) == NAMES
+

@@ -1,4 +1,4 @@
-"""A job keeps its shape: every registered policy, on fragmented clusters, gives each job
+"""A job keeps its shape: every policy of the table, on fragmented clusters, gives each job
 exactly the node count, GPUs per node and total Slurm would give it.
 
 The cases are the ones found on a real 3-node cluster: one-node `--gres=gpu:2` jobs were
@@ -14,13 +14,15 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from pal_slurm.placement.base import InOrderPolicy, enforce_shapes
+from pal_slurm.placement.base import Policy, enforce_shapes
 from pal_slurm.placement.index import FreeState
-from pal_slurm.placement.model import Assignment, Decision, JobRequest, PlacementContext, Snapshot
-from pal_slurm.placement.policies import POLICIES, Choice, get_policy
+from pal_slurm.placement.chooser import ShapedChooser
+from pal_slurm.placement.in_order import InOrder
+from pal_slurm.placement.model import Assignment, Decision, JobRequest, PlacementContext, PolicyRow, Snapshot
+from pal_slurm.placement.policies import Choice, get_policy, policy_names
 from tests.test_placement_policies import cluster, free_only, job
 
-ALL = sorted(POLICIES)
+ALL = sorted(policy_names())
 
 
 def one_node(jid: str, gpus: int, cls: str | None = "A", **kw: object) -> JobRequest:
@@ -87,12 +89,8 @@ def test_shape_violation_names_what_is_wrong() -> None:
         "uses a node the job may not use"
 
 
-class _Splitter(InOrderPolicy):
-    """A deliberately wrong policy: always the lowest free ids, whatever the shape."""
-
-    name = "test-splitter"
-    sticky = True
-    description = "test"
+class _Splitter(ShapedChooser):
+    """A deliberately wrong chooser: always the lowest free ids, whatever the shape."""
 
     def pick(self, job, cand, state, ctx):  # type: ignore[no-untyped-def]
         return Choice(gpus=tuple(int(g) for g in cand[: job.gpus]), why="lowest ids")
@@ -106,7 +104,9 @@ class _Splitter(InOrderPolicy):
 
 def test_place_drops_what_a_broken_policy_gets_wrong_and_says_why() -> None:
     snap = fragmented()
-    d = _Splitter().place(snap, [one_node("ok", 2), one_node("bad", 2)], PlacementContext())
+    broken: PolicyRow[Policy] = PolicyRow("test-splitter", "test", sticky=True,
+                                          build=lambda row: InOrder(row, _Splitter(row.name)))
+    d = broken.policy().place(snap, [one_node("ok", 2), one_node("bad", 2)], PlacementContext())
     assert d.as_dict() == {"ok": (0, 1)}
     assert d.refused == (("bad", "spans 2 node(s), the job may span 1..1"),)
 
@@ -164,7 +164,7 @@ def test_no_policy_ever_breaks_a_shape_on_fragmented_clusters(name: str) -> None
         assert len(taken) == len(set(taken)) and set(taken) <= snap.free
 
 
-@pytest.mark.parametrize("name", [n for n in ALL if POLICIES[n].deterministic])
+@pytest.mark.parametrize("name", [n for n in ALL if get_policy(n).deterministic])
 def test_a_higher_ranked_job_that_fits_now_is_never_passed_over(name: str) -> None:
     """Serve in queue order: when a job is left unplaced, no job after it took GPUs that
     it could have used at that moment (checked by replaying the decision: before each
@@ -189,7 +189,7 @@ def test_a_higher_ranked_job_that_fits_now_is_never_passed_over(name: str) -> No
                     # EASY backfill: past the head, a job that would delay the head's expected
                     # start is left for a later pass (as sched/backfill does)
                     continue
-                fits = policy.choose(by_id[skipped], state.copy(), ctx)  # type: ignore[attr-defined]
+                fits = policy.chooser.choose(by_id[skipped], state.copy(), ctx)
                 assert fits is None, f"seed {seed}: {a.job_id} placed while {skipped} fitted"
             state.take(a.gpus)
         assert int(np.count_nonzero(state.mask)) == len(snap.free) - sum(len(g) for g in placed.values())

@@ -51,13 +51,14 @@ def test_easy_backfill_on_time_limits_keeps_the_heads_reservation() -> None:
 
 
 def test_the_estimate_is_the_time_limit_whatever_the_gpus() -> None:
-    from pal_slurm.placement.policies import POLICIES
+    from pal_slurm.placement.easy import EasyBackfill
 
-    pol = POLICIES["slurm-backfill"]()
     c = cluster([2], {"A": [SLOW, SLOW]})
     ix = cluster_index(c)
-    assert pol.estimate(ix, job("a", 1, remaining_s=600), (0,), 1.7) == 600.0
-    assert POLICIES["pal-backfill"]().estimate(ix, job("a", 1, remaining_s=600), (0,), 1.7) == 900.0
+    slurm, pal = get_policy("slurm-backfill"), get_policy("pal-backfill")
+    assert isinstance(slurm, EasyBackfill) and isinstance(pal, EasyBackfill)
+    assert slurm.estimate(ix, job("a", 1, remaining_s=600), (0,), 1.7) == 600.0
+    assert pal.estimate(ix, job("a", 1, remaining_s=600), (0,), 1.7) == 900.0
 
 
 def test_it_never_waits_for_better_gpus() -> None:

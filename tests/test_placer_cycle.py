@@ -16,7 +16,7 @@ import pytest
 from pal_slurm.placer.tag import Tag
 from pal_slurm.errors import SlurmError
 from pal_slurm.jobs.runtimes import LEARNED_END_GRACE_S
-from pal_slurm.placement.policies import POLICIES
+from pal_slurm.placement.policies import policy_names
 from pal_slurm.placer import cluster_view, shapes, slurm_updates
 from pal_slurm.slurm.model import SlurmJob
 from pal_slurm.slurm.tres import parse_tres
@@ -44,7 +44,7 @@ SHAPES = {
 }
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", sorted(policy_names()))
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_two_gpu_jobs_on_the_fragmented_layout_get_one_node_each(tmp_path: Path, policy: str, shape: str) -> None:
     jobs = [held("1", **SHAPES[shape]), held("2", **SHAPES[shape], submit_time=NOW - 4)]  # type: ignore[arg-type]

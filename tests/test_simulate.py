@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from conftest import ARTIFACT_CONFIG, ARTIFACT_DIR
 from pal_slurm.cli.main import cli
 from pal_slurm.placement.model import Cluster
-from pal_slurm.placement.policies import POLICIES, get_policy
+from pal_slurm.placement.policies import get_policy, policy_names
 from pal_slurm.simulate.event import EventOptions, simulate_events
 from pal_slurm.simulate.metrics import geomean_ratios
 from pal_slurm.simulate.round import RoundOptions, simulate_rounds
@@ -141,7 +141,7 @@ def test_round_mode_extra_jobs_take_gpus_but_are_not_counted() -> None:
     assert with_extra.metrics.jobs == 1
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(policy_names()))
 def test_every_policy_finishes_every_job_in_both_modes(name: str) -> None:
     rng = random.Random(7)
     jobs = tuple(job(f"j{i}", rng.choice([1, 1, 2, 3, 4]), rng.uniform(0, 3000), rng.uniform(100, 2000),
@@ -283,10 +283,13 @@ def test_event_mode_keeps_the_releases_a_backfilling_policy_would_sort_itself() 
     trace = generate(300, seed=3, mean_interarrival_s=20.0, max_gpus=16)
     cluster = Cluster.uniform(4, 4, slowdown={c: [1.0 + 0.05 * (g % 5) for g in range(16)] for c in "ABCD"},
                               perfvar={c: [1.0 + 0.04 * (g % 7) for g in range(16)] for c in "ABCD"})
+    from pal_slurm.placement.easy import EasyBackfill
+
     inner = get_policy("pal-backfill")
+    assert isinstance(inner, EasyBackfill)
     checked: list[int] = []
 
-    class Checking(type(inner)):  # type: ignore[misc]
+    class Checking(EasyBackfill):
         def place(self, snapshot: Snapshot, queue, ctx):  # type: ignore[no-untyped-def]
             assert snapshot.known_releases is not None
             recomputed = replace(snapshot, known_releases=None).releases
@@ -294,9 +297,9 @@ def test_event_mode_keeps_the_releases_a_backfilling_policy_would_sort_itself() 
             checked.append(len(recomputed))
             return super().place(replace(snapshot, known_releases=None), queue, ctx)
 
-    Checking.name = "pal-backfill"
     kept = simulate_events(trace, cluster, inner, EventOptions())
-    sorted_each_time = simulate_events(trace, cluster, Checking(), EventOptions())
+    sorted_each_time = simulate_events(trace, cluster, Checking(inner.row, inner.chooser, inner.estimate, inner.wait,
+                                                                inner.lookahead), EventOptions())
     assert len(checked) > 50 and max(checked) > 3  # decisions with several running jobs were checked
     assert [(o.job_id, o.start_time, o.finish_time) for o in kept.outcomes] == \
         [(o.job_id, o.start_time, o.finish_time) for o in sorted_each_time.outcomes]

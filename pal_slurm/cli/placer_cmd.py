@@ -7,12 +7,13 @@ import click
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.numbers import Real, Whole
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, text_format_option
+from pal_slurm.placement.table import policy_names
 
 
 @click.group(invoke_without_command=True)
 @click.option("--once", is_flag=True, help="Run one cycle, print what it did, and exit.")
 @click.option("--mode", type=click.Choice(["observe", "enforce"]), help="Override placer.mode.")
-@click.option("--policy", help="Override placer.policy (e.g. pal, pal-backfill).")
+@click.option("--policy", help=f"Override placer.policy ({', '.join(policy_names())}).")
 @click.option("--interval", type=Real(0.05, 300), help="Seconds between cycles [default: placer.interval_s].")
 @click.option("--state-file", help="Override placer.state_file (the file job_submit.lua reads).")
 @text_format_option

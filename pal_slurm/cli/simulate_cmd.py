@@ -15,6 +15,7 @@ from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.numbers import MAX_GPUS_PER_NODE, MAX_JOBS, Real, Whole, ident, seed
 from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option, prose
 from pal_slurm.errors import InputError
+from pal_slurm.placement.table import policy_names
 
 
 #: the largest simulated cluster: 4x the 4,096 GPUs the 100,000-job speed target is set on
@@ -36,12 +37,10 @@ def _cluster(value: str) -> tuple[int, int]:
 
 
 def _policy_names(value: str) -> tuple[str, ...]:
-    from pal_slurm.placement.policies import POLICIES, policy_names
-
     if value == "all":
-        return tuple(policy_names())
+        return policy_names()
     names = tuple(n.strip() for n in value.split(",") if n.strip())
-    unknown = [n for n in names if n not in POLICIES]
+    unknown = [n for n in names if n not in policy_names()]
     if unknown or not names:
         raise click.BadParameter(f"unknown policy {', '.join(map(repr, unknown)) or repr(value)}; "
                                  f"valid: {', '.join(policy_names())} (or all)")

@@ -63,14 +63,8 @@ def tightest_fit_nodes(counts: np.ndarray, per_node: int, nodes: int) -> np.ndar
     return np.array(sorted(chosen), dtype=np.int64)
 
 
-class ConsTresFit(FirstFit):
-    """The chooser of `slurm-reserving` (not a registered policy: it has no queue treatment)."""
-
-    name = "cons-tres-fit"
-    description = "cons_tres's node choice: the tightest run of consecutive nodes that suffices"
-    rule = "cons_tres's tightest run of consecutive nodes"
-
-    def nodes_for(self, counts: np.ndarray, per_node: int, nodes: int) -> np.ndarray | None:
-        """cons_tres's tightest fit; a job that must span nodes and names no count per node still takes the
-        fewest nodes, emptiest first (FirstFit.pick), as before."""
-        return tightest_fit_nodes(counts, per_node, nodes)
+def cons_tres_fit(label: str) -> FirstFit:
+    """The chooser of `slurm-reserving`: first fit's pick (the lowest free GPU indices on each
+    node) on cons_tres's tightest fit of nodes. A job that must span nodes and names no count
+    per node still takes the fewest nodes, emptiest first (FirstFit.pick), as before."""
+    return FirstFit(label, nodes_for=tightest_fit_nodes, rule="cons_tres's tightest run of consecutive nodes")

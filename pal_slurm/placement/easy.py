@@ -1,19 +1,20 @@
-"""One EASY backfill mechanism for every backfilling policy here; the GPU choice is swapped in.
+"""One EASY backfill mechanism for every backfilling policy here; its parts are swapped in.
 
 Why one: the baseline (Slurm as shipped) and pal-slurm's policies must differ only in
 the part that is about variability, or a measured difference could come from anywhere.
 So the mechanism -- walk the queue in order, give the first job that does not fit (the
-head) a reservation, start later jobs only when they do not delay it, optionally let a
-job wait for a known release of better GPUs -- lives here once, and a policy is this
-mechanism plus three typed parts:
+head) a reservation, start later jobs only when they do not delay it, let a job wait when
+the wait rule says so -- lives here once, and a policy is this mechanism plus three parts
+passed in (pal_slurm.placement.table composes them):
 
-- `make_chooser()`: the GPU chooser (an InOrderPolicy used for its `choose` and its
-  `placement_order`): cons_tres's first fit (pal_slurm.placement.first_fit), PAL's
-  choice (pal_slurm.placement.artifact.Pal), or the default no-harm choice
-  (pal_slurm.placement.guarded);
-- `estimate()`: how long a job is expected to run on given GPUs (Slurm: its time limit;
-  pal-backfill: the cost model);
-- `waits`: whether a job may wait for better GPUs (`_better_later`).
+- the GPU chooser (`base.GpuChooser`: its `choose` picks GPUs for one job, its
+  `placement_order` the order jobs are tried in): cons_tres's first fit
+  (pal_slurm.placement.first_fit), PAL's choice (pal_slurm.placement.artifact), or the
+  default no-harm choice (pal_slurm.placement.guarded);
+- the estimator (`Estimator`): how long a job is expected to run on given GPUs (Slurm:
+  its time limit, `by_time_limit`; pal-backfill: the cost model, `estimated_runtime`);
+- the wait rule (`WaitRule`, pal_slurm.placement.waiting): whether a job that could start
+  now waits for a known release of better GPUs instead.
 
 **The mechanism** (EASY backfilling with the head's GPUs reserved). For the head it
 computes the *shadow time*, the earliest time enough GPUs will be free (running jobs
@@ -21,32 +22,26 @@ release at `snapshot.expected_end`, jobs placed earlier in this decision at now 
 estimate), and the GPUs the chooser would give the head then. A later job starts now if
 it is estimated to end by the shadow time or keeps off the reserved GPUs; else on the
 chooser's choice among the unreserved GPUs; else it waits. Reserving the head's
-*expected GPUs* rather than a GPU count keeps the head's start and GPUs.
-
-**Waiting for better GPUs.** When a running job with a known expected end frees GPUs on
-which this job would *finish* sooner (start later, run faster) by more than
-`wait_margin` of its remaining time, the job waits for them: it becomes the head with
-those GPUs reserved. Only running jobs count, so a caller that re-places everything each
-round (no running jobs in its snapshots) never makes a job wait.
+*expected GPUs* rather than a GPU count keeps the head's start and GPUs. A job the wait
+rule keeps waiting becomes the head, with the GPUs it waits for reserved.
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
-from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 
-from pal_slurm.placement.base import Choice, InOrderPolicy, Policy, walk_in_order
-from pal_slurm.placement.cost import runtime_s, spans_nodes
+from pal_slurm.placement.base import Choice, GpuChooser, Policy, in_chooser_order
+from pal_slurm.placement.cost import runtime_s
 from pal_slurm.placement.index import ClusterIndex, FreeState
-from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, Snapshot, Wait
+from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, PolicyRow, Snapshot, Wait
 
+#: how long a job is expected to run on given GPUs: (index, job, GPUs, lambda) -> seconds (inf: unknown)
 Estimator = Callable[[ClusterIndex, JobRequest, Sequence[int], float], float]
 
 
@@ -55,6 +50,16 @@ def estimated_runtime(ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], pe
     if job.remaining_s <= 0 or not gpus:
         return math.inf
     return runtime_s(job.remaining_s, gpus, ix.table(job.job_class).pv_list, ix.node_list, penalty)
+
+
+def time_limit_s(job: JobRequest) -> float:
+    """Slurm's own expectation of a job's run time: its time limit, on any GPUs (inf if none)."""
+    return job.remaining_s if job.remaining_s > 0 else math.inf
+
+
+def by_time_limit(ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], penalty: float) -> float:
+    """The estimator of Slurm's backfill: the time limit, whatever the GPUs."""
+    return time_limit_s(job)
 
 
 @dataclass(frozen=True)
@@ -76,9 +81,77 @@ class Reservation:
         return cls(shadow=shadow, held=held, gpus=gpus)
 
 
-def time_limit_s(job: JobRequest) -> float:
-    """Slurm's own expectation of a job's run time: its time limit, on any GPUs (inf if none)."""
-    return job.remaining_s if job.remaining_s > 0 else math.inf
+class ChoiceMemo:
+    """The chooser's answers within one decision, remembered per (tag, class, shape) while
+    the decision takes no GPUs: a deterministic choice depends on nothing else, and queues
+    repeat shapes a lot (the tag says which free GPUs were asked about: now, now without the
+    head's, after the first i releases). A chooser that draws from ctx.rng is always asked."""
+
+    def __init__(self, chooser: GpuChooser) -> None:
+        self.chooser = chooser
+        self.keeps = chooser.deterministic
+        self._memo: dict[tuple[object, ...], Choice | None] = {}
+
+    def choose(self, tag: object, job: JobRequest, state: FreeState, ctx: PlacementContext) -> Choice | None:
+        if not self.keeps:
+            return self.chooser.choose(job, state, ctx)
+        key = self._key(tag, job, state)
+        if key not in self._memo:
+            self._memo[key] = self.chooser.choose(job, state, ctx)
+        return self._memo[key]
+
+    def choose_off(self, tag: object, job: JobRequest, state: FreeState, ctx: PlacementContext,
+                   held: np.ndarray) -> Choice | None:
+        """The choice with the GPUs of the mask `held` hidden (remembered under `tag`)."""
+        if self.keeps:
+            key = self._key(tag, job, state)
+            if key in self._memo:
+                return self._memo[key]
+        hidden = tuple(np.flatnonzero(held & state.mask).tolist())
+        state.take(hidden)
+        try:
+            return self.choose(tag, job, state, ctx)
+        finally:
+            state.release(hidden)
+
+    def clear(self) -> None:
+        """The decision took GPUs: every remembered answer may be stale."""
+        self._memo.clear()
+
+    @staticmethod
+    def _key(tag: object, job: JobRequest, state: FreeState) -> tuple[object, ...]:
+        return (tag, state.index.table(job.job_class).key, job.gpus, job.gpus_per_node, job.allowed_nodes,
+                job.same_slots, job.min_nodes, job.max_nodes)
+
+
+@dataclass
+class SearchBudget:
+    """Searches for better GPUs left in one decision (bounds the cost of a decision that starts
+    hundreds of jobs at once, as bf_max_job_test bounds Slurm's backfill pass)."""
+
+    left: int
+
+    def spend(self) -> bool:
+        """Take one search; False when none is left."""
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+class WaitRule(Protocol):
+    """Whether a job that could start now on `choice` waits for better GPUs instead."""
+
+    @property
+    def searches(self) -> int:
+        """Searches for better GPUs one decision may make (its SearchBudget)."""
+        ...
+
+    def better_later(self, job: JobRequest, choice: Choice, state: FreeState, snapshot: Snapshot,
+                     ctx: PlacementContext, memo: ChoiceMemo, budget: SearchBudget) -> tuple[Reservation, float] | None:
+        """The GPUs to wait for (and when), and how many seconds sooner the job is then
+        expected to finish; None to start now."""
+        ...
 
 
 def releases_of(snapshot: Snapshot, ctx: PlacementContext, placed: Sequence[tuple[JobRequest, Choice]],
@@ -102,67 +175,45 @@ def releases_of(snapshot: Snapshot, ctx: PlacementContext, placed: Sequence[tupl
     yield from (r for r in mine if r[0] == math.inf)
 
 
+@dataclass(frozen=True)
 class EasyBackfill(Policy):
-    """EASY backfilling over a swapped-in GPU chooser (see the module docstring)."""
+    """EASY backfilling over a chooser, an estimator and a wait rule (see the module docstring)."""
 
-    backfills = True
+    row: PolicyRow[Policy]
+    chooser: GpuChooser
+    estimate: Estimator
+    wait: WaitRule
     #: jobs examined past the head (Slurm's bf_max_job_test plays the same role): bounds
     #: the cost of a decision when hundreds of jobs queue behind a blocked head
-    lookahead = 64
-    time_aware = True
-    #: whether a job may wait for a known release of better GPUs
-    waits: ClassVar[bool] = True
+    lookahead: int = 64
 
-    #: wait for better GPUs only when that is expected to finish the job sooner by more than
-    #: this fraction of its remaining time (estimates are rough; churn is not free)
-    wait_margin: float = 0.05
-    #: releases examined when deciding whether to wait (bounds the cost per job)
-    wait_lookahead: int = 8
-    #: searches for "better GPUs later" per decision (bounds the cost of a decision that
-    #: starts hundreds of jobs at once, as bf_max_job_test bounds Slurm's backfill pass);
-    #: past it, jobs start now. A 64-GPU simulation never reaches it.
-    wait_searches: int = 256
-
-    def __init__(self) -> None:
-        chooser = self.make_chooser()
-        chooser.name = self.name  # type: ignore[misc]  # reasons name the policy that placed the job
-        self.chooser = chooser
-
-    @abstractmethod
-    def make_chooser(self) -> InOrderPolicy:
-        """The GPU chooser: its `choose` picks GPUs for one job, its `placement_order` the
-        order jobs are tried in."""
-
-    def choose(self, job: JobRequest, state: FreeState, ctx: PlacementContext) -> Choice | None:
-        return self.chooser.choose(job, state, ctx)
-
-    def placement_order(self, queue: Sequence[JobRequest], snapshot: Snapshot) -> tuple[list[JobRequest], int]:
-        return self.chooser.placement_order(queue, snapshot)
+    backfills: ClassVar[bool] = True
+    time_aware: ClassVar[bool] = True
 
     def assign(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
-        return walk_in_order(self, snapshot, queue, ctx)
+        return in_chooser_order(self.chooser, snapshot, queue, lambda ordered, guard: self._walk(
+            snapshot, ordered, guard, ctx))
 
     def _walk(self, snapshot: Snapshot, ordered: Sequence[JobRequest], guard: int,
               ctx: PlacementContext) -> Decision | None:
         """One pass in `ordered`; None when one of its first `guard` jobs finds no GPUs now
-        (see InOrderPolicy.placement_order)."""
+        (see chooser.class_sorted_order)."""
         state = FreeState(snapshot)
-        ix = state.index
         placed: list[tuple[JobRequest, Choice]] = []
         head: JobRequest | None = None
-        booking = Reservation.none(ix)
+        booking = Reservation.none(state.index)
         past_head = 0
         # choices on "the free GPUs after the first i releases" are the same for every job
         # of one (class, shape) until this decision takes GPUs: remember them meanwhile
-        memo: dict[tuple[object, ...], Choice | None] = {}
+        memo = ChoiceMemo(self.chooser)
         waits: list[Wait] = []
-        budget = [self.wait_searches]  # searches for better GPUs left in this decision
+        budget = SearchBudget(self.wait.searches)
         for i, job in enumerate(ordered):
             if head is not None:
                 past_head += 1
                 if state.n_free == 0 or past_head > self.lookahead:
                     break
-            choice = self._memo_choose("now", job, state, ctx, memo)
+            choice = memo.choose("now", job, state, ctx)
             if choice is None and i < guard:
                 return None
             if head is not None and choice is not None:
@@ -171,7 +222,7 @@ class EasyBackfill(Policy):
                 if head is None:
                     head, booking = job, self._reserve(job, state, snapshot, ctx, placed)
                 continue
-            found = self._better_later(job, choice, state, snapshot, ctx, memo, budget)
+            found = self.wait.better_later(job, choice, state, snapshot, ctx, memo, budget)
             if found is not None:
                 later, sooner = found
                 waits.append(Wait(job_id=job.id, gpus=later.gpus, free_at=later.shadow, sooner_s=sooner))
@@ -184,172 +235,38 @@ class EasyBackfill(Policy):
         return Decision(assignments=tuple(c.assignment(j.id) for j, c in placed),
                         blocked=None if head is None else head.id, waits=tuple(waits))
 
-    def estimate(self, ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], penalty: float) -> float:
-        """How long this policy expects `job` to run on `gpus` (default: the one cost model)."""
-        return estimated_runtime(ix, job, gpus, penalty)
-
     def _reserve(self, head: JobRequest, state: FreeState, snapshot: Snapshot, ctx: PlacementContext,
                  placed: Sequence[tuple[JobRequest, Choice]]) -> Reservation:
-        """When the head can start and on which GPUs this policy would put it then."""
+        """When the head can start and on which GPUs the chooser would put it then."""
         later = state.copy()
         for end, gpus in releases_of(snapshot, ctx, placed, state.index, self.estimate):
             later.release(gpus)
             if later.free_on(head.allowed_nodes) >= head.gpus:
-                seen = self.choose(head, later, ctx)
+                seen = self.chooser.choose(head, later, ctx)
                 if seen is not None:
                     return Reservation.of(state.index, end, seen.gpus)
         # the head does not fit even once everything this snapshot knows of has ended (it
         # asks for more than there is): holding GPUs for it would idle them for nothing
         return Reservation.none(state.index)
 
-    def _memo_choose(self, tag: object, job: JobRequest, state: FreeState, ctx: PlacementContext,
-                     memo: dict[tuple[object, ...], Choice | None]) -> Choice | None:
-        """self.choose, remembered per (tag, class, shape) while the decision takes no GPUs
-        (a deterministic choice depends on nothing else; queues repeat shapes a lot)."""
-        if not self.deterministic:
-            return self.choose(job, state, ctx)
-        key = self._memo_key(tag, job, state)
-        if key not in memo:
-            memo[key] = self.choose(job, state, ctx)
-        return memo[key]
-
-    @staticmethod
-    def _memo_key(tag: object, job: JobRequest, state: FreeState) -> tuple[object, ...]:
-        return (tag, state.index.table(job.job_class).key, job.gpus, job.gpus_per_node, job.allowed_nodes,
-                job.same_slots, job.min_nodes, job.max_nodes)
-
     def _admit(self, job: JobRequest, choice: Choice, head: JobRequest, booking: Reservation, state: FreeState,
-               snapshot: Snapshot, ctx: PlacementContext,
-               memo: dict[tuple[object, ...], Choice | None] | None = None) -> Choice | None:
+               snapshot: Snapshot, ctx: PlacementContext, memo: ChoiceMemo) -> Choice | None:
         """Past the head: this choice if it ends by the head's start or keeps off the head's
         GPUs; else the choice among the GPUs the head will not need; else nothing."""
-        ix = state.index
-        end = (snapshot.now or 0.0) + self.estimate(ix, job, choice.gpus, ctx.locality_penalty)
+        end = (snapshot.now or 0.0) + self.estimate(state.index, job, choice.gpus, ctx.locality_penalty)
         if end <= booking.shadow < math.inf:
-            return _noted(choice, f"backfilled past {head.id}: ends by its expected start "
-                                  f"({end:.0f} <= {booking.shadow:.0f})")
+            return noted(choice, f"backfilled past {head.id}: ends by its expected start "
+                                 f"({end:.0f} <= {booking.shadow:.0f})")
         if not booking.held[list(choice.gpus)].any():
-            return _noted(choice, f"backfilled past {head.id}: keeps off the GPUs it expects")
-        tag = ("off-reserved", booking.gpus)
-        key = self._memo_key(tag, job, state) if memo is not None and self.deterministic else None
-        if key is not None and key in memo:  # type: ignore[operator]
-            other = memo[key]  # type: ignore[index]
-        else:
-            hidden = tuple(np.flatnonzero(booking.held & state.mask).tolist())
-            state.take(hidden)
-            try:
-                other = (self.choose(job, state, ctx) if memo is None
-                         else self._memo_choose(tag, job, state, ctx, memo))
-            finally:
-                state.release(hidden)
+            return noted(choice, f"backfilled past {head.id}: keeps off the GPUs it expects")
+        other = memo.choose_off(("off-reserved", booking.gpus), job, state, ctx, booking.held)
         if other is None:
             return None
-        return _noted(other, f"backfilled past {head.id} on GPUs it will not need "
-                             f"(it expects {', '.join(map(str, booking.gpus))})")
-
-    def _better_later(self, job: JobRequest, choice: Choice, state: FreeState, snapshot: Snapshot,
-                      ctx: PlacementContext, memo: dict[tuple[object, ...], Choice | None] | None = None,
-                      budget: list[int] | None = None,
-                      margin_fraction: float | None = None) -> tuple[Reservation, float] | None:
-        """GPUs (and when) to wait for, and how many seconds sooner the job is then expected
-        to finish, if a running job's release lets it finish sooner than starting now on
-        `choice` would; None to start now.
-
-        Only GPUs held by running jobs with a known expected end count: jobs placed in
-        this decision do not, so a caller that re-places everything each round (no
-        running jobs in its snapshots) never makes a job wait. Only releases expected within
-        `ctx.wait_bound_s(estimate)` of now count: waiting is bounded. `budget` (one number,
-        decremented) caps the searches a whole decision makes (`wait_searches`);
-        `margin_fraction` replaces `wait_margin` (a policy whose margin depends on the context).
-        """
-        ix = state.index
-        if not self.waits or job.remaining_s <= 0 or not snapshot.expected_end:
-            return None
-        bound = ctx.wait_bound_s(job.remaining_s)
-        if bound <= 0:
-            return None
-        now = snapshot.now or 0.0
-        pv = ix.table(job.job_class).pv
-        finish_now = now + estimated_runtime(ix, job, choice.gpus, ctx.locality_penalty)
-        pv_list = ix.table(job.job_class).pv_list
-        worst_now = max(pv_list[g] for g in choice.gpus)
-        one_node = job.one_node or ((job.gpus_per_node or job.gpus) == job.gpus and job.gpus <= ix.max_gpus_per_node)
-        could_gather = one_node and _spans(ix, choice.gpus)
-        floor = job.remaining_s * float(pv.min()) * (1.0 if one_node else ctx.locality_penalty)
-        margin = (self.wait_margin if margin_fraction is None else margin_fraction) * job.remaining_s
-        horizon = min(finish_now - floor - margin, now + bound)  # starting after this cannot help, or is too long
-        releases = snapshot.releases
-        lo = bisect.bisect_right(releases, now, key=lambda p: p[0])
-        hi = bisect.bisect_left(releases, horizon, key=lambda p: p[0])
-        ends = releases[lo:hi]
-        best: tuple[float, float, tuple[int, ...]] | None = None
-        later = state.copy()
-        looked = 0
-        for i, (end, gpus) in enumerate(ends):
-            if best is not None and end + floor >= best[0]:
-                break  # releases come in time order: from here on none can finish before `best`
-            later.release(gpus)
-            # a release can only help with a GPU faster than the worst one chosen now, or
-            # by letting a job that now spans nodes fit on one
-            if not gpus or not (could_gather or min(pv_list[g] for g in gpus) < worst_now):
-                continue
-            looked += 1
-            if looked > self.wait_lookahead:
-                break
-            # cheapest possible finish after this release: the job's k best free GPUs
-            # (ignoring locality); if even that is not enough better, skip the search. A
-            # one-node job can only gain on a node this release touched (every other node
-            # is as it was when it was last looked at, earlier), so its bound is the k-th
-            # best free GPU of those nodes: exact, and far cheaper than a search
-            bound_pv = (_touched_kth_best(ix, pv_list, later, job, gpus) if job.one_node
-                        else _kth_best(pv, later, job))
-            if end + job.remaining_s * bound_pv >= finish_now - margin:
-                continue
-            if budget is not None:
-                if budget[0] <= 0:
-                    break
-                budget[0] -= 1
-            seen = (self.choose(job, later, ctx) if memo is None
-                    else self._memo_choose(("after-releases", lo + i), job, later, ctx, memo))
-            if seen is None:
-                continue
-            finish = end + estimated_runtime(ix, job, seen.gpus, ctx.locality_penalty)
-            if finish < finish_now - margin and (best is None or finish < best[0]):
-                best = (finish, end, seen.gpus)
-        if best is None:
-            return None
-        return Reservation.of(ix, best[1], best[2]), finish_now - best[0]
+        return noted(other, f"backfilled past {head.id} on GPUs it will not need "
+                            f"(it expects {', '.join(map(str, booking.gpus))})")
 
 
-def _kth_best(pv: np.ndarray, state: FreeState, job: JobRequest) -> float:
-    """Lower bound of the max PerfVar of any set of `job.gpus` free GPUs the job may use."""
-    cand = state.candidates(job.allowed_nodes)
-    if cand.size < job.gpus:
-        return math.inf
-    free_pv = pv[cand]
-    return float(np.partition(free_pv, job.gpus - 1)[job.gpus - 1])
-
-
-def _touched_kth_best(ix: ClusterIndex, pv_list: list[float], state: FreeState, job: JobRequest,
-                      released: Sequence[int]) -> float:
-    """Lower bound of the max PerfVar of `job.gpus` free GPUs on one node that `released` touched."""
-    best = math.inf
-    node_gpus = ix.cluster.node_gpus
-    mask = state.mask
-    for v in {ix.node_list[g] for g in released}:
-        if job.allowed_nodes is not None and v not in job.allowed_nodes:
-            continue
-        free = sorted(pv_list[g] for g in node_gpus[v] if mask[g])
-        if len(free) >= job.gpus:
-            best = min(best, free[job.gpus - 1])
-    return best
-
-
-def _spans(ix: ClusterIndex, gpus: Sequence[int]) -> bool:
-    return spans_nodes(ix.node_list, gpus)
-
-
-def _noted(choice: Choice, why: str) -> Choice:
+def noted(choice: Choice, why: str) -> Choice:
     """The choice with `why` added to its reason (and everything else it says kept: that it
     is first fit's, or which GPUs first fit would have given)."""
     return replace(choice, why=lambda: f"{choice.reason}; {why}")

@@ -1,7 +1,8 @@
 """cons_tres's variability-blind GPU choice: the first fit Slurm as shipped makes.
 
 Why a chooser of its own: the baseline (`slurm-backfill`) and the default policy share
-one EASY backfill mechanism (pal_slurm.placement.easy) and differ in how they pick GPUs.
+one EASY backfill mechanism (pal_slurm.placement.easy) and differ in how they pick GPUs
+(and in whether a job may wait: pal_slurm.placement.table).
 This is the pick every claim is measured against, and the one the default policy falls
 back to whenever variability cannot pay for a different choice.
 
@@ -17,13 +18,18 @@ Rules (select/cons_tres for nodes of equal weight, as modelled since the first r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from pal_slurm.placement.base import Choice, InOrderPolicy, as_gpus, describe_gpus, free_on_node
+from pal_slurm.placement.base import Choice, as_gpus, describe_gpus, free_on_node
+from pal_slurm.placement.chooser import ShapedChooser
 from pal_slurm.placement.index import ClusterIndex, FreeState
 from pal_slurm.placement.model import JobRequest, PlacementContext
+
+#: which nodes a job of `nodes` x `per_node` GPUs takes, given the free GPUs per node
+NodeRule = Callable[[np.ndarray, int, int], "np.ndarray | None"]
 
 
 def first_fit_nodes(counts: np.ndarray, per_node: int, nodes: int) -> np.ndarray | None:
@@ -32,18 +38,15 @@ def first_fit_nodes(counts: np.ndarray, per_node: int, nodes: int) -> np.ndarray
     return None if fits.size < nodes else fits[:nodes]
 
 
-class FirstFit(InOrderPolicy):
-    """The chooser (not a registered policy: it has no queue treatment of its own)."""
+@dataclass(frozen=True)
+class FirstFit(ShapedChooser):
+    """Slurm's variability-blind pick: the nodes `nodes_for` names, the lowest free GPU
+    indices on each (cons_tres_fit.cons_tres_fit swaps in cons_tres's own node rule)."""
 
-    name = "first-fit"
-    sticky = True
-    description = "cons_tres's variability-blind first fit"
-    #: how the pick is explained (pal_slurm.placement.cons_tres_fit names its own rule)
-    rule = "first fit in node order"
-
-    def nodes_for(self, counts: np.ndarray, per_node: int, nodes: int) -> np.ndarray | None:
-        """The nodes a job of `nodes` x `per_node` GPUs takes, given the free GPUs per node (first fit)."""
-        return first_fit_nodes(counts, per_node, nodes)
+    #: the node rule
+    nodes_for: NodeRule = first_fit_nodes
+    #: how the pick is explained
+    rule: str = "first fit in node order"
 
     def pick(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext) -> Choice | None:
         counts = state.node_counts(job.allowed_nodes)
@@ -60,10 +63,6 @@ class FirstFit(InOrderPolicy):
                 return self.first_fit_choice(state.index, job, got)
         return None
 
-    def pick_one_node(self, job: JobRequest, cand: np.ndarray, state: FreeState,
-                      ctx: PlacementContext) -> Choice | None:
-        return self.pick_split(job, cand, state, ctx, job.gpus, 1)
-
     def pick_split(self, job: JobRequest, cand: np.ndarray, state: FreeState, ctx: PlacementContext,
                    per_node: int, nodes: int) -> Choice | None:
         chosen = self.nodes_for(state.node_counts(job.allowed_nodes), per_node, nodes)
@@ -74,11 +73,12 @@ class FirstFit(InOrderPolicy):
 
     def pick_same_slots(self, job: JobRequest, cand: np.ndarray, state: FreeState,
                         ctx: PlacementContext) -> Choice | None:
+        """Slurm is not bound to the same slots on every node: the plain split."""
         assert job.gpus_per_node is not None
         return self.pick_split(job, cand, state, ctx, job.gpus_per_node, job.gpus // job.gpus_per_node)
 
     def first_fit_choice(self, ix: ClusterIndex, job: JobRequest, gpus: Sequence[int]) -> Choice:
         chosen = as_gpus(gpus)
         tab = ix.table(job.job_class)
-        return Choice(gpus=chosen, why=lambda: f"{self.name}: {self.rule}; {describe_gpus(ix, tab, chosen)}",
+        return Choice(gpus=chosen, why=lambda: f"{self.label}: {self.rule}; {describe_gpus(ix, tab, chosen)}",
                       alternatives=((chosen, float(len({ix.node_list[g] for g in chosen}))),), first_fit=True)

@@ -41,6 +41,12 @@ class ClassTable:
         """`pv` as Python floats, for per-GPU lookups where numpy's call overhead dominates."""
         return self.pv.tolist()
 
+    @cached_property
+    def pv_range(self) -> tuple[float, float] | None:
+        """The class's fastest and slowest PerfVar (None: no GPUs): pal-guard asks for them for
+        every job (is there anything to choose, is first fit already as fast as any GPU)."""
+        return None if self.pv.size == 0 else (float(self.pv.min()), float(self.pv.max()))
+
 
 class ClusterIndex:
     """Numpy arrays derived from a `Cluster`; immutable after construction."""
@@ -84,6 +90,13 @@ class ClusterIndex:
     @cached_property
     def node_names(self) -> tuple[str, ...]:
         return self.cluster.node_names
+
+    @cached_property
+    def slot_ids(self) -> np.ndarray:
+        """nodes x slots matrix of GPU ids (-1 where a node has fewer GPUs)."""
+        gid = np.full((self.n_nodes, max(self.max_gpus_per_node, 1)), -1, dtype=np.int64)
+        gid[self.node_of, self.slot_of] = np.arange(self.n)
+        return gid
 
     def in_node_major(self, ids: np.ndarray) -> np.ndarray:
         """`ids` (ascending) reordered node by node, ascending within a node."""

@@ -3,7 +3,7 @@
 A `Cluster` is the static part (topology and per-GPU variability per job class); a
 `Snapshot` adds what is free and what runs where at the moment of one decision; a
 `JobRequest` is what a job asks for. Policies (pal_slurm.placement.policies) map
-(snapshot, ordered queue, context) -> `Decision`.
+(snapshot, ordered queue, context) -> `Decision`; a `PolicyRow` is one row of their table.
 
 GPU ids are dense ints 0..n-1 in node-major order (the PAL artifact's `4*node + local`
 on a uniform 4-GPU cluster), so policies can index tuples instead of hashing names.
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Generic, TypeVar
 
 from pal_slurm.errors import PalError
 
@@ -28,13 +29,6 @@ JOB_CLASSES: tuple[str, ...] = ("A", "B", "C", "D")
 #: unless variability pays for a change (pal_slurm.placement.guarded).
 DEFAULT_POLICY = "pal-guard"
 
-#: Every registered policy's name, in registration order: what the configuration checks
-#: `[placer] policy` against at load, without importing the policies (and numpy) for every
-#: command. tests/test_newcomer.py checks it against the registry (placement.policies.POLICIES).
-POLICY_NAMES: tuple[str, ...] = ("packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky",
-                                 "pm-first", "pal", "pal-backfill", "pal-match", "slurm-backfill", "slurm-reserving",
-                                 "pal-guard")
-
 #: A job of a class nobody measured is treated as the most sensitive one (PAL's worst case).
 DEFAULT_CLASS = "A"
 
@@ -42,6 +36,35 @@ DEFAULT_CLASS = "A"
 class PlacementError(PalError, ValueError):
     """A bad placement input: an unknown policy or queue order, a snapshot naming GPUs that do
     not exist. A ValueError too, so callers validating names may catch either."""
+
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class PolicyRow(Generic[P]):
+    """One row of the policy table (pal_slurm.placement.table): what users see of a policy and
+    how it is built.
+
+    Why here, in the vocabulary: the configuration, the CLI and error messages read the rows
+    at every command's start, so a row is plain data that imports no numpy; and a built policy
+    keeps its row (its name, description and stickiness) without the mechanisms importing the
+    table that builds them. `P` is the policy type (pal_slurm.placement.base.Policy), left open
+    here so that this module needs nothing from the modules that implement it.
+    """
+
+    name: str
+    description: str
+    #: how a caller calls the policy: True, running jobs keep their GPUs (only waiting jobs
+    #: and the GPUs they do not hold are passed); False, the caller may re-place everything
+    #: each round (every job, every GPU free)
+    sticky: bool
+    #: the policy, composed from its parts (a mechanism, a chooser, an estimator, a wait rule)
+    build: Callable[[PolicyRow[P]], P]
+
+    def policy(self) -> P:
+        """A fresh policy of this row."""
+        return self.build(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +342,7 @@ class Decision:
 
     `waits`: jobs that wait on purpose for better GPUs. `refused`: (job id, why) for
     assignments the policy made that broke the job's shape and were dropped by
-    `Policy.place` (a policy bug; always empty for the policies registered here, which the
+    `Policy.place` (a policy bug; always empty for the policies of the table, which the
     invariant tests check)."""
 
     assignments: tuple[Assignment, ...]

@@ -24,8 +24,11 @@ and this model with it:
   is closed to every later job whose limit overlaps the reservation, even where GPUs on it
   stay free. Running jobs share nodes as cons_tres allows (their GPUs, not their nodes, are
   taken);
-- the GPUs are cons_tres's pick (pal_slurm.placement.cons_tres_fit: the tightest run of
-  consecutive nodes, not the first fit the EASY policies share), on the nodes left open.
+- the GPUs are the chooser's pick on the nodes left open: for slurm-reserving, cons_tres's
+  (pal_slurm.placement.cons_tres_fit: the tightest run of consecutive nodes, not the first
+  fit the EASY policies share);
+- a job is expected to run for the estimator's time: for slurm-reserving, its time limit, as
+  Slurm plans. The mechanism never makes a job wait for better GPUs (Slurm does not).
 
 Not modelled: `bf_resolution` (Slurm keeps its map in 60-s steps; rounding the reservations
 that way moved the replay's predictions both ways, measured in docs/evaluation.md), and
@@ -37,15 +40,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain
+from typing import ClassVar
 
 import numpy as np
 
-from pal_slurm.placement.base import Choice, Policy, register
-from pal_slurm.placement.easy import _noted, time_limit_s
-from pal_slurm.placement.cons_tres_fit import ConsTresFit
+from pal_slurm.placement.base import Choice, GpuChooser, Policy
+from pal_slurm.placement.easy import Estimator, noted
 from pal_slurm.placement.index import ClusterIndex, FreeState, cluster_index
-from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, Snapshot
+from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, PolicyRow, Snapshot
 
 
 class _Plan:
@@ -96,26 +100,21 @@ class _Plan:
         self.nodes.append(nodes)
 
 
-@register
-class SlurmReserving(Policy):
-    name = "slurm-reserving"
-    sticky = True
-    backfills = True
-    time_aware = True
+@dataclass(frozen=True)
+class Reserving(Policy):
+    """sched/backfill's planning over a chooser and an estimator (see the module docstring)."""
+
+    row: PolicyRow[Policy]
+    chooser: GpuChooser
+    #: how long a job holds what it is given, asked before its GPUs are known (no GPUs passed):
+    #: Slurm plans every job by its time limit (easy.by_time_limit)
+    estimate: Estimator
     #: as slurm-backfill: sched/backfill's bf_max_job_test is 500, and 100 jobs past the first
     #: that does not fit is far beyond the depth at which a 64-GPU cluster still has room
-    lookahead = 100
-    description = ("Slurm's sched/backfill as it plans: every waiting job it tests that cannot start gets a "
-                   "reservation of whole nodes for its time limit; cons_tres's tightest-fit node choice; the model of "
-                   "plain Slurm the replay predicts with.")
+    lookahead: int = 100
 
-    def __init__(self) -> None:
-        self.chooser = ConsTresFit()
-        self.chooser.name = self.name  # type: ignore[misc]  # reasons name the policy that placed the job
-
-    def choose(self, job: JobRequest, state: FreeState, ctx: PlacementContext) -> Choice | None:
-        """cons_tres's pick for `job` among `state`'s free GPUs (what the pass takes where nothing is reserved)."""
-        return self.chooser.choose(job, state, ctx)
+    backfills: ClassVar[bool] = True
+    time_aware: ClassVar[bool] = True
 
     def assign(self, snapshot: Snapshot, queue: Sequence[JobRequest], ctx: PlacementContext) -> Decision:
         ix = cluster_index(snapshot.cluster)
@@ -124,13 +123,13 @@ class SlurmReserving(Policy):
         placed: list[tuple[JobRequest, Choice]] = []
         blocked: str | None = None
         for job in queue:
-            limit = time_limit_s(job)
+            limit = self.estimate(ix, job, (), ctx.locality_penalty)
             found = self._earliest(job, plan, limit, snapshot, ctx)
             if found is not None and found[0] <= now:
                 choice = found[1]
                 if blocked is not None:
-                    choice = _noted(choice, f"backfilled past {blocked}: off every node reserved during its limit "
-                                            f"({len(plan.ends)} reservation{'s' if len(plan.ends) != 1 else ''})")
+                    choice = noted(choice, f"backfilled past {blocked}: off every node reserved during its limit "
+                                           f"({len(plan.ends)} reservation{'s' if len(plan.ends) != 1 else ''})")
                 placed.append((job, choice))
                 plan.free_at[list(choice.gpus)] = now + limit
                 continue
@@ -142,13 +141,13 @@ class SlurmReserving(Policy):
 
     def _earliest(self, job: JobRequest, plan: _Plan, limit: float, snapshot: Snapshot,
                   ctx: PlacementContext) -> tuple[float, Choice] | None:
-        """The first moment the job's shape fits on open GPUs, and cons_tres's pick then."""
+        """The first moment the job's shape fits on open GPUs, and the chooser's pick then."""
         for t in plan.times():
             mask = plan.open_gpus(t, t + limit)
             if int(mask.sum()) < job.gpus:
                 continue
             state = FreeState(Snapshot(cluster=snapshot.cluster, free=frozenset(np.flatnonzero(mask).tolist())))
-            choice = self.choose(job, state, ctx)
+            choice = self.chooser.choose(job, state, ctx)
             if choice is not None:
                 return t, choice
         return None
