@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from pal_slurm.placement.cons_tres_fit import tightest_fit_nodes  # noqa: E402
 from pal_slurm.placement.first_fit import first_fit_nodes  # noqa: E402
-from pal_slurm.replay.fleet import node_name  # noqa: E402
+from pal_eval.replay.fleet import node_name  # noqa: E402
 
 Chooser = Callable[[np.ndarray, int, int], "np.ndarray | None"]
 CHOOSERS: dict[str, Chooser] = {"first fit": first_fit_nodes, "cons_tres fit": tightest_fit_nodes}

@@ -35,7 +35,7 @@ each is stored as the database's classification the placer, the jobs and the sim
 Learned runtimes (--arms slurm,pal,pal+history): after each arm, its finished jobs are written
 beside its result as the `sacct -P` export a site would have of that run (<arm>.sacct; the test
 cluster has no slurmdbd, so the replay's own records stand in for sacct:
-pal_slurm.replay.history). The pal+history arm of repetition r first imports, with
+pal_eval.replay.history). The pal+history arm of repetition r first imports, with
 `pal jobs import-history`, the exports of every other arm of repetitions 1..r that completed
 before it (never its own run), so the placer's estimates are the runtimes it learns from them
 ([jobs] runtime_min_jobs = 1: one earlier run of each job per export); the pal arm runs with that
@@ -123,17 +123,17 @@ def main() -> int:
 
     from pal_slurm.demo.on_slurm import find_cluster_script
     from pal_slurm.errors import PalError
-    from pal_slurm.replay.experiment import ArmSettings, ClusterHandle, configure_database, repredicted, run_arms
-    from pal_slurm.replay.experiment import Latencies
-    from pal_slurm.replay.fleet import FLEETS, draw_fleet, inventory, name_fleet, node_name
-    from pal_slurm.replay.experiment import ARMS, Arm, submitting_user
-    from pal_slurm.replay.history import history_label
-    from pal_slurm.replay.repeat import (earlier_runs, export_path, fingerprint, finite, load_done, result_path,
+    from pal_eval.replay.experiment import ArmSettings, ClusterHandle, configure_database, repredicted, run_arms
+    from pal_eval.replay.experiment import Latencies
+    from pal_eval.replay.fleet import FLEETS, draw_fleet, inventory, name_fleet, node_name
+    from pal_eval.replay.experiment import ARMS, Arm, submitting_user
+    from pal_eval.replay.history import history_label
+    from pal_eval.replay.repeat import (earlier_runs, export_path, fingerprint, finite, load_done, result_path,
                                          save_export, save_result)
     from pal_slurm.simulate.shake import SHAKE_S, shaken
-    from pal_slurm.replay.harness import ReplayInterrupted
-    from pal_slurm.replay.plan import capped_runtimes, first_jobs, plan_replay
-    from pal_slurm.replay.plot import write_replay_plot
+    from pal_eval.replay.harness import ReplayInterrupted
+    from pal_eval.replay.plan import capped_runtimes, first_jobs, plan_replay
+    from pal_eval.replay.plot import write_replay_plot
     from pal_slurm.simulate.artifact_draw import load_artifact_profiles
     from pal_slurm.simulate.estimates import parse_runtime_estimate
     from pal_slurm.simulate.traces import read_trace_file
@@ -339,7 +339,7 @@ def print_aggregate(trace: str, results: dict, reps: int) -> dict:
     """Each arm's mean [min-max] over its complete repetitions, the prediction beside it, and
     pal / slurm (pal+history / slurm, pal+history / pal); failed repetitions named and left out.
     Returns the same as a dict (replay.json; `ratios` is pal / slurm, `ratios_by_pair` every pair)."""
-    from pal_slurm.replay.repeat import aggregate, ratio_range
+    from pal_eval.replay.repeat import aggregate, ratio_range
 
     aggs = {arm: aggregate(arm, rs) for arm, rs in results.items()}
     print(f"\n== {trace}: mean [min-max] over the complete repetitions (of {reps})")

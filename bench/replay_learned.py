@@ -32,9 +32,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from pal_slurm.placement.variability import cluster_from_gpus
-    from pal_slurm.replay.experiment import ArmSettings, predict
-    from pal_slurm.replay.fleet import draw_fleet, name_fleet, node_name
-    from pal_slurm.replay.plan import plan_replay
+    from pal_eval.replay.experiment import ArmSettings, predict
+    from pal_eval.replay.fleet import draw_fleet, name_fleet, node_name
+    from pal_eval.replay.plan import plan_replay
     from pal_slurm.simulate.artifact_draw import load_artifact_profiles
     from pal_slurm.simulate.estimates import parse_runtime_estimate
     from pal_slurm.simulate.shake import SHAKE_S, shaken

@@ -62,15 +62,15 @@ def main() -> int:
     args = ap.parse_args()
 
     from pal_slurm.placement.variability import cluster_from_variability
-    from pal_slurm.replay.experiment import BASELINE_POLICY, ArmSettings, Latencies, predict
-    from pal_slurm.replay.plan import plan_replay
+    from pal_eval.replay.experiment import BASELINE_POLICY, ArmSettings, Latencies, predict
+    from pal_eval.replay.plan import plan_replay
     from pal_slurm.simulate.artifact_draw import draw_artifact, load_artifact_profiles
     from pal_slurm.simulate.estimates import parse_runtime_estimate
     from pal_slurm.simulate.traces import read_trace_file
 
     traces = args.trace or [artifact / "traces" / "sia-philly" / f"workload-{w}.csv" for w in (1, 4)]
     if args.sweep_k:
-        from pal_slurm.replay.fleet import draw_fleet
+        from pal_eval.replay.fleet import draw_fleet
 
         var = draw_fleet(args.fleet, load_artifact_profiles(artifact / "variability" / "longhorn"), 16, 4, args.seed)
     else:
@@ -134,15 +134,15 @@ def main() -> int:
 
 
 def _ratios(plan, cluster, settings) -> tuple[float, float, float]:  # noqa: ANN001 - pal/slurm avg, makespan; slurm makespan
-    from pal_slurm.replay.experiment import predict
+    from pal_eval.replay.experiment import predict
 
     a, b = predict(plan, cluster, "slurm", settings).metrics, predict(plan, cluster, "pal", settings).metrics
     return b.avg_jct_s / a.avg_jct_s, b.makespan_s / a.makespan_s, a.makespan_s
 
 
 def sweep(traces, ks, cluster, estimate, lat, penalty, policy, shakes) -> int:  # noqa: ANN001 - see --sweep-k
-    from pal_slurm.replay.experiment import ArmSettings
-    from pal_slurm.replay.plan import plan_replay
+    from pal_eval.replay.experiment import ArmSettings
+    from pal_eval.replay.plan import plan_replay
     from pal_slurm.simulate.shake import shaken
     from pal_slurm.simulate.traces import read_trace_file
 

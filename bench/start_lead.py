@@ -51,8 +51,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
 
-    from pal_slurm.replay.repeat import finite, save_result
-    from pal_slurm.replay.start_lead import allocation_times, lead_from_log
+    from pal_eval.replay.repeat import finite, save_result
+    from pal_eval.replay.start_lead import allocation_times, lead_from_log
 
     if not args.out.is_dir():
         print(f"bench/start_lead.py: error: {args.out}: no such directory", file=sys.stderr)

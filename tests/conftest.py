@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,9 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
 REPO = Path(__file__).resolve().parent.parent
+#: the folder of the evaluation harness, pal_eval: not in the product's wheel, so not installed; the
+#: tests import it from there (setup.cfg's [tool:pytest] pythonpath), a child process through harness_env
+BENCH = REPO / "bench"
 DATA = Path(__file__).resolve().parent / "data"
 #: a configuration whose job classes read the PAL artifact's benchmark names (tests of records named so)
 ARTIFACT_CONFIG = str(DATA / "pal-artifact.toml")
@@ -100,6 +103,16 @@ def sqlite_url(tmp_path: Path) -> str:
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
+
+
+def harness_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (this process's by default) with this checkout's pal_slurm and pal_eval first on
+    PYTHONPATH: a child process that runs a bench script or the harness runs the code under
+    test, never an installed copy (a bench script finds pal_eval beside itself, but pal_slurm
+    where Python finds it)."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), str(BENCH), env.get("PYTHONPATH"))))
+    return env
 
 
 def require_tool(name: str, package: str) -> str:

@@ -11,11 +11,10 @@ import functools
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO, harness_env
 
 #: (script, arguments for a tiny run)
 TINY = {
@@ -27,7 +26,7 @@ TINY = {
 @functools.cache  # one run per script and arguments for the whole module
 def bench(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(REPO / "bench" / f"{name}.py"), *TINY[name], *args],
-                          capture_output=True, text=True, check=False, timeout=120, cwd=REPO)
+                          capture_output=True, text=True, check=False, timeout=120, cwd=REPO, env=harness_env())
 
 
 @pytest.mark.parametrize("name", sorted(TINY))

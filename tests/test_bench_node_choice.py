@@ -8,13 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import harness_env
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "node_choice.py"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False,
-                          timeout=60)
+                          timeout=60, env=harness_env())
 
 
 def job(jid: str, start: float, end: float, placed: list[tuple[str, int]]) -> dict:

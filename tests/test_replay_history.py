@@ -1,6 +1,6 @@
 """The replay's runtime history without a cluster: an arm's finished jobs as an sacct export that
 the importer reads back, which earlier runs a pal+history arm learns from, and its prediction
-with the learned estimates (pal_slurm.replay.history, repeat, experiment.predict)."""
+with the learned estimates (pal_eval.replay.history, repeat, experiment.predict)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from pal_eval.replay.experiment import ArmSettings, predict
+from pal_eval.replay.fleet import name_fleet
+from pal_eval.replay.harness import ArmRun, Tracked
+from pal_eval.replay.history import arm_export, history_label
+from pal_eval.replay.plan import plan_replay
+from pal_eval.replay.repeat import earlier_runs, export_path, save_export
 from pal_slurm.db.engine import session_scope
-from pal_slurm.errors import PalError
 from pal_slurm.db.history_store import import_history, learned_runtimes_all
+from pal_slurm.errors import PalError
 from pal_slurm.jobs.runtimes import RuntimeRule
 from pal_slurm.jobs.sacct_history import read_history
 from pal_slurm.placement.variability import GpuVariability, cluster_from_gpus
-from pal_slurm.replay.experiment import ArmSettings, predict
-from pal_slurm.replay.fleet import name_fleet
-from pal_slurm.replay.harness import ArmRun, Tracked
-from pal_slurm.replay.history import arm_export, history_label
-from pal_slurm.replay.plan import plan_replay
-from pal_slurm.replay.repeat import earlier_runs, export_path, save_export
 from pal_slurm.simulate.estimates import RuntimeEstimate, parse_runtime_estimate
 from pal_slurm.simulate.traces import Trace, TraceJob
 
@@ -132,17 +132,18 @@ def test_pal_history_with_nothing_learned_predicts_exactly_the_pal_arm() -> None
 def test_the_replay_refuses_bad_input_before_any_cluster_starts(tmp_path: Path, args: list[str]) -> None:
     """A history file that does not parse (FILE:LINE) and a runtime cap that makes no sense are
     refused with exit 2 and one line, before a cluster starts (so this needs neither root nor Slurm)."""
-    import os
     import subprocess
     import sys
+
+    from conftest import harness_env
 
     bad = tmp_path / "bad.sacct"
     bad.write_text("JobID|JobName|User|Start|End|Elapsed|State\n"
                    "1|a|u|notatime|2026-11-30T07:00:00|00:01:00|COMPLETED\n")
     script = Path(__file__).resolve().parent.parent / "bench" / "replay.py"
-    env = dict(os.environ)
     res = subprocess.run([sys.executable, str(script), *[a.format(bad=bad) for a in args], "--jobs", "2",
-                          "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=120)
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, env=harness_env(),
+                         timeout=120)
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr
     want = f"{bad}:2: Start 'notatime'" if "--history" in args else "--cap-hours must be > 0"
@@ -219,7 +220,7 @@ def test_the_start_lead_is_read_from_job_records_and_from_slurmctld_logs() -> No
     id and time; a restarted cluster's reused id is told apart by the time."""
     from datetime import datetime
 
-    from pal_slurm.replay.start_lead import allocation_times, lead_from_log, start_lead
+    from pal_eval.replay.start_lead import allocation_times, lead_from_log, start_lead
 
     assert start_lead([{"start": 10.9, "slurm_start": 10.0}, {"start": 21.3, "slurm_start": 21.0},
                        {"start": 5.0}]) == pytest.approx(0.6)  # median of 0.9 and 0.3; the third has none
@@ -245,7 +246,7 @@ def test_a_calibration_run_gives_each_latency_and_the_start_lead() -> None:
     """`latencies_from` on a hand-made calibration: wave 1 starts 0.9 s after submission, wave 2
     1.4 s after its GPUs' wave-1 job ended (0.5 s of release, then 0.9 s of dispatch); every script started 0.6 s after the whole second
     Slurm reports as its StartTime, except one record without it (an older job script)."""
-    from pal_slurm.replay.experiment import calibration_plan, latencies_from
+    from pal_eval.replay.experiment import calibration_plan, latencies_from
 
     cal = calibration_plan(2, 4)
     run = ArmRun(arm="slurm", t0=T0)
@@ -271,7 +272,7 @@ def test_an_arm_is_predicted_as_the_mean_over_copies_with_jittered_arrivals() ->
     every arrival moved by up to the jitter; the figures are their mean, the band their range."""
     import statistics
 
-    from pal_slurm.replay.experiment import METRICS, predict_mean
+    from pal_eval.replay.experiment import METRICS, predict_mean
 
     var = [GpuVariability(perfvar={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"},
                           slowdown={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"}) for i in range(8)]
@@ -296,7 +297,7 @@ def test_a_stored_result_is_predicted_again_on_the_inputs_of_its_run(tmp_path: P
     runtimes learned again from the same exports; the measurement itself is kept."""
     from dataclasses import replace
 
-    from pal_slurm.replay.experiment import Latencies, configure_database, learned_estimates, predict_mean, \
+    from pal_eval.replay.experiment import Latencies, configure_database, learned_estimates, predict_mean, \
         repredicted, submitting_user
 
     var = [GpuVariability(perfvar={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"},

@@ -1,5 +1,5 @@
 """The replay's pure side: shapes, limits in Slurm's whole minutes, refusals, and the
-prediction each arm is compared with (pal_slurm.replay.plan / fleet / experiment.predict)."""
+prediction each arm is compared with (pal_eval.replay.plan / fleet / experiment.predict)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import math
 
 import pytest
 
+from pal_eval.replay.experiment import ArmSettings, predict
+from pal_eval.replay.fleet import inventory, job_factors, name_fleet, node_name
+from pal_eval.replay.harness import sbatch_argv
+from pal_eval.replay.plan import first_jobs, job_shape, limit_minutes, plan_replay
 from pal_slurm.errors import InputError
 from pal_slurm.placement.variability import GpuVariability, cluster_from_gpus
-from pal_slurm.replay.experiment import ArmSettings, predict
-from pal_slurm.replay.fleet import inventory, job_factors, name_fleet, node_name
-from pal_slurm.replay.harness import sbatch_argv
-from pal_slurm.replay.plan import first_jobs, job_shape, limit_minutes, plan_replay
 from pal_slurm.simulate.estimates import RuntimeEstimate, parse_runtime_estimate
 from pal_slurm.simulate.traces import Trace, TraceJob
 
@@ -139,7 +139,7 @@ def test_the_prediction_of_each_arm_uses_slurms_model_or_the_placers_policy_on_t
 
 
 def test_the_real_cluster_is_checked_against_the_widest_job():
-    from pal_slurm.replay.plan import check_cluster
+    from pal_eval.replay.plan import check_cluster
 
     plan = plan_replay(trace(job(0, 1, 0, 60), job(1, 8, 1, 60), job(2, 6, 2, 60)), seconds_per_hour=10,
                        estimate=RuntimeEstimate(), nodes=4, gpus_per_node=4)
@@ -152,7 +152,7 @@ def test_the_real_cluster_is_checked_against_the_widest_job():
 
 
 def test_capped_runtimes_cut_only_the_long_jobs_and_keep_shapes_and_arrivals():
-    from pal_slurm.replay.plan import capped_runtimes
+    from pal_eval.replay.plan import capped_runtimes
 
     t = trace(job(1, 8, 0.0, 3600.0), job(2, 16, 5.0, 40 * 3600.0), job(3, 1, 9.0, 8 * 3600.0))
     c = capped_runtimes(t, 8)
@@ -167,7 +167,7 @@ def test_capped_runtimes_cut_only_the_long_jobs_and_keep_shapes_and_arrivals():
 def test_start_misses_name_the_first_jobs_whose_real_start_left_the_prediction() -> None:
     """Job by job against the prediction, in trace hours (k = 10 real s per trace hour): only
     starts more than an hour off count, first by submission."""
-    from pal_slurm.replay.experiment import start_misses
+    from pal_eval.replay.experiment import start_misses
     from pal_slurm.simulate.metrics import JobOutcome, run_metrics
     from pal_slurm.simulate.result import SimResult
 

@@ -1,4 +1,4 @@
-"""Repetitions of the real replay (pal_slurm.replay.repeat) and its fleets (replay.fleet.draw_fleet):
+"""Repetitions of the real replay (pal_eval.replay.repeat) and its fleets (replay.fleet.draw_fleet):
 results stored per trace x repetition x arm and reused only with the same settings, failed
 repetitions left out of the mean, pal / slurm over the repetitions both arms completed."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from pal_eval.replay import repeat
+from pal_eval.replay.fleet import FLEETS, draw_fleet
 from pal_slurm.errors import InputError
-from pal_slurm.replay import repeat
-from pal_slurm.replay.fleet import FLEETS, draw_fleet
 from pal_slurm.simulate.artifact_draw import load_artifact_profiles
 
 from conftest import ARTIFACT_DIR  # noqa: E402 - the PAL artifact data, shipped in tests/data

@@ -7,6 +7,10 @@ CLI imports the CLI: everything else is reachable without click. Imports go one 
 imports one of a higher layer (LAYERS), and no chain of imports comes back to where it began,
 so every module can be read, tested and imported knowing only what lies below it.
 
+The evaluation harness (bench/pal_eval: the replay on a real cluster, the benchmarks' shared
+parts) is checked with the product: it lies in a layer above the command line, so it may import
+any of pal_slurm and nothing of pal_slurm may import it (the wheel ships pal_slurm alone).
+
 The modules are read with `ast`, never imported, so a violation is reported even when the
 import sits inside a function or under `if TYPE_CHECKING:`, and checking costs no imports.
 """
@@ -23,6 +27,10 @@ import pytest
 from conftest import REPO
 
 PACKAGE = REPO / "pal_slurm"
+#: the evaluation harness: a package beside the product, in no wheel (setup.cfg ships pal_slurm only)
+HARNESS = REPO / "bench" / "pal_eval"
+#: the folder each top-level package's module names start from
+ROOTS = {"pal_slurm": REPO, "pal_eval": HARNESS.parent}
 
 #: Modules that must stay pure, as paths under pal_slurm/ (a directory means every module in it).
 PURE = (
@@ -40,9 +48,6 @@ PURE = (
     "simulate/shake.py",
     "simulate/fleets.py",
     "simulate/drain.py",
-    "replay/plan.py",
-    "replay/fleet.py",
-    "replay/history.py",
     "placer/holds.py",
     "placer/cluster_view.py",
     "placer/shapes.py",
@@ -54,6 +59,14 @@ PURE = (
     "savings.py",
     "report/fairness.py",
     "numfmt.py",
+)
+
+#: The harness's pure modules, as paths under bench/pal_eval/: the replay's plan, its fleets and
+#: its sacct export (tested without a cluster, and the prediction's inputs).
+HARNESS_PURE = (
+    "replay/plan.py",
+    "replay/fleet.py",
+    "replay/history.py",
 )
 
 #: Imports a pure module may not reach, directly or through the pal_slurm modules it imports,
@@ -94,10 +107,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("storage", ("pal_slurm.db",)),
     # the use cases that touch the database: classify, import, import job history
     ("services", ("pal_slurm.services",)),
-    # the programs built on them: the placer, replay, the profiler, the agent, reports, the demo
-    ("programs", ("pal_slurm.placer", "pal_slurm.replay", "pal_slurm.profiler", "pal_slurm.agent",
-                  "pal_slurm.report", "pal_slurm.demo")),
+    # the programs built on them: the placer, the profiler, the agent, reports, the demo
+    ("programs", ("pal_slurm.placer", "pal_slurm.profiler", "pal_slurm.agent", "pal_slurm.report",
+                  "pal_slurm.demo")),
     ("command line", ("pal_slurm.cli", "pal_slurm.__main__")),
+    # the evaluation harness (bench/pal_eval, not in the wheel): the replay on a real cluster and
+    # the benchmarks' parts; it uses the product, the product never uses it
+    ("evaluation", ("pal_eval",)),
 )
 
 LAYER_RULE = (
@@ -117,13 +133,18 @@ CLI_IMPORTERS = {
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
+    root = ROOTS["pal_eval"] if path.is_relative_to(HARNESS) else REPO
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _module_path(name: str) -> Path | None:
-    """The file of a pal_slurm module, or None for anything else (a third-party module, a name)."""
-    base = REPO.joinpath(*name.split("."))
+    """The file of a pal_slurm or pal_eval module, or None for anything else (a third-party
+    module, a name)."""
+    root = ROOTS.get(name.split(".")[0])
+    if root is None:
+        return None
+    base = root.joinpath(*name.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate
@@ -162,11 +183,14 @@ def _parents(module: str) -> Iterator[str]:
         yield ".".join(parts[:i])
 
 
+def _pure_entries() -> list[Path]:
+    return [PACKAGE / entry for entry in PURE] + [HARNESS / entry for entry in HARNESS_PURE]
+
+
 def _pure_files() -> list[Path]:
     files: list[Path] = []
-    for entry in PURE:
-        path = PACKAGE / entry
-        files.extend(sorted(path.rglob("*.py")) if entry.endswith("/") else [path])
+    for path in _pure_entries():
+        files.extend(sorted(path.rglob("*.py")) if path.is_dir() else [path])
     return files
 
 
@@ -196,18 +220,18 @@ def _forbidden_reached(start: Path) -> Iterator[str]:
             if any(_matches(imported, prefix) for prefix in FORBIDDEN):
                 continue  # reported above; what the database layer imports is its own business
             for module in (imported, *_parents(imported)):
-                if module.startswith("pal_slurm") and module not in via and _module_path(module):
+                if module not in via and _module_path(module):
                     via[module] = current
                     queue.append(module)
 
 
 def test_pure_module_list_is_current() -> None:
     """A renamed or moved pure module must be renamed here too, or the rule silently stops."""
-    missing = [entry for entry in PURE if not (PACKAGE / entry).exists()]
-    assert not missing, f"listed as pure but not found under pal_slurm/: {missing}"
+    missing = [str(path.relative_to(REPO)) for path in _pure_entries() if not path.exists()]
+    assert not missing, f"listed as pure but not found: {missing}"
 
 
-@pytest.mark.parametrize("path", _pure_files(), ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.parametrize("path", _pure_files(), ids=lambda p: str(p.relative_to(REPO)))
 def test_pure_modules_import_no_database_cli_or_subprocess(path: Path) -> None:
     violations = sorted(set(_forbidden_reached(path)))
     assert not violations, "\n".join(violations) + f"\nrule: {PURE_RULE}"
@@ -224,18 +248,36 @@ def test_only_the_cli_imports_the_cli() -> None:
     assert not violations, "\n".join(violations) + f"\nrule: {CLI_RULE}"
 
 
+HARNESS_RULE = (
+    "the product never imports the evaluation harness (pal_eval) or the tests: the wheel ships "
+    "pal_slurm alone, and a site runs what it ships; move what the product needs into pal_slurm "
+    "(a pure package such as simulate/ or placement/), and let the harness import it from there"
+)
+
+
+def test_the_product_never_imports_the_harness_or_the_tests() -> None:
+    violations = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for line, imported in sorted(set(_imports(path))):
+            if any(_matches(imported, outside) for outside in ("pal_eval", "tests", "conftest")):
+                violations.append(f"{_module_name(path)} imports {imported} at line {line}")
+    assert not violations, "\n".join(violations) + f"\nrule: {HARNESS_RULE}"
+
+
 def _all_modules() -> dict[str, Path]:
-    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+    """The product's modules and the harness's."""
+    return {_module_name(path): path for path in sorted([*PACKAGE.rglob("*.py"), *HARNESS.rglob("*.py")])}
 
 
 def _import_graph() -> dict[str, dict[str, int]]:
-    """module -> {pal_slurm module it imports: first line}, at any depth (inside functions and
-    under TYPE_CHECKING too: such an import is still a dependency a reader has to follow)."""
+    """module -> {pal_slurm or pal_eval module it imports: first line}, at any depth (inside
+    functions and under TYPE_CHECKING too: such an import is still a dependency a reader has to
+    follow)."""
     graph: dict[str, dict[str, int]] = {}
     for name, path in _all_modules().items():
         edges: dict[str, int] = {}
         for line, imported in _imports(path):
-            if imported != name and imported.startswith("pal_slurm") and _module_path(imported):
+            if imported != name and _module_path(imported):
                 edges.setdefault(imported, line)
         graph[name] = edges
     return graph
@@ -261,8 +303,11 @@ def test_layer_list_is_current() -> None:
 
 def _package_of(module: str) -> str:
     """The top-level package a module belongs to: pal_slurm.placer.cycle -> pal_slurm.placer;
-    a module at the top is its own (pal_slurm.config); the root's small modules are pal_slurm's."""
+    a module at the top is its own (pal_slurm.config); the root's small modules are pal_slurm's;
+    the harness is one package (pal_eval.replay.plan -> pal_eval)."""
     parts = module.split(".")
+    if parts[0] != "pal_slurm":
+        return parts[0]
     top = ".".join(parts[:2])
     if len(parts) == 1 or _module_path(top) is None:
         return "pal_slurm"
@@ -276,7 +321,7 @@ def test_layers_name_whole_packages() -> None:
     named = {n for _, names in LAYERS for n in names}
     partial = sorted(n for n in named if n != "pal_slurm" and _package_of(n) != n)
     assert not partial, f"LAYERS names part of a package (name the package whole): {partial}"
-    folders = {f"pal_slurm.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py")}
+    folders = {f"pal_slurm.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py")} | {"pal_eval"}
     unnamed = sorted(folders - named)
     assert not unnamed, f"packages under pal_slurm/ in no layer of LAYERS: {unnamed}"
 

@@ -1,7 +1,7 @@
 """`pal placer` as a child process: its configuration file, the process, and the wait for its
 first heartbeat. For the code that runs a real placer beside a real cluster: `pal demo
---slurm`, the replay's pal arm (replay/experiment.py), the latency bench and the real-cluster
-tests.
+--slurm`, the replay's pal arm (bench/pal_eval/replay/experiment.py), the latency bench and
+the real-cluster tests.
 """
 
 from __future__ import annotations

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO, harness_env
+from pal_eval.replay.experiment import ArmSettings, ClusterHandle, configure_database, run_arms, submitting_user
+from pal_eval.replay.fleet import name_fleet
+from pal_eval.replay.harness import run_arm
+from pal_eval.replay.plan import plan_replay
 from pal_slurm.placement.variability import GpuVariability
-from pal_slurm.replay.experiment import ArmSettings, ClusterHandle, configure_database, run_arms, submitting_user
-from pal_slurm.replay.fleet import name_fleet
-from pal_slurm.replay.harness import run_arm
-from pal_slurm.replay.plan import plan_replay
 from pal_slurm.simulate.estimates import parse_runtime_estimate
 from pal_slurm.simulate.traces import Trace, TraceJob
 from tests.slurm.conftest import SlurmCluster
@@ -117,8 +118,8 @@ def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_fil
 
     # pal+history: the slurm arm's finished jobs as its sacct export, imported before the arm
     # with `pal jobs import-history`; the placer's estimates then come from it
-    from pal_slurm.replay.history import history_label
-    from pal_slurm.replay.repeat import save_export
+    from pal_eval.replay.history import history_label
+    from pal_eval.replay.repeat import save_export
 
     export = save_export(tmp_path / "slurm.json", reports[0].as_dict(), submitting_user())
     assert export is not None and len(export.read_text().splitlines()) == 21
@@ -133,7 +134,7 @@ def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_fil
                if p["outcome"] == "applied"]
     assert reasons and all("learned from sacct history" in r for r in reasons), reasons
     # a pal arm after it runs without: it removes the replay's histories first
-    from pal_slurm.replay.experiment import clear_history
+    from pal_eval.replay.experiment import clear_history
 
     assert clear_history(url) == 20 and clear_history(url) == 0
 
@@ -176,11 +177,11 @@ def test_ctrl_c_cancels_the_replays_jobs(slurm_cluster: SlurmCluster, tmp_path: 
         import signal
         import sys
         from pathlib import Path
-        from pal_slurm.replay.harness import run_arm, ReplayInterrupted
+        from pal_eval.replay.harness import run_arm, ReplayInterrupted
         # a terminal's Ctrl-C, even when the test run itself was started with SIGINT ignored
         # (in the background of a non-interactive shell, as CI may)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        from pal_slurm.replay.plan import plan_replay
+        from pal_eval.replay.plan import plan_replay
         from pal_slurm.simulate.estimates import parse_runtime_estimate
         from pal_slurm.simulate.traces import Trace, TraceJob
         nodes = {slurm_cluster.nodes!r}
@@ -196,9 +197,8 @@ def test_ctrl_c_cancels_the_replays_jobs(slurm_cluster: SlurmCluster, tmp_path: 
             print(exc)
             sys.exit(130)
         """), encoding="utf-8")
-    repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=repo,
-                            env={**os.environ, **slurm_cluster.env, "PYTHONPATH": str(repo)},
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO,
+                            env=harness_env({**os.environ, **slurm_cluster.env}),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     records = tmp_path / "w" / "logs"
     deadline = time.time() + 60

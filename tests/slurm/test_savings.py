@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from pal_eval.replay.experiment import configure_database
+from pal_eval.replay.fleet import name_fleet
+from pal_eval.replay.harness import job_script
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.placer.process import PlacerProcess, write_config
-from pal_slurm.replay.experiment import configure_database
-from pal_slurm.replay.fleet import name_fleet
 from tests.slurm.conftest import SlurmCluster
 
 pytestmark = pytest.mark.slurm
@@ -51,8 +52,7 @@ def test_observe_mode_accounts_the_tax_the_jobs_measured(slurm_cluster: SlurmClu
     records = tmp_path / "records"
     records.mkdir()
     script = tmp_path / "job.py"
-    script.write_text(f"#!{sys.executable}\nimport sys\nfrom pal_slurm.replay.job import run\n"
-                      "sys.exit(run(sys.argv[1:]))\n", encoding="utf-8")
+    script.write_text(job_script(sys.executable), encoding="utf-8")
     script.chmod(0o755)
     state = tmp_path / "filter-state"  # not the cluster's: an observing placer steers nothing
     config = write_config(tmp_path, url, state, mode="observe", interval=0.5)

@@ -12,7 +12,7 @@ minutes) that moves the pal+history arm's queue; the simulator models it with
 
 Two sources, the same quantity:
 - the job record's `slurm_start` (the job script reads its own StartTime from
-  `squeue --json`; pal_slurm.replay.job), and
+  `squeue --json`; pal_eval.replay.job), and
 - for runs recorded before the records carried it, slurmctld's log: its allocation
   messages (`sched: Allocate JobId=N ...` and the backfill's `Started JobId=N ...`, the same
   in Slurm 22.05 and 24.11) have millisecond times, whose whole second is StartTime.

@@ -1,7 +1,7 @@
-"""Running one arm of a replay on a real Slurm cluster (the I/O side of pal_slurm.replay).
+"""Running one arm of a replay on a real Slurm cluster (the I/O side of pal_eval.replay).
 
 The harness submits every job of a `ReplayPlan` with plain `sbatch` at its compressed
-arrival time, and watches them until each has written its record (pal_slurm.replay.job)
+arrival time, and watches them until each has written its record (pal_eval.replay.job)
 or is known to have failed. What it measures comes from the jobs themselves: the submit
 time is taken just before `sbatch`, start and end are the job script's own clock, on the
 same machine. Nothing is fabricated:
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pal_slurm.errors import PalError, SlurmError
-from pal_slurm.replay.plan import ReplayJob, ReplayPlan
+from pal_eval.replay.plan import ReplayJob, ReplayPlan
 from pal_slurm.simulate.metrics import JobOutcome, variability_gpu_s
 from pal_slurm.slurm import parse_json
 from pal_slurm.slurm.command import SQUEUE_ALL_JOBS_JSON, run_command
@@ -122,10 +122,19 @@ class ArmRun:
                           **({"failure": t.failure} if t.failure else {})} for t in self.jobs]}
 
 
+#: the folder that holds pal_eval (bench/): the job script imports the harness from there
+EVAL_ROOT = Path(__file__).resolve().parents[2]
+
+
 def job_script(python: str) -> str:
-    """The batch script every replayed job runs (arguments after the script name)."""
-    return (f"#!{python}\n# pal-slurm replay job: see pal_slurm/replay/job.py\n"
-            "import sys\nfrom pal_slurm.replay.job import run\nsys.exit(run(sys.argv[1:]))\n")
+    """The batch script every replayed job runs (arguments after the script name).
+
+    slurmd starts it in its own working directory with the submitter's environment, and
+    pal_eval is no installed package (it stays out of the product's wheel): the script names
+    the folder it is in. pal_slurm comes from `python`'s installation, as for the replay itself."""
+    return (f"#!{python}\n# pal-slurm replay job: see bench/pal_eval/replay/job.py\n"
+            f"import sys\nsys.path.insert(0, {str(EVAL_ROOT)!r})\n"
+            "from pal_eval.replay.job import run\nsys.exit(run(sys.argv[1:]))\n")
 
 
 def sbatch_argv(job: ReplayJob, *, script: Path, factors: Path, records: Path, logs: Path,

@@ -8,7 +8,7 @@ Arms:
   same database the jobs' factors come from; the filter holds GPU jobs at submit. No
   runtime history: its estimates are the time limits.
 - ``pal+history``: the same, with the database's runtime history seeded first from the
-  `sacct -P` exports of earlier runs (pal_slurm.replay.history), each imported with
+  `sacct -P` exports of earlier runs (pal_eval.replay.history), each imported with
   `pal jobs import-history`, so the placer's estimates are the runtimes it learns from them.
 
 The prediction of each arm is the event simulator on exactly the replay's inputs: the
@@ -39,9 +39,9 @@ from pal_slurm.jobs.runtimes import LEARNED_END_GRACE_S
 from pal_slurm.placement.model import DEFAULT_POLICY, Cluster, PlacementContext
 from pal_slurm.placement.base import unheld_classes
 from pal_slurm.placement.policies import get_policy
-from pal_slurm.replay.harness import ArmRun, run_arm
-from pal_slurm.replay.plan import ReplayPlan, check_cluster
-from pal_slurm.replay.start_lead import start_lead
+from pal_eval.replay.harness import ArmRun, run_arm
+from pal_eval.replay.plan import ReplayPlan, check_cluster
+from pal_eval.replay.start_lead import start_lead
 from pal_slurm.simulate.estimates import RuntimeEstimate
 from pal_slurm.simulate.event import EventOptions, busy_curve, simulate_events
 from pal_slurm.simulate.metrics import RunMetrics, run_metrics
@@ -411,7 +411,7 @@ def clear_history(db_url: str) -> int:
     """Remove every runtime history a replay imported (labels HISTORY_PREFIX...); how many jobs."""
     from pal_slurm.db.engine import make_engine, session_scope
     from pal_slurm.db.history_store import delete_history
-    from pal_slurm.replay.history import HISTORY_PREFIX
+    from pal_eval.replay.history import HISTORY_PREFIX
 
     engine = make_engine(db_url)
     try:
@@ -427,7 +427,7 @@ def seed_history(db_url: str, history: Sequence[tuple[str, Path]]) -> list[str]:
     import json
     import sys
 
-    from pal_slurm.replay.history import HISTORY_PREFIX
+    from pal_eval.replay.history import HISTORY_PREFIX
     from pal_slurm.slurm.command import run_command
 
     lines = []
@@ -510,7 +510,7 @@ def configure_database(db_url: str, gpus: Sequence[Any], *, note: str) -> tuple[
     from pal_slurm.db.engine import make_engine, session_scope
     from pal_slurm.db.variability_store import load_variability, save_variability
     from pal_slurm.placement.variability import cluster_from_gpus
-    from pal_slurm.replay.fleet import MODEL, job_factors
+    from pal_eval.replay.fleet import MODEL, job_factors
 
     engine = make_engine(db_url, create=True)
     try:
@@ -528,7 +528,7 @@ def calibration_plan(nodes: int, gpus_per_node: int, work_s: float = 8.0) -> Rep
     """Two waves of whole-node jobs (class D, no variability to speak of): the first, one
     job every 0.25 s, finds every GPU free (submit -> start); the second, submitted while
     the first runs, queues behind it (end -> next start)."""
-    from pal_slurm.replay.plan import plan_replay
+    from pal_eval.replay.plan import plan_replay
     from pal_slurm.simulate.traces import Trace, TraceJob
 
     jobs = tuple(TraceJob(job_id=f"cal{w}-{n}", num_gpus=gpus_per_node,

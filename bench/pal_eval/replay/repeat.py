@@ -47,11 +47,11 @@ def export_path(result: Path) -> Path:
 
 
 def save_export(result_file: Path, result: Mapping[str, Any], user: str) -> Path | None:
-    """Write the arm's finished jobs as an sacct export beside its result (pal_slurm.replay.history);
+    """Write the arm's finished jobs as an sacct export beside its result (pal_eval.replay.history);
     None, and nothing written, when the arm did not complete (its runtimes are not a run's) or
     it cannot be exported (a result without a start time and no file time to infer it from)."""
     from pal_slurm.errors import PalError
-    from pal_slurm.replay.history import arm_export
+    from pal_eval.replay.history import arm_export
 
     if not result.get("complete"):
         return None

@@ -18,7 +18,7 @@ from typing import Any
 
 from pal_slurm.errors import PalError
 from pal_slurm.jobs.sacct_history import ExportJob, write_export
-from pal_slurm.replay.plan import job_name
+from pal_eval.replay.plan import job_name
 
 __all__ = ["HISTORY_PREFIX", "arm_export", "export_jobs", "history_label"]
 

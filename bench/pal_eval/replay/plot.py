@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from pal_slurm.errors import PalError
-from pal_slurm.replay.experiment import ArmReport
-from pal_slurm.replay.plan import ReplayPlan
+from pal_eval.replay.experiment import ArmReport
+from pal_eval.replay.plan import ReplayPlan
 from pal_slurm.numfmt import mpl_text
 
 _COLOURS = {"slurm": "#1f77b4", "pal": "#d62728"}
