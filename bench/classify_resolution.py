@@ -56,7 +56,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from targets import Targets  # noqa: E402
+from pal_eval.targets import Targets  # noqa: E402
 
 METHODS = ("bic", "pal-k2", "shrink")
 POLICIES = ("pal", "pal-backfill")

@@ -13,29 +13,9 @@ slowest wall time (`pal simulate --help` for comparison: no target); exit status
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
-import time
-from pathlib import Path
 
-from targets import Targets
-
-REPO = Path(__file__).resolve().parent.parent
-TARGET_S = 0.3
-COMMANDS = (("pal --help", ["--help"]), ("pal simulate --help", ["simulate", "--help"]))
-
-
-def wall_times(args: list[str], runs: int) -> list[float]:
-    """`runs` wall times of `python -m pal_slurm ARGS` (the `pal` console script runs the same
-    code; the module form needs no installed script)."""
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pal_slurm", *args], cwd=REPO, check=True,
-                       stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - t0)
-    return times
+from pal_eval.cli_startup import TARGET_S, run
 
 
 def main() -> int:
@@ -45,16 +25,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be at least 1")
-    wall_times(["--help"], 1)  # warm the file cache and the bytecode, as a second run finds them
-    medians = {}
-    for name, argv in COMMANDS:
-        times = wall_times(argv, args.runs)
-        medians[name] = statistics.median(times)
-        print(f"{name:<22} median {medians[name]:.3f} s  (fastest {min(times):.3f}, slowest {max(times):.3f}; "
-              f"{args.runs} runs)")
-    targets = Targets()
-    targets.check("pal --help median", medians["pal --help"], "<", args.target_s, "s")
-    return targets.exit_status()
+    return run(args.runs, args.target_s)
 
 
 if __name__ == "__main__":

@@ -23,48 +23,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from vs_slurm import ARTIFACT, BASE, METRICS, Cell, fleet_cluster, matrix_cells, mean  # noqa: E402
-
-
-def scaled(cluster, scale: float):  # noqa: ANN001, ANN201 - Cluster in, Cluster out
-    """The same fleet with every GPU's PerfVar times `scale` (its factors, what a policy chooses
-    by, unchanged: only the run times move)."""
-    from dataclasses import replace
-
-    return replace(cluster, perfvar={k: tuple(v * scale for v in values) for k, values in cluster.perfvar.items()})
-
-
-def run_cell(cell: Cell, scales: tuple[float, ...], shakes: int) -> dict[float, dict[str, float]]:
-    """scale -> metric -> mean(faster) / mean(as is) over the shaken copies."""
-    from pal_slurm.placement.policies import get_policy
-    from pal_slurm.simulate.estimates import parse_runtime_estimate
-    from pal_slurm.simulate.event import EventOptions, simulate_events
-    from pal_slurm.simulate.shake import shaken
-    from pal_slurm.simulate.traces import read_trace_file
-
-    cluster = fleet_cluster(cell.fleet)
-    trace = read_trace_file(ARTIFACT / "traces/sia-philly" / f"workload-{cell.trace}.csv", max_gpus=64)
-    opts = EventOptions(locality_penalty=cell.lam, runtime_estimate=parse_runtime_estimate("uniform:1:5"))
-    copies = [shaken(trace, seed) for seed in range(1, shakes + 1)]
-
-    def means(c):  # noqa: ANN001, ANN202
-        ms = [simulate_events(t, c, get_policy(BASE), opts).metrics for t in copies]
-        return {k: mean([getattr(m, k) for m in ms]) for k in METRICS}
-
-    base = means(cluster)
-    out = {}
-    for s in scales:
-        fast = means(scaled(cluster, s))
-        out[s] = {k: fast[k] / base[k] for k in METRICS}
-    return out
+from pal_eval.faster_fleet import parse_scales, run
+from pal_eval.matrix import matrix_cells
 
 
 def main() -> int:
@@ -76,33 +37,7 @@ def main() -> int:
     ap.add_argument("--lambdas", default="1.0,1.7,3.0")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
-    cells = matrix_cells(args)
-    try:
-        scales = tuple(float(s) for s in args.scales.split(",") if s)
-    except ValueError as exc:
-        cells = f"--scales takes numbers: {exc}"
-    else:
-        if not scales or any(not 0 < s <= 1 for s in scales):
-            cells = "--scales must be numbers in (0, 1]"
-    if isinstance(cells, str):
-        print(f"faster_fleet: {cells}", file=sys.stderr)
-        return 2
-    fleets = list(dict.fromkeys(c.fleet for c in cells))
-    t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-        results = dict(zip(cells, pool.map(run_cell, cells, [scales] * len(cells), [args.shakes] * len(cells))))
-    print(f"{len(cells)} cells x {args.shakes} shaken copies x {len(scales) + 1} fleets in "
-          f"{time.perf_counter() - t0:.0f} s: {BASE} on the fleet with every PerfVar x scale, against itself "
-          f"on the fleet as it is (< 1 is better)")
-    print(f"{'fleet':<16}{'scale':>6}  {'cells > 1.02':>13}  {'worst cell (metric ratio)':<30}")
-    for f in fleets:
-        for s in scales:
-            ratios = [(q, f"w{c.trace} l{c.lam:g} {k.removesuffix('_s').replace('_jct', '')}")
-                      for c, r in results.items() if c.fleet == f for k, q in r[s].items()]
-            over = sum(q > 1.02 for q, _ in ratios)
-            worst = max(ratios)
-            print(f"{f:<16}{s:>6.2f}  {over:>5} of {len(ratios):<5}  {worst[1]} {worst[0]:.3f}")
-    return 0
+    return run(matrix_cells(args), parse_scales(args.scales), args.shakes, args.jobs)
 
 
 if __name__ == "__main__":

@@ -12,76 +12,21 @@ total is over the target.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from targets import Targets  # noqa: E402
-
-TARGET_S = 10.0
-
-FILES = {"resnet50": "resnet", "bert": "bert", "pagerank": "pagerank", "sgemm": "sgemm"}
+from pal_eval.import_speed import TARGET_S, run
+from pal_eval.paths import artifact_dir
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", help="database URL [default: a fresh SQLite file]")
-    ap.add_argument("--artifact", type=Path,
-                    default=Path(os.environ.get("PAL_ARTIFACT_DIR", REPO / "tests/data/pal-artifact")))
+    ap.add_argument("--artifact", type=Path, default=artifact_dir())
     ap.add_argument("--target-s", type=float, default=TARGET_S,
                     help=f"the target: the four CLI imports, seconds [{TARGET_S:g}]")
     args = ap.parse_args()
-    longhorn = args.artifact / "variability" / "longhorn"
-    if not longhorn.is_dir():
-        print(f"import_speed: no artifact data at {longhorn} (use --artifact DIR)", file=sys.stderr)
-        return 2
-
-    from pal_slurm.db import migrate
-    from pal_slurm.db.engine import make_engine, session_scope
-    from pal_slurm.db.measurement_store import import_records
-    from pal_slurm.ingest.artifact_csv import parse_file as parse_artifact_file
-
-    with tempfile.TemporaryDirectory() as tmp:
-        url = args.db or f"sqlite:///{tmp}/bench.db"
-        engine = make_engine(url)
-        migrate.upgrade(engine)
-        total_rows, t_parse, t_db = 0, 0.0, 0.0
-        for bench, stem in FILES.items():
-            path = longhorn / f"{stem}-longhorn-agg.csv"
-            t0 = time.perf_counter()
-            recs = parse_artifact_file(path, benchmark=bench, model="V100")
-            t1 = time.perf_counter()
-            with session_scope(engine) as s:
-                res = import_records(s, recs)
-            t2 = time.perf_counter()
-            total_rows += len(recs)
-            t_parse += t1 - t0
-            t_db += t2 - t1
-            print(f"{path.name:28s} {len(recs):6d} runs  parse {t1 - t0:6.2f} s  db {t2 - t1:6.2f} s  added {res.added}")
-        print(f"in-process total: {total_rows} runs in {t_parse + t_db:.2f} s "
-              f"(parse {t_parse:.2f} s, db {t_db:.2f} s) -> {total_rows / (t_parse + t_db):,.0f} runs/s")
-        engine.dispose()
-
-        url2 = args.db or f"sqlite:///{tmp}/bench-cli.db"
-        pal = [sys.executable, "-m", "pal_slurm", "--db", url2]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        subprocess.run([*pal, "db", "upgrade"], check=True, capture_output=True, env=env)
-        t0 = time.perf_counter()
-        for bench, stem in FILES.items():
-            subprocess.run([*pal, "profile", "import", "--input-format", "pal-artifact", "--benchmark", bench + "-cli",
-                            "--model", "V100", str(longhorn / f"{stem}-longhorn-agg.csv")],
-                           check=True, capture_output=True, env=env)
-        t_cli = time.perf_counter() - t0
-        print(f"CLI (4 x `pal profile import`, interpreter start-up included): {t_cli:.2f} s")
-    targets = Targets()
-    targets.check("4 x `pal profile import` (CLI)", t_cli, "<", args.target_s, "s", digits=2)
-    return targets.exit_status()
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ from pal_slurm.placer.process import wait_heartbeat
 from pal_slurm.placer.tag import RELEASED_UNCHANGED, Tag
 from pal_slurm.slurm.nodeinfo import parse_kv_line
 from tests.slurm.placer_support import PlacerProcess, make_db, write_config
-from targets import Targets
+from pal_eval.targets import Targets
 
 SCRIPT = REPO / "tests" / "services" / "slurm-cluster.sh"
 TARGET_S = 0.2

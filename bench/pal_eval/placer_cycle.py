@@ -1,0 +1,386 @@
+"""One placement-daemon cycle timed over a synthetic cluster (bench/placer_cycle.py): the state,
+the placer wired as `pal placer` wires it against the slurmctld stand-in, the timed cycles and
+what their figure leaves out."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import gc
+import io
+import json
+import os
+import pstats
+import random
+import statistics
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pal_eval.fakes import InMemorySlurm, Phases, StaticFactors
+from pal_eval.paths import REPO
+from pal_eval.targets import Targets
+from pal_slurm.config import PlacerConfig
+from pal_slurm.db.accounting_store import AccountingSink
+from pal_slurm.placement.model import DEFAULT_POLICY
+from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.placer import cluster_view, shapes
+from pal_slurm.placer import cycle as cycle_mod
+from pal_slurm.placer import daemon as daemon_mod
+from pal_slurm.placer.accounting import Accounting
+from pal_slurm.placer.audit import AuditSink
+from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.factors import Factors
+from pal_slurm.placer.tag import PLACED, Tag
+from pal_slurm.slurm import parse_json
+from pal_slurm.slurm.model import SlurmJob
+
+TARGET_S = 1.0
+DATA = REPO / "tests" / "data" / "slurm" / "22.05"
+MODEL = "h100"
+CLASSES = ("A", "B", "C", "D")
+LEVELS = {"A": (0.93, 1.0, 1.07, 1.21), "B": (0.97, 1.0, 1.03, 1.1), "C": (0.97, 1.0, 1.04, 1.12),
+          "D": (0.99, 1.0, 1.01, 1.02)}
+NOW = 1_800_000_000.0
+PHASES = ("read/parse", "publish", "identities", "view", "plan", "place", "account", "apply", "audit")
+
+#: one timed cycle: per clock (wall, cpu), per phase, seconds
+Row = dict[str, dict[str, float]]
+
+
+# ---------------------------------------------------------------------------- the state
+
+def _templates() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    squeue = json.loads((DATA / "squeue.json").read_text(encoding="utf-8"))
+    sinfo = json.loads((DATA / "sinfo.json").read_text(encoding="utf-8"))
+    running = next(j for j in squeue["jobs"] if j["job_state"] == "RUNNING")
+    pending = next(j for j in squeue["jobs"] if j["job_state"] == "PENDING")
+    return running, pending, sinfo["nodes"][0]
+
+
+def build_state(nodes: int, per_node: int, held: int, seed: int, scenario: str = "burst",
+                ) -> tuple[dict[str, Any], dict[str, Any], Factors]:
+    """(squeue doc, sinfo doc, factors) of the synthetic cluster, in the 22.05 JSON shape."""
+    rng = random.Random(seed)
+    run_t, pend_t, node_t = _templates()
+    squeue = json.loads((DATA / "squeue.json").read_text(encoding="utf-8"))
+    sinfo = json.loads((DATA / "sinfo.json").read_text(encoding="utf-8"))
+    names = [f"gn{i:04d}" for i in range(1, nodes + 1)]
+    jobs: list[dict[str, Any]] = []
+    node_docs: list[dict[str, Any]] = []
+    next_id = 100_000
+    free_slots: list[tuple[str, int]] = []
+    by_slot: dict[tuple[str, int], GpuVariability] = {}
+    cpus_per_gpu, mem_per_gpu = 8, 64_000
+    for name in names:
+        r = rng.random()
+        if scenario == "burst":  # 15 % idle, 35 % full, the rest partly busy: most held jobs fit
+            busy_n = 0 if r < 0.15 else per_node if r < 0.5 else rng.randint(1, per_node - 1)
+        else:  # steady: a full cluster, 3 % of the nodes with 1-3 GPUs free: few held jobs fit
+            busy_n = per_node - rng.randint(1, 3) if r < 0.03 else per_node
+        busy = sorted(rng.sample(range(per_node), busy_n))
+        # running jobs of 1-2 GPUs holding the busy slots
+        i = 0
+        while i < len(busy):
+            size = min(rng.choice((1, 1, 1, 2)), len(busy) - i)
+            minors = busy[i:i + size]
+            i += size
+            next_id += 1
+            typed = rng.random() < 0.7  # placed by pal earlier: typed per-slot request
+            job = copy.deepcopy(run_t)
+            job.update(job_id=next_id, name=f"train-{next_id}", nodes=name, batch_host=name, required_nodes=name if typed else "",
+                       job_state="RUNNING", priority=4_294_000_000 - next_id, submit_time=int(NOW - rng.uniform(600, 86400)),
+                       start_time=int(NOW - rng.uniform(1, 600)), cpus=cpus_per_gpu * size, node_count=1,
+                       time_limit=rng.choice((60, 240, 1440)), end_time=int(NOW + rng.uniform(60, 86400)),
+                       memory_per_node=mem_per_gpu * size, memory_per_cpu=None,
+                       tres_per_node=(",".join(f"gres:gpu:{MODEL}_g{m}:1" for m in minors) if typed
+                                      else f"gres:gpu:{size}"),
+                       gres_detail=[",".join(f"gpu:{MODEL}_g{m}:1(IDX:{m})" for m in minors)],
+                       admin_comment=Tag(head=PLACED, job_class=rng.choice(CLASSES),
+                                         was=(("tres_per_node", f"gres:gpu:{size}"),),
+                                         intent=",".join(f"gres:gpu:{MODEL}_g{m}:1" for m in minors), nodes=name,
+                                         gpus=f"{name}:{','.join(map(str, minors))}", sf="1.000", policy=DEFAULT_POLICY,
+                                         version=3, at=int(NOW - 900)).render() if typed else "")
+            jobs.append(job)
+        node = copy.deepcopy(node_t)
+        node.update(name=name, hostname=name, address=name, cpus=128, real_memory=2_000_000,
+                    features=MODEL, active_features=MODEL, partitions=["gpu"],
+                    state="mixed" if 0 < busy_n < per_node else ("allocated" if busy_n else "idle"),
+                    alloc_cpus=cpus_per_gpu * busy_n, idle_cpus=128 - cpus_per_gpu * busy_n,
+                    alloc_memory=mem_per_gpu * busy_n,
+                    gres=",".join(f"gpu:{MODEL}_g{m}:1" for m in range(per_node)),
+                    gres_used=",".join(f"gpu:{MODEL}_g{m}:1(IDX:{m})" if m in busy else f"gpu:{MODEL}_g{m}:0(IDX:N/A)"
+                                       for m in range(per_node)))
+        node_docs.append(node)
+        free_slots += [(name, m) for m in range(per_node) if m not in busy]
+        for m in range(per_node):
+            lv = rng.randrange(4)
+            # each class has its own level for the GPU (a GPU slow for A need not be slow for
+            # D); within a class the slowdown factor is the binned PerfVar, as classification makes it
+            levels = {c: (lv + k) % 4 for k, c in enumerate(CLASSES)}
+            by_slot[(name, m)] = GpuVariability(
+                perfvar={c: LEVELS[c][levels[c]] * rng.uniform(0.99, 1.01) for c in CLASSES},
+                slowdown={c: LEVELS[c][levels[c]] for c in CLASSES},
+                uuid=f"GPU-{name}-{m}", node=name)
+    # placed by an earlier cycle, released, not started yet: their slots are promised
+    rng.shuffle(free_slots)
+    for name, m in free_slots[:20]:
+        next_id += 1
+        job = copy.deepcopy(pend_t)
+        job.update(job_id=next_id, name=f"placed-{next_id}", priority=4_294_000_000 - next_id,
+                   submit_time=int(NOW - 30), tres_per_node=f"gres:gpu:{MODEL}_g{m}:1", required_nodes=name,
+                   admin_comment=Tag(head=PLACED, job_class="B", was=(("tres_per_node", "gres:gpu:1"),),
+                                     intent=f"gres:gpu:{MODEL}_g{m}:1", nodes=name, gpus=f"{name}:{m}", sf="1.000",
+                                     policy=DEFAULT_POLICY, version=3, at=int(NOW - 5)).render())
+        jobs.append(job)
+    # the held jobs
+    for k in range(held):
+        next_id += 1
+        job = copy.deepcopy(pend_t)
+        cls = rng.choice(CLASSES)
+        gpus = rng.choice((1, 1, 1, 1, 2, 2, 2, 3, 4, 4, 8))
+        nodes_n, per_job, by_task = 1, rng.random() < 0.25, False
+        r = rng.random()
+        if r < 0.02:
+            nodes_n, gpus, per_job = 2, rng.choice((4, 8)), False
+        elif r < 0.025:
+            by_task = True
+        job.update(job_id=next_id, name=f"job-{next_id}", user_name=f"user{k % 37}", job_state="PENDING",
+                   priority=4_000_000_000 - next_id, state_reason="BeginTime", eligible_time=int(NOW + 60),
+                   time_limit=rng.choice((30, 60, 240, 1440, None)),
+                   submit_time=int(NOW - 300 + k * 0.25),
+                   admin_comment=f"pal:held class={cls} src=spank", node_count=nodes_n,
+                   cpus=cpus_per_gpu * gpus * nodes_n, minimum_cpus_per_node=cpus_per_gpu * gpus,
+                   memory_per_node=None, memory_per_cpu=4000,
+                   tres_per_node="" if per_job or by_task else f"gres:gpu:{gpus}",
+                   tres_per_job=f"gres:gpu:{gpus}" if per_job and not by_task else "",
+                   tres_per_task="gres:gpu:1" if by_task else "",
+                   required_nodes=rng.choice(names) if r > 0.995 else "")
+        jobs.append(job)
+    squeue["jobs"] = jobs
+    sinfo["nodes"] = node_docs
+    return squeue, sinfo, Factors(by_slot=by_slot, version=3, loaded_at=NOW)
+
+
+
+def database(tmp: Path, use_db: bool) -> tuple[AuditSink, Callable[[Sequence[SlurmJob]], None] | None]:
+    """The audit sink and the job-identity recorder as `pal placer` wires them (placer/service.py),
+    on a fresh SQLite database; none of either with --no-audit-db."""
+    if not use_db:
+        return AuditSink(None), None
+    from pal_slurm.db.engine import make_engine, session_scope
+    from pal_slurm.db.migrate import upgrade
+    from pal_slurm.db.sensitivity_store import record_identities
+
+    engine = make_engine(f"sqlite:///{tmp / 'pal.db'}")
+    upgrade(engine)
+
+    def identities(jobs: Sequence[SlurmJob]) -> None:
+        with session_scope(engine) as session:
+            record_identities(session, [(j.job_id, j.user, j.name, j.command) for j in jobs])
+
+    return AuditSink(lambda: engine), identities
+
+
+
+def split(d: dict[str, float]) -> dict[str, float]:
+    """One cycle's phases; `apply` is what the named phases and the stand-in leave of the cycle."""
+    out = {p: d[p] for p in PHASES if p != "apply"}
+    out["apply"] = d["cycle"] - sum(out.values()) - d["stand-in"]
+    out["ours"] = d["cycle"] - d["stand-in"]
+    out["stand-in"] = d["stand-in"]
+    out["total"] = d["cycle"]
+    return out
+
+
+
+def run(args: argparse.Namespace) -> int:
+    """args: bench/placer_cycle.py's options."""
+    backend, factors, squeue_text = synthetic_slurm(args)
+    n_jobs = len(backend.doc["jobs"])
+    gc.collect()
+    gc.freeze()
+    parse_alone(squeue_text, n_jobs)
+    del squeue_text
+    with tempfile.TemporaryDirectory(prefix="pal-bench-") as tmpdir:
+        placer, audit = wired_placer(args, backend, factors, Path(tmpdir))
+        with timed_steps(backend.phases, placer, audit):
+            rows, calls = timed_cycles(args, placer, backend)
+    print(f"{args.cycles} cycles, scenario {args.scenario}, policy {args.policy}, audit {'in memory' if args.no_audit_db else 'SQLite'}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    wall_med = print_phases(rows)
+    left_out(calls)
+    targets = Targets()
+    targets.check("our code's median cycle (wall)", wall_med, "<", args.target_s, "s")
+    return targets.exit_status()
+
+
+def synthetic_slurm(args: argparse.Namespace) -> tuple[InMemorySlurm, Factors, str]:
+    """The stand-in over the synthetic state, its factors, and its squeue document as squeue
+    prints it (the documents themselves are not kept: the stand-in holds its own copy)."""
+    t0 = time.perf_counter()
+    squeue, sinfo, factors = build_state(args.nodes, args.per_node, args.held, args.seed, args.scenario)
+    squeue_text = json.dumps(squeue)
+    held_n = sum(1 for j in squeue["jobs"] if (j.get("admin_comment") or "").startswith("pal:held"))
+    running_n = sum(1 for j in squeue["jobs"] if j["job_state"] == "RUNNING")
+    print(f"state: {args.nodes * args.per_node} GPUs on {args.nodes} nodes, {len(squeue['jobs'])} jobs in squeue "
+          f"({held_n} held, {running_n} running), squeue --json {len(squeue_text) / 1e6:.1f} MB, sinfo --json "
+          f"{len(json.dumps(sinfo)) / 1e6:.1f} MB; built in {time.perf_counter() - t0:.1f} s")
+    return InMemorySlurm(squeue, sinfo, Phases(), now=NOW), factors, squeue_text
+
+
+def parse_alone(squeue_text: str, n_jobs: int) -> None:
+    """parse_json alone on the squeue document, five times: json.loads and jobs_from_doc apart."""
+    times, parse_times = [], []
+    for _ in range(5):
+        t = time.perf_counter()
+        doc = parse_json.load(squeue_text, "squeue --json")
+        t1 = time.perf_counter()
+        parse_json.iter_unique(parse_json.jobs_from_doc(doc))
+        times.append(time.perf_counter() - t)
+        parse_times.append(time.perf_counter() - t1)
+        del doc
+    print(f"parse_json alone, squeue --json of {n_jobs} jobs: median {1000 * statistics.median(times):.0f} ms "
+          f"(json.loads {1000 * (statistics.median(times) - statistics.median(parse_times)):.0f} ms + "
+          f"jobs_from_doc {1000 * statistics.median(parse_times):.0f} ms)")
+
+
+def wired_placer(args: argparse.Namespace, backend: InMemorySlurm, factors: Factors, tmp: Path,
+                 ) -> tuple[Placer, AuditSink]:
+    """The real Placer in enforce mode, with the audit, the job identities and the accounting
+    ledger as `pal placer` wires them (each timed as its phase), the collector tuned as at start."""
+    phases = backend.phases
+    cfg = PlacerConfig(mode="enforce", policy=args.policy, state_file=str(tmp / "filter-state"))
+    audit, identities = database(tmp, not args.no_audit_db)
+    accounting = Accounting(AccountingSink(None), cfg.mode)
+    accounting.cycle = phases.wrap("account", accounting.cycle)  # type: ignore[method-assign]
+    accounting.placed = phases.wrap("account", accounting.placed)  # type: ignore[method-assign]
+    placer = Placer(backend, cfg, StaticFactors(factors), audit, classes=CLASSES,  # type: ignore[arg-type]
+                    identities=phases.wrap("identities", identities) if identities else None, clock=lambda: NOW,
+                    accounting=accounting)
+    daemon_mod.tune_gc()  # as `pal placer` does at start
+    return placer, audit
+
+
+@contextmanager
+def timed_steps(phases: Phases, placer: Placer, audit: AuditSink) -> Iterator[None]:
+    """The daemon's own steps timed where they are called, restored afterwards."""
+    saved = (cluster_view.build_view, shapes.plan_requests, cycle_mod.decide)
+    cluster_view.build_view = phases.wrap("view", cluster_view.build_view)  # type: ignore[assignment]
+    shapes.plan_requests = phases.wrap("plan", shapes.plan_requests)  # type: ignore[assignment]
+    # the decision step as the place stage calls it (a policy is a frozen value: its own
+    # `place` cannot be wrapped; ordering and windowing the queue are counted with it)
+    cycle_mod.decide = phases.wrap("place", cycle_mod.decide)  # type: ignore[assignment]
+    placer.publish = phases.wrap("publish", placer.publish)  # type: ignore[method-assign]
+    audit.flush = phases.wrap("audit", audit.flush)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cluster_view.build_view, shapes.plan_requests, cycle_mod.decide = saved  # type: ignore[assignment]
+
+
+def timed_cycles(args: argparse.Namespace, placer: Placer, backend: InMemorySlurm,
+                 ) -> tuple[list[Row], list[tuple[Counter[str], int]]]:
+    """--cycles cycles from the same state, after one that warms up (imports, the first publish):
+    each one's phases, and the Slurm calls it made with the jobs it placed; --profile: one more,
+    under cProfile."""
+    phases = backend.phases
+    # burst: the held jobs have just arrived, their identities are new (the daemon records
+    # up to 500 a cycle); steady: every job was seen in an earlier cycle
+    seen_before = {str(j["job_id"]) for j in backend.doc["jobs"] if not (j.get("admin_comment") or "").startswith("pal:held") or args.scenario == "steady"}
+    rows: list[Row] = []
+    calls: list[tuple[Counter[str], int]] = []  # per timed cycle: the Slurm calls made, jobs placed
+    for c in range(args.cycles + 1):  # cycle 0 warms up (imports, first publish)
+        backend.reset()
+        placer.seen.identified = set(seen_before)
+        # the stand-in's documents (a million Python objects the real daemon does not
+        # hold) would otherwise make every full garbage collection in the cycle slower
+        gc.collect()
+        gc.freeze()
+        phases.clear()
+        with phases.span("cycle"):
+            rep = placer.cycle()
+        row = {"wall": split(phases.wall), "cpu": split(phases.cpu)}
+        if c == 0:
+            print(f"cycle report: held={rep.held} placed={len(rep.placed)} released_unchanged="
+                  f"{len(rep.released)} failed={len(rep.failed)} waiting={len(rep.waiting)} "
+                  f"(of which on purpose, for better GPUs: {len(rep.waits)})")
+            if rep.failed:
+                print(f"FAILED verification: {rep.failed[:10]}")
+        else:
+            rows.append(row)
+            calls.append((backend.calls, len(rep.placed)))
+    if args.profile:
+        profiled_cycle(placer, backend)
+    return rows, calls
+
+
+def profiled_cycle(placer: Placer, backend: InMemorySlurm) -> None:
+    backend.reset()
+    gc.collect()
+    gc.freeze()
+    prof = cProfile.Profile()
+    prof.enable()
+    placer.cycle()
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(35)
+    print(buf.getvalue())
+
+
+def print_phases(rows: list[Row]) -> float:
+    """Each phase's fastest, median and slowest cycle, wall and CPU; our code's median wall time."""
+    print(f"{'phase (ms)':<30}{'wall min':>9}{'median':>8}{'max':>7}{'CPU min':>9}{'median':>8}{'max':>7}")
+    for p in (*PHASES, "ours", "stand-in", "total"):
+        label = {"ours": "cycle, our code", "stand-in": "slurmctld stand-in (excluded)",
+                 "total": "cycle incl. stand-in"}.get(p, "  " + p)
+        wall, cpu = [r["wall"][p] for r in rows], [r["cpu"][p] for r in rows]
+        print(f"{label:<30}{1000 * min(wall):>9.0f}{1000 * statistics.median(wall):>8.0f}{1000 * max(wall):>7.0f}"
+              f"{1000 * min(cpu):>9.0f}{1000 * statistics.median(cpu):>8.0f}{1000 * max(cpu):>7.0f}")
+    wall_med = statistics.median(r["wall"]["ours"] for r in rows)
+    cpu_med = statistics.median(r["cpu"]["ours"] for r in rows)
+    print(f"our code: median {wall_med:.3f} s wall ({cpu_med:.3f} s CPU), slowest "
+          f"{max(r['wall']['ours'] for r in rows):.3f} s wall; the slurmctld stand-in's time is not in it")
+    return wall_med
+
+
+def spawn_floor_s(runs: int = 21) -> float:
+    """What starting one process costs this process here (`true`, nothing run in it): the least
+    each Slurm command of the cli backend costs, before scontrol's own start-up and slurmctld."""
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(["true"], check=False)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def left_out(calls: Sequence[tuple[Counter[str], int]]) -> None:
+    """The Slurm calls the placer made per timed cycle, by the command the cli backend runs for
+    each: not counted in the figure compared with the target."""
+    writes = ("scontrol update", "scontrol release", "scontrol hold")
+    kinds = sorted({k for c, _n in calls for k in c}, key=lambda k: (k.startswith(writes), k))  # reads first
+    totals = [sum(c.values()) for c, _n in calls]
+    placed = [n for _c, n in calls]
+
+    def span(xs: Sequence[int]) -> str:
+        return f"{min(xs)}" if min(xs) == max(xs) else f"{min(xs)}-{max(xs)}"
+
+    print(f"NOT counted above: the Slurm commands the placer issued, {span(totals)} per cycle for "
+          f"{span(placed)} placed jobs (cli backend: one process and one slurmctld RPC each, one after the other):")
+    for k in kinds:
+        print(f"  {span([c[k] for c, _n in calls]):>9}  {k}")
+    floor = spawn_floor_s()
+    med = statistics.median(totals)
+    per_job = f", {med / statistics.median(placed):.1f} per placed job" if statistics.median(placed) else ""
+    print(f"  their cost is Slurm's and not modelled here{per_job}; at least {med:.0f} x {1000 * floor:.1f} ms "
+          f"(starting one process on this machine, nothing run in it) = {med * floor:.2f} s more per cycle with "
+          f"the cli backend, before scontrol's own start-up and slurmctld's work (bench/placer_latency.py "
+          f"measures them on the test cluster)")
+
