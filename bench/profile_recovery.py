@@ -30,6 +30,7 @@ import sys
 
 from pal_eval.profile_recovery import run
 
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2")

@@ -21,8 +21,17 @@ from pal_slurm.simulate.fleets import PerGpuVariability, parametric_from_spec
 MODEL = "Tesla V100-SXM2-16GB"  # the Longhorn profiles' GPU; any model would do
 
 
+#: the replay clusters' node names start so: pal-r01, pal-r02, ...
+PREFIX = "pal-r"
+
+
 def node_name(prefix: str, index: int, nodes: int) -> str:
     return f"{prefix}{index + 1:0{max(2, len(str(nodes)))}d}"
+
+
+def node_names(nodes: int, prefix: str = PREFIX) -> list[str]:
+    """Every node's name, in Slurm's order."""
+    return [node_name(prefix, i, nodes) for i in range(nodes)]
 
 
 def name_fleet(var: Sequence[GpuVariability], node_names: Sequence[str], gpus_per_node: int) -> list[GpuVariability]:
