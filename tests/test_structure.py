@@ -397,6 +397,39 @@ def test_the_circle_check_finds_one() -> None:
     assert _circle({"a": {"b": 1, "c": 1}, "b": {"d": 1}, "c": {"d": 1}, "d": {}}) is None
 
 
+# -- bench/*.py are entry points ---------------------------------------------------------------------
+
+#: How long a function of a bench script may be: parsing its arguments and one call to pal_eval.
+BENCH_FUNCTION_LINES = 60
+BENCH_RULE = (
+    "a bench script parses its arguments and calls pal_eval (bench/pal_eval): no sys.path edits (python "
+    "bench/X.py has bench/ on its path; pal_slurm is installed, or on PYTHONPATH), no imports of another bench "
+    "script, and what it does lives in pal_eval as named steps (docs/architecture.md, 'The evaluation harness')"
+)
+
+
+def test_bench_scripts_are_entry_points() -> None:
+    """bench/gpu/check.py is not one of them: it runs on GPU nodes from a bare checkout, where
+    pal_slurm is not installed, and finds the profiler's core by its path."""
+    scripts = sorted((REPO / "bench").glob("*.py"))
+    names = {p.stem for p in scripts}
+    violations = []
+    for path in scripts:
+        rel = path.relative_to(REPO).as_posix()
+        tree = ast.parse(path.read_text(), filename=rel)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
+                violations.append(f"{rel}:{node.lineno} edits sys.path")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if lines > BENCH_FUNCTION_LINES:
+                    violations.append(f"{rel}:{node.lineno} {node.name}() is {lines} lines")
+        for line, imported in _imports(path):
+            if imported.split(".")[0] in names:
+                violations.append(f"{rel}:{line} imports another bench script ({imported})")
+    assert not violations, "\n".join(violations) + f"\nrule: {BENCH_RULE}"
+
+
 # -- the repository root holds what the layout names ------------------------------------------------
 
 #: The repository root's files and folders (README.md, "Layout"); anything else there is a stray.

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import psutil
 
-
 from pal_eval.targets import Targets
 
 TARGET_PCT = 1.0

@@ -47,7 +47,6 @@ class Phases:
         return timed
 
 
-
 _FIELDS = {"TresPerNode": "tres_per_node", "TresPerJob": "tres_per_job", "NodeList": "required_nodes",
            "AdminComment": "admin_comment"}
 

@@ -168,7 +168,6 @@ def build_state(nodes: int, per_node: int, held: int, seed: int, scenario: str =
     return squeue, sinfo, Factors(by_slot=by_slot, version=3, loaded_at=NOW)
 
 
-
 def database(tmp: Path, use_db: bool) -> tuple[AuditSink, Callable[[Sequence[SlurmJob]], None] | None]:
     """The audit sink and the job-identity recorder as `pal placer` wires them (placer/service.py),
     on a fresh SQLite database; none of either with --no-audit-db."""
@@ -188,7 +187,6 @@ def database(tmp: Path, use_db: bool) -> tuple[AuditSink, Callable[[Sequence[Slu
     return AuditSink(lambda: engine), identities
 
 
-
 def split(d: dict[str, float]) -> dict[str, float]:
     """One cycle's phases; `apply` is what the named phases and the stand-in leave of the cycle."""
     out = {p: d[p] for p in PHASES if p != "apply"}
@@ -197,7 +195,6 @@ def split(d: dict[str, float]) -> dict[str, float]:
     out["stand-in"] = d["stand-in"]
     out["total"] = d["cycle"]
     return out
-
 
 
 def run(args: argparse.Namespace) -> int:

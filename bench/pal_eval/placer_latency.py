@@ -55,7 +55,6 @@ class Run:
         return sorted(self.started[j] - t for j, t in self.submitted.items() if j in self.started)
 
 
-
 class Cluster:
     """The test cluster of PAL_TEST_SLURM_DIR (started if it is not running)."""
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 from pal_eval.paths import REPO
 from pal_eval.targets import Targets
 

@@ -48,6 +48,7 @@ from pal_slurm.simulate.metrics import RunMetrics, run_metrics
 from pal_slurm.simulate.shake import shaken
 from pal_slurm.simulate.result import SimResult
 
+
 class Arm(StrEnum):
     """One way of running the replayed trace on the cluster: plain Slurm, the placer with
     runtimes from time limits, or the placer with runtimes learned from earlier runs' sacct
