@@ -106,7 +106,7 @@ sql: venv
 	for d in postgresql mysql; do $(PAL) db roles --dialect $$d > sql/roles-$$d.sql; done
 
 # Each benchmark prints a "target met" or "TARGET MISSED" line per target and exits 1 when one is
-# missed (bench/targets.py). All of them run; `make bench` then fails naming every one that missed
+# missed (bench/pal_eval/targets.py). All of them run; `make bench` then fails naming every one that missed
 # a target or failed. bench/placer_latency.py runs last, on the Slurm test cluster (root).
 BENCHES := cli_startup import_speed placement_speed fidelity lambda_sweep sim_speed agent_overhead \
            profile_recovery placer_cycle history_refresh

@@ -3,7 +3,7 @@ figure against an impossible target, exit status 0 and "target met" against a ge
 
 Two quick ones at a tiny size (bench/placement_speed.py: the placer's decision for a cycle;
 bench/placer_cycle.py: one placer cycle, which also says what it leaves out); every bench with
-a target goes through bench/targets.py the same way."""
+a target goes through bench/pal_eval/targets.py the same way."""
 
 from __future__ import annotations
 
