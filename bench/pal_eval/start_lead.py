@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +13,20 @@ from pal_eval.replay.repeat import finite, save_result
 from pal_eval.replay.start_lead import allocation_times, lead_from_log
 
 
-def _records(directory: Path) -> list[dict]:
-    out = []
-    for f in sorted(directory.glob("*.json")):
+def _json_docs(paths: Iterable[Path]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each file that holds a JSON object, with it; the others passed over."""
+    for path in paths:
         try:
-            doc = json.loads(f.read_text(encoding="utf-8"))
+            doc = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(doc, dict) and "error" not in doc:
-            out.append(doc)
-    return out
+        if isinstance(doc, dict):
+            yield path, doc
+
+
+def _records(directory: Path) -> list[dict]:
+    """The job records of a run's record directory, those of jobs that failed left out."""
+    return [doc for _path, doc in _json_docs(sorted(directory.glob("*.json"))) if "error" not in doc]
 
 
 def run(out: Path, logs: list[Path], arm: str | None, write: bool, as_json: bool) -> int:
@@ -35,12 +40,8 @@ def run(out: Path, logs: list[Path], arm: str | None, write: bool, as_json: bool
         print(f"bench/start_lead.py: error: {allocs}", file=sys.stderr)
         return 2
     rows = []
-    for path in sorted(out.glob("**/rep*-seed*/*.json")):
-        try:
-            result = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if not isinstance(result, dict) or "arm" not in result or arm not in (None, result["arm"]):
+    for path, result in _json_docs(sorted(out.glob("**/rep*-seed*/*.json"))):
+        if "arm" not in result or arm not in (None, result["arm"]):
             continue
         rows.append(result_lead(path, result, allocs, logs if write else None))
     if as_json:
