@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from pal_eval.paths import longhorn
 from pal_eval.targets import Targets
 
 METHODS = ("bic", "pal-k2", "shrink")
@@ -231,7 +232,7 @@ def fleet_records(fleet: str, artifact_dir: Path, tmp: Path) -> tuple[list[Any],
         records, truth = synthetic_fleet()
         return records, truth, 3
     if fleet == "longhorn":
-        src = artifact_dir / "variability" / "longhorn"
+        src = longhorn(artifact_dir)
         if not src.is_dir():
             print(f"{fleet}: no data at {src} (set PAL_ARTIFACT_DIR)")
             return None

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from pal_eval.paths import REPO
+from pal_eval.paths import REPO, longhorn
 from pal_eval.targets import Targets
 
 TARGET_S = 10.0
@@ -19,9 +19,9 @@ FILES = {"resnet50": "resnet", "bert": "bert", "pagerank": "pagerank", "sgemm": 
 
 def run(args: argparse.Namespace) -> int:
     """args: bench/import_speed.py's options."""
-    longhorn = args.artifact / "variability" / "longhorn"
-    if not longhorn.is_dir():
-        print(f"import_speed: no artifact data at {longhorn} (use --artifact DIR)", file=sys.stderr)
+    profiles = longhorn(args.artifact)
+    if not profiles.is_dir():
+        print(f"import_speed: no artifact data at {profiles} (use --artifact DIR)", file=sys.stderr)
         return 2
 
     from pal_slurm.db import migrate
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         migrate.upgrade(engine)
         total_rows, t_parse, t_db = 0, 0.0, 0.0
         for bench, stem in FILES.items():
-            path = longhorn / f"{stem}-longhorn-agg.csv"
+            path = profiles / f"{stem}-longhorn-agg.csv"
             t0 = time.perf_counter()
             recs = parse_artifact_file(path, benchmark=bench, model="V100")
             t1 = time.perf_counter()
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         for bench, stem in FILES.items():
             subprocess.run([*pal, "profile", "import", "--input-format", "pal-artifact", "--benchmark", bench + "-cli",
-                            "--model", "V100", str(longhorn / f"{stem}-longhorn-agg.csv")],
+                            "--model", "V100", str(profiles / f"{stem}-longhorn-agg.csv")],
                            check=True, capture_output=True, env=env)
         t_cli = time.perf_counter() - t0
         print(f"CLI (4 x `pal profile import`, interpreter start-up included): {t_cli:.2f} s")
