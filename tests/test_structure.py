@@ -35,6 +35,7 @@ PURE = (
     "ingest/artifact_csv.py",
     "ingest/jsonl.py",
     "simulate/event.py",
+    "simulate/running.py",
     "simulate/round.py",
     "simulate/metrics.py",
     "simulate/estimates.py",
