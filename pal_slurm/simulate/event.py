@@ -213,7 +213,7 @@ def view(run: Run, s: State) -> bool:
 def arrivals(run: Run, s: State) -> bool:
     opts, estimate = run.options, run.options.runtime_estimate
     s.passes.arrived = False
-    while s.seen < len(run.jobs) and run.options.seen_at(run.jobs[s.seen]) <= s.now:
+    while s.seen < len(run.jobs) and opts.seen_at(run.jobs[s.seen]) <= s.now:
         j = run.jobs[s.seen]
         per_node = j.gpus_per_node
         if per_node is None and opts.shapes == "slurm":
@@ -242,7 +242,7 @@ def decide(run: Run, s: State) -> bool:
         return False  # nothing a pass could change: same free GPUs, same head of line
     if p.backfill:
         p.next_backfill, p.backfill_dirty = s.now + run.options.backfill_interval_s, False
-    snap = Snapshot(cluster=run.cluster, free=frozenset(s.free), running=s.running.running, now=s.now,
+    snap = Snapshot(cluster=run.cluster, free=frozenset(s.free), running=s.running.gpus, now=s.now,
                     expected_end=s.running.ends, known_releases=tuple(s.running.releases))
     # the queue is kept in arrival order, which is FIFO's order already
     s.decision = decide_placements(run.policy, run.order, snap, s.waiting, run.ctx, backfill=p.backfill)

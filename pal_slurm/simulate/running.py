@@ -23,7 +23,7 @@ Gpus = tuple[int, ...]
 
 
 class RunningJobs:
-    """Job -> GPUs (`running`), job -> expected end (`ends`) and the (expected end, GPUs) pairs
+    """Job -> GPUs (`gpus`), job -> expected end (`ends`) and the (expected end, GPUs) pairs
     sorted (`releases`); the mappings are live read-only views for the snapshots."""
 
     def __init__(self, release_s: float) -> None:
@@ -32,14 +32,11 @@ class RunningJobs:
         self._gpus: dict[str, Gpus] = {}
         self._ends: dict[str, float] = {}
         self.releases: list[tuple[float, Gpus]] = []
-        self.running = MappingProxyType(self._gpus)
+        self.gpus = MappingProxyType(self._gpus)
         self.ends = MappingProxyType(self._ends)
         self._beliefs: dict[str, Running] = {}  # jobs whose work has not ended
         self._outlived: list[tuple[float, str]] = []  # (outlived_at, job), a heap
         self._completing: list[tuple[float, str]] = []  # (end of its work, job), a heap
-
-    def __contains__(self, job_id: str) -> bool:
-        return job_id in self._gpus
 
     @property
     def next_outlived(self) -> float | None:
