@@ -272,7 +272,7 @@ def test_a_job_waits_for_the_fast_gpu_of_a_job_completing_but_not_of_one_stuck(t
     seconds: a long job waits for its fast GPU instead of taking the slow one free now (seen on
     the test cluster: the fast GPU's job was cancelled, the next cycle caught it COMPLETING).
     One COMPLETING longer than COMPLETING_GRACE_S is stuck, and nobody waits for it."""
-    from pal_slurm.placer.cluster_view import COMPLETING_GRACE_S
+    from pal_slurm.placement.belief import COMPLETING_GRACE_S
 
     p, rec = waiting_case(tmp_path, policy="pal-backfill")
     rec._jobs = [replace(j, state="COMPLETING", end_time=NOW - 2) if j.job_id == "90" else j for j in rec._jobs]
@@ -288,7 +288,7 @@ def test_a_gpu_busy_for_no_job_is_being_given_back_for_a_while(tmp_path: Path, c
     busy in one read and held by no job in the other (seen on the test cluster, the placer
     woken by that job's end). It is taken as a release due now, so the held job waits for it;
     a GPU busy for no job longer than COMPLETING_GRACE_S is not waited for."""
-    from pal_slurm.placer.cluster_view import COMPLETING_GRACE_S
+    from pal_slurm.placement.belief import COMPLETING_GRACE_S
 
     caplog.set_level(logging.INFO, logger="pal_slurm.placer.problem")
     p, rec = waiting_case(tmp_path, policy="pal-backfill")

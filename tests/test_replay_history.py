@@ -109,7 +109,7 @@ def test_learned_estimates_are_capped_by_the_limit_and_the_limit_where_nothing_w
     p = plan()
     jobs = {j.job.job_id: j.job for j in p.jobs}
     est = RuntimeEstimate.from_learned({"0": 100.0, "1": 1e9})
-    assert est.before_start(jobs["0"]) == 100.0 == est.after_start(jobs["0"], 5.0)
+    assert est.before_start(jobs["0"]) == 100.0 == est.running(jobs["0"], 0.0, 5.0).expected_end(0.0)
     assert est.before_start(jobs["1"]) == jobs["1"].limit_s  # never more than the limit
     assert est.before_start(jobs["2"]) == jobs["2"].limit_s  # nothing learned: the limit
     assert est.describe() == "learned (2 jobs, else limit)"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pal_slurm.errors import InputError
+from pal_slurm.placement.belief import Running
 from pal_slurm.placement.model import Snapshot
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate, parse_runtime_estimate
@@ -34,9 +35,10 @@ def test_factors_are_per_job_and_the_same_for_every_policy_run() -> None:
     a, b = tj("1", 1, 0, 100), tj("2", 1, 0, 100)
     assert u.before_start(a) == u.before_start(a) and u.before_start(a) != u.before_start(b)
     assert 100 <= u.before_start(a) <= 500
-    assert u.after_start(a, 300.0) == 300.0 * u.factor_of(a)
+    assert u.running(a, 50.0, 300.0) == Running(50.0, 50.0 + 300.0 * u.factor_of(a))  # a margin over the truth
     limit = RuntimeEstimate(kind="limit")
-    assert limit.before_start(tj("3", 1, 0, 100, limit=3600)) == 3600 == limit.after_start(tj("3", 1, 0, 100, 3600), 9)
+    assert limit.before_start(tj("3", 1, 0, 100, limit=3600)) == 3600
+    assert limit.running(tj("3", 1, 0, 100, 3600), 50.0, 9) == Running(50.0, 3650.0)  # Slurm's EndTime
     with pytest.raises(InputError, match="job 4 has none"):
         limit.before_start(tj("4", 1, 0, 100))
     with pytest.raises(InputError, match="job 5 has none"):

@@ -40,6 +40,7 @@ PURE = (
     "ingest/",
     "gpu/simulated_fleet.py",
     "simulate/event.py",
+    "simulate/running.py",
     "simulate/round.py",
     "simulate/metrics.py",
     "simulate/estimates.py",

@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session
 
 from pal_slurm.config import PalConfig
 from pal_slurm.db.models import JobHistory
+from pal_slurm.db.sensitivity_store import learned_runtimes
 from pal_slurm.errors import InputError
 from pal_slurm.jobs.runtimes import LEARNED_STATES, KeptRuns, LearnedRuntimes, RuntimeRule, learn_runtimes
 from pal_slurm.jobs.sacct_history import HistoryFile
-from pal_slurm.db.sensitivity_store import learned_runtimes
 
 __all__ = ["HistoryImport", "HistoryReader", "check_source", "delete_history", "import_history", "learned_from_history", "learned_runtimes_all",
            "runtime_rule"]

@@ -16,10 +16,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from pal_slurm.config import PalConfig
+from pal_slurm.db.class_rules_store import load_class_rules
 from pal_slurm.db.models import ClassRule, JobIdentity, JobProfile, JobSensitivity
 from pal_slurm.errors import InputError
 from pal_slurm.jobs.fingerprint import fingerprint
-from pal_slurm.db.class_rules_store import load_class_rules
 from pal_slurm.jobs.rules import AdminRule
 from pal_slurm.jobs.runtimes import RuntimeRule, learn_runtimes
 from pal_slurm.jobs.sensitivity import (

@@ -202,15 +202,6 @@ def _used_types(gres_used: str) -> frozenset[str]:
     return frozenset(str(u.type) for u in parsed_gres_alloc(gres_used) if u.name == "gpu" and u.count > 0)
 
 
-#: How long GPUs still count as being given back after their job ended (a COMPLETING job's
-#: epilog runs; the simulator's release latency), or after they were first seen busy for no
-#: job (`View.orphaned`). Past this they are taken as stuck (a node that does not answer can
-#: keep a job COMPLETING for hours): their release is no longer known, so no job waits for it.
-COMPLETING_GRACE_S = 60.0
-#: How soon GPUs being given back are expected free: just ahead of now, so that a release
-#: under way counts as one (an expected end already past counts as unknown).
-COMPLETING_RELEASE_S = 1.0
-
 #: pending reasons of a job that waits for something other than GPUs (a begin time, another
 #: job, a hold): it keeps its placement, but its slots are not kept from other jobs meanwhile
 NOT_WAITING_FOR_RESOURCES = frozenset({"BeginTime", "Dependency", "DependencyNeverSatisfied", "JobHeldUser",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.jobs.fingerprint import fingerprint
 from pal_slurm.jobs.runtimes import LEARNED_END_GRACE_S, SOURCE_LIMIT, SOURCE_NONE, Estimate, LearnedRuntimes
+from pal_slurm.placement import belief
 from pal_slurm.placement.model import Snapshot
 from pal_slurm.placer import cluster_view, holds, shapes, slurm_updates
 from pal_slurm.placer.factors import Factors
@@ -74,25 +75,22 @@ def estimate_s(job: SlurmJob, learned: Learned | None) -> float:
 
 
 def expected_end(job: SlurmJob, learned: Learned | None, now: float) -> float | None:
-    """When a running job is expected to end: its start + learned estimate (+
-    `LEARNED_END_GRACE_S`, Slurm's whole-second clock) when that is still ahead, else Slurm's
-    EndTime (start + time limit); None when neither is known.
-
-    A COMPLETING job has ended and gives its GPUs back as its epilog finishes: expected
-    `COMPLETING_RELEASE_S` from now, within `COMPLETING_GRACE_S` of its end (a job waiting for
-    one of its GPUs then still gets it, instead of a slower GPU free now)."""
+    """When a running job is expected to end (placement/belief.py, the model the simulator
+    shares): its start + learned estimate (+ `LEARNED_END_GRACE_S`, Slurm's whole-second clock)
+    while that is still ahead, else Slurm's EndTime (start + time limit); None when neither is
+    known. A COMPLETING job gives its GPUs back as its epilog finishes: expected just ahead of
+    now, within `COMPLETING_GRACE_S` of its end (a job waiting for one of its GPUs then still
+    gets it, instead of a slower GPU free now)."""
     if job.state == "COMPLETING":
-        if job.end_time is not None and now - job.end_time <= cluster_view.COMPLETING_GRACE_S:
-            return now + cluster_view.COMPLETING_RELEASE_S
-        return None
+        return belief.completing_end(job.end_time, now)
+    start = job.start_time or None  # Slurm shows 0 for a start it does not know
     table = LearnedRuntimes.of(learned)
-    if job.start_time and table:
+    found = None
+    if start and table:
         fp = fingerprint(job.user, job.name, job.command) if table.by_fingerprint else ""
         found = table.learned(fp, job.user, job.name)
-        mine = found.seconds + LEARNED_END_GRACE_S if found is not None and found.seconds else None
-        if mine and job.start_time + mine > now and (job.end_time is None or job.start_time + mine < job.end_time):
-            return job.start_time + mine
-    return job.end_time
+    return belief.Running(start, job.end_time, learned_s=found.seconds if found is not None else None,
+                          grace_s=LEARNED_END_GRACE_S).expected_end(now)
 
 
 class ProblemBuilder:
@@ -159,7 +157,7 @@ class ProblemBuilder:
             name = f"{key[0]}:{slots[g].minor}"
             if first == now:
                 new.append(name)
-            if now - first <= cluster_view.COMPLETING_GRACE_S:
+            if now - first <= belief.COMPLETING_GRACE_S:
                 out.setdefault(key[0], []).append(g)
             elif key not in self._said_stuck:
                 self._said_stuck.add(key)
@@ -167,10 +165,10 @@ class ProblemBuilder:
         self._said_stuck &= set(keys)
         if new:
             log.info("GPUs busy for no running job (taken as being given back for up to %.0f s): %s",
-                     cluster_view.COMPLETING_GRACE_S, ",".join(sorted(new)))
+                     belief.COMPLETING_GRACE_S, ",".join(sorted(new)))
         if stuck:
             log.warning("GPUs busy for no running job for over %.0f s (a job we cannot see, or a stuck node?): "
-                        "%s; no job waits for them", cluster_view.COMPLETING_GRACE_S, ",".join(sorted(stuck)))
+                        "%s; no job waits for them", belief.COMPLETING_GRACE_S, ",".join(sorted(stuck)))
         return {node: tuple(sorted(ids)) for node, ids in out.items()}
 
     def _say_estimate(self, job: SlurmJob, est: Estimate) -> None:
@@ -247,7 +245,7 @@ class ProblemBuilder:
             running = dict(running)
             for node, gpus in back.items():
                 running[f"releasing:{node}"] = gpus
-                ends[f"releasing:{node}"] = now + cluster_view.COMPLETING_RELEASE_S
+                ends[f"releasing:{node}"] = now + belief.COMPLETING_RELEASE_S
         snap = Snapshot(cluster=view.cluster, free=view.free, running=running, now=now, expected_end=ends)
         return Problem(view=view, planned=shapes.plan_requests(held_jobs, view), snapshot=snap,
                        as_read={j.job_id: j for j in held})

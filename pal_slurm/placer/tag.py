@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from pal_slurm.slurm.model import GpuRequestField
+
 HELD = "pal:held"
 PLACED = "pal: placed"
 RELEASED_UNCHANGED = "pal: released unchanged"
@@ -42,7 +44,7 @@ HEADS = (RELEASED_UNCHANGED, RELEASED_RESTORED, PLACED, HELD)
 #: `scontrol show job` show whole, far inside what slurmctld and slurmdbd store
 MAX_LEN = 900
 #: the job fields a user's request is recorded from (Slurm's update key for each)
-REQUEST_KEYS = {"tres_per_node": "TresPerNode", "tres_per_job": "TresPerJob", "required_nodes": "NodeList"}
+REQUEST_KEYS = {**{f.value: f.scontrol_key for f in GpuRequestField}, "required_nodes": "NodeList"}
 #: optional fields, dropped in this order until the tag fits (`note` and `site` are cut, not
 #: dropped, before the fields after them go)
 TRUNCATION = ("sf", "gpus", "policy", "version", "note", "site", "src", "at")

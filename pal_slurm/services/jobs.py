@@ -13,9 +13,9 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from pal_slurm.db.engine import session_scope
+from pal_slurm.db.history_store import HistoryImport, check_source, import_history
 from pal_slurm.db.migrate import require_current
 from pal_slurm.errors import InputError
-from pal_slurm.db.history_store import HistoryImport, check_source, import_history
 from pal_slurm.jobs.sacct_history import HistoryFile, read_history
 
 __all__ = ["import_history_file", "read_history_file"]

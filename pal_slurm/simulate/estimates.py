@@ -16,8 +16,8 @@ figure must not let a policy see exact runtimes, so the event simulator hands po
   placer estimates from learned runtimes, per job id (trace seconds), never more than the
   job's time limit; the limit for a job nothing was learned about. The replay's pal+history
   arm is predicted with it. A running job is expected to end its estimate after its start,
-  and once it outlives that, its limit after its start (Slurm's EndTime), as the placer's
-  `expected_end` switches (`when_outlived`).
+  and once it outlives that, its limit after its start (Slurm's EndTime): the placer's belief,
+  `placement/belief.Running`, which `running` hands the simulator.
 
 For the factor models the estimate of a waiting job is F x its nominal runtime (on a
 median GPU, in one node), and a running job is expected to end F x its true runtime after
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pal_slurm.errors import InputError
+from pal_slurm.placement.belief import Running
 from pal_slurm.simulate.traces import TraceJob
 
 Kind = Literal["exact", "limit", "factor", "uniform", "learned"]
@@ -72,28 +73,27 @@ class RuntimeEstimate:
             return self._learned(job)
         return job.nominal_runtime_s * self.factor_of(job)
 
-    def after_start(self, job: TraceJob, true_runtime_s: float) -> float:
-        """How long after its start a running job is expected to end."""
-        if self.kind == "limit":
-            return self._limit(job)
+    def running(self, job: TraceJob, start: float, true_runtime_s: float) -> Running:
+        """What the scheduler knows of `job` once it runs from `start` (as the scheduler sees it):
+        for ``learned``, its learned runtime (with `grace_s`) and its limit, as the placer knows
+        them (`placement/belief.Running` says which end it is expected at, and until when); for
+        ``limit``, its limit (Slurm's EndTime); for the factor models, F x its true runtime
+        (a factor below 1 leaves a job overdue: policies see it as due)."""
         if self.kind == "learned":
-            mine = self.learned.get(job.job_id)
-            if mine is not None and mine > 0 and mine + self.grace_s < self._limit(job):
-                return mine + self.grace_s
-            return self._limit(job)
-        return true_runtime_s * self.factor_of(job)
+            return Running(start, start + self._limit(job), learned_s=self._mine(job), grace_s=self.grace_s)
+        if self.kind == "limit":
+            return Running(start, start + self._limit(job))
+        return Running(start, start + true_runtime_s * self.factor_of(job))
 
-    def when_outlived(self, job: TraceJob) -> float | None:
-        """How long after its start a running job is expected to end once it has outlived
-        `after_start`: for ``learned``, its time limit (the placer then plans with Slurm's
-        EndTime); None for the other kinds, whose estimate is the limit or a margin over the
-        truth (a factor below 1 leaves a job overdue: policies see it as due)."""
-        return self._limit(job) if self.kind == "learned" else None
+    def _mine(self, job: TraceJob) -> float | None:
+        """The runtime learned for `job`, None where none was."""
+        mine = self.learned.get(job.job_id)
+        return mine if mine is not None and mine > 0 else None
 
     def _learned(self, job: TraceJob) -> float:
         limit = self._limit(job)
-        mine = self.learned.get(job.job_id)
-        return min(mine, limit) if mine is not None and mine > 0 else limit
+        mine = self._mine(job)
+        return min(mine, limit) if mine is not None else limit
 
     def _limit(self, job: TraceJob) -> float:
         if job.limit_s is None:

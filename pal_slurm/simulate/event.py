@@ -1,11 +1,28 @@
 """Event mode: continuous time, no preemption, a job starts the moment it is placed and
 holds its GPUs until it ends -- the way Slurm runs jobs.
 
-Each scheduling pass (after every arrival or completion) orders the waiting jobs, hands
-the policy the free GPUs (sticky semantics: running jobs never move, whatever the
-policy's own round-mode behaviour), and starts what it places. A job's run time is its
-nominal run time x the largest raw PerfVar of its class over its GPUs (a synchronous job
-runs at its slowest GPU's pace) x the locality penalty when it spans nodes.
+`simulate_events` moves the clock to the next event and runs `STAGES` on it, top to bottom, as
+the placement daemon runs its cycle (placer/cycle.py); a stage that returns False ends the
+event there:
+
+    ends       jobs whose GPUs are free again: their outcomes, their GPUs back
+    view       what the scheduler believes of the running jobs now (simulate/running.py, on
+               placement/belief.py, the model the daemon's placer/problem.py shares): a job
+               whose work has ended is COMPLETING, expected back at its release; a job that
+               outlived its learned runtime is expected when its limit ends
+    arrivals   the jobs the scheduler sees by now join the queue, in their shape and with
+               their runtime estimate
+    decide     a scheduling pass, when one could change anything: the policy is given the
+               free GPUs, the running jobs with their expected ends and the queue in its order
+               (placement/decide.py, the daemon's decision step)
+    start      the placed jobs start: their GPUs taken, their true run time, what the
+               scheduler knows of them
+
+An event is a job seen, a job's GPUs free again, a backfill pass falling due, or a running job
+outliving its learned runtime, the last two only while a pass could place something. Running
+jobs never move (sticky semantics, whatever the policy's own round-mode behaviour). A job's run
+time is its nominal run time x the largest raw PerfVar of its class over its GPUs (a synchronous
+job runs at its slowest GPU's pace) x the locality penalty when it spans nodes.
 """
 
 from __future__ import annotations
@@ -14,19 +31,20 @@ import bisect
 import heapq
 import math
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
-from types import MappingProxyType
 
-from pal_slurm.placement.model import MAX_WAIT_S, WAIT_FRACTION, Cluster, Decision, JobRequest, PlacementContext, Snapshot
 from pal_slurm.placement import cost
-from pal_slurm.placement.decide import decide
-from pal_slurm.placement.orders import get_order
+from pal_slurm.placement.decide import decide as decide_placements
+from pal_slurm.placement.model import (MAX_WAIT_S, WAIT_FRACTION, Cluster, Decision, JobRequest, PlacementContext,
+                                       Snapshot)
+from pal_slurm.placement.orders import QueueOrder, get_order
 from pal_slurm.placement.policies import Policy
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics, variability_gpu_s
 from pal_slurm.simulate.result import SimResult
+from pal_slurm.simulate.running import RunningJobs
 from pal_slurm.simulate.tax import best_free_tax, unavoidable_tax
 from pal_slurm.simulate.traces import Trace, TraceJob, slurm_shape
 
@@ -71,6 +89,10 @@ class EventOptions:
     #: queue in submission order, as Slurm ranks a released job by its age
     unheld_classes: frozenset[str] = frozenset()
 
+    def seen_at(self, job: TraceJob) -> float:
+        """When the scheduler sees `job`: at its submission, after the hold where its class is held."""
+        return job.submit_time + (0.0 if job.job_class in self.unheld_classes else self.visible_after_s)
+
 
 #: called with every decision (snapshot, queue, whether it was a backfill pass, decision):
 #: the parity test replays the same inputs through the placement daemon
@@ -82,149 +104,195 @@ def runtime_s(job: TraceJob, gpus: Sequence[int], cluster: Cluster, locality_pen
     return cost.runtime_s(job.nominal_runtime_s, gpus, cluster.pv(job.job_class), cluster.node_of, locality_penalty)
 
 
+@dataclass(frozen=True)
+class Run:
+    """What one run is given, and what follows from that alone."""
+
+    trace: Trace
+    cluster: Cluster
+    policy: Policy
+    options: EventOptions
+    ctx: PlacementContext
+    order: QueueOrder | None  # None: FIFO, the order the queue is kept in anyway
+    jobs: tuple[TraceJob, ...]  # in the order the scheduler sees them
+    by_id: Mapping[str, TraceJob]
+    shaped: Callable[[int], int | None]  # GPUs per node of a job of N GPUs, as submitted
+    progress: Progress | None = None
+    on_decision: DecisionHook | None = None
+
+    @classmethod
+    def of(cls, trace: Trace, cluster: Cluster, policy: Policy, options: EventOptions,
+           progress: Progress | None = None, on_decision: DecisionHook | None = None) -> Run:
+        order = get_order(options.order)  # an unknown name fails here, FIFO's included
+        ctx = PlacementContext(locality_penalty=options.locality_penalty, rng=random.Random(options.seed),
+                               wait_fraction=options.wait_fraction, max_wait_s=options.max_wait_s)
+        # stable: file order on ties; by submission alone unless some classes are seen sooner
+        jobs = tuple(sorted(trace.jobs, key=options.seen_at if options.unheld_classes else lambda j: j.submit_time))
+        by_id = {j.job_id: j for j in jobs}
+        if len(by_id) != len(jobs):
+            raise ValueError(f"{trace.name}: job ids are not unique")
+        return cls(trace, cluster, policy, options, ctx, None if options.order == "fifo" else order, jobs, by_id,
+                   _shaper(cluster), progress, on_decision)
+
+
+@dataclass
+class Passes:
+    """Whether a scheduling pass could change anything (Slurm's main and backfill passes)."""
+
+    freed: bool = True  # GPUs freed, or a belief moved, since the last pass
+    blocked: bool = False  # the last pass left jobs waiting
+    arrived: bool = False  # a job was seen at this event
+    backfill_dirty: bool = False  # a job seen or ended since the last backfill pass
+    next_backfill: float = 0.0
+    backfill: bool = False  # this event's pass is a backfill pass
+
+
+@dataclass
+class State:
+    """The run so far."""
+
+    running: RunningJobs
+    free: set[int]
+    now: float = 0.0
+    seen: int = 0  # jobs of `Run.jobs` seen so far
+    waiting: list[JobRequest] = field(default_factory=list)  # in queue order
+    shapes: dict[str, int | None] = field(default_factory=dict)  # job -> GPUs per node (None: split freely)
+    started: dict[str, float] = field(default_factory=dict)
+    freeing: list[tuple[float, int, str]] = field(default_factory=list)  # (GPUs free, seq, job), a heap
+    outcomes: dict[str, JobOutcome] = field(default_factory=dict)
+    busy_gpu_s: float = 0.0
+    passes: Passes = field(default_factory=Passes)
+    decision: Decision | None = None  # this event's decision
+
+
 def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: EventOptions = EventOptions(),
                     progress: Progress | None = None, on_decision: DecisionHook | None = None) -> SimResult:
-    order = get_order(options.order)
-    ctx = PlacementContext(locality_penalty=options.locality_penalty, rng=random.Random(options.seed),
-                           wait_fraction=options.wait_fraction, max_wait_s=options.max_wait_s)
-    unheld = options.unheld_classes
+    run = Run.of(trace, cluster, policy, options, progress, on_decision)
+    s = State(running=RunningJobs(options.release_latency_s), free=set(range(cluster.size)))
+    while s.seen < len(run.jobs) or s.freeing:
+        s.now = next_event(run, s)
+        for stage in STAGES:
+            if not stage(run, s):
+                break
+    return result(run, s)
 
-    def seen_at(j: TraceJob) -> float:
-        return j.submit_time + (0.0 if j.job_class in unheld else options.visible_after_s)
 
-    jobs = sorted(trace.jobs, key=seen_at if unheld else lambda j: j.submit_time)  # stable: file order on ties
-    by_id = {j.job_id: j for j in jobs}
-    if len(by_id) != len(jobs):
-        raise ValueError(f"{trace.name}: job ids are not unique")
-    free: set[int] = set(range(cluster.size))
-    running: dict[str, tuple[int, ...]] = {}
-    started: dict[str, float] = {}
-    waiting: list[JobRequest] = []
-    finish_heap: list[tuple[float, int, str]] = []
-    outcomes: dict[str, JobOutcome] = {}
-    busy_gpu_s = 0.0
-    seq = 0
-    i = 0
-    freed_since_pass = True
-    blocked_last = False
-    ends: dict[str, float] = {}  # job -> when policies expect it to end (the estimate, not the truth)
-    releases: list[tuple[float, tuple[int, ...]]] = []  # (expected end, GPUs) of running jobs, sorted: Snapshot.releases
-    #: (expected end, job) of running jobs whose estimate may run out before they do
-    #: (learned runtimes): from then on they are expected at start + limit, as the placer sees them
-    outliving: list[tuple[float, str]] = []
-    #: (true end, job) of running jobs with a release latency: from their end until their GPUs
-    #: are free they are COMPLETING, and expected back at that moment, as the placer sees them
-    completing: list[tuple[float, str]] = []
-    ended: set[str] = set()  # jobs past their true end, not yet released
-    estimate = options.runtime_estimate
-    reorder_on_arrival = options.order != "fifo"
-    next_bf = 0.0
-    now = 0.0
-    bf_dirty = False  # an arrival or completion since the last backfill pass
-    running_view = MappingProxyType(running)
-    ends_view = MappingProxyType(ends)
-    dispatch, release, lead = options.start_latency_s, options.release_latency_s, options.start_lead_s
-    shaped = _shaper(cluster)
-    shapes: dict[str, int | None] = {}  # job -> GPUs per node it was placed with (None: split freely)
-    while i < len(jobs) or finish_heap:
-        t_arr = seen_at(jobs[i]) if i < len(jobs) else math.inf
-        t_fin = finish_heap[0][0] if finish_heap else math.inf
-        # a backfill pass is an event of its own when one is due and could do something
-        t_bf = max(next_bf, now) if policy.backfills and bf_dirty and waiting and free else math.inf
-        # a running job's estimate running out is an event when a pass could act on it
-        t_out = max(outliving[0][0], now) if outliving and waiting and free else math.inf
-        now = min(t_arr, t_fin, t_bf, t_out)
-        while finish_heap and finish_heap[0][0] <= now:
-            _, _, jid = heapq.heappop(finish_heap)
-            gpus = running.pop(jid)
-            free.update(gpus)
-            del releases[bisect.bisect_left(releases, (ends.pop(jid), gpus))]
-            ended.discard(jid)
-            job = by_id[jid]
-            outcomes[jid] = _outcome(job, gpus, started[jid], now - release, cluster)
-            freed_since_pass = True
-            bf_dirty = True
-            if progress is not None:
-                progress(len(outcomes))
-        while completing and completing[0][0] <= now:
-            t_end, jid = heapq.heappop(completing)
-            if jid not in running:
-                continue
-            back, gpus = t_end + release, running[jid]
-            del releases[bisect.bisect_left(releases, (ends[jid], gpus))]
-            ends[jid] = back
-            bisect.insort(releases, (back, gpus))
-            ended.add(jid)
-        while outliving and outliving[0][0] <= now:
-            _, jid = heapq.heappop(outliving)
-            later = estimate.when_outlived(by_id[jid]) if jid in running and jid not in ended else None
-            if later is not None and started[jid] - lead + later > ends[jid]:
-                gpus = running[jid]
-                del releases[bisect.bisect_left(releases, (ends[jid], gpus))]
-                ends[jid] = started[jid] - lead + later
-                bisect.insort(releases, (ends[jid], gpus))
-                freed_since_pass = bf_dirty = True  # the policy's view of the releases changed
-        arrived = False
-        while i < len(jobs) and seen_at(jobs[i]) <= now:
-            j = jobs[i]
-            per_node = j.gpus_per_node
-            if per_node is None and options.shapes == "slurm":
-                per_node = shaped(j.num_gpus)
-            shapes[j.job_id] = per_node
-            req = JobRequest(id=j.job_id, gpus=j.num_gpus, job_class=j.job_class, submit_time=j.submit_time,
-                             gpus_per_node=per_node, remaining_s=estimate.before_start(j),
-                             same_slots=options.same_slots and per_node is not None and j.num_gpus > per_node)
-            if unheld:  # seen out of submission order: queue it by its age
-                bisect.insort_right(waiting, req, key=lambda r: r.submit_time)
-            else:
-                waiting.append(req)
-            i += 1
-            arrived = True
-            bf_dirty = True
-        if not waiting or not free:
-            continue
-        bf_due = policy.backfills and bf_dirty and now >= next_bf
-        if not bf_due and not freed_since_pass and blocked_last and not (arrived and reorder_on_arrival):
-            continue  # nothing a pass could change: same free GPUs, same head of line
-        if bf_due:
-            next_bf, bf_dirty = now + options.backfill_interval_s, False
-        snap = Snapshot(cluster=cluster, free=frozenset(free), running=running_view, now=now, expected_end=ends_view,
-                        known_releases=tuple(releases))
-        # waiting is kept in arrival order, which is FIFO's order already
-        decision = decide(policy, None if options.order == "fifo" else order, snap, waiting, ctx, backfill=bf_due)
-        if on_decision is not None:
-            on_decision(snap, list(waiting), bf_due, decision)
-        placed = set()
-        for a in decision.assignments:
-            job = by_id[a.job_id]
-            free.difference_update(a.gpus)
-            running[a.job_id] = a.gpus
-            started[a.job_id] = now + dispatch
-            dur = runtime_s(job, a.gpus, cluster, options.locality_penalty)
-            busy_gpu_s += dur * len(a.gpus)
-            expected = now + dispatch - lead + estimate.after_start(job, dur)
-            ends[a.job_id] = expected
-            bisect.insort(releases, (expected, a.gpus))
-            if estimate.kind == "learned":
-                heapq.heappush(outliving, (expected, a.job_id))
-            if release > 0:
-                heapq.heappush(completing, (now + dispatch + dur, a.job_id))
-            seq += 1
-            heapq.heappush(finish_heap, (now + dispatch + dur + release, seq, a.job_id))
-            placed.add(a.job_id)
-        if placed:
-            waiting = _without(waiting, placed)
-        blocked_last = decision.blocked is not None or bool(waiting)
-        freed_since_pass = False
-        if not finish_heap and waiting and i >= len(jobs):
-            raise RuntimeError(f"{trace.name}: jobs {[w.id for w in waiting[:5]]} can never be placed on this cluster")
-    ordered = tuple(outcomes[j.job_id] for j in trace.jobs)
-    metrics = run_metrics(ordered, busy_gpu_seconds=busy_gpu_s, cluster_gpus=cluster.size)
-    return SimResult(trace=trace.name, policy=policy.name, mode="event", order=options.order, outcomes=ordered,
-                     metrics=metrics, busy_timeline=busy_curve(ordered),
+def next_event(run: Run, s: State) -> float:
+    """The next job seen, the next GPUs free, a backfill pass due, or a learned runtime outlived;
+    the last two only while a pass could place something (jobs wait and GPUs are free)."""
+    seen = run.options.seen_at(run.jobs[s.seen]) if s.seen < len(run.jobs) else math.inf
+    freed = s.freeing[0][0] if s.freeing else math.inf
+    could_place = bool(s.waiting and s.free)
+    backfill = (max(s.passes.next_backfill, s.now)
+                if run.policy.backfills and s.passes.backfill_dirty and could_place else math.inf)
+    outlived = s.running.next_outlived
+    learned = max(outlived, s.now) if outlived is not None and could_place else math.inf
+    return min(seen, freed, backfill, learned)
+
+
+# -- the stages, in the order they run ------------------------------------------------------
+def ends(run: Run, s: State) -> bool:
+    release = run.options.release_latency_s
+    while s.freeing and s.freeing[0][0] <= s.now:
+        _, _, job_id = heapq.heappop(s.freeing)
+        gpus = s.running.finish(job_id)
+        s.free.update(gpus)
+        s.outcomes[job_id] = _outcome(run.by_id[job_id], gpus, s.started[job_id], s.now - release, run.cluster)
+        s.passes.freed = s.passes.backfill_dirty = True
+        if run.progress is not None:
+            run.progress(len(s.outcomes))
+    return True
+
+
+def view(run: Run, s: State) -> bool:
+    if s.running.catch_up(s.now):
+        s.passes.freed = s.passes.backfill_dirty = True  # the releases a policy plans with moved
+    return True
+
+
+def arrivals(run: Run, s: State) -> bool:
+    opts, estimate = run.options, run.options.runtime_estimate
+    s.passes.arrived = False
+    while s.seen < len(run.jobs) and opts.seen_at(run.jobs[s.seen]) <= s.now:
+        j = run.jobs[s.seen]
+        per_node = j.gpus_per_node
+        if per_node is None and opts.shapes == "slurm":
+            per_node = run.shaped(j.num_gpus)
+        s.shapes[j.job_id] = per_node
+        req = JobRequest(id=j.job_id, gpus=j.num_gpus, job_class=j.job_class, submit_time=j.submit_time,
+                         gpus_per_node=per_node, remaining_s=estimate.before_start(j),
+                         same_slots=opts.same_slots and per_node is not None and j.num_gpus > per_node)
+        if opts.unheld_classes:  # seen out of submission order: queued by its age
+            bisect.insort_right(s.waiting, req, key=lambda r: r.submit_time)
+        else:
+            s.waiting.append(req)
+        s.seen += 1
+        s.passes.arrived = s.passes.backfill_dirty = True
+    return True
+
+
+def decide(run: Run, s: State) -> bool:
+    """A pass when jobs wait, GPUs are free and a pass could place otherwise than the last one
+    (GPUs freed, a belief moved, a backfill pass due, a new job where the order is not FIFO)."""
+    p = s.passes
+    if not s.waiting or not s.free:
+        return False
+    p.backfill = run.policy.backfills and p.backfill_dirty and s.now >= p.next_backfill
+    if not p.backfill and not p.freed and p.blocked and not (p.arrived and run.order is not None):
+        return False  # nothing a pass could change: same free GPUs, same head of line
+    if p.backfill:
+        p.next_backfill, p.backfill_dirty = s.now + run.options.backfill_interval_s, False
+    snap = Snapshot(cluster=run.cluster, free=frozenset(s.free), running=s.running.gpus, now=s.now,
+                    expected_end=s.running.ends, known_releases=tuple(s.running.releases))
+    # the queue is kept in arrival order, which is FIFO's order already
+    s.decision = decide_placements(run.policy, run.order, snap, s.waiting, run.ctx, backfill=p.backfill)
+    if run.on_decision is not None:
+        run.on_decision(snap, list(s.waiting), p.backfill, s.decision)
+    return True
+
+
+def start(run: Run, s: State) -> bool:
+    decision, s.decision = s.decision, None
+    if decision is None:
+        return True
+    opts = run.options
+    placed = set()
+    for a in decision.assignments:
+        job = run.by_id[a.job_id]
+        s.free.difference_update(a.gpus)
+        began = s.started[a.job_id] = s.now + opts.start_latency_s
+        dur = runtime_s(job, a.gpus, run.cluster, opts.locality_penalty)
+        s.busy_gpu_s += dur * len(a.gpus)
+        seen_start = began - opts.start_lead_s  # Slurm's StartTime
+        s.running.start(a.job_id, a.gpus, opts.runtime_estimate.running(job, seen_start, dur), seen_at=seen_start,
+                        work_end=began + dur)
+        # ties in the time GPUs free again go by start order (len(started): the jobs started so far)
+        heapq.heappush(s.freeing, (began + dur + opts.release_latency_s, len(s.started), a.job_id))
+        placed.add(a.job_id)
+    if placed:
+        s.waiting = _without(s.waiting, placed)
+    s.passes.blocked = decision.blocked is not None or bool(s.waiting)
+    s.passes.freed = False
+    if not s.freeing and s.waiting and s.seen >= len(run.jobs):
+        raise RuntimeError(f"{run.trace.name}: jobs {[w.id for w in s.waiting[:5]]} can never be placed on this "
+                           "cluster")
+    return True
+
+
+STAGES: tuple[Callable[[Run, State], bool], ...] = (ends, view, arrivals, decide, start)
+
+
+# -- the run's result -----------------------------------------------------------------------
+def result(run: Run, s: State) -> SimResult:
+    """The outcomes in trace order and their figures."""
+    trace, cluster = run.trace, run.cluster
+    ordered = tuple(s.outcomes[j.job_id] for j in trace.jobs)
+    metrics = run_metrics(ordered, busy_gpu_seconds=s.busy_gpu_s, cluster_gpus=cluster.size)
+    return SimResult(trace=trace.name, policy=run.policy.name, mode="event", order=run.options.order,
+                     outcomes=ordered, metrics=metrics, busy_timeline=busy_curve(ordered),
                      cluster_gpus=cluster.size, skipped=len(trace.skipped),
                      tax_best_free_gpu_s=best_free_tax(ordered, cluster),
-                     tax_unavoidable_gpu_s=unavoidable_tax(ordered, cluster, shapes))
+                     tax_unavoidable_gpu_s=unavoidable_tax(ordered, cluster, s.shapes))
 
 
 def _outcome(job: TraceJob, gpus: tuple[int, ...], start: float, finish: float, cluster: Cluster) -> JobOutcome:

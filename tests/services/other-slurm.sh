@@ -176,6 +176,17 @@ cluster_stop() {
 cmd_test() {
     [ -x "$ROOT$VENV/bin/python" ] || die "the chroot is not installed: run '$0 install' first"
     do_mount
+    # jobs import pal_slurm through the venv's editable install, not the test's working directory:
+    # one made from another checkout (the chroot is shared by checkouts on this machine) would run
+    # that checkout's code, or none. Install this one again then.
+    local found
+    found="$(inside "$VENV/bin/python" -c 'import pal_slurm; print(pal_slurm.__file__)' 2>/dev/null </dev/null)" || found=""
+    if [ "$found" != "$REPO/pal_slurm/__init__.py" ]; then
+        log "test: the chroot's pal_slurm is ${found:-not importable}, not this checkout's: installing it again"
+        rm -f "$ROOT$VENV/.installed"
+        cmd_install
+        do_mount
+    fi
     trap 'cluster_stop; do_umount' EXIT
     # shellcheck disable=SC2046
     inside env $(cluster_env) bash "$REPO/tests/services/slurm-cluster.sh" start

@@ -353,13 +353,16 @@ EOF
         fi
     done
     if [ -f "$REPO/spank_hooks/pal-epilog-slurmctld.sh" ]; then
+        # a copy in etc: the hook runs as SlurmUser, who may not be able to reach the checkout
+        install -m 755 "$REPO/spank_hooks/pal-epilog-slurmctld.sh" "$ETC/.pal-epilog-slurmctld.sh.tmp"
+        mv "$ETC/.pal-epilog-slurmctld.sh.tmp" "$ETC/pal-epilog-slurmctld.sh"
         cat >"$ETC/epilog-slurmctld.sh" <<EOF
 #!/bin/sh
 # wrapper written by tests/services/slurm-cluster.sh: this cluster's filter state (the placer's
 # wake-up file is placer-wake beside it), then the real hook
 PAL_FILTER_STATE="$FILTER_STATE"
 export PAL_FILTER_STATE
-exec /bin/sh "$REPO/spank_hooks/pal-epilog-slurmctld.sh" "\$@"
+exec /bin/sh "$ETC/pal-epilog-slurmctld.sh" "\$@"
 EOF
         chmod 755 "$ETC/epilog-slurmctld.sh"
     fi

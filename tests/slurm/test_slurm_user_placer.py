@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slurm
 
 SHOW = "echo NODE=$SLURMD_NODENAME; echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS"
 FILTER_CACHE_S = 2.3  # job_submit.lua re-reads the state file at most every 2 s
+REPO = Path(__file__).resolve().parents[2]
 NOT_ADMIN = ("nobody", "nogroup")  # a user with no Slurm admin rights
 
 
@@ -47,7 +48,7 @@ class AsUser:
     def __init__(self, user: str, cluster: SlurmCluster, config: Path) -> None:
         self.user, self.config = user, config
         self.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(config.parent),
-                    "PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[2])),
+                    "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO)),
                     "PAL_CONFIG": str(config), **cluster.env}
 
     def argv(self, *args: str) -> list[str]:
@@ -70,6 +71,12 @@ def production_layout(slurm_filter: SlurmCluster) -> Iterator[tuple[SlurmCluster
         if os.environ.get("PAL_REQUIRE_SLURM") == "1":
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
+    probe = subprocess.run(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", sys.executable, "-c",
+                            "import pal_slurm, sqlalchemy"], cwd="/", capture_output=True, text=True, timeout=60,
+                           check=False, env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)})
+    if probe.returncode != 0:  # a checkout or venv under a private directory (/root): not a product question
+        pytest.skip(f"{user} cannot run this checkout's Python ({sys.executable}, {REPO}): "
+                    f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
     pw = pwd.getpwnam(user)
     state_dir = cluster.filter_state.parent
     before = os.stat(state_dir)
