@@ -74,7 +74,8 @@ class EventOptions:
     #: seen by the scheduler `visible_after_s` after its submission (the placer's hold and
     #: cycle), starts `start_latency_s` after it is placed (dispatch, batch script launch)
     #: holding its GPUs from the placement, and its GPUs are free again `release_latency_s`
-    #: after it ends (epilog, COMPLETING). pal_slurm.replay measures them on a real cluster.
+    #: after it ends (epilog, COMPLETING). The replay harness (bench/pal_eval/replay)
+    #: measures them on a real cluster.
     visible_after_s: float = 0.0
     start_latency_s: float = 0.0
     release_latency_s: float = 0.0
