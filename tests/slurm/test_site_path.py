@@ -47,8 +47,13 @@ def a_seed(node: str) -> int:
 
 
 class Site:
-    def __init__(self, cluster: SlurmCluster, db: str, sf: dict[str, dict[tuple[str, int], float]]) -> None:
-        self.cluster, self.db, self.sf = cluster, db, sf
+    def __init__(self, cluster: SlurmCluster, db: str, sf: dict[str, dict[tuple[str, int], float]],
+                 placer: PlacerProcess) -> None:
+        self.cluster, self.db, self.sf, self.placer = cluster, db, sf, placer
+
+    def why(self, info: dict[str, str]) -> str:
+        """What a failed placement assertion shows: the job's AdminComment and the placer's log tail."""
+        return f"AdminComment={info.get('AdminComment')!r}\nplacer log:\n{self.placer.output()[-3000:]}"
 
     def run_job(self, args: list[str]) -> tuple[tuple[str, int], dict[str, str]]:
         jid = self.cluster.submit([*args, "--wrap", SHOW])
@@ -106,7 +111,7 @@ def site(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) 
     slurm_cluster.kill_switch.unlink(missing_ok=True)
     time.sleep(FILTER_CACHE_S)
     try:
-        yield Site(slurm_cluster, db, sf)
+        yield Site(slurm_cluster, db, sf, placer)
     finally:
         slurm_cluster.kill_switch.touch()
         placer.stop()
@@ -125,10 +130,10 @@ def test_a_class_a_job_lands_on_the_fastest_free_gpu_of_the_measured_fleet(site:
     sf = site.sf["A"]
     assert sf[first_fit] > 1.15 * min(sf.values())  # the measured fleet, as the seed was chosen
     gpu, info = site.run_job(["--gres=gpu:1", "--pal-class=A"])
-    assert gpu != first_fit and sf[gpu] <= 1.05 * min(sf.values()), (gpu, sf, info.get("AdminComment"))
+    assert gpu != first_fit and sf[gpu] <= 1.05 * min(sf.values()), (gpu, sf, site.why(info))
     assert info["AdminComment"].startswith("pal: placed class=A"), info
 
 
 def test_a_class_d_job_takes_first_fit(site: Site) -> None:
     gpu, info = site.run_job(["--gres=gpu:1", "--pal-class=D"])
-    assert gpu == (site.cluster.nodes[0], 0), (gpu, site.sf["D"], info.get("AdminComment"))
+    assert gpu == (site.cluster.nodes[0], 0), (gpu, site.sf["D"], site.why(info))
