@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pal_slurm.slurm import parse_json, parse_squeue
-from pal_slurm.slurm.backend import _select_jobs
+from pal_slurm.slurm.cli_backend import _select_jobs
 from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob
 

@@ -89,7 +89,7 @@ class Writer:
         """Hold the job through `until` (its begin time); raises SlurmError."""
         self._allow(job_id, "a hold", STEER)
         log.debug("job %s: begin time %.0f", job_id, until)
-        self.backend.set_begin(job_id, until)
+        self.backend.set_begin(job_id, until, self.clock())
 
     def release(self, job_id: str) -> None:
         """End a priority-0 hold (`scontrol release`); raises SlurmError."""
@@ -214,8 +214,9 @@ class Writer:
                   "step repairs it", job.job_id, why, job.tres_per_node or job.tres_per_job)
         if holds.held_by_priority(job) or job.begins_after(self.clock() + KEEP_HELD_S / 2):
             return
+        now = self.clock()
         try:
-            self.backend.set_begin(job.job_id, self.clock() + KEEP_HELD_S)
+            self.backend.set_begin(job.job_id, now + KEEP_HELD_S, now)
         except SlurmError as exc:
             log.error("job %s: hold not extended (%s): it may start before its request is repaired",
                       job.job_id, exc)
