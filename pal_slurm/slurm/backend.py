@@ -17,7 +17,7 @@ from typing import Protocol
 from pal_slurm.errors import ConfigError
 from pal_slurm.slurm.cli_backend import CliBackend
 from pal_slurm.slurm.command import run_command
-from pal_slurm.slurm.gresconf import SlurmNodeGres
+from pal_slurm.slurm.gres_compare import SlurmNodeGres
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 from pal_slurm.slurm.priority import PriorityConfig
 from pal_slurm.slurm.pyslurm_backend import PyslurmBackend
