@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.slurm import parse_json, parse_squeue
 from pal_slurm.slurm.command import run_command
+from pal_slurm.slurm.gres_detail import gres_detail_of
 from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
 from pal_slurm.slurm.priority import PriorityConfig, parse_config, parse_partition_tiers
@@ -257,7 +258,7 @@ class CliBackend:
         except SlurmError as exc:
             log.debug("job %s: no GPU slots read (%s)", job_id, exc)
             return None
-        groups = parse_squeue.gres_detail_of(text, job_id)
+        groups = gres_detail_of(text, job_id)
         if groups is None:
             return None
         return {node: gres for hosts, gres in groups.items() for node in expand_nodes(hosts)}
