@@ -13,7 +13,7 @@ import pytest
 from pal_slurm.placer import shapes, slurm_updates
 from pal_slurm.placer.audit import AuditSink
 from pal_slurm.placer.cluster_view import build_view
-from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.cycle import Placer
 from pal_slurm.placer.writer import Writer
 from tests.test_placer_cycle import placed_job
 from tests.test_placer_holds import NOW, Recorder, held, node, placer

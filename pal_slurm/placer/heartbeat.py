@@ -23,7 +23,7 @@ from pal_slurm.slurm.tres import parse_gres_alloc
 
 log = logging.getLogger(__name__)
 
-#: the class rules the filter applies itself (placer.service.ClassRules.filter_rules)
+#: the class rules the filter applies itself (placer.class_rules.ClassRules.filter_rules)
 Rules = Callable[[], list[dict[str, object]]]
 
 

@@ -22,7 +22,7 @@ import pytest
 from pal_slurm.config import PlacerConfig
 from pal_slurm.errors import SlurmUnavailable
 from pal_slurm.placer.audit import AuditSink
-from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.cycle import Placer
 from pal_slurm.placer.factors import Factors
 from pal_slurm.placer.tag import HELD, PLACED, Tag
 from pal_slurm.placement.variability import GpuVariability
