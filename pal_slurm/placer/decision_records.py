@@ -1,5 +1,6 @@
 """What the audit says of a decision: the records of a placement, a wait and an observe-mode
-placement, with the GPUs each names and the reason it gives (pure).
+placement, with the GPUs each names and the reason it gives (no I/O: the cycle adds them to
+the audit sink).
 
 Why apart from the cycle: the reason texts and GPU entries are what `pal explain` and the
 audit table show of every decision; the cycle (placer/cycle.py) decides and writes, and asks
@@ -13,18 +14,13 @@ from datetime import datetime
 
 from pal_slurm.placement.model import Assignment, Wait
 from pal_slurm.placer.audit import Record, gpu_entry
-from pal_slurm.placer.cluster_view import Slot, View
+from pal_slurm.placer.cluster_view import View
 from pal_slurm.placer.shapes import HeldJob
 from pal_slurm.placer.slurm_updates import Update
 from pal_slurm.slurm.model import SlurmJob
 
 #: the alternatives a placement's record keeps, best first
 ALTERNATIVES_KEPT = 8
-
-
-def slot_name(slot: Slot) -> str:
-    """`node:minor`, as the audit and the log name a GPU."""
-    return f"{slot.node}:{slot.minor}"
 
 
 def applied(job: SlurmJob, held: HeldJob, a: Assignment, update: Update, sfs: Sequence[float], view: View, *,
@@ -39,7 +35,7 @@ def applied(job: SlurmJob, held: HeldJob, a: Assignment, update: Update, sfs: Se
     why += held.estimate_note
     return Record.applied(job, policy=policy, job_class=held.job_class, version=version,
                           gpus=[gpu_entry(s.node, s.minor, f, s.gres_type) for s, f in zip(update.slots, sfs)],
-                          alternatives=[{"gpus": [slot_name(view.slots[g]) for g in gpus], "weight": w}
+                          alternatives=[{"gpus": [view.slots[g].name for g in gpus], "weight": w}
                                         for gpus, w in a.alternatives[:ALTERNATIVES_KEPT]],
                           reason=why, at=at)
 
@@ -67,4 +63,4 @@ def observed(job: SlurmJob, held: HeldJob, a: Assignment, view: View, *, policy:
         reason=f"observe: would place; {a.reason}", at=at)
 
 
-__all__ = ["ALTERNATIVES_KEPT", "applied", "observed", "slot_name", "waiting"]
+__all__ = ["ALTERNATIVES_KEPT", "applied", "observed", "waiting"]

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from pal_slurm.placement.model import Decision, Wait
 from pal_slurm.placer.cluster_view import View
-from pal_slurm.placer.decision_records import slot_name
 
 
 @dataclass
@@ -29,7 +28,7 @@ class Waits:
                 del self.by_job[job_id]
         changed: list[tuple[Wait, tuple[str, ...]]] = []
         for w in decision.waits:
-            target = tuple(slot_name(view.slots[g]) for g in w.gpus)
+            target = tuple(view.slots[g].name for g in w.gpus)
             since, before = self.by_job.get(w.job_id, (now, ()))
             self.by_job[w.job_id] = (since, target)
             if before != target:
