@@ -7,7 +7,7 @@ jobs on 10,000 GPUs, the running jobs with their expected ends (EndTime) and the
 time limits, so the policy weighs releases and waiting for better GPUs. Exit status 1, with a
 "TARGET MISSED" line, when the median is over it (--target-s); 0 when it is met.
 
-What runs: the real `pal_slurm.placer.daemon.Placer` with the configured policy (default: the
+What runs: the real `pal_slurm.placer.cycle.Placer` with the configured policy (default: the
 placer's default, pal-guard), the real filter-state writer, the real squeue/sinfo JSON parsers,
 and a real SQLite database for the audit records and the job identities (wired as `pal placer`
 wires them). Only slurmctld is replaced: `InMemorySlurm` (bench/pal_eval/fakes.py) implements the SlurmBackend

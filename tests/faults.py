@@ -104,8 +104,8 @@ class Faults:
     def release(self, job_id: str) -> None:
         return self._call("release", (), lambda: self.inner.release(job_id))
 
-    def set_begin(self, job_id: str, epoch: float) -> None:
-        return self._call("set_begin", (), lambda: self.inner.set_begin(job_id, epoch))
+    def set_begin(self, job_id: str, epoch: float, now: float) -> None:
+        return self._call("set_begin", (), lambda: self.inner.set_begin(job_id, epoch, now))
 
     def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
         return self._call("jobs", (), lambda: self.inner.jobs(only))

@@ -19,12 +19,11 @@ from pal_slurm.slurm.gresconf import (
     Inventory,
     InventoryGpu,
     InventoryNode,
-    SlurmNodeGres,
-    compare,
     inventory_from_dict,
     inventory_from_rows,
     model_token,
 )
+from pal_slurm.slurm.gres_compare import SlurmNodeGres, compare
 from pal_slurm.slurm.nodeinfo import (
     parse_gres_item,
     parse_kv_line,

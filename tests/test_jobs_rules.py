@@ -209,13 +209,13 @@ def test_job_submit_lua_matches_like_resolve(tmp_path: Path) -> None:
 
 
 def test_the_placer_keeps_its_last_class_rules_while_the_database_is_down(tmp_path: Path):
-    """placer/service.ClassRules: rules reloaded every refresh; a failed reload keeps the last
+    """placer/class_rules.ClassRules: rules reloaded every refresh; a failed reload keeps the last
     table (placement goes on with what it knew), and before any table the default class."""
     from types import SimpleNamespace
 
     from pal_slurm.db.migrate import upgrade
     from pal_slurm.db.sensitivity_store import add_rule
-    from pal_slurm.placer.service import ClassRules
+    from pal_slurm.placer.class_rules import ClassRules
 
     engine = make_engine(f"sqlite:///{tmp_path / 'pal.db'}")
     upgrade(engine)

@@ -25,7 +25,7 @@ from pal_slurm.db.models import JobAccounting
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.placer.accounting import Accounting
 from pal_slurm.placer.audit import AuditSink
-from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.cycle import Placer
 from pal_slurm.placer.factors import Factors
 from pal_slurm.placer.ledger import Alternative, JobAccount, Ledger, job_gpus
 from pal_slurm.savings import cells_of, savings

@@ -22,7 +22,7 @@ from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.placer import slurm_updates
 from pal_slurm.placer.audit import AuditSink, Record
 from pal_slurm.placer.cluster_view import build_view
-from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.cycle import Placer
 from pal_slurm.placer.shapes import request_shape
 from pal_slurm.placer.tag import HELD, PLACED, Tag
 from pal_slurm.placer.writer import Writer

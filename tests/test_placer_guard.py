@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pal_slurm.config import PlacerConfig
 from pal_slurm.placer.audit import AuditSink
-from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.cycle import Placer
 from pal_slurm.placer.factors import Factors
 from pal_slurm.placement.variability import GpuVariability
 from tests.test_placer_holds import CLASSES, NOW, Recorder, StaticFactors, held, node, placer

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pal_slurm.config import PlacerConfig
 from pal_slurm.placer.audit import AuditSink
-from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.cycle import Placer
 from pal_slurm.placer.factors import Factors
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
@@ -66,7 +66,7 @@ class Recorder:
         self.calls.append(("start_now", job_id))
         self._change(job_id, begin_time=NOW, state_reason="None")
 
-    def set_begin(self, job_id: str, epoch: float) -> None:
+    def set_begin(self, job_id: str, epoch: float, now: float) -> None:
         self.calls.append(("set_begin", job_id, str(int(epoch))))
         self._change(job_id, begin_time=epoch)
 

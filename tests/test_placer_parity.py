@@ -22,7 +22,7 @@ from pal_slurm.placement.model import Decision, JobRequest, Snapshot
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.placer.audit import AuditSink
-from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.cycle import Placer
 from pal_slurm.placer.factors import Factors
 from pal_slurm.simulate.event import EventOptions, simulate_events
 from pal_slurm.simulate.traces import Trace, TraceJob

@@ -13,7 +13,7 @@ import pytest
 from pal_slurm.placer import shapes, slurm_updates
 from pal_slurm.placer.audit import AuditSink
 from pal_slurm.placer.cluster_view import build_view
-from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.cycle import Placer
 from pal_slurm.placer.writer import Writer
 from tests.test_placer_cycle import placed_job
 from tests.test_placer_holds import NOW, Recorder, held, node, placer
@@ -55,10 +55,10 @@ def test_the_log_names_every_write_in_order(tmp_path: Path, caplog: pytest.LogCa
         start_now(job_id)
 
     rec.update_job, rec.start_now = update, start  # type: ignore[method-assign]
-    with caplog.at_level(logging.DEBUG, logger="pal_slurm.placer.writer"):
+    with caplog.at_level(logging.DEBUG, logger="pal_slurm.placer.job_writes"):
         report = p.cycle()
     assert report.placed == ["1"] and report.released == ["2"]
-    said = [r.getMessage() for r in caplog.records if r.name == "pal_slurm.placer.writer"]
+    said = [r.getMessage() for r in caplog.records if r.name == "pal_slurm.placer.job_writes"]
     assert said == sent and len(sent) == 7
     assert said[2].startswith("job 1: scontrol update AdminComment=pal:held class=A src=default "
                               "was=tres_per_node:gres:gpu:1 set=gres:gpu:v100_g0:1 on=n1"), "recorded first"

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from pal_slurm.slurm import parse_json, parse_squeue
-from pal_slurm.slurm.backend import _select_jobs
+from pal_slurm.slurm.cli_backend import _select_jobs
+from pal_slurm.slurm.gres_detail import gres_detail_of
 from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob
 
@@ -201,20 +202,20 @@ def test_a_running_jobs_slots_come_from_its_own_record_lines_only(version: str) 
     roles = _role(version)
     text = (DATA / version / "show-job-detail.txt").read_text()
     job = roles["run2"]
-    slots = parse_squeue.gres_detail_of(text, job)
+    slots = gres_detail_of(text, job)
     assert slots is not None
     per_node = {n: g for hosts, g in slots.items() for n in expand_nodes(hosts)}
     assert per_node == {"pal-n1": "gpu:v100_g1:1(IDX:1)", "pal-n2": "gpu:v100_g1:1(IDX:1)"}
     # nodes with the same allocation come as one hostlist (as on a node with CPU_IDs alike)
     grouped = "\n".join(ln.replace("Nodes=pal-n1 ", "Nodes=pal-n[1-2] ") for ln in text.splitlines()
                          if not ln.lstrip().startswith("Nodes=pal-n2 "))
-    assert parse_squeue.gres_detail_of(grouped, job) == {"pal-n[1-2]": "gpu:v100_g1:1(IDX:1)"}
-    assert parse_squeue.gres_detail_of(text, roles["run"]) is None  # another job's record
+    assert gres_detail_of(grouped, job) == {"pal-n[1-2]": "gpu:v100_g1:1(IDX:1)"}
+    assert gres_detail_of(text, roles["run"]) is None  # another job's record
     fake = "     Nodes=pal-n9 CPU_IDs=0 Mem=1 GRES=gpu:v100_g3:1(IDX:3)"
     forged = (text.replace("JobName=multi node", f"JobName=x\n   NumNodes=9\n{fake}")
               .replace("   Command=(null)", f"   Command=(null)\n{fake}\n   MinCPUsNode=1"))
     assert forged.count("Nodes=pal-n9") == 2
-    assert parse_squeue.gres_detail_of(forged, job) == slots
+    assert gres_detail_of(forged, job) == slots
 
 
 def test_squeue_is_asked_for_few_ids_only() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from pal_slurm.errors import SlurmError
 from pal_slurm.slurm import filter_state, parse_json
-from pal_slurm.slurm.backend import CliBackend
+from pal_slurm.slurm.cli_backend import CliBackend
 from pal_slurm.slurm.model import BLOCKING_FLAGS, DRAIN_FLAGS, OUT_OF_SERVICE
 from pal_slurm.slurm.tres import (
     parse_gres_alloc,

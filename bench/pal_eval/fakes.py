@@ -57,7 +57,7 @@ class InMemorySlurm:
     them with the real parser; the serialising and the updates count as stand-in time.
 
     `calls` counts every call since the last `reset()` by the Slurm command the cli backend
-    (pal_slurm.slurm.backend.CliBackend) runs for it: what the timed figure leaves out."""
+    (pal_slurm.slurm.cli_backend.CliBackend) runs for it: what the timed figure leaves out."""
 
     name = "in-memory"
 
@@ -138,7 +138,7 @@ class InMemorySlurm:
             job["state_reason"] = "None"
             self._text = None
 
-    def set_begin(self, job_id: str, epoch: float) -> None:
+    def set_begin(self, job_id: str, epoch: float, now: float) -> None:
         self.calls["scontrol update StartTime=now+N (hold moved on)"] += 1
         with self.phases.span("stand-in"):
             job = self._job(job_id)

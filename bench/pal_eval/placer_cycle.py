@@ -33,11 +33,11 @@ from pal_slurm.placement.model import DEFAULT_POLICY
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.placer import cluster_view, shapes
 from pal_slurm.placer import cycle as cycle_mod
-from pal_slurm.placer import daemon as daemon_mod
 from pal_slurm.placer.accounting import Accounting
 from pal_slurm.placer.audit import AuditSink
-from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.cycle import Placer
 from pal_slurm.placer.factors import Factors
+from pal_slurm.placer.service import tune_gc
 from pal_slurm.placer.tag import PLACED, Tag
 from pal_slurm.slurm import parse_json
 from pal_slurm.slurm.model import SlurmJob
@@ -301,7 +301,7 @@ def wired_placer(args: argparse.Namespace, backend: InMemorySlurm, factors: Fact
     placer = Placer(backend, cfg, StaticFactors(factors), audit, classes=CLASSES,  # type: ignore[arg-type]
                     identities=phases.wrap("identities", identities) if identities else None, clock=lambda: NOW,
                     accounting=accounting)
-    daemon_mod.tune_gc()  # as `pal placer` does at start
+    tune_gc()  # as `pal placer` does at start
     return placer, audit
 
 

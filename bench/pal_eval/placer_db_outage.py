@@ -21,7 +21,7 @@ from pal_slurm.db.engine import make_engine
 from pal_slurm.demo.on_slurm import make_db
 from pal_slurm.placer.service import build_placer
 from pal_slurm.placer.tag import Tag
-from pal_slurm.slurm.backend import CliBackend
+from pal_slurm.slurm.cli_backend import CliBackend
 from pal_slurm.slurm.filter_state import heartbeat_age
 from pal_slurm.slurm.tres import parse_tres
 

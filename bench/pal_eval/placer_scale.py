@@ -24,9 +24,8 @@ from pal_slurm.config import load_config
 from pal_slurm.db.engine import open_engine
 from pal_slurm.demo.on_slurm import make_db
 from pal_slurm.placer import holds
-from pal_slurm.placer.daemon import tune_gc
 from pal_slurm.placer.process import write_config
-from pal_slurm.placer.service import build_placer
+from pal_slurm.placer.service import build_placer, tune_gc
 
 TARGET_CYCLE_S = 1.0
 TARGET_RSS_MB = 400.0

@@ -34,8 +34,7 @@ def placer(ctx: click.Context, once: bool, mode: str | None, policy: str | None,
         return
     app = ctx.find_object(AppContext)
     assert app is not None
-    from pal_slurm.placer.daemon import tune_gc
-    from pal_slurm.placer.service import build_placer, one_placer, run_forever, start_metrics
+    from pal_slurm.placer.service import build_placer, one_placer, run_forever, start_metrics, tune_gc
 
     app.engine  # noqa: B018 - a mistyped SQLite URL stops the daemon here, with the path, before it holds anything
     metrics = None if once else start_metrics(app.cfg, lambda: app.engine)

@@ -394,7 +394,7 @@ def drain_cmd(app: AppContext, apply: bool, nodes: tuple[str, ...], version: int
     from pal_slurm.errors import PalError
     from pal_slurm.placer.writer import drain
     from pal_slurm.report.service import load_actions
-    from pal_slurm.slurm.backend import CliBackend
+    from pal_slurm.slurm.cli_backend import CliBackend
 
     actions = load_actions(app.engine, app.cfg, version)
     if nodes:  # a node the database does not know is a typo: say so before anything is drained

@@ -10,7 +10,7 @@ import click
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.render import Column, emit_json, emit_rows, output_options
 from pal_slurm.errors import InputError
-from pal_slurm.slurm import gresconf
+from pal_slurm.slurm import gres_compare, gresconf
 
 
 @click.group()
@@ -95,7 +95,7 @@ def gres_conf(app: AppContext, inventory_path: Path | None, dev_dir: str, output
     if check:
         from pal_slurm.slurm.backend import read_node_gres  # only here: loading it costs every pal command
 
-        diffs = gresconf.compare(inv, read_node_gres())
+        diffs = gres_compare.compare(inv, read_node_gres())
         rows = [d.as_dict() for d in diffs]
         if fmt == "json":
             emit_json({"nodes": len(inv.nodes), "differences": rows})

@@ -307,7 +307,7 @@ def _free_slowdowns(cluster: DemoCluster, db_url: str) -> dict[tuple[str, int], 
     from pal_slurm.db.engine import make_engine
     from pal_slurm.placer import cluster_view
     from pal_slurm.placer.factors import load_factors
-    from pal_slurm.slurm.backend import CliBackend
+    from pal_slurm.slurm.cli_backend import CliBackend
 
     engine = make_engine(db_url)
     try:

@@ -42,6 +42,11 @@ class Slot:
     minor: int
     gres_type: str
 
+    @property
+    def name(self) -> str:
+        """`node:minor`, as the audit and the log name a GPU."""
+        return f"{self.node}:{self.minor}"
+
 
 @dataclass(frozen=True)
 class View:

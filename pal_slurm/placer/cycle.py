@@ -28,21 +28,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pal_slurm.config import PlacerConfig
-from pal_slurm.placement.base import unheld_classes
 from pal_slurm.placement.decide import decide
-from pal_slurm.placement.model import Decision, PlacementContext
+from pal_slurm.placement.model import Assignment, Decision, PlacementContext
 from pal_slurm.placement.orders import get_order
 from pal_slurm.placement.policies import get_policy
-from pal_slurm.placer import cluster_view, failopen, holds, slurm_updates
+from pal_slurm.placer import cluster_view, decision_records, failopen, holds, slurm_updates
 from pal_slurm.placer.accounting import Accounting
-from pal_slurm.placer.audit import AuditSink, Record, gpu_entry
+from pal_slurm.placer.audit import AuditSink, Record
 from pal_slurm.placer.cycle_report import CycleReport
 from pal_slurm.placer.db_worker import Runner
 from pal_slurm.placer.factors import FactorCache, Factors
-from pal_slurm.placer.heartbeat import Heartbeat, Rules
+from pal_slurm.placer.heartbeat import Heartbeat, Rules, classes_left_to_slurm
 from pal_slurm.placer.problem import ClassResolver, Problem, ProblemBuilder, RuntimeHistory, estimate_s, expected_end
 from pal_slurm.placer.seen import Identities, SeenJobs
 from pal_slurm.placer.tag import Tag
+from pal_slurm.placer.waits import Waits
 from pal_slurm.placer.writer import Writer
 from pal_slurm.slurm.backend import SlurmBackend
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
@@ -84,7 +84,7 @@ class Placer:
         self.accounting = accounting
         self.observed: set[str] = set()
         self.heartbeat = Heartbeat(cfg, clock, rules)
-        self._waits: dict[str, tuple[float, tuple[str, ...]]] = {}  # job -> (waiting since, GPUs it waits for)
+        self.waits = Waits()  # jobs waiting on purpose for better GPUs
         #: jobs released unchanged for Slurm's own first fit -> when: until Slurm's next pass has
         #: looked at them, their GPUs are Slurm's to choose, and the placer places nothing else
         self._left: dict[str, float] = {}
@@ -118,15 +118,6 @@ class Placer:
     def publish(self, *, alive: bool = True, nodes: Sequence[SlurmNode] = (), grace_s: int = 0) -> None:
         """Write the filter state (see Heartbeat.publish)."""
         self.heartbeat.publish(alive=alive, nodes=nodes, grace_s=grace_s)
-
-    def classes_left_to_slurm(self, factors: Factors) -> frozenset[str]:
-        """Classes the filter need not hold on these factors (all or none: `unheld_classes`;
-        none when no GPU is classified, so nothing changes before the first classification)."""
-        if not factors.by_slot:
-            return frozenset()
-        gpus = list(factors.by_slot.values())
-        perfvar = {c: [g.perfvar.get(c, 1.0) for g in gpus] for c in self.classes}
-        return unheld_classes(self.policy, perfvar, self.ctx)
 
     @property
     def extend_margin_s(self) -> float:
@@ -183,7 +174,7 @@ class Placer:
 
     def _forget_waits(self, report: CycleReport) -> None:
         for job_id in report.released:
-            self._waits.pop(job_id, None)
+            self.waits.pop(job_id)
 
 
 @dataclass
@@ -205,7 +196,8 @@ def read(p: Placer, c: Cycle) -> bool:
     p.publish(nodes=c.nodes)
     c.factors = p.factors.get(c.now)
     p.problem.refresh(c.now)
-    p.heartbeat.unheld = p.classes_left_to_slurm(c.factors)  # published from the next heartbeat on
+    # published from the next heartbeat on
+    p.heartbeat.unheld = classes_left_to_slurm(p.policy, p.classes, c.factors, p.ctx)
     return True
 
 
@@ -278,7 +270,7 @@ def place(p: Placer, c: Cycle) -> bool:
     (`as_read[id]`) is what is written to and restored."""
     report, now = c.report, c.now
     if not c.held:
-        p._waits.clear()
+        p.waits.clear()
         return True
     if (placing := holds.slurm_still_placing(p._left, c.jobs, now)):
         # Slurm chooses these jobs' GPUs at its next pass, and not necessarily the first fit we
@@ -290,7 +282,7 @@ def place(p: Placer, c: Cycle) -> bool:
         report.waiting = [j.job_id for j in c.held]
         return True
     prob = p.problem.build(c.held, c.jobs, c.nodes, c.factors, now)
-    view, planned = prob.view, prob.planned
+    planned = prob.planned
     for skip in planned.skips:
         failopen.release_unchanged(p.writer, prob.as_read[skip.job.job_id], skip.reason, report)
     if not planned.requests:
@@ -298,47 +290,14 @@ def place(p: Placer, c: Cycle) -> bool:
         return True
     decision = decide(p.policy, p.order, prob.snapshot, planned.requests, p.ctx)
     if p.accounting is not None:
-        p.accounting.placed(view, planned, decision, prob.snapshot, p.order, p.ctx, c.factors.version)
+        p.accounting.placed(prob.view, planned, decision, prob.snapshot, p.order, p.ctx, c.factors.version)
     for job_id, why in decision.refused:
         log.error("job %s: policy %s broke the job's shape (%s); not placed this cycle", job_id, p.policy.name, why)
     _note_waits(p, decision, prob, now, report)
-    applied: list[tuple[SlurmJob, slurm_updates.Update, Record, Tag]] = []
+    applied: list[Applied] = []
     for a in decision.assignments:
-        job_id = a.job_id
-        h, shape, job = planned.held[job_id], planned.shapes[job_id], prob.as_read[job_id]
-        if a.first_fit and shape.nodes > 1 and not cluster_view.same_slots(view, a.gpus):
-            # Slurm's own first fit, on other slots on each node than one per-node GRES
-            # request can name: the job is Slurm's to place, as submitted
-            failopen.release_unchanged(p.writer, job, f"first fit, left to Slurm; {a.reason}", report)
-            if job_id in report.released:
-                p._left[job_id] = now
-            continue
-        update = slurm_updates.update_for(h.job, shape, a.gpus, view)
-        wrong = slurm_updates.check_update(shape, update)
-        if wrong is not None:
-            # never reach Slurm with another shape than the user's: release it as submitted
-            log.error("job %s: placement would change its shape (%s); released unchanged", job_id, wrong)
-            failopen.release_unchanged(p.writer, job, f"placement would change the job's shape ({wrong})", report)
-            continue
-        sfs = [view.cluster.sf(h.job_class)[g] for g in sorted(a.gpus)]
-        comment = slurm_updates.summary(update, h.job_class, p.policy.name, c.factors.version, sfs, now)
-        waited = p._waits.pop(job_id, None)
-        why = f"class {h.job_class} ({h.class_source}); {a.reason}"
-        if waited is not None:
-            why += f"; waited {now - waited[0]:.0f} s for {','.join(waited[1])}"
-        why += h.estimate_note
-        rec = Record.applied(job, policy=p.policy.name, job_class=h.job_class, version=c.factors.version,
-                             gpus=[gpu_entry(s.node, s.minor, f, s.gres_type) for s, f in zip(update.slots, sfs)],
-                             alternatives=[{"gpus": [_slot_name(view.slots[g]) for g in gpus], "weight": w}
-                                           for gpus, w in a.alternatives[:8]],
-                             reason=why, at=p.writer.stamp())
-        if not _hold_lasts(p, job, report):
-            continue
-        if p.writer.apply(job, update, comment):
-            applied.append((job, update, rec, comment))
-        else:
-            report.failed.append(job_id)
-            p.audit.add(rec.failed())
+        if (done := _apply(p, c, prob, a)) is not None:
+            applied.append(done)
     placed_ids = {a.job_id for a in decision.assignments}
     report.waiting = [r.id for r in planned.requests if r.id not in placed_ids]
     placed, failed = p.writer.verify(applied)
@@ -351,6 +310,44 @@ STAGES: tuple[Callable[[Placer, Cycle], bool], ...] = (read, see, rescue, gate, 
 
 
 # -- the place stage's steps ---------------------------------------------------------------
+#: a placement written and still held, for the read-back (Writer.verify): the job as read, the
+#: update, its audit record, the tag it carries
+Applied = tuple[SlurmJob, slurm_updates.Update, Record, Tag]
+
+
+def _apply(p: Placer, c: Cycle, prob: Problem, a: Assignment) -> Applied | None:
+    """Write one assignment to Slurm (Writer.apply), the job left held for the read-back; None
+    when the job was left to Slurm, released unchanged, or not written."""
+    report, now, view = c.report, c.now, prob.view
+    job_id = a.job_id
+    h, shape, job = prob.planned.held[job_id], prob.planned.shapes[job_id], prob.as_read[job_id]
+    if a.first_fit and shape.nodes > 1 and not cluster_view.same_slots(view, a.gpus):
+        # Slurm's own first fit, on other slots on each node than one per-node GRES
+        # request can name: the job is Slurm's to place, as submitted
+        failopen.release_unchanged(p.writer, job, f"first fit, left to Slurm; {a.reason}", report)
+        if job_id in report.released:
+            p._left[job_id] = now
+        return None
+    update = slurm_updates.update_for(h.job, shape, a.gpus, view)
+    wrong = slurm_updates.check_update(shape, update)
+    if wrong is not None:
+        # never reach Slurm with another shape than the user's: release it as submitted
+        log.error("job %s: placement would change its shape (%s); released unchanged", job_id, wrong)
+        failopen.release_unchanged(p.writer, job, f"placement would change the job's shape ({wrong})", report)
+        return None
+    sfs = [view.cluster.sf(h.job_class)[g] for g in sorted(a.gpus)]
+    comment = slurm_updates.summary(update, h.job_class, p.policy.name, c.factors.version, sfs, now)
+    rec = decision_records.applied(job, h, a, update, sfs, view, policy=p.policy.name, version=c.factors.version,
+                                   waited=p.waits.pop(job_id), now=now, at=p.writer.stamp())
+    if not _hold_lasts(p, job, report):
+        return None
+    if p.writer.apply(job, update, comment):
+        return job, update, rec, comment
+    report.failed.append(job_id)
+    p.audit.add(rec.failed())
+    return None
+
+
 def _hold_lasts(p: Placer, job: SlurmJob, report: CycleReport) -> bool:
     """Just before a job is retyped, its begin time checked against the time now (deciding a
     large queue takes a while): a hold that ends within `extend_margin_s` is moved on first, so
@@ -364,26 +361,10 @@ def _hold_lasts(p: Placer, job: SlurmJob, report: CycleReport) -> bool:
 def _note_waits(p: Placer, decision: Decision, prob: Problem, now: float, report: CycleReport) -> None:
     """Jobs that wait on purpose for better GPUs: audited when the wait starts or its
     target changes (not every cycle), and remembered so their placement says how long."""
-    view = prob.view
-    current = {w.job_id for w in decision.waits}
-    for job_id in list(p._waits):
-        if job_id not in current and job_id not in decision.as_dict():
-            del p._waits[job_id]  # no longer waiting (placed elsewhere or gone)
-    for w in decision.waits:
-        target = tuple(_slot_name(view.slots[g]) for g in w.gpus)
-        report.waits.append(w.job_id)
-        since, before = p._waits.get(w.job_id, (now, ()))
-        p._waits[w.job_id] = (since, target)
-        if before == target:
-            continue
-        h = prob.planned.held[w.job_id]
-        sfs = [view.cluster.sf(h.job_class)[g] for g in w.gpus]
-        p.audit.add(Record.waiting(
-            prob.as_read[w.job_id], policy=p.policy.name, job_class=h.job_class, at=p.writer.stamp(),
-            gpus=[gpu_entry(view.slots[g].node, view.slots[g].minor, f, view.slots[g].gres_type)
-                  for g, f in zip(w.gpus, sfs)],
-            reason=(f"class {h.job_class}; waits up to {max(w.free_at - now, 0):.0f} s for {','.join(target)}, "
-                    f"expected to finish {w.sooner_s:.0f} s sooner than on the GPUs free now{h.estimate_note}")))
+    report.waits.extend(w.job_id for w in decision.waits)
+    for w, target in p.waits.note(decision, prob.view, now):
+        p.audit.add(decision_records.waiting(prob.as_read[w.job_id], prob.planned.held[w.job_id], w, target, prob.view,
+                                             policy=p.policy.name, now=now, at=p.writer.stamp()))
 
 
 def observe(p: Placer, c: Cycle) -> None:
@@ -400,19 +381,10 @@ def observe(p: Placer, c: Cycle) -> None:
     if p.accounting is not None:
         p.accounting.observed(prob.view, prob.planned, decision, c.factors.version)
     for a in decision.assignments:
-        h = prob.planned.held[a.job_id]
-        sf = prob.view.cluster.sf(h.job_class)
-        p.audit.add(Record.observed(
-            prob.as_read[a.job_id], policy=p.policy.name, job_class=h.job_class, version=c.factors.version,
-            gpus=[gpu_entry(prob.view.slots[g].node, prob.view.slots[g].minor, sf[g], prob.view.slots[g].gres_type)
-                  for g in a.gpus],
-            reason=f"observe: would place; {a.reason}", at=p.writer.stamp()))
+        p.audit.add(decision_records.observed(prob.as_read[a.job_id], prob.planned.held[a.job_id], a, prob.view,
+                                              policy=p.policy.name, version=c.factors.version, at=p.writer.stamp()))
         p.observed.add(a.job_id)
         c.report.observed.append(a.job_id)
 
 
-def _slot_name(slot: cluster_view.Slot) -> str:
-    return f"{slot.node}:{slot.minor}"
-
-
-__all__ = ["STAGES", "Cycle", "CycleReport", "Placer"]
+__all__ = ["STAGES", "Cycle", "Placer"]

@@ -13,6 +13,9 @@ import logging
 from collections.abc import Callable, Sequence
 
 from pal_slurm.config import PlacerConfig
+from pal_slurm.placement.base import Policy, unheld_classes
+from pal_slurm.placement.model import PlacementContext
+from pal_slurm.placer.factors import Factors
 from pal_slurm.slurm import filter_state
 from pal_slurm.slurm.gresconf import slot_of_type
 from pal_slurm.slurm.model import SlurmNode
@@ -20,9 +23,20 @@ from pal_slurm.slurm.tres import parse_gres_alloc
 
 log = logging.getLogger(__name__)
 
-#: the class rules the filter applies itself (placer.service.ClassRules.filter_rules)
+#: the class rules the filter applies itself (placer.class_rules.ClassRules.filter_rules)
 Rules = Callable[[], list[dict[str, object]]]
 
+
+
+def classes_left_to_slurm(policy: Policy, classes: Sequence[str], factors: Factors,
+                          ctx: PlacementContext) -> frozenset[str]:
+    """Classes the filter need not hold on these factors (all or none: `unheld_classes`;
+    none when no GPU is classified, so nothing changes before the first classification)."""
+    if not factors.by_slot:
+        return frozenset()
+    gpus = list(factors.by_slot.values())
+    perfvar = {c: [g.perfvar.get(c, 1.0) for g in gpus] for c in classes}
+    return unheld_classes(policy, perfvar, ctx)
 
 class Heartbeat:
     """What the filter is told: the GPU models (configured, else from the nodes' features,
@@ -75,4 +89,4 @@ def _gres_types(node: SlurmNode) -> list[str | None]:
     return [u.type for u in parse_gres_alloc(node.gres) if u.name == "gpu"]
 
 
-__all__ = ["Heartbeat", "Rules"]
+__all__ = ["Heartbeat", "Rules", "classes_left_to_slurm"]

@@ -48,6 +48,15 @@ class Problem:
     as_read: Mapping[str, SlurmJob]
 
 
+@dataclass(frozen=True)
+class Releasing:
+    """A node's GPUs being given back (`ProblemBuilder.releasing`), as the snapshot's running
+    jobs count them: an entry of `running` and `expected_end` whose release is due now, keyed
+    by this marker so that no job id can be taken for it, nor it for a job."""
+
+    node: str
+
+
 def plan_from(job: SlurmJob) -> SlurmJob:
     """The job as planning must see it: a job the placer changed before (re-planned, or held
     again after a failed release or a crash mid-change) with the request its user made
@@ -238,18 +247,18 @@ class ProblemBuilder:
                                             estimate_s=est.seconds, estimate_source=est.source))
         self._planned = kept
         by_id = {j.job_id: j for j in jobs}
-        ends = {jid: end for jid in view.running
-                if (end := expected_end(by_id[jid], learned, now)) is not None}
-        running = view.running
-        if (back := self.releasing(view, now)):  # a release due now, as a job's (under ids no job has)
+        ends: dict[str | Releasing, float] = {jid: end for jid in view.running
+                                              if (end := expected_end(by_id[jid], learned, now)) is not None}
+        running: Mapping[str | Releasing, tuple[int, ...]] = view.running
+        if (back := self.releasing(view, now)):  # a release due now, as a job's (under a key no job id is)
             running = dict(running)
             for node, gpus in back.items():
-                running[f"releasing:{node}"] = gpus
-                ends[f"releasing:{node}"] = now + belief.COMPLETING_RELEASE_S
+                running[Releasing(node)] = gpus
+                ends[Releasing(node)] = now + belief.COMPLETING_RELEASE_S
         snap = Snapshot(cluster=view.cluster, free=view.free, running=running, now=now, expected_end=ends)
         return Problem(view=view, planned=shapes.plan_requests(held_jobs, view), snapshot=snap,
                        as_read={j.job_id: j for j in held})
 
 
-__all__ = ["ClassResolver", "Problem", "ProblemBuilder", "RuntimeHistory", "estimate_of", "estimate_s", "expected_end",
+__all__ = ["ClassResolver", "Problem", "ProblemBuilder", "Releasing", "RuntimeHistory", "estimate_of", "estimate_s", "expected_end",
            "plan_from"]

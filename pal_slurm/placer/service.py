@@ -22,13 +22,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pal_slurm.placer.db_worker import DbWorker
-from pal_slurm.placer.refresh import Refreshed
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from pal_slurm.config import PalConfig
-    from pal_slurm.jobs.rules import ClassRuleTable
     from pal_slurm.jobs.runtimes import LearnedRuntimes
     from pal_slurm.placer.cycle import Placer
     from pal_slurm.placer.db_worker import Runner
@@ -36,8 +34,8 @@ if TYPE_CHECKING:
     from pal_slurm.placer.lock import OnePlacer
     from pal_slurm.placer.wake import WakeWatch
 
-__all__ = ["ClassRules", "build_placer", "one_placer", "release_on_stop", "release_stale", "run_forever", "start_metrics",
-           "wake_watch"]
+__all__ = ["build_placer", "one_placer", "release_on_stop", "release_stale", "run_forever", "start_metrics",
+           "tune_gc", "wake_watch"]
 
 log = logging.getLogger(__name__)
 
@@ -45,59 +43,19 @@ log = logging.getLogger(__name__)
 FAILURES_BEFORE_RELEASE = 5
 
 
-class ClassRules:
-    """The job-class rules, reloaded from the database at most every `refresh_s`; the last
-    table is kept while the database is down (placement goes on with what it knew), and a
-    failed reload is tried again within 10 s, as the classes are (placer/factors.py)."""
+def tune_gc() -> None:
+    """Collector settings for the daemon process (`pal placer` calls this once at start).
 
-    def __init__(self, engine: Callable[[], Engine], refresh_s: float, default_class: str,
-                 clock: Callable[[], float] = time.time, runner: Runner | None = None) -> None:
-        self._engine = engine
-        self._default = default_class
-        self._cache: Refreshed[ClassRuleTable | None] = Refreshed(
-            self._load, refresh_s, initial=None, clock=clock, retry_s=min(refresh_s, 10.0),
-            on_error=lambda error: log.warning("class rules not reloaded: %s", error), runner=runner,
-            key="class-rules")
-        self._resolved_by: ClassRuleTable | None = None
-        self._resolved: dict[tuple[str, str, str, str, str], tuple[str, str]] = {}
+    Each cycle builds and drops a large graph of short-lived objects (megabytes of squeue
+    JSON as dicts, thousands of job records) that holds no reference cycles; with the default
+    gen-0 threshold (700 allocations) the collector walks it again and again, which took a
+    third of a 1,000-job cycle (bench/placer_cycle.py). Freezing what start-up loaded and
+    collecting gen 0 every 200,000 net allocations keeps memory bounded and the cycle short.
+    """
+    import gc
 
-    def _load(self, _now: float) -> ClassRuleTable:
-        from pal_slurm.db.engine import session_scope
-        from pal_slurm.db.class_rules_store import load_class_rules
-
-        with session_scope(self._engine()) as session:
-            return load_class_rules(session)
-
-    def table(self) -> ClassRuleTable | None:
-        return self._cache.get()
-
-    def resolve(self, job: Any) -> tuple[str, str]:
-        """(class, why) for a job; the configured default class when no table was ever read.
-        Kept per table and job identity (user, name, command, account, partition): every
-        held job is asked for each cycle, and a table changes only when it is read again."""
-        from pal_slurm.jobs.rules import resolve_class
-
-        table = self.table()
-        if table is None:
-            return self._default, "default"
-        if table is not self._resolved_by:
-            if table != self._resolved_by:  # read again, and changed (a reload is a new, often equal, table)
-                self._resolved = {}
-            self._resolved_by = table
-        key = (job.user, job.name, job.command, job.account, job.partition)
-        got = self._resolved.get(key)
-        if got is None:
-            if len(self._resolved) >= 100_000:
-                self._resolved.clear()
-            got = self._resolved[key] = resolve_class(table, *key, default=self._default)
-        return got
-
-    def filter_rules(self) -> list[Any]:
-        """The rules the submit filter applies itself (published in its state file)."""
-        from pal_slurm.jobs.rules import filter_rules
-
-        table = self.table()
-        return [] if table is None else filter_rules(table)
+    gc.freeze()
+    gc.set_threshold(200_000, 50, 100)
 
 
 def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | None = None,
@@ -110,6 +68,7 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
     from pal_slurm.db.accounting_store import AccountingSink
     from pal_slurm.placer.accounting import Accounting
     from pal_slurm.placer.audit import AuditSink
+    from pal_slurm.placer.class_rules import ClassRules
     from pal_slurm.placer.cycle import Placer
     from pal_slurm.placer.factors import FactorCache
     from pal_slurm.slurm.backend import make_backend
@@ -202,7 +161,6 @@ def run_forever(p: Placer, interval: float, one: OnePlacer | None = None) -> Non
     holds them: until then, or when the database says another placer took over, it stands by,
     publishes nothing and changes no job, and on stop releases nothing (the jobs are the
     other placer's)."""
-    from pal_slurm.errors import SlurmUnavailable
     from pal_slurm.placer.wake import woken_start
     from pal_slurm.systemd_notify import Notifier
 
@@ -223,15 +181,7 @@ def run_forever(p: Placer, interval: float, one: OnePlacer | None = None) -> Non
         log.warning("stopped while standing by; released nothing (%s)", one.why)
         return
     placing = True
-    try:
-        # the heartbeat first, before any Slurm or database read (see Placer.publish, grace_s)
-        p.publish()
-    except OSError as exc:
-        log.error("filter state not written at start: %s", exc)
-    notify.ready("placing")
-    if not p.prime(PRIME_WAIT_S):
-        log.warning("the database did not answer within %g s of the start; placing with what has come, the rest "
-                    "follows on the database thread", PRIME_WAIT_S)
+    _start_placing(p, notify)
     while not stop.is_set():
         if one is not None:
             one.check()
@@ -244,21 +194,7 @@ def run_forever(p: Placer, interval: float, one: OnePlacer | None = None) -> Non
                 placing = True
                 p.publish()
         started = time.monotonic()
-        try:
-            report = p.cycle()
-            failures = 0
-            notify.status(f"held {report.held}, placed {len(report.placed)}, waiting {len(report.waiting)}")
-            if report.changed:
-                log.info("cycle: %s", report.line())
-        except SlurmUnavailable as exc:
-            failures += 1
-            log.warning("Slurm unavailable (%d in a row): %s", failures, exc)
-            notify.status(f"Slurm unavailable: {exc}")
-        except Exception as exc:
-            failures += 1
-            log.exception("cycle failed (%d in a row)", failures)
-            if failures >= FAILURES_BEFORE_RELEASE:
-                release_on_stop(p, f"placer failing ({exc})"[:200])
+        failures = _one_cycle(p, notify, failures)
         notify.watchdog()
         ended = time.monotonic()
         left = max(0.0, interval - (ended - started))
@@ -267,6 +203,49 @@ def run_forever(p: Placer, interval: float, one: OnePlacer | None = None) -> Non
         elif watch.wait(left, stop, not_before=woken_start(started, ended, p.cfg.wake_min_gap_s)):
             log.debug("woken by %s", watch.path)
     notify.stopping()
+    _stop_placing(p, one, placing)
+
+
+def _start_placing(p: Placer, notify: Any) -> None:
+    """The heartbeat first, before any Slurm or database read (see Placer.publish, grace_s);
+    then ready, and the first database reads waited for (Placer.prime)."""
+    try:
+        p.publish()
+    except OSError as exc:
+        log.error("filter state not written at start: %s", exc)
+    notify.ready("placing")
+    if not p.prime(PRIME_WAIT_S):
+        log.warning("the database did not answer within %g s of the start; placing with what has come, the rest "
+                    "follows on the database thread", PRIME_WAIT_S)
+
+
+def _one_cycle(p: Placer, notify: Any, failures: int) -> int:
+    """One cycle, its outcome told to systemd and the log; the failed cycles in a row after it.
+    Slurm unavailable is retried; FAILURES_BEFORE_RELEASE failures in a row of any other kind
+    release every held job (a placer that keeps failing fails open)."""
+    from pal_slurm.errors import SlurmUnavailable
+
+    try:
+        report = p.cycle()
+        failures = 0
+        notify.status(f"held {report.held}, placed {len(report.placed)}, waiting {len(report.waiting)}")
+        if report.changed:
+            log.info("cycle: %s", report.line())
+    except SlurmUnavailable as exc:
+        failures += 1
+        log.warning("Slurm unavailable (%d in a row): %s", failures, exc)
+        notify.status(f"Slurm unavailable: {exc}")
+    except Exception as exc:
+        failures += 1
+        log.exception("cycle failed (%d in a row)", failures)
+        if failures >= FAILURES_BEFORE_RELEASE:
+            release_on_stop(p, f"placer failing ({exc})"[:200])
+    return failures
+
+
+def _stop_placing(p: Placer, one: OnePlacer | None, placing: bool) -> None:
+    """On stop: release what this placer holds (with the restart grace) unless it stood by,
+    let the database thread finish its queue, and give up the locks."""
     if placing:
         released = release_on_stop(p, "placer stopped", grace_s=p.cfg.restart_grace_s)
         log.warning("stopped; released %d held job(s)", len(released))

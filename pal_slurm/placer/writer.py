@@ -3,8 +3,8 @@
 Why one writer: what reaches Slurm is where a placer can hurt a user's job, so each kind of
 write is one call here that checks the mode, sends the change through the backend (argument
 lists, never a shell), logs it (`job N: scontrol update Key=Value ...`, at debug level, so
-the log reads as the dry run of a cycle) and records its audit entry. The cycle decides
-*what* to write (placer/slurm_updates.py says what an update contains); this module decides
+the log reads as the dry run of a cycle: the single writes, in placer/job_writes.py) and
+records its audit entry. The cycle decides *what* to write (placer/slurm_updates.py says what an update contains); this module decides
 *how* it is written. The rules (docs/admin-guide.md, "What the placer touches"):
 
 - Before the first change to a job its tag (pal_slurm.placer.tag) records the user's request
@@ -27,13 +27,13 @@ the log reads as the dry run of a cycle) and records its audit entry. The cycle 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.placer import holds, slurm_updates
-from pal_slurm.placer.audit import AuditSink, Record
+from pal_slurm.placer.audit import Record
+from pal_slurm.placer.job_writes import FAIL_OPEN, GPU_KEYS, STEER, Fields, JobWrites
 from pal_slurm.placer.tag import HELD, PLACED, RELEASED_UNCHANGED, REQUEST_KEYS, Tag, TagTooLong, site_comment
 from pal_slurm.slurm.backend import SlurmBackend
 from pal_slurm.slurm.model import SlurmJob
@@ -41,143 +41,11 @@ from pal_slurm.slurm.tres import parse_tres
 
 log = logging.getLogger(__name__)
 
-Fields = Sequence[tuple[str, str]]
 
-#: The writes that steer a job, holding it or placing it: enforce mode only.
-STEER = frozenset({"enforce"})
-#: The writes by which the placer fails open (ending a hold, a job's request back, its label):
-#: every mode. Observe mode releases what an enforce run left held or placed, and SIGTERM and
-#: release-stale release in either mode.
-FAIL_OPEN = frozenset({"observe", "enforce"})
-#: `[placer] mode`: observe logs what the placer would do and writes only to fail open;
-#: enforce also holds and places jobs.
-MODES = FAIL_OPEN | STEER
-
-
-class Writer:
-    """The placer's one way to change jobs in Slurm; `audit` receives the entry of each decision."""
-
-    def __init__(self, backend: SlurmBackend, audit: AuditSink, *, policy: str, mode: str,
-                 clock: Callable[[], float]) -> None:
-        if mode not in MODES:
-            raise ValueError(f"placer mode {mode!r}: one of {', '.join(sorted(MODES))}")
-        self.backend = backend
-        self.audit = audit
-        self.policy = policy
-        self.mode = mode
-        self.clock = clock
-
-    def stamp(self) -> datetime:
-        """Now, from the injected clock (audit timestamps follow the clock the cycle runs on)."""
-        return datetime.fromtimestamp(self.clock(), UTC)
-
-    def _allow(self, job_id: str, what: str, modes: frozenset[str]) -> None:
-        """Refuse a write the mode does not allow (a caller's bug: the cycle's gate stops an
-        observe-mode cycle before anything steers), before anything reaches Slurm."""
-        if self.mode not in modes:
-            raise RuntimeError(f"job {job_id}: {what} is written only in {' or '.join(sorted(modes))} mode, "
-                               f"not {self.mode}")
-
-    # -- one write each ------------------------------------------------------------------
-    def update(self, job_id: str, fields: Fields) -> None:
-        """`scontrol update JobId=job_id Key=Value ...`; raises SlurmError."""
-        self._allow(job_id, "an update", FAIL_OPEN)
-        log.debug("job %s: scontrol update %s", job_id, " ".join(f"{k}={v}" for k, v in fields))
-        self.backend.update_job(job_id, list(fields))
-
-    def set_begin(self, job_id: str, until: float) -> None:
-        """Hold the job through `until` (its begin time); raises SlurmError."""
-        self._allow(job_id, "a hold", STEER)
-        log.debug("job %s: begin time %.0f", job_id, until)
-        self.backend.set_begin(job_id, until)
-
-    def release(self, job_id: str) -> None:
-        """End a priority-0 hold (`scontrol release`); raises SlurmError."""
-        self._allow(job_id, "a release", FAIL_OPEN)
-        log.debug("job %s: scontrol release", job_id)
-        self.backend.release(job_id)
-
-    def start_now(self, job_id: str) -> None:
-        """End a begin-time hold (StartTime=now); raises SlurmError."""
-        self._allow(job_id, "a release", FAIL_OPEN)
-        log.debug("job %s: start now", job_id)
-        self.backend.start_now(job_id)
-
-    def unhold(self, job: SlurmJob) -> None:
-        """End the hold `job` has: priority 0 (scontrol release) or its begin time (StartTime=now)."""
-        self._allow(job.job_id, "a release", FAIL_OPEN)
-        if holds.held_by_priority(job):
-            self.release(job.job_id)
-        else:
-            self.start_now(job.job_id)
-
-    def comment(self, job_id: str, text: str | Tag) -> None:
-        """Set the job's admin comment (a Tag, rendered within its bound); a failure is logged."""
-        self._allow(job_id, "a comment", FAIL_OPEN)
-        try:
-            self.update(job_id, [("AdminComment", text if isinstance(text, str) else text.render())])
-        except (SlurmError, TagTooLong) as exc:
-            log.warning("job %s: admin comment not set (%s)", job_id, exc)
-
-    def clear(self, job_id: str, keys: Sequence[str] = ("TresPerNode",)) -> None:
-        """Empty each GPU field in `keys`, one update each (the first half of `retype`)."""
-        self._allow(job_id, "a request", FAIL_OPEN)
-        for key in keys:
-            self.update(job_id, [(key, "")])
-
-    def retype(self, job_id: str, fields: Fields, clear: Sequence[str] = ("TresPerNode",)) -> None:
-        """Give a job another GPU request: clear the fields in `clear`, then set `fields`.
-        Clearing first is what makes both Slurm versions end with exactly `fields` (22.05
-        merges a direct set into the old request, 24.11 replaces it). A rescue retypes in any
-        mode (a stranded placement onto slots that exist); a placement goes through `apply`."""
-        self._allow(job_id, "a request", FAIL_OPEN)
-        self.clear(job_id, clear)
-        self.update(job_id, fields)
-
-    # -- the request, changed so that any step can be finished or undone ------------------
-    def _one_update(self) -> bool:
-        """Whether one `scontrol update` replaces a GPU request: on Slurm 24.11 and later a
-        direct set replaces it; 22.05 merges a direct set into the old request, so there the
-        request is cleared first, in its own call. An unknown version clears first."""
-        try:
-            return self.backend.version() >= ONE_UPDATE_FROM
-        except SlurmError:
-            return False
-
-    def change(self, job_id: str, clear: Sequence[str], fields: Fields, undo: Fields | None = None) -> None:
-        """Replace the job's GPU request: empty each field in `clear`, then set `fields`; one
-        update where it replaces (see `_one_update`) and only TresPerNode is replaced. Any error
-        after a clear puts `undo` back (clear, then set) before it is raised, so a failed or
-        hung set never leaves the job without its GPUs; `undo` failing too is logged, and the
-        job's tag lets the next step repair it."""
-        self._allow(job_id, "a request", FAIL_OPEN)
-        if self._one_update() and set(clear) <= {"TresPerNode"} and any(k == "TresPerNode" for k, _v in fields):
-            self.update(job_id, fields)
-            return
-        try:
-            for key in clear:
-                self.update(job_id, [(key, "")])
-            self.update(job_id, fields)
-        except BaseException as exc:
-            # a clear that failed or hung may still have been applied: put back in every case
-            if undo is not None:
-                log.warning("job %s: request change failed after the clear (%s); putting the request back",
-                            job_id, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
-                try:
-                    self.clear(job_id, sorted({*clear, *(k for k, _v in undo if k in GPU_KEYS)}))
-                    self.update(job_id, undo)
-                except SlurmError as again:
-                    log.error("job %s: request not put back (%s); the job stays held with its tag, the next "
-                              "step repairs it", job_id, again)
-            raise
-
-    def read(self, job_id: str) -> SlurmJob | None:
-        """The job as Slurm shows it now; None when it is gone or Slurm could not be read."""
-        try:
-            return next(iter(self.backend.jobs(only={job_id})), None)
-        except SlurmError as exc:
-            log.warning("job %s: not read back (%s)", job_id, exc)
-            return None
+class Writer(JobWrites):
+    """The placer's one way to change jobs in Slurm: its steps (a placement and its read-back, a
+    release that keeps the job's request whole, a re-plan), built on the single writes of
+    `JobWrites`; `audit` receives the entry of each decision."""
 
     def make_whole(self, job: SlurmJob) -> SlurmJob | None:
         """The job as it now stands once its GPU request is whole, the user's or the placer's
@@ -214,8 +82,9 @@ class Writer:
                   "step repairs it", job.job_id, why, job.tres_per_node or job.tres_per_job)
         if holds.held_by_priority(job) or job.begins_after(self.clock() + KEEP_HELD_S / 2):
             return
+        now = self.clock()
         try:
-            self.backend.set_begin(job.job_id, self.clock() + KEEP_HELD_S)
+            self.backend.set_begin(job.job_id, now + KEEP_HELD_S, now)
         except SlurmError as exc:
             log.error("job %s: hold not extended (%s): it may start before its request is repaired",
                       job.job_id, exc)
@@ -399,12 +268,8 @@ class Writer:
         return True
 
 
-#: the first Slurm release on which one `scontrol update TresPerNode=...` replaces the request
-#: (checked on 24.11.5; 22.05.8 merges it)
-ONE_UPDATE_FROM = (24, 11)
 #: how long `keep_held` holds a job whose request is not whole
 KEEP_HELD_S = 120.0
-GPU_KEYS = ("TresPerNode", "TresPerJob")
 
 
 def recorded(job: SlurmJob) -> tuple[tuple[str, str], ...]:
@@ -460,4 +325,4 @@ def drain(backend: SlurmBackend, node: str, reason: str) -> None:
     backend.drain_node(node, reason)
 
 
-__all__ = ["FAIL_OPEN", "GPU_KEYS", "MODES", "STEER", "Writer", "carries_intent", "drain", "user_has", "whole"]
+__all__ = ["Writer", "carries_intent", "drain", "user_has", "whole"]

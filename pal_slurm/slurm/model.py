@@ -105,14 +105,6 @@ class SlurmJob:
     def tres(self, field_name: str) -> TresList:
         return parsed_tres(getattr(self, field_name))
 
-    @property
-    def is_array(self) -> bool:
-        return bool(self.array_job_id and self.array_job_id != "0")
-
-    @property
-    def is_het(self) -> bool:
-        return bool(self.het_job_id and self.het_job_id != "0")
-
     def memory_on_node_mb(self) -> int:
         """Memory this job needs on each node (per-CPU requests scaled by CPUs per node)."""
         if self.memory_per_node_mb:

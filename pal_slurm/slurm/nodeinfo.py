@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from pal_slurm.slurm.gresconf import SlurmNodeGres
+from pal_slurm.slurm.gres_compare import SlurmNodeGres
 
 # A new pair starts with a Slurm key and '=': keys start upper-case (CamelCase; some hold '_', ':' or '/',
 # e.g. MCS_label, AllocNode:Sid, CPUs/Task).  Lower-case words with '=' inside a value (an admin comment

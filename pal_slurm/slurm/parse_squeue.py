@@ -1,5 +1,5 @@
-"""The placer's lean job read: `squeue -O` fields -> SlurmJob, and a running job's GPU slots
-from `scontrol -d show job` (pure).
+"""The placer's lean job read: `squeue -O` fields -> SlurmJob (pure); a running job's GPU slots
+come from `scontrol -d show job` (slurm/gres_detail.py).
 
 Why not `squeue --json`: a queue of 50,000 jobs is 150-450 MB of JSON (22.05 writes ~3 KB a
 job, 24.11 ~9 KB), seconds for squeue to write and for us to parse, and ~13 KB of Python
@@ -371,37 +371,7 @@ def placer_needs(job: SlurmJob) -> bool:
             or any("gpu" in t for t in (job.tres_per_node, job.tres_per_job, job.tres_per_task, job.tres_per_socket)))
 
 
-_DETAIL = re.compile(r"^\s*Nodes=(\S+) CPU_IDs=\S* Mem=\d+ GRES=(.*)$")
-
-
-def gres_detail_of(text: str, job_id: str) -> dict[str, str] | None:
-    """Node (a hostlist) -> GRES detail string of one job, from `scontrol -d show job ID`;
-    None when the output is not that job's record.
-
-    Only the lines scontrol writes between the job's `NumNodes=` line and its `MinCPUsNode=`
-    line are read: the user's own text (the job name comes before, comments and the command
-    after) may hold newlines and lines that look like these, and never lands in between.
-    A record of an array job's task starts with its own JobId too."""
-    lines = text.splitlines()
-    if not lines or not lines[0].startswith(f"JobId={job_id} "):
-        return None
-    out: dict[str, str] = {}
-    inside = False
-    for line in lines[1:]:
-        s = line.lstrip()
-        if s.startswith("NumNodes="):
-            out, inside = {}, True
-        elif s.startswith("MinCPUsNode="):
-            if inside:
-                return out
-        elif inside:
-            m = _DETAIL.match(line)
-            if m:
-                out[m.group(1)] = m.group(2).strip()
-    return out if inside else None
-
-
 __all__ = ["EXCNODES_SINCE", "FIELDS", "LEAD", "Layout", "needs_lead", "RUNNING_STATES", "SlurmFormatError", "collapse_array_tasks",
            "exclusions_format",
-           "exclusions_from", "exclusions_layout", "gres_detail_of", "job_from_fields", "mem_mb", "needs_gpu_fields",
+           "exclusions_from", "exclusions_layout", "job_from_fields", "mem_mb", "needs_gpu_fields",
            "placer_needs", "time_limit_s", "tres_items"]

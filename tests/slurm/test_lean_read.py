@@ -14,7 +14,7 @@ import pytest
 
 from pal_slurm.placer import cluster_view, holds
 from pal_slurm.slurm import parse_json, parse_squeue
-from pal_slurm.slurm.backend import CliBackend
+from pal_slurm.slurm.cli_backend import CliBackend
 from pal_slurm.slurm.command import SQUEUE_ALL_JOBS_JSON
 from pal_slurm.slurm.model import SlurmJob
 

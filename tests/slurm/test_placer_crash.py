@@ -22,11 +22,11 @@ import pytest
 from pal_slurm.config import PlacerConfig
 from pal_slurm.errors import SlurmUnavailable
 from pal_slurm.placer.audit import AuditSink
-from pal_slurm.placer.daemon import Placer
+from pal_slurm.placer.cycle import Placer
 from pal_slurm.placer.factors import Factors
 from pal_slurm.placer.tag import HELD, PLACED, Tag
 from pal_slurm.placement.variability import GpuVariability
-from pal_slurm.slurm.backend import CliBackend
+from pal_slurm.slurm.cli_backend import CliBackend
 from pal_slurm.slurm.model import SlurmJob
 from tests.faults import Fault, Faults, Killed, check_job
 from tests.test_placer_holds import CLASSES, StaticFactors

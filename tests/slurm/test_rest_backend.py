@@ -24,8 +24,9 @@ from typing import TypeVar
 import pytest
 
 from pal_slurm.errors import SlurmError, SlurmUnavailable
-from pal_slurm.slurm.backend import CliBackend, RestBackend
+from pal_slurm.slurm.cli_backend import CliBackend
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from pal_slurm.slurm.rest_backend import RestBackend
 
 from .conftest import SlurmCluster
 
@@ -169,7 +170,8 @@ def test_writes_go_through_scontrol_as_root_even_with_slurm_jwt_in_the_environme
     assert job.get("AdminComment") == "pal: rest write test"
     assert job.get("Priority") == "0" and job.get("JobState") == "PENDING"
     # the begin-time hold job_submit.lua uses: moved on, then ended (through scontrol as well)
-    rest.set_begin(own, time.time() + 300)
+    now = time.time()
+    rest.set_begin(own, now + 300, now)
     got = {j.job_id: j for j in CliBackend(timeout=30).jobs()}[own]
     assert got.begin_time is not None and 290 < got.begin_time - time.time() <= 301, got.begin_time
     rest.start_now(own)
@@ -215,7 +217,7 @@ def test_by_default_a_failing_slurmrestd_falls_back_to_squeue_and_sinfo(
     rest = RestBackend(rig.url, api=_rest_api(), token=forged, timeout=30)
     cli = CliBackend(timeout=30)
     ids = {rig.running, rig.held}
-    with caplog.at_level(logging.WARNING, logger="pal_slurm.slurm.backend"):
+    with caplog.at_level(logging.WARNING, logger="pal_slurm.slurm.rest_backend"):
         cli_jobs, rest_jobs = _agreeing(lambda: (_job_facts(cli.jobs(), ids), _job_facts(rest.jobs(), ids)))
         assert set(rest_jobs) == ids and rest_jobs == cli_jobs
         assert {n.name for n in rest.nodes()} == set(rig.cluster.nodes)
@@ -226,7 +228,7 @@ def test_by_default_a_failing_slurmrestd_falls_back_to_squeue_and_sinfo(
 
     # no token at all (e.g. a fail-safe unit without the environment file): CLI reads, one warning
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="pal_slurm.slurm.backend"):
+    with caplog.at_level(logging.WARNING, logger="pal_slurm.slurm.rest_backend"):
         bare = RestBackend(rig.url, api=_rest_api(), token="", timeout=30)
         assert rig.held in {j.job_id for j in bare.jobs()}
     assert [r.getMessage() for r in caplog.records if "no token" in r.getMessage()]

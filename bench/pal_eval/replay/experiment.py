@@ -479,7 +479,7 @@ def submitting_user() -> str:
 
 def cluster_gpus(env: Mapping[str, str]) -> dict[str, int]:
     """node -> GPUs, for the schedulable nodes of the cluster `env` reaches."""
-    from pal_slurm.slurm.backend import CliBackend
+    from pal_slurm.slurm.cli_backend import CliBackend
     from pal_slurm.slurm.tres import parse_gres_alloc
 
     return {n.name: sum(u.count for u in parse_gres_alloc(n.gres) if u.name == "gpu")

@@ -70,10 +70,6 @@ class ReplayPlan:
     def to_real_s(self, trace_s: float) -> float:
         return trace_s * self.seconds_per_hour / 3600.0
 
-    @property
-    def last_submit_s(self) -> float:
-        return max((j.submit_at_s for j in self.jobs), default=0.0)
-
 
 def limit_minutes(estimate_trace_s: float, seconds_per_hour: float) -> int:
     """A runtime estimate in trace seconds as Slurm's --time: whole real minutes, at least 1."""
