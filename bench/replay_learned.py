@@ -3,7 +3,7 @@
 (shaped, whole-minute limits from the runtime-estimate model, input-shaken per repetition as
 bench/replay.py does), predicted for the slurm arm, the pal arm (estimates: the limits) and the
 pal+history arm (estimates: what one earlier run's sacct export teaches, each job's runtime on a
-median GPU in whole real seconds, never more than its limit; `experiment.predict` with
+median GPU in whole real seconds, never more than its limit; `prediction.predict` with
 `learned`), with an ideal scheduler (no latencies). The real arms are bench/replay.py's.
 
 Usage: bench/replay_learned.py [--trace F ...] [--reps 3] [--seconds-per-hour 10] [--fleet artifact]

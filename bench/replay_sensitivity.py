@@ -5,7 +5,7 @@ plain Slurm goes between the ideal simulation and a real cluster (docs/evaluatio
 For each trace (default Sia-Philly workloads 1 and 4; Longhorn factors drawn with seed 42 on
 16 x 4 GPUs; lambda 1.7), the ratio of the pal arm (the placer's policy, --policy, default the
 placer's default, pal-guard) to the slurm arm (the replay's model of plain Slurm,
-replay.experiment.BASELINE_POLICY: slurm-reserving) of average JCT, p99 JCT and makespan, step
+replay.prediction.BASELINE_POLICY: slurm-reserving) of average JCT, p99 JCT and makespan, step
 by step:
 
 1. ideal scheduler, estimates = true runtime x U[1,5] per job (bench/vs_slurm.py's setting);

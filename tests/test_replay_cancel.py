@@ -1,4 +1,4 @@
-"""What a stopped replay arm says about the jobs it cancelled (pal_eval.replay.harness).
+"""What a stopped replay arm says about the jobs it cancelled (pal_eval.replay.harness, cancel).
 
 These tests put fake `sbatch`/`scancel`/`squeue` scripts first on PATH. A fake is used here
 only because what is tested is our own wording when Slurm cannot be reached or does not let a
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from pal_eval.replay import harness
-from pal_eval.replay.harness import ReplayInterrupted, cancel_all, cancel_note, run_arm
+from pal_eval.replay.cancel import cancel_all, cancel_note
+from pal_eval.replay.harness import ReplayInterrupted, run_arm
 from pal_eval.replay.plan import plan_replay
 from pal_slurm.errors import PalError
 from pal_slurm.simulate.estimates import parse_runtime_estimate

@@ -1,6 +1,6 @@
 """The replay's runtime history without a cluster: an arm's finished jobs as an sacct export that
 the importer reads back, which earlier runs a pal+history arm learns from, and its prediction
-with the learned estimates (pal_eval.replay.history, repeat, experiment.predict)."""
+with the learned estimates (pal_eval.replay.history, repeat, prediction.predict)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from pal_eval.replay.experiment import ArmSettings, predict
+from pal_eval.replay.arms import ArmSettings
 from pal_eval.replay.fleet import name_fleet
 from pal_eval.replay.harness import ArmRun, Tracked
 from pal_eval.replay.history import arm_export, history_label
 from pal_eval.replay.plan import plan_replay
+from pal_eval.replay.prediction import predict
 from pal_eval.replay.repeat import earlier_runs, export_path, save_export
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.history_store import import_history, learned_runtimes_all
@@ -246,7 +247,7 @@ def test_a_calibration_run_gives_each_latency_and_the_start_lead() -> None:
     """`latencies_from` on a hand-made calibration: wave 1 starts 0.9 s after submission, wave 2
     1.4 s after its GPUs' wave-1 job ended (0.5 s of release, then 0.9 s of dispatch); every script started 0.6 s after the whole second
     Slurm reports as its StartTime, except one record without it (an older job script)."""
-    from pal_eval.replay.experiment import calibration_plan, latencies_from
+    from pal_eval.replay.calibration import calibration_plan, latencies_from
 
     cal = calibration_plan(2, 4)
     run = ArmRun(arm="slurm", t0=T0)
@@ -272,7 +273,7 @@ def test_an_arm_is_predicted_as_the_mean_over_copies_with_jittered_arrivals() ->
     every arrival moved by up to the jitter; the figures are their mean, the band their range."""
     import statistics
 
-    from pal_eval.replay.experiment import METRICS, predict_mean
+    from pal_eval.replay.prediction import METRICS, predict_mean
 
     var = [GpuVariability(perfvar={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"},
                           slowdown={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"}) for i in range(8)]
@@ -297,8 +298,9 @@ def test_a_stored_result_is_predicted_again_on_the_inputs_of_its_run(tmp_path: P
     runtimes learned again from the same exports; the measurement itself is kept."""
     from dataclasses import replace
 
-    from pal_eval.replay.experiment import Latencies, configure_database, learned_estimates, predict_mean, \
-        repredicted, submitting_user
+    from pal_eval.replay.arms import Latencies
+    from pal_eval.replay.experiment import configure_database, learned_estimates, repredicted, submitting_user
+    from pal_eval.replay.prediction import predict_mean
 
     var = [GpuVariability(perfvar={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"},
                           slowdown={c: 1.0 + 0.5 * (i == 7) for c in "ABCD"}) for i in range(8)]

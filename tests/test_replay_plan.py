@@ -1,5 +1,5 @@
 """The replay's pure side: shapes, limits in Slurm's whole minutes, refusals, and the
-prediction each arm is compared with (pal_eval.replay.plan / fleet / experiment.predict)."""
+prediction each arm is compared with (pal_eval.replay.plan / fleet / prediction.predict)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import math
 
 import pytest
 
-from pal_eval.replay.experiment import ArmSettings, predict
+from pal_eval.replay.arms import ArmSettings
 from pal_eval.replay.fleet import inventory, job_factors, name_fleet, node_name
 from pal_eval.replay.harness import sbatch_argv
 from pal_eval.replay.plan import first_jobs, job_shape, limit_minutes, plan_replay
+from pal_eval.replay.prediction import predict
 from pal_slurm.errors import InputError
 from pal_slurm.placement.variability import GpuVariability, cluster_from_gpus
 from pal_slurm.simulate.estimates import RuntimeEstimate, parse_runtime_estimate
@@ -167,7 +168,7 @@ def test_capped_runtimes_cut_only_the_long_jobs_and_keep_shapes_and_arrivals():
 def test_start_misses_name_the_first_jobs_whose_real_start_left_the_prediction() -> None:
     """Job by job against the prediction, in trace hours (k = 10 real s per trace hour): only
     starts more than an hour off count, first by submission."""
-    from pal_eval.replay.experiment import start_misses
+    from pal_eval.replay.prediction import start_misses
     from pal_slurm.simulate.metrics import JobOutcome, run_metrics
     from pal_slurm.simulate.result import SimResult
 

@@ -66,11 +66,14 @@ PURE = (
 )
 
 #: The harness's pure modules, as paths under bench/pal_eval/: the replay's plan, its fleets and
-#: its sacct export (tested without a cluster, and the prediction's inputs).
+#: its sacct export (tested without a cluster, and the prediction's inputs), its arms and the
+#: prediction itself.
 HARNESS_PURE = (
     "replay/plan.py",
     "replay/fleet.py",
     "replay/history.py",
+    "replay/arms.py",
+    "replay/prediction.py",
 )
 
 #: Imports a pure module may not reach, directly or through the pal_slurm modules it imports,

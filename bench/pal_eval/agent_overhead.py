@@ -8,6 +8,7 @@ import random
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -61,6 +62,36 @@ def rss_mib() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+@dataclass
+class JobChurn:
+    """The prolog's and epilog's part of the simulated node, not the agent's: each second a job
+    whose time is up ends and a free GPU starts one with probability `busy`, both written to the
+    job map as the real scripts write it, so the agent reads a node whose jobs come and go."""
+
+    jobmap: Path
+    gpus: int
+    busy: float
+    rng: random.Random
+    running: dict[int, tuple[int, float]] = field(default_factory=dict)  # gpu -> (job id, end time)
+    next_job: int = 1000
+
+    @property
+    def started(self) -> int:
+        return self.next_job - 1000
+
+    def step(self, now: float) -> None:
+        for gpu in range(self.gpus):
+            job = self.running.get(gpu)
+            if job is not None and now >= job[1]:
+                path = self.jobmap / f"{job[0]}.job"
+                path.write_text(path.read_text() + f"end={int(now)}\n")
+                del self.running[gpu]
+            elif job is None and self.rng.random() < self.busy:
+                self.next_job += 1
+                self.running[gpu] = (self.next_job, now + self.rng.uniform(300, 1800))
+                write_map(self.jobmap, self.next_job, gpu, now, self.rng.choice(WORKLOADS))
+
+
 def simulated(gpus: int, hours: float, busy: float, seed: int) -> tuple[float, float]:
     """Part 1; (the agent's own CPU as % of one core, RSS growth from start to end in MiB)."""
     from pal_slurm.agent.service import AgentService
@@ -84,25 +115,14 @@ def simulated(gpus: int, hours: float, busy: float, seed: int) -> tuple[float, f
     settings = AgentConfig(jobmap_dir=str(jobmap), metrics_port=0)
     service = AgentService(settings, backend, node=fleet.nodes[0], db_url=url, state_file=None, clock=clock,  # type: ignore[arg-type]
                            on_jobs=load.assign)
-    running: dict[int, tuple[int, float]] = {}  # gpu -> (job id, end time)
-    next_job = 1000
+    churn = JobChurn(jobmap, gpus, busy, rng)
     total = int(hours * 3600)
     cpu = 0.0
     marks: list[tuple[str, int, float]] = []
     scrape_bytes = 0
     for second in range(total + 60):
         clock.t += 1.0
-        # the prolog/epilog's part (not the agent's): start and end jobs
-        for gpu in range(gpus):
-            job = running.get(gpu)
-            if job is not None and clock.t >= job[1]:
-                path = jobmap / f"{job[0]}.job"
-                path.write_text(path.read_text() + f"end={int(clock.t)}\n")
-                del running[gpu]
-            elif job is None and rng.random() < busy:
-                next_job += 1
-                running[gpu] = (next_job, clock.t + rng.uniform(300, 1800))
-                write_map(jobmap, next_job, gpu, clock.t, rng.choice(WORKLOADS))
+        churn.step(clock.t)
         t0 = time.process_time()
         service.agent.cycle()
         service.worker.step(now=clock.t)
@@ -116,7 +136,7 @@ def simulated(gpus: int, hours: float, busy: float, seed: int) -> tuple[float, f
                 marks.append(({1: "start", total // 2: "middle", total: "end"}[done], done, rss_mib()))
     sim_share = backend.cpu_s * total / (total + 60)
     h = service.health
-    print(f"simulated: {gpus} GPUs x 1 Hz for {total} s ({hours:g} h), jobs started {next_job - 1000}, "
+    print(f"simulated: {gpus} GPUs x 1 Hz for {total} s ({hours:g} h), jobs started {churn.started}, "
           f"profiles written {h.profiles_queued - len(service.queue)}, scrape {scrape_bytes} bytes")
     print(f"  agent CPU: {cpu:.2f} s over {total} s = {100 * cpu / total:.3f} % of one core "
           f"({1000 * cpu / total:.2f} ms per cycle)")

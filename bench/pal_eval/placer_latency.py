@@ -9,27 +9,24 @@ import random
 import re
 import statistics
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pal_eval import cluster as test_cluster
+from pal_eval.end_to_start import EndsRun, ends_run, ends_summary
+from pal_eval.latency_cluster import ACTIVE, Cluster
 from pal_eval.targets import Targets
 from pal_slurm.demo.on_slurm import make_db
 from pal_slurm.errors import PalError
 from pal_slurm.placer.process import PlacerProcess, wait_heartbeat, write_config
 from pal_slurm.placer.tag import RELEASED_UNCHANGED, Tag
-from pal_slurm.slurm.nodeinfo import parse_kv_line
 
 TARGET_S = 0.2
 END_TARGET_S = 0.2
-FILL = 16          # one-GPU jobs that fill the cluster in the end-to-start runs
 CLASSES = ("A", "B", "C", "D")
 FORMS = ("--gres=gpu:{n}", "--gpus={n}", "--gpus-per-node={n}")
-ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
 
 
 @dataclass(frozen=True)
@@ -53,35 +50,6 @@ class Run:
 
     def delays(self) -> list[float]:
         return sorted(self.started[j] - t for j, t in self.submitted.items() if j in self.started)
-
-
-class Cluster:
-    """The test cluster of PAL_TEST_SLURM_DIR (started if it is not running)."""
-
-    def __init__(self) -> None:
-        env = {**os.environ, "PAL_PYTHON": sys.executable}
-        proc = test_cluster.start(env)
-        if proc.returncode != 0:
-            sys.exit(f"placer_latency: slurm-cluster.sh start failed: {proc.stderr.strip().splitlines()[-1:]}")
-        self.env = test_cluster.exports(env)
-        self.dir = Path(self.env["PAL_TEST_SLURM_DIR"])
-        self.state_file = self.dir / "pal" / "filter-state"
-        self.kill_switch = self.dir / "pal" / "filter-disabled"
-
-    def run(self, argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                              env={**os.environ, **self.env}, stdin=subprocess.DEVNULL)
-
-    def jobs(self) -> dict[str, dict[str, str]]:
-        """Every job slurmctld still knows (`scontrol show job -o`), by id."""
-        out = self.run(["scontrol", "show", "job", "-o"]).stdout
-        recs = [parse_kv_line(ln) for ln in out.splitlines() if ln.startswith("JobId=")]
-        return {r["JobId"]: r for r in recs}
-
-    def sched_config(self) -> str:
-        out = self.run(["scontrol", "show", "config"]).stdout
-        keep = ("SchedulerType", "SchedulerParameters", "SchedulerTimeSlice", "SelectType ")
-        return "; ".join(" ".join(ln.split()) for ln in out.splitlines() if ln.startswith(keep))
 
 
 def job_list(n: int, seed: int) -> list[JobSpec]:
@@ -174,98 +142,6 @@ def pal_outcomes(run: Run) -> str:
                "held tag left" if tag.held else tag.head)
         counts[key] = counts.get(key, 0) + 1
     return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
-
-
-@dataclass
-class EndsRun:
-    """One end-to-start run: per GPU, the delay from the end of the job on it to the next start."""
-
-    name: str
-    delays: dict[tuple[str, str], float] = field(default_factory=dict)  # (node, GPU ids) -> seconds
-    queued: set[str] = field(default_factory=set)
-    problems: list[str] = field(default_factory=list)
-    records: dict[str, dict[str, str]] = field(default_factory=dict)
-
-
-STAMP = "echo START $(date +%s.%N) $SLURMD_NODENAME $SLURM_JOB_GPUS"
-
-
-def _wait_states(cluster: Cluster, ids: list[str], want: set[str], timeout: float) -> dict[str, dict[str, str]]:
-    deadline = time.time() + timeout
-    while True:
-        known = cluster.jobs()
-        if all(known.get(j, {}).get("JobState") in want for j in ids) or time.time() > deadline:
-            return known
-        time.sleep(0.25)
-
-
-def _stamps(path: Path) -> dict[str, list[str]]:
-    try:
-        return {ln.split()[0]: ln.split()[1:] for ln in path.read_text(encoding="utf-8").splitlines()
-                if ln.startswith(("START ", "END "))}
-    except OSError:
-        return {}
-
-
-def ends_run(cluster: Cluster, name: str, drain_s: float, out: Path) -> EndsRun:
-    """(c)/(d): FILL one-GPU jobs ending one by one, FILL more queued behind them (see the header)."""
-    run = EndsRun(name)
-    out.mkdir(parents=True)
-
-    def submit(i: int, wrap: str) -> str | None:
-        proc = cluster.run(["sbatch", "--parsable", f"--output={out}/%j.out", f"--job-name=end-{name}-{i}",
-                            "--pal-class=A", "--gres=gpu:1", "--wrap", wrap])
-        jid = proc.stdout.strip().split(";")[0]
-        if proc.returncode != 0 or not jid.isdigit():
-            run.problems.append(f"sbatch failed: {proc.stderr.strip()[:200]}")
-            return None
-        return jid
-
-    first = [j for i in range(FILL) if (j := submit(i, f"{STAMP}; sleep {3 + 0.6 * i:.1f}; "
-                                                       "echo END $(date +%s.%N)")) is not None]
-    known = _wait_states(cluster, first, {"RUNNING"}, 60)
-    late = [j for j in first if known.get(j, {}).get("JobState") != "RUNNING"]
-    if late:
-        run.problems.append(f"{len(late)} filling job(s) not running after 60 s: {late[:5]}")
-    # each queued job outlasts the filling ones, so every GPU's next job is a queued one started once
-    queued = [j for i in range(FILL) if (j := submit(FILL + i, f"{STAMP}; sleep {1 + 0.6 * FILL:.1f}")) is not None]
-    run.queued = set(queued)
-    known = _wait_states(cluster, first + queued, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"},
-                         drain_s + 4 + 1.2 * FILL)
-    run.records = {j: known.get(j, {}) for j in first + queued}
-    active = [j for j, r in run.records.items() if r.get("JobState") in ACTIVE]
-    if active:
-        cluster.run(["scancel", *active])
-        run.problems.append(f"{len(active)} job(s) still pending/running: cancelled {active[:10]}")
-    ends: dict[tuple[str, str], float] = {}
-    starts: dict[tuple[str, str], list[float]] = {}
-    for jid in first + queued:
-        st = _stamps(out / f"{jid}.out")
-        if len(st.get("START", [])) < 3:
-            run.problems.append(f"job {jid}: no start stamp with node and GPUs in {out}/{jid}.out")
-            continue
-        t, node, gpus = float(st["START"][0]), st["START"][1], st["START"][2]
-        if jid in run.queued:
-            starts.setdefault((node, gpus), []).append(t)
-        elif st.get("END"):
-            ends[(node, gpus)] = float(st["END"][0])
-        else:
-            run.problems.append(f"job {jid}: no end stamp")
-    for gpu, end in ends.items():
-        after = [t for t in starts.get(gpu, []) if t >= end - 0.5]
-        if after:
-            run.delays[gpu] = min(after) - end
-        else:
-            run.problems.append(f"GPU {gpu}: no queued job started on it after its job ended")
-    return run
-
-
-def ends_summary(run: EndsRun) -> str:
-    d = sorted(run.delays.values())
-    if not d:
-        return f"{run.name}: no end-to-start delays measured"
-    return (f"{run.name:<9} GPUs {len(d):>2}  delay end->next start on those GPUs: median "
-            f"{statistics.median(d):.3f} s  max {d[-1]:.3f} s")
 
 
 @dataclass

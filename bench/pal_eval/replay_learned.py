@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 
 from pal_eval.paths import artifact_dir, longhorn, sia_philly
-from pal_eval.replay.experiment import ArmSettings, predict
+from pal_eval.replay.arms import ArmSettings
 from pal_eval.replay.fleet import draw_fleet, name_fleet, node_names
 from pal_eval.replay.plan import plan_replay
+from pal_eval.replay.prediction import predict
 from pal_slurm.placement.variability import cluster_from_gpus
 from pal_slurm.simulate.artifact_draw import load_artifact_profiles
 from pal_slurm.simulate.estimates import parse_runtime_estimate

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from pal_eval.paths import artifact_dir, longhorn, sia_philly
-from pal_eval.replay.experiment import BASELINE_POLICY, ArmSettings, Latencies, predict
+from pal_eval.replay.arms import ArmSettings, Latencies
 from pal_eval.replay.fleet import draw_fleet
 from pal_eval.replay.plan import ReplayPlan, plan_replay
+from pal_eval.replay.prediction import BASELINE_POLICY, predict
 from pal_slurm.placement.variability import cluster_from_variability
 from pal_slurm.simulate.artifact_draw import draw_artifact, load_artifact_profiles
 from pal_slurm.simulate.estimates import RuntimeEstimate, parse_runtime_estimate

@@ -5,14 +5,20 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.numbers import MAX_GPUS_PER_NODE, MAX_NODES, Real, Whole, seed
+from pal_slurm.cli.numbers import MAX_GPUS_PER_NODE, Real, Whole
+from pal_slurm.cli.profile_backend import backend_options, backend_request
 from pal_slurm.cli.render import Column, emit_json, emit_rows, format_option, output_options, text_format_option
 from pal_slurm.errors import PalError
+
+if TYPE_CHECKING:
+    from pal_slurm.config import PalConfig
+    from pal_slurm.profiler.service import RunOutcome
+    from pal_slurm.services.ingest import FileImport
 
 
 @click.group()
@@ -60,36 +66,11 @@ def import_(app: AppContext, files: tuple[Path, ...], input_format: str, benchma
                         max_factor=ing.max_factor if max_factor is None else max_factor,
                         keep_suspect=ing.keep_suspect if keep_suspect is None else keep_suspect,
                         allow_move=allow_move)
-    for d in done:
-        shown = d.result.warnings[:_MAX_WARNINGS]
-        for line in shown:
-            click.echo(f"pal: warning: {line}", err=True)
-        if len(d.result.warnings) > len(shown):
-            click.echo(f"pal: warning: {d.path}: {len(d.result.warnings) - len(shown)} more warnings like these "
-                       "(--json lists them all)", err=True)
-    used = {jc.benchmark for jc in app.cfg.job_classes.values()}
-    for name in sorted({b for d in done for b in d.result.benchmarks} - used):
-        # a misspelt --benchmark stores runs that no class reads: say so (they are kept; a
-        # [job_classes] entry naming the benchmark makes them count)
-        from pal_slurm.benchmark_sets import set_of
-
-        other = set_of(name)
-        hint = (f"; the classes read the {other.name} set's names with [classification] benchmark_set = "
-                f"\"{other.name}\" (docs/classification.md)"
-                if other is not None and other.name != app.cfg.classification.benchmark_set
-                and name in {b for b, _d in other.job_classes.values()} else "")
-        click.echo(f"pal: warning: benchmark {name!r} is used by no job class ([job_classes] use "
-                   f"{', '.join(sorted(used))}); its runs are stored but place nothing{hint}", err=True)
+    _warn_about_files(done)
+    _warn_about_unused_benchmarks(app.cfg, done)
     ids = identity_summary(app.engine)
     if fmt == "json":
-        emit_json([{"file": d.path, "runs": d.result.records, "added": d.result.added,
-                    "already_present": d.result.already_present, "rejected": d.result.rejected,
-                    "quarantined": d.result.quarantined, "new_gpus": d.result.new_gpus,
-                    "new_nodes": d.result.new_nodes, "merged_gpus": d.result.merged_gpus,
-                    "resolved_runs": d.result.resolved_runs, "conflicts": d.result.conflicts,
-                    "model_conflicts": d.result.model_conflicts, "moved_gpus": d.result.moved_gpus,
-                    "benchmarks": sorted(d.result.benchmarks),
-                    "warnings": d.result.warnings, "database": ids} for d in done])
+        emit_json([_import_as_json(d, ids) for d in done])
         return
     for d in done:
         r = d.result
@@ -113,67 +94,47 @@ def _identity_line(ids: dict[str, int]) -> str:
 _MAX_WARNINGS = 20  # per file on stderr; --json carries every one
 
 
+def _warn_about_files(done: list[FileImport]) -> None:
+    """Each file's warnings on stderr (FILE:LINE: reason), at most _MAX_WARNINGS a file."""
+    for d in done:
+        shown = d.result.warnings[:_MAX_WARNINGS]
+        for line in shown:
+            click.echo(f"pal: warning: {line}", err=True)
+        if len(d.result.warnings) > len(shown):
+            click.echo(f"pal: warning: {d.path}: {len(d.result.warnings) - len(shown)} more warnings like these "
+                       "(--json lists them all)", err=True)
+
+
+def _warn_about_unused_benchmarks(cfg: PalConfig, done: list[FileImport]) -> None:
+    """A misspelt --benchmark stores runs that no class reads: say so (they are kept; a
+    [job_classes] entry naming the benchmark makes them count), and name the benchmark set
+    whose classes would read them."""
+    used = {jc.benchmark for jc in cfg.job_classes.values()}
+    for name in sorted({b for d in done for b in d.result.benchmarks} - used):
+        from pal_slurm.benchmark_sets import set_of
+
+        other = set_of(name)
+        hint = (f"; the classes read the {other.name} set's names with [classification] benchmark_set = "
+                f"\"{other.name}\" (docs/classification.md)"
+                if other is not None and other.name != cfg.classification.benchmark_set
+                and name in {b for b, _d in other.job_classes.values()} else "")
+        click.echo(f"pal: warning: benchmark {name!r} is used by no job class ([job_classes] use "
+                   f"{', '.join(sorted(used))}); its runs are stored but place nothing{hint}", err=True)
+
+
+def _import_as_json(d: FileImport, ids: dict[str, int]) -> dict[str, Any]:
+    """One file's import as --format json prints it: every count, its benchmarks and all its warnings."""
+    return {"file": d.path, "runs": d.result.records, "added": d.result.added,
+            "already_present": d.result.already_present, "rejected": d.result.rejected,
+            "quarantined": d.result.quarantined, "new_gpus": d.result.new_gpus,
+            "new_nodes": d.result.new_nodes, "merged_gpus": d.result.merged_gpus,
+            "resolved_runs": d.result.resolved_runs, "conflicts": d.result.conflicts,
+            "model_conflicts": d.result.model_conflicts, "moved_gpus": d.result.moved_gpus,
+            "benchmarks": sorted(d.result.benchmarks),
+            "warnings": d.result.warnings, "database": ids}
+
+
 # -- measuring on the node: inventory, run, submit -----------------------------------------------
-
-BACKEND_HELP = ("auto: NVML when this node has NVIDIA GPUs, else stop and say so; nvml: real GPUs; "
-                "sim: a seeded simulated fleet (refused on a node with GPUs unless --force-sim).")
-
-
-def _backend_options(fn: Any) -> Any:
-    """--backend and the simulated fleet's options, shared by inventory and run."""
-    options = [
-        click.option("--backend", type=click.Choice(["auto", "nvml", "sim"]), default="auto", show_default=True,
-                     help=BACKEND_HELP),
-        click.option("--force-sim", is_flag=True, help="Allow --backend sim on a node that has NVIDIA GPUs."),
-        click.option("--node", "node", metavar="NAME",
-                     help="This node's name in the database [default: $SLURMD_NODENAME or the host name]."),
-        click.option("--sim-nodes", type=Whole(1, MAX_NODES), default=16, show_default=True,
-                     help="Simulated fleet: nodes."),
-        click.option("--sim-gpus-per-node", type=Whole(1, 32), default=4, show_default=True,
-                     help="Simulated fleet: GPUs per node."),
-        click.option("--sim-seed", type=seed(), default=0, show_default=True, help="Simulated fleet: seed."),
-        click.option("--sim-model", type=click.Choice(["V100", "H100"]), default="V100", show_default=True,
-                     help="Simulated fleet: GPU model."),
-        click.option("--sim-bad-fraction", type=Real(0, 1), default=0.03, show_default=True,
-                     help="Simulated fleet: share of defective GPUs (derated power, failed cooler, HW slowdown)."),
-        click.option("--sim-node", "sim_only", metavar="NAME[,NAME...]",
-                     help="Simulate only these nodes of the fleet (gpu001, ...) [default: all]."),
-        click.option("--sim-this-node", "sim_this_node", is_flag=True,
-                     help="Simulate only this node (--node, else $SLURMD_NODENAME or the host name): "
-                          "--sim-gpus-per-node GPUs at its slots, seeded by --sim-seed and its name, so each "
-                          "node of a cluster profiled by `pal profile submit` reports GPUs of its own "
-                          "(--sim-nodes and --sim-node do not apply)."),
-        click.option("--sim-busy", metavar="IDX[,IDX...]", help="Simulate another process on these GPUs."),
-        click.option("--sim-lost", metavar="IDX[,IDX...]", help="Simulate these GPUs fallen off the bus."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def _backend_request(kw: dict[str, Any]) -> Any:
-    from pal_slurm.gpu.choose import SimOptions, parse_indices, parse_names
-    from pal_slurm.profiler.service import BackendRequest
-
-    from pal_slurm.profiler.service import node_name
-
-    node = kw.pop("node")
-    if node is not None:  # it is stored, and `pal slurm gres-conf` writes it into Slurm's configuration
-        from pal_slurm.slurm.gresconf import name_problem
-
-        if (problem := name_problem(node, "node")) is not None:
-            raise click.BadParameter(problem, param_hint="--node")
-    this_node = kw.pop("sim_this_node")
-    only = parse_names(kw.pop("sim_only"))
-    if this_node and only:
-        raise click.UsageError("--sim-this-node simulates this node alone: --sim-node does not apply")
-    sim = SimOptions(nodes=kw.pop("sim_nodes"), gpus_per_node=kw.pop("sim_gpus_per_node"), seed=kw.pop("sim_seed"),
-                     model=kw.pop("sim_model"), bad_fraction=kw.pop("sim_bad_fraction"), only_nodes=only,
-                     busy=parse_indices(kw.pop("sim_busy"), "--sim-busy") or (),
-                     lost=parse_indices(kw.pop("sim_lost"), "--sim-lost") or (),
-                     as_node=(node or node_name()) if this_node else None)
-    return BackendRequest(backend=kw.pop("backend"), force_sim=kw.pop("force_sim"), sim=sim, node=node)
-
 
 def _reasons(mask: int | None) -> str:
     from pal_slurm.profiler.telemetry import reason_names
@@ -182,7 +143,7 @@ def _reasons(mask: int | None) -> str:
 
 
 @profile.command("inventory")
-@_backend_options
+@backend_options
 @click.option("--no-db", is_flag=True, help="Only show the GPUs; do not write the database.")
 @click.option("--allow-move", is_flag=True,
               help="A GPU recorded on another node is moved to this one (an admin who knows it was moved); "
@@ -199,7 +160,7 @@ def inventory_(app: AppContext, no_db: bool, allow_move: bool, fmt: str, **kw: A
     """
     from pal_slurm.profiler.service import inventory_node, open_requested_backend
 
-    backend = open_requested_backend(_backend_request(kw))
+    backend = open_requested_backend(backend_request(kw))
     try:
         out = inventory_node(backend, None if no_db else (lambda: app.engine), allow_move=allow_move)
     finally:
@@ -238,7 +199,7 @@ def _dash(value: Any) -> str:
 
 
 @profile.command("run")
-@_backend_options
+@backend_options
 @click.option("--benchmarks", "bench_spec", metavar="LIST", default="gemm,stream,train", show_default=True,
               help="Groups (gemm, stream, train) or names (gemm-fp16, gemm-fp32, stream, train-resnet50).")
 @click.option("--gpus", "gpus", metavar="IDX[,IDX...]", help="Only these GPU indices [default: all].")
@@ -293,7 +254,7 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
     )
     if sim_start is not None and kw.get("backend") != "sim":
         raise click.UsageError("--sim-start applies to --backend sim only")
-    backend = open_requested_backend(_backend_request(kw))
+    backend = open_requested_backend(backend_request(kw))
 
     def progress(o: Any) -> None:
         if fmt != "json" and o.status != "ok":
@@ -304,6 +265,13 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
                            engine_factory=None if no_db else (lambda: app.engine), progress=progress)
     finally:
         backend.close()
+    _show_run(out, fmt)
+
+
+def _show_run(out: RunOutcome, fmt: str) -> None:
+    """What `pal profile run` did: the results (JSON, or a table and where they went and what
+    was stored), then on stderr what was left out; a PalError when nothing was measured or
+    stored."""
     res = out.result
     if fmt == "json":
         emit_json({**res.as_dict(), "output": str(out.output), "records": out.records,

@@ -98,32 +98,7 @@ def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
     version = cls.get("version", stored.version)
     created = cls.get("created_at") or stored.created_at.isoformat()
     params = cls.get("params", stored.params)
-    groups = group_rows(stored)
-
-    gpus = {r.uuid for r in stored.results}
-    nodes = {node_of(r) for r in stored.results}
     models = sorted({r.model for r in stored.results})
-    n_outlier_gpus = len({o["uuid"] for it in report.get("benchmarks", []) for o in it.get("outlier_details", [])})
-    n_unprof = sum(1 for r in stored.results if not (r.profiled and finite(r.perfvar)))
-
-    hist_img, hist_note = _safe_plot(plots.histogram_plot, report, groups)
-    heat_img, heat_note = _safe_plot(plots.heatmap_plot, stored)
-    clock_img, clock_note = _safe_plot(plots.clock_plot, report, groups)
-
-    ids = report.get("identity")
-    if ids and ids["physical_min"] < ids["gpus"]:  # GPUs the data cannot place: say how many are physical
-        gpu_cards: tuple[tuple[str, Any], ...] = (("physical GPUs (at least)", ids["physical_min"]),
-                                                  ("GPU identities", ids["gpus"]), ("nodes", ids["nodes"]))
-    elif ids:
-        gpu_cards = (("GPUs", ids["gpus"]), ("nodes", ids["nodes"]))
-    else:
-        gpu_cards = (("GPUs", len(gpus)), ("nodes", len(nodes)))
-    cards = "".join(
-        f'<div class="card"><b>{escape(v)}</b>{escape(k)}</div>'
-        for k, v in (*gpu_cards, ("models", len(models)),
-                     ("benchmarks", len({r.benchmark for r in stored.results})),
-                     ("outlier GPUs", n_outlier_gpus), ("unprofiled GPU × benchmark", n_unprof))
-    )
     title = f"GPU variability report — classification version {escape(version)}"
     body = [
         "<!DOCTYPE html>",
@@ -141,7 +116,49 @@ def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
         '<a href="#dist">Distributions</a><a href="#nodes">Nodes</a><a href="#clocks">Clocks</a>'
         '<a href="#unprofiled">Unprofiled</a><a href="#savings">Variability tax</a>'
         '<a href="#params">Parameters</a></nav>',
-        f'<div class="cards">{cards}</div>',
+        f'<div class="cards">{_cards(stored, report, models)}</div>',
+        *_sections(stored, report),
+        '<h2 id="params">Classification parameters</h2>',
+        f'<details><summary>The parameters classification version {escape(version)} ran with</summary>'
+        f'{tables.params_table(params)}</details>',
+        "</body></html>",
+        "",
+    ]
+    return "\n".join(body)
+
+
+def _cards(stored: StoredClassification, report: dict[str, Any], models: list[str]) -> str:
+    """The counts at the top of the page. When some GPU identities cannot be placed (a UUID
+    measured without its slot may be a GPU also known by its slot), the cards give the least
+    number of physical GPUs beside the number of identities, as `pal report` does."""
+    gpus = {r.uuid for r in stored.results}
+    nodes = {node_of(r) for r in stored.results}
+    n_outlier_gpus = len({o["uuid"] for it in report.get("benchmarks", []) for o in it.get("outlier_details", [])})
+    n_unprof = sum(1 for r in stored.results if not (r.profiled and finite(r.perfvar)))
+    ids = report.get("identity")
+    if ids and ids["physical_min"] < ids["gpus"]:  # GPUs the data cannot place: say how many are physical
+        gpu_cards: tuple[tuple[str, Any], ...] = (("physical GPUs (at least)", ids["physical_min"]),
+                                                  ("GPU identities", ids["gpus"]), ("nodes", ids["nodes"]))
+    elif ids:
+        gpu_cards = (("GPUs", ids["gpus"]), ("nodes", ids["nodes"]))
+    else:
+        gpu_cards = (("GPUs", len(gpus)), ("nodes", len(nodes)))
+    return "".join(
+        f'<div class="card"><b>{escape(v)}</b>{escape(k)}</div>'
+        for k, v in (*gpu_cards, ("models", len(models)),
+                     ("benchmarks", len({r.benchmark for r in stored.results})),
+                     ("outlier GPUs", n_outlier_gpus), ("unprofiled GPU × benchmark", n_unprof))
+    )
+
+
+def _sections(stored: StoredClassification, report: dict[str, Any]) -> list[str]:
+    """The page's sections in the order the nav lists them, from the summary to the variability
+    tax: each table, and each plot with its caption (or the note saying why it is missing)."""
+    groups = group_rows(stored)
+    hist_img, hist_note = _safe_plot(plots.histogram_plot, report, groups)
+    heat_img, heat_note = _safe_plot(plots.heatmap_plot, stored)
+    clock_img, clock_note = _safe_plot(plots.clock_plot, report, groups)
+    return [
         '<h2 id="summary">Per model × benchmark</h2>',
         tables.summary_table(report.get("benchmarks", []), job_class=False),
         tables.BINS_KEY,
@@ -166,13 +183,7 @@ def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
         '<h2 id="unprofiled">Unprofiled GPUs</h2>',
         tables.unprofiled_table(stored),
         _savings_section(report.get("savings")),
-        '<h2 id="params">Classification parameters</h2>',
-        f'<details><summary>The parameters classification version {escape(version)} ran with</summary>'
-        f'{tables.params_table(params)}</details>',
-        "</body></html>",
-        "",
     ]
-    return "\n".join(body)
 
 
 def write_html(path: Path, stored: StoredClassification, report: dict[str, Any]) -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, harness_env
-from pal_eval.replay.experiment import ArmSettings, ClusterHandle, configure_database, run_arms, submitting_user
+from pal_eval.replay.arms import ArmSettings
+from pal_eval.replay.experiment import ClusterHandle, configure_database, run_arms, submitting_user
 from pal_eval.replay.fleet import name_fleet
 from pal_eval.replay.harness import run_arm
 from pal_eval.replay.plan import plan_replay

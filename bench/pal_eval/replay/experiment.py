@@ -25,129 +25,24 @@ rule: min(learned, limit) per job, the limit where nothing was learned).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
-from enum import StrEnum
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pal_slurm.errors import PalError
-from pal_slurm.jobs.runtimes import LEARNED_END_GRACE_S
-from pal_slurm.placement.model import DEFAULT_POLICY, Cluster, PlacementContext
-from pal_slurm.placement.base import unheld_classes
-from pal_slurm.placement.policies import get_policy
+from pal_eval.replay.arms import Arm, ArmSettings, Latencies
+from pal_eval.replay.calibration import calibration_plan, latencies_from
 from pal_eval.replay.harness import ArmRun, run_arm
 from pal_eval.replay.plan import ReplayPlan, check_cluster
+from pal_eval.replay.prediction import Prediction, comparison, predict_mean, start_misses
 from pal_eval.replay.start_lead import start_lead
-from pal_slurm.simulate.estimates import RuntimeEstimate
-from pal_slurm.simulate.event import EventOptions, busy_curve, simulate_events
+from pal_slurm.errors import PalError
+from pal_slurm.placement.model import Cluster
+from pal_slurm.simulate.event import busy_curve
 from pal_slurm.simulate.metrics import RunMetrics, run_metrics
-from pal_slurm.simulate.shake import shaken
 from pal_slurm.simulate.result import SimResult
-
-
-class Arm(StrEnum):
-    """One way of running the replayed trace on the cluster: plain Slurm, the placer with
-    runtimes from time limits, or the placer with runtimes learned from earlier runs' sacct
-    history. Compares equal to its name ("pal+history"), which the results store."""
-
-    SLURM = "slurm"
-    PAL = "pal"
-    PAL_HISTORY = "pal+history"
-
-    @property
-    def placed_by_pal(self) -> bool:
-        """The placer runs (enforce mode, the filter on); else plain Slurm (the kill switch on)."""
-        return self is not Arm.SLURM
-
-    @property
-    def learns_history(self) -> bool:
-        """Its placer estimates from the runtimes learned from earlier runs' sacct exports."""
-        return self is Arm.PAL_HISTORY
-
-    @classmethod
-    def of(cls, name: str) -> Arm:
-        """The arm named `name`; PalError naming the arms when there is none."""
-        try:
-            return cls(name)
-        except ValueError:
-            raise PalError(f"unknown arm {name!r}: expected one of {', '.join(ARMS)}") from None
-
-
-ARMS: tuple[str, ...] = tuple(a.value for a in Arm)
-#: the arms the placer runs in
-PAL_ARMS: tuple[str, ...] = tuple(a.value for a in Arm if a.placed_by_pal)
-#: the model of plain Slurm a replay is predicted with: sched/backfill's whole-node reservations for
-#: every waiting job (the simulator's comparison baseline, slurm-backfill, shares the pal policies'
-#: EASY mechanism instead; docs/evaluation.md, "The third sitting", measures both against a slurmctld)
-BASELINE_POLICY = "slurm-reserving"
-METRICS = ("avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "tax_share")
-TOLERANCE = 0.10  # the simulator's prediction counts as right within 10 % of the real run (docs/evaluation.md)
-
-
-@dataclass(frozen=True)
-class ArmSettings:
-    """What the arms run with (and the simulator is told)."""
-
-    locality_penalty: float = 1.7
-    bf_interval_s: float = 1.0  # the cluster's SchedulerParameters bf_interval (real seconds)
-    placer_policy: str = DEFAULT_POLICY
-    placer_interval_s: float = 1.0
-    wait_fraction: float = 0.5
-    max_wait_s: float | None = None
-    hold_s: int = 300  # the filter's fail-safe begin-time hold (real seconds)
-    #: [jobs] runtime_min_jobs of the pal arms: a replay has one earlier run of each job per
-    #: exported arm, where a site has many
-    history_min_jobs: int = 1
-    #: each arm's latencies, real seconds (measured by `calibrate` on the cluster before the
-    #: replay); the simulator adds them when it predicts the arm
-    latencies: Mapping[str, Latencies] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Latencies:
-    """A real scheduler's delays the ideal simulator lacks (real seconds; EventOptions)."""
-
-    visible_after_s: float = 0.0  # submit -> the scheduler may place it (the placer's hold and cycle)
-    start_latency_s: float = 0.0  # placed -> the job's script runs (GPUs held meanwhile)
-    release_latency_s: float = 0.0  # the script ends -> its GPUs can be given again
-    #: the script's start - Slurm's StartTime (whole seconds, at allocation): how much sooner
-    #: than its work's start + estimate Slurm and the placer expect a running job to end
-    start_lead_s: float = 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        return {"visible_after_s": self.visible_after_s, "start_latency_s": self.start_latency_s,
-                "release_latency_s": self.release_latency_s, "start_lead_s": self.start_lead_s}
-
-
-#: an arm's prediction is the mean over the replay's exact inputs and this many copies with every
-#: arrival moved by up to `PREDICTION_JITTER_S` real seconds. Why: a queue is chaotic (which
-#: nodes happen to be free when a long job starts decides its GPUs), and a real cluster's timing
-#: varies by about that much per job (Slurm's dispatch of a job that finds its GPUs free: 0.2-2 s
-#: measured), so one simulated trajectory is one draw; the repetitions' mean is predicted by the
-#: mean of draws. Measured on the evaluation's stored runs: plain Slurm's makespan on the wide
-#: fleet falls at 32.7 or 36.5 trace hours by such jitter alone (docs/evaluation.md).
-PREDICTION_COPIES = 8
-PREDICTION_JITTER_S = 0.5
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """An arm predicted: `base` on the replay's exact inputs (what job-by-job comparisons and
-    plots use), `metrics` the mean over it and the jittered copies, `band` each metric's
-    [min, max] over them (how far timing noise alone moves it)."""
-
-    base: SimResult
-    metrics: RunMetrics
-    band: Mapping[str, tuple[float, float]]
-    copies: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"copies": self.copies, "jitter_s": PREDICTION_JITTER_S,
-                "band": {m: list(v) for m, v in self.band.items()}}
 
 
 @dataclass
@@ -184,45 +79,6 @@ class ArmReport:
                 "start_misses": start_misses(run, self.predicted, self.plan) if run and self.plan else None}
 
 
-def comparison(predicted: RunMetrics, real: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """Per metric: real, predicted and (predicted - real) / real (NaN where nothing was measured)."""
-    rows = []
-    for m in METRICS:
-        pred = getattr(predicted, m)
-        value = (real or {}).get(m)
-        got = float(value) if isinstance(value, (int, float)) else math.nan
-        diff = (pred - got) / got if got and math.isfinite(got) else math.nan
-        rows.append({"metric": m, "real": got, "predicted": pred, "diff": diff})
-    return rows
-
-
-#: a job whose real start lies further than this from its predicted one (trace seconds) is named
-START_MISS_S = 3600.0
-
-
-def start_misses(run: Mapping[str, Any] | None, predicted: SimResult, plan: ReplayPlan,
-                 beyond_s: float = START_MISS_S, first: int = 5) -> dict[str, Any]:
-    """Job by job, where the real queue went another way than the predicted one: how many jobs
-    started more than `beyond_s` trace seconds from their predicted start, and the `first` of
-    them by submission (trace id, class, GPUs, and submit, real and predicted start in trace
-    hours). Why: an arm's average can be predicted well or badly for reasons a mean hides;
-    the earliest job that starts elsewhere is where to look (the placer's log at that moment
-    against the simulator's decision)."""
-    pred = {o.job_id: o.start_time for o in predicted.outcomes}
-    missed = []
-    for job in (run or {}).get("jobs", []):
-        tid = str(job.get("trace_id"))
-        if "start" not in job or tid not in pred:
-            continue
-        real = plan.to_trace_s(float(job["start"]))
-        if abs(real - pred[tid]) > beyond_s:
-            missed.append({"trace_id": tid, "class": job.get("class"), "gpus": job.get("gpus"),
-                           "submitted_h": round(plan.to_trace_s(float(job["submitted"])) / 3600.0, 2),
-                           "real_start_h": round(real / 3600.0, 2), "predicted_start_h": round(pred[tid] / 3600.0, 2)})
-    missed.sort(key=lambda m: m["submitted_h"])
-    return {"beyond_h": beyond_s / 3600.0, "count": len(missed), "of": len(pred), "first": missed[:first]}
-
-
 def repredicted(result: Mapping[str, Any], plan: ReplayPlan, cluster: Cluster, settings: ArmSettings, *,
                 db_url: str, history: Sequence[tuple[str, Path]] = ()) -> dict[str, Any]:
     """A stored arm result (`ArmReport.as_dict`) predicted again by this simulator on the inputs
@@ -243,51 +99,6 @@ def repredicted(result: Mapping[str, Any], plan: ReplayPlan, cluster: Cluster, s
     return {**result, "predicted": pred.metrics.as_dict(), "prediction": pred.as_dict(),
             "comparison": comparison(pred.metrics, result.get("real")),
             "start_misses": start_misses(result.get("run"), pred.base, plan)}
-
-
-def predict_mean(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings,
-                 learned: Mapping[str, float] | None = None, *, copies: int = PREDICTION_COPIES,
-                 jitter_s: float = PREDICTION_JITTER_S) -> Prediction:
-    """`predict` on the replay's exact inputs and on `copies` copies with every arrival moved
-    by up to `jitter_s` real seconds (seeds 1..copies): the mean and the band over them."""
-    base = predict(plan, cluster, arm, settings, learned)
-    runs = [base.metrics] + [predict(plan, cluster, arm, settings, learned, jitter=(seed, plan.to_trace_s(jitter_s))
-                                     ).metrics for seed in range(1, copies + 1)]
-    mean = RunMetrics(**{f.name: (base.metrics.jobs if f.name == "jobs" else
-                                  sum(getattr(r, f.name) for r in runs) / len(runs)) for f in fields(RunMetrics)})
-    band = {m: (min(getattr(r, m) for r in runs), max(getattr(r, m) for r in runs)) for m in METRICS}
-    return Prediction(base=base, metrics=mean, band=band, copies=copies)
-
-
-def predict(plan: ReplayPlan, cluster: Cluster, arm: str, settings: ArmSettings,
-            learned: Mapping[str, float] | None = None, jitter: tuple[int, float] | None = None) -> SimResult:
-    """The simulator's run of one arm on the replay's exact inputs (trace seconds); `learned`
-    (trace job id -> learned runtime, trace seconds) is what the pal+history arm's placer
-    estimates from; `jitter` (seed, trace seconds) moves every arrival by up to that much."""
-    arm = Arm.of(arm)
-    pal = arm.placed_by_pal
-    estimate = (RuntimeEstimate.from_learned(learned or {}, grace_s=plan.to_trace_s(LEARNED_END_GRACE_S))
-                if arm.learns_history else RuntimeEstimate(kind="limit"))
-    policy = get_policy(settings.placer_policy if pal else BASELINE_POLICY)
-    lat = settings.latencies.get(arm, Latencies())
-    # the classes the placer tells the filter not to hold (all or none): visible at once, and
-    # then scheduled by Slurm itself, as on the cluster
-    unheld = unheld_classes(policy, cluster.perfvar, PlacementContext()) if pal else frozenset()
-    by_slurm = not pal or bool(unheld)
-    if by_slurm:
-        policy = get_policy(BASELINE_POLICY)
-    opts = EventOptions(unheld_classes=unheld, visible_after_s=plan.to_trace_s(lat.visible_after_s),
-                        start_latency_s=plan.to_trace_s(lat.start_latency_s),
-                        release_latency_s=plan.to_trace_s(lat.release_latency_s),
-                        start_lead_s=plan.to_trace_s(lat.start_lead_s),
-                        order="fifo", locality_penalty=settings.locality_penalty,
-                        backfill_interval_s=plan.to_trace_s(settings.bf_interval_s if by_slurm
-                                                            else settings.placer_interval_s),
-                        same_slots=not by_slurm, wait_fraction=settings.wait_fraction,
-                        max_wait_s=math.inf if settings.max_wait_s is None else plan.to_trace_s(settings.max_wait_s),
-                        runtime_estimate=estimate)
-    trace = plan.trace if jitter is None else shaken(plan.trace, *jitter)
-    return simulate_events(trace, cluster, policy, opts)
 
 
 def measured(plan: ReplayPlan, run: ArmRun) -> tuple[RunMetrics, tuple[tuple[float, int], ...]]:
@@ -328,18 +139,7 @@ def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_ur
         arm_dir.mkdir(parents=True, exist_ok=True)
         _wait_idle(handle.env)
         notes: list[str] = []
-        learned: dict[str, float] | None = None
-        if arm.placed_by_pal:
-            removed = clear_history(db_url)
-            if removed:
-                say(f"arm {arm}: removed {removed} jobs of earlier replay histories from the database")
-        if arm.learns_history:
-            for line in seed_history(db_url, history):
-                say(f"arm {arm}: {line}")
-            learned = learned_estimates(db_url, plan, settings)
-            notes.append(f"runtime history: {len(history)} earlier runs; learned estimates for {len(learned)} of "
-                         f"{len(plan.jobs)} jobs")
-            say(f"arm {arm}: learned runtimes for {len(learned)} of {len(plan.jobs)} jobs")
+        learned = _history_for(arm, plan, settings, db_url=db_url, history=history, notes=notes, say=say)
         if calibrate and arm.placed_by_pal and Arm.SLURM not in latencies:
             # no slurm arm before it (the arms run side by side on two clusters): measure
             # plain Slurm's dispatch here, so the hold is told apart from it
@@ -364,16 +164,45 @@ def run_arms(plan: ReplayPlan, cluster: Cluster, handle: ClusterHandle, *, db_ur
                 _wait_idle(handle.env)
             run = run_arm(plan, arm=arm, work_dir=arm_dir, factors=factors, env=handle.env,
                           locality_penalty=settings.locality_penalty, say=say, overrun_slack_s=overrun_slack_s)
-        prediction = predict_mean(plan, cluster, arm, replace(settings, latencies=latencies), learned=learned)
-        predicted = prediction.base
-        rep = ArmReport(arm=arm, policy=settings.placer_policy if arm.placed_by_pal else "slurm (sched/backfill, cons_tres)",
-                        predicted=predicted, prediction=prediction, plan=plan, run=run, notes=notes,
-                        latencies=latencies.get(arm, Latencies()))
-        rep.real, rep.real_busy = measured(plan, run)
-        if not run.complete:
-            rep.notes.extend(run.problems)
-        reports.append(rep)
+        reports.append(_arm_report(arm, plan, cluster, replace(settings, latencies=latencies), run, notes,
+                                   learned=learned))
     return reports
+
+
+def _history_for(arm: Arm, plan: ReplayPlan, settings: ArmSettings, *, db_url: str,
+                 history: Sequence[tuple[str, Path]], notes: list[str],
+                 say: Callable[[str], None]) -> dict[str, float] | None:
+    """The database's runtime history set up for one arm: a pal arm starts from none a replay
+    imported; pal+history is seeded with the earlier runs' exports and gets the estimates its
+    placer learns from them (None for the other arms)."""
+    if arm.placed_by_pal:
+        removed = clear_history(db_url)
+        if removed:
+            say(f"arm {arm}: removed {removed} jobs of earlier replay histories from the database")
+    if not arm.learns_history:
+        return None
+    for line in seed_history(db_url, history):
+        say(f"arm {arm}: {line}")
+    learned = learned_estimates(db_url, plan, settings)
+    notes.append(f"runtime history: {len(history)} earlier runs; learned estimates for {len(learned)} of "
+                 f"{len(plan.jobs)} jobs")
+    say(f"arm {arm}: learned runtimes for {len(learned)} of {len(plan.jobs)} jobs")
+    return learned
+
+
+def _arm_report(arm: Arm, plan: ReplayPlan, cluster: Cluster, settings: ArmSettings, run: ArmRun, notes: list[str],
+                *, learned: Mapping[str, float] | None) -> ArmReport:
+    """One arm's run beside its prediction with the latencies in `settings`; a run that did not
+    complete carries its problems as notes."""
+    prediction = predict_mean(plan, cluster, arm, settings, learned=learned)
+    predicted = prediction.base
+    rep = ArmReport(arm=arm, policy=settings.placer_policy if arm.placed_by_pal else "slurm (sched/backfill, cons_tres)",
+                    predicted=predicted, prediction=prediction, plan=plan, run=run, notes=notes,
+                    latencies=settings.latencies.get(arm, Latencies()))
+    rep.real, rep.real_busy = measured(plan, run)
+    if not run.complete:
+        rep.notes.extend(run.problems)
+    return rep
 
 
 @contextmanager
@@ -523,51 +352,3 @@ def configure_database(db_url: str, gpus: Sequence[Any], *, note: str) -> tuple[
     finally:
         engine.dispose()
     return cluster_from_gpus(stored.gpus), job_factors(stored.gpus), stored.version
-
-
-def calibration_plan(nodes: int, gpus_per_node: int, work_s: float = 8.0) -> ReplayPlan:
-    """Two waves of whole-node jobs (class D, no variability to speak of): the first, one
-    job every 0.25 s, finds every GPU free (submit -> start); the second, submitted while
-    the first runs, queues behind it (end -> next start)."""
-    from pal_eval.replay.plan import plan_replay
-    from pal_slurm.simulate.traces import Trace, TraceJob
-
-    jobs = tuple(TraceJob(job_id=f"cal{w}-{n}", num_gpus=gpus_per_node,
-                          submit_time=0.25 * n if w == 0 else 0.25 * nodes + 1.0 + 0.1 * n, work=work_s,
-                          work_unit="seconds", model="calibration", job_class="D", iter_time_s=1.0, line=0,
-                          source="calibration")
-                 for w in (0, 1) for n in range(nodes))
-    return plan_replay(Trace(name="calibration", jobs=jobs), seconds_per_hour=3600.0,
-                       estimate=RuntimeEstimate(kind="factor", factor=2.0), nodes=nodes, gpus_per_node=gpus_per_node)
-
-
-def latencies_from(run: ArmRun, *, dispatch_s: float | None = None) -> Latencies:
-    """The delays a calibration run shows (median over its jobs, real seconds).
-
-    Wave 1: submit -> start = visible_after + start_latency. Without a placer nothing holds
-    a job, so all of it is dispatch; with one, the dispatch is Slurm's own (`dispatch_s`,
-    from the plain arm) and the rest is the placer. Wave 2: each job's start after the end
-    of the wave-1 job that held its GPUs = release_latency + start_latency. Every job: its
-    start less Slurm's StartTime for it (`start_lead`).
-    """
-    import statistics
-
-    recs = [(t, t.record) for t in run.jobs if t.record is not None and "error" not in t.record]
-    first = [r["start"] - t.submitted_at for t, r in recs if t.plan.job.job_id.startswith("cal0")]
-    ends: dict[tuple[str, int], float] = {}
-    for t, r in recs:
-        if t.plan.job.job_id.startswith("cal0"):
-            for n, m in r["gpus"]:
-                ends[(n, m)] = r["end"]
-    gaps = [r["start"] - max(ends[(n, m)] for n, m in r["gpus"])
-            for t, r in recs if t.plan.job.job_id.startswith("cal1") and all((n, m) in ends for n, m in r["gpus"])]
-    gaps = [g for g in gaps if g >= 0]  # a GPU a wave-1 job never held: nothing to measure
-    if not first or not gaps:
-        raise PalError(f"calibration of arm {run.arm}: {len(first)} first-wave and {len(gaps)} second-wave jobs "
-                       f"measured; cannot tell the latencies ({'; '.join(run.problems[:3])})")
-    submit_to_start = statistics.median(first)
-    dispatch = submit_to_start if dispatch_s is None else min(dispatch_s, submit_to_start)
-    return Latencies(visible_after_s=round(submit_to_start - dispatch, 3), start_latency_s=round(dispatch, 3),
-                     release_latency_s=round(max(0.0, statistics.median(gaps) - dispatch), 3),
-                     start_lead_s=round(start_lead([r for _t, r in recs]) or 0.0, 3))
-

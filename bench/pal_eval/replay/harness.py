@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pal_slurm.errors import PalError, SlurmError
+from pal_eval.replay.cancel import cancel_all, cancel_note
 from pal_eval.replay.plan import ReplayJob, ReplayPlan
 from pal_slurm.simulate.metrics import JobOutcome, variability_gpu_s
 from pal_slurm.slurm import parse_json
@@ -209,17 +210,7 @@ def run_arm(plan: ReplayPlan, *, arm: str, work_dir: Path, factors: Mapping[str,
             overrun: float = OVERRUN, overrun_slack_s: float = 30.0, say: Say | None = None,
             never_starts_grace_s: float = NEVER_STARTS_GRACE_S) -> ArmRun:
     """Submit the plan's jobs at their times and wait for all of them (see the module doc)."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    records, logs = work_dir / "records", work_dir / "logs"
-    records.mkdir(exist_ok=True)
-    logs.mkdir(exist_ok=True)
-    for stale in records.glob("*.json"):
-        stale.unlink()
-    script = work_dir / "replay-job.py"
-    script.write_text(job_script(python), encoding="utf-8")
-    script.chmod(0o755)
-    factors_file = work_dir / "factors.json"
-    factors_file.write_text(json.dumps(factors, sort_keys=True), encoding="utf-8")
+    records, logs, script, factors_file = _arm_files(work_dir, python, factors)
     run = ArmRun(arm=arm, t0=time.time())
     by_trace: dict[str, Tracked] = {}
     pending = list(plan.jobs)
@@ -265,12 +256,37 @@ def run_arm(plan: ReplayPlan, *, arm: str, work_dir: Path, factors: Mapping[str,
                            f"({exc}); {cancel_note(ids, left)}; no result") from exc
     _read_records(records, by_trace)
     run.wall_s = time.time() - run.t0
-    for t in run.jobs:
-        if t.record is not None and "error" in t.record:
-            run.problems.append(f"job {t.plan.job.job_id} (Slurm {t.slurm_id}): {t.record['error']}")
-        elif t.failure:
-            run.problems.append(f"job {t.plan.job.job_id} (Slurm {t.slurm_id}): {t.failure}")
+    run.problems.extend(_job_problems(run.jobs))
     return run
+
+
+def _arm_files(work_dir: Path, python: str,
+               factors: Mapping[str, Mapping[str, Mapping[str, float]]]) -> tuple[Path, Path, Path, Path]:
+    """The arm's folder made ready: (the records folder, emptied of an earlier run's; the jobs'
+    logs; the script each job runs; the factors file it reads)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    records, logs = work_dir / "records", work_dir / "logs"
+    records.mkdir(exist_ok=True)
+    logs.mkdir(exist_ok=True)
+    for stale in records.glob("*.json"):
+        stale.unlink()
+    script = work_dir / "replay-job.py"
+    script.write_text(job_script(python), encoding="utf-8")
+    script.chmod(0o755)
+    factors_file = work_dir / "factors.json"
+    factors_file.write_text(json.dumps(factors, sort_keys=True), encoding="utf-8")
+    return records, logs, script, factors_file
+
+
+def _job_problems(jobs: Sequence[Tracked]) -> list[str]:
+    """One line per job that failed: the error its record gives, or what the watch saw."""
+    problems = []
+    for t in jobs:
+        if t.record is not None and "error" in t.record:
+            problems.append(f"job {t.plan.job.job_id} (Slurm {t.slurm_id}): {t.record['error']}")
+        elif t.failure:
+            problems.append(f"job {t.plan.job.job_id} (Slurm {t.slurm_id}): {t.failure}")
+    return problems
 
 
 def _active(t: Tracked) -> bool:
@@ -339,47 +355,3 @@ def _check_slurm(run: ArmRun, env: Mapping[str, str] | None, now: float,
 
 def _cancelled_or_not(sid: str, left: Sequence[str]) -> str:
     return "cancelled" if not left else f"scancel not confirmed: it may still be queued or running (scancel {sid})"
-
-
-def cancel_all(job_ids: Sequence[str], env: Mapping[str, str] | None, wait_s: float = 60.0) -> list[str]:
-    """scancel the jobs (argument lists, in batches) and wait until none is pending or running.
-
-    Returns the ids it could not confirm gone: those squeue still lists pending or running at
-    the deadline, or every one when squeue never answered (slurmctld gone). Empty: all are gone.
-    """
-    ids = list(dict.fromkeys(j for j in job_ids if j))
-    for i in range(0, len(ids), 200):
-        batch = " ".join(ids[i:i + 200])
-        try:
-            proc = run_command(["scancel", *ids[i:i + 200]], timeout=60, env=env, check=False)
-        except SlurmError as exc:  # slurmctld gone: say which jobs may be left, never hide the cause
-            log.error("scancel %s failed (%s): cancel them by hand", batch, exc)
-            continue
-        if proc.returncode != 0:  # also for jobs that had already ended: squeue below decides
-            first = next((ln.strip() for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()),
-                         f"exit status {proc.returncode}")
-            log.warning("scancel %s: %s", batch, first)
-    left = ids
-    deadline = time.time() + wait_s
-    while left and time.time() < deadline:
-        try:
-            doc = parse_json.load(run_command(["squeue", "--all", "--json"], timeout=60, env=env).stdout,
-                                  "squeue --json")
-        except SlurmError:
-            time.sleep(1)
-            continue
-        active = {j.job_id for j in parse_json.jobs_from_doc(doc, active_only=True, only=set(left))}
-        left = [j for j in left if j in active]
-        if left:
-            time.sleep(0.5)
-    if left:
-        log.error("jobs %s may still be queued or running: scancel them by hand", " ".join(left))
-    return left
-
-
-def cancel_note(ids: Sequence[str], left: Sequence[str]) -> str:
-    """What cancel_all did, for a message: `left` are the ids it could not confirm gone."""
-    if not left:
-        return f"cancelled {len(ids)} submitted jobs"
-    return (f"cancelled {len(ids) - len(left)} of its {len(ids)} submitted jobs; {len(left)} may still be "
-            f"queued or running: {' '.join(left)} (scancel them)")

@@ -22,17 +22,8 @@ from typing import Any
 
 from pal_eval import cluster as test_cluster
 from pal_eval.paths import sia_philly
-from pal_eval.replay.experiment import (
-    ARMS,
-    Arm,
-    ArmSettings,
-    ClusterHandle,
-    Latencies,
-    configure_database,
-    repredicted,
-    run_arms,
-    submitting_user,
-)
+from pal_eval.replay.arms import ARMS, Arm, ArmSettings, Latencies
+from pal_eval.replay.experiment import ClusterHandle, configure_database, repredicted, run_arms, submitting_user
 from pal_eval.replay.fleet import FLEETS, PREFIX, draw_fleet, inventory, name_fleet, node_names
 from pal_eval.replay.harness import ReplayInterrupted
 from pal_eval.replay.history import history_label
