@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fleetgen import records
+from tests.support.fleetgen import records
 from pal_slurm.services.classification import run_classification
 from pal_slurm.cli.main import cli
 from pal_slurm.config import load_config

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import ARTIFACT_CONFIG, DATA
-from fleetgen import records, two_tier_fleet
+from tests.support.fleetgen import records, two_tier_fleet
 from pal_slurm.cli.main import cli, main
 from pal_slurm.ingest.jsonl import dump_jsonl
 

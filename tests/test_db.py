@@ -13,7 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import func, inspect, select, text
 
-from fleetgen import T0, records, two_tier_fleet
+from tests.support.fleetgen import T0, records, two_tier_fleet
 from pal_slurm.services.classification import run_classification
 from pal_slurm.config import load_config
 from pal_slurm.db import migrate

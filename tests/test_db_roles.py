@@ -321,8 +321,8 @@ def test_the_placer_does_what_the_placer_does_as_pal_placer(roles: RoleDb, tmp_p
     from pal_slurm.db.sensitivity_store import add_rule
     from pal_slurm.placer.service import build_placer
     from pal_slurm.report.service import load_gpu_rows
-    from tests.test_placer_accounting import running
-    from tests.test_placer_holds import Recorder, held, node
+    from tests.support.recording_slurm import running
+    from tests.support.recording_slurm import Recorder, held, node
 
     # the admin's side, as the owner: measurements, a classification, a class rule, history
     owner_cfg = PalConfig(database=DatabaseConfig(url="sqlite://"), data_dir=tmp_path)

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from sqlalchemy import func, select
 
 from conftest import ARTIFACT_CONFIG
-from fleetgen import records
+from tests.support.fleetgen import records
 from pal_slurm.cli.main import cli
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.measurement_store import import_records

@@ -1,6 +1,6 @@
 """The NVML backend (gpu/nvml.py) on a stand-in for the NVML library: every path, without a GPU.
 
-`tests/nvml_standin.py` plays nvidia-ml-py's `pynvml` module, answering from recordings of an
+`tests/support/nvml_standin.py` plays nvidia-ml-py's `pynvml` module, answering from recordings of an
 H100 and a V100 node (tests/data/nvml) and raising NVML's errors where a test injects them;
 `NvmlBackend` is given it as its `nvml` module, so the backend's own code runs as on a GPU
 node. Expectations are computed from the recordings by the rules the backend keeps (bytes to
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-import nvml_standin as nv
-from nvml_standin import NvmlStandIn, Recording
+from tests.support import nvml_standin as nv
+from tests.support.nvml_standin import NvmlStandIn, Recording
 from pal_slurm.gpu import nvml as nvml_backend
 from pal_slurm.gpu.choose import open_backend, probe_nvidia
 from pal_slurm.gpu.interface import (

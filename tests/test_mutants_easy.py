@@ -19,7 +19,7 @@ from pal_slurm.placement.index import ClusterIndex
 from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.placement.waiting import BetterLater
-from tests.test_placement_policies import cluster, job
+from tests.support.placement_cases import cluster, job
 
 
 def place(name: str, snap: Snapshot, queue: list[JobRequest], **ctx: object) -> Decision:

@@ -18,8 +18,8 @@ from pal_slurm.placement.first_fit import FirstFit
 from pal_slurm.placement.guarded import GuardedChooser, fastest, quiet_class, quiet_table
 from pal_slurm.placement.index import ClusterIndex
 from pal_slurm.placement.model import Snapshot
-from tests.test_placement_guard import one
-from tests.test_placement_policies import cluster, free_only, job
+from tests.support.placement_cases import one
+from tests.support.placement_cases import cluster, free_only, job
 
 
 def _hand_worked(neutral_pv: float, ff_pv: float = 1.30, fast_pv: float = 1.00, noise: float = 0.05,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pal_slurm.placer import holds
 from pal_slurm.placer.tag import PLACED, Tag
-from tests.test_placer_plan import NOW, job
+from tests.support.steering import NOW, job
 
 
 def test_a_job_without_a_tag_or_a_source_is_of_the_default_class_and_source() -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pal_slurm.placer import cluster_view, holds, shapes
-from tests.test_placer_plan import CLASSES, FOUR, NOW, SF, factors, job, node, place
+from tests.support.steering import CLASSES, FOUR, NOW, SF, factors, job, node, place
 
 
 def _plan(jobs, nodes=FOUR):  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ from pal_slurm.placer.shapes import Shape
 from pal_slurm.placer.slurm_updates import Update, check_update, fallback_update, stranded
 from pal_slurm.placer.tag import PLACED, Tag
 from pal_slurm.slurm.tres import parsed_tres
-from tests.test_placer_plan import CLASSES, FOUR, SF, factors, job, node
+from tests.support.steering import CLASSES, FOUR, SF, factors, job, node
 
 
 def _shape(tres: str, *, field: str = "tres_per_node", nodes: int = 1, **kw: object) -> Shape:

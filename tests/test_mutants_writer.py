@@ -3,8 +3,8 @@ open (each found by `make mutation`): the mode check's refusals, the error paths
 and of its read-back, giving a placed job its request back, holding a job again, and what a
 release writes into the job's comment and the audit.
 
-Over the recording Slurm of tests/test_placer_crash.py (22.05 and 24.11 answers) with the
-faults of tests/faults.py; `check_job` holds every job to the one rule: held by pal, or with
+Over the recording Slurm of tests/support/recording_slurm.py (22.05 and 24.11 answers) with the
+faults of tests/support/faults.py; `check_job` holds every job to the one rule: held by pal, or with
 its user's whole request, or with the placement's whole one.
 """
 
@@ -19,9 +19,9 @@ from pal_slurm.errors import SlurmError
 from pal_slurm.placer.audit import AuditSink
 from pal_slurm.placer.tag import HELD, PLACED, RELEASED_UNCHANGED, Tag
 from pal_slurm.placer.writer import Writer, carries_intent, clear_keys, drain, user_fields
-from tests.faults import Fault, Faults, check_job
-from tests.test_placer_crash import NODES, USER, V2205, V2411, Slurm, _one, _rec
-from tests.test_placer_holds import NOW, Recorder, held, node
+from tests.support.faults import Fault, Faults, check_job
+from tests.support.recording_slurm import NODES, Slurm, USER, V2205, V2411, applied_record, writer_rig
+from tests.support.recording_slurm import NOW, Recorder, held, node
 
 INTENT = "gres:gpu:v100_g0:1,gres:gpu:v100_g1:1"
 
@@ -55,13 +55,13 @@ def test_observe_mode_refuses_every_steering_write_naming_the_job_and_the_write(
     with pytest.raises(RuntimeError) as again:
         w.hold_again(job, "pal:held class=A", NOW + 90)
     assert str(again.value) == "job 7: a hold is written only in enforce mode, not observe"
-    w2, _slurm, job2, update, placed = _one(V2205)
+    w2, _slurm, job2, update, placed = writer_rig(V2205)
     w2.mode = "observe"
     with pytest.raises(RuntimeError) as place:
         w2.apply(job2, update, placed)
     assert str(place.value) == "job 1: a placement is written only in enforce mode, not observe"
     with pytest.raises(RuntimeError) as both:
-        w2.verify([(job2, update, _rec(job2), placed), (replace(job2, job_id="2"), update, _rec(job2), placed)])
+        w2.verify([(job2, update, applied_record(job2), placed), (replace(job2, job_id="2"), update, applied_record(job2), placed)])
     assert str(both.value) == "job 1, 2: a placement is written only in enforce mode, not observe"
     with pytest.raises(RuntimeError) as none:
         w2.verify([])
@@ -78,7 +78,7 @@ def test_a_refused_set_with_an_unreadable_job_is_repaired_not_released_without_g
     read-back. The job is taken as emptied: its request is put back before any release, never
     released empty (`--gres=gpu:2` and `--gpus=2`)."""
     job = held("1", tres_per_node=user.get("tres_per_node", ""), tres_per_job=user.get("tres_per_job", ""))
-    w, slurm, job, update, placed = _one(V2205, Fault("set", times=2), Fault("read"), job=job)
+    w, slurm, job, update, placed = writer_rig(V2205, Fault("set", times=2), Fault("read"), job=job)
     assert w.apply(job, update, placed) is False
     got = slurm.job("1")
     assert check_job(got, user, NOW) == "user"
@@ -86,7 +86,7 @@ def test_a_refused_set_with_an_unreadable_job_is_repaired_not_released_without_g
 
 
 def test_a_placement_whose_tag_slurm_refuses_is_released_saying_why() -> None:
-    w, slurm, job, update, placed = _one(V2205, Fault("tag"))
+    w, slurm, job, update, placed = writer_rig(V2205, Fault("tag"))
     assert w.apply(job, update, placed) is False
     tag = Tag.parse(slurm.job("1").admin_comment)
     assert tag.head == RELEASED_UNCHANGED and tag.note == "placement failed: scontrol tag: refused by the test"
@@ -98,7 +98,7 @@ def test_a_re_placed_job_keeps_the_request_its_user_made_in_its_tag() -> None:
     again = held("1", gpus=2, tres_per_node="gres:gpu:v100_g2:1,gres:gpu:v100_g3:1", required_nodes="n2",
                  admin_comment=Tag(head=HELD, job_class="A", src="replan", was=(("tres_per_node", "gres:gpu:2"),)
                                    ).render())
-    _w, _s, _j, update, placed = _one(V2411)
+    _w, _s, _j, update, placed = writer_rig(V2411)
     slurm = Slurm([again], NODES, V2411)
     assert _writer(slurm).apply(again, update, placed)
     tag = Tag.parse(slurm.job("1").admin_comment)
@@ -113,7 +113,7 @@ def test_a_gpus_per_job_request_whose_set_hung_keeps_a_whole_request_while_held(
     from pal_slurm.errors import SlurmUnavailable
 
     job = held("1", tres_per_node="", tres_per_job="gres:gpu:2")
-    w, slurm, job, update, placed = _one(version, Fault("set", how="hang", applied=True), job=job)
+    w, slurm, job, update, placed = writer_rig(version, Fault("set", how="hang", applied=True), job=job)
     with pytest.raises(SlurmUnavailable):
         w.apply(job, update, placed)
     got = slurm.job("1")
@@ -130,8 +130,8 @@ def test_verify_fails_every_job_it_cannot_read_back_and_audits_why() -> None:
     jobs = [held("1", gpus=2), held("2", gpus=2)]
     slurm = Slurm(jobs, NODES, V2205)
     w = _writer(slurm, Fault("read"), audit=audit)
-    _w, _s, j1, update, placed = _one(V2205)
-    applied = [(j, replace(update, job_id=j.job_id), _rec(j), placed) for j in jobs]
+    _w, _s, j1, update, placed = writer_rig(V2205)
+    applied = [(j, replace(update, job_id=j.job_id), applied_record(j), placed) for j in jobs]
     assert w.verify(applied) == ([], ["1", "2"])
     assert [(r.job_id, r.outcome, r.reason) for r in audit.pending] == [
         ("1", "failed", "r; not read back, left held"), ("2", "failed", "r; not read back, left held")]
@@ -142,9 +142,9 @@ def test_verify_counts_a_job_that_started_or_left_as_placed_and_goes_on() -> Non
     started = replace(held("1", gpus=2), state="RUNNING", state_reason="None")
     slurm = Slurm([started, held("3", gpus=2)], NODES, V2205)
     w = _writer(slurm, audit=audit)
-    _w, _s, _j, update, placed = _one(V2205)
+    _w, _s, _j, update, placed = writer_rig(V2205)
     gone = held("2", gpus=2)
-    applied = [(j, replace(update, job_id=j.job_id), _rec(j), placed) for j in (started, gone)]
+    applied = [(j, replace(update, job_id=j.job_id), applied_record(j), placed) for j in (started, gone)]
     assert w.verify(applied) == (["1", "2"], [])
     stamp = datetime.fromtimestamp(NOW, UTC)
     assert [(r.job_id, r.outcome, r.applied_at) for r in audit.pending] == [("1", "applied", stamp),
@@ -156,10 +156,10 @@ def test_verify_goes_on_past_a_refused_release_and_audits_it() -> None:
     jobs = [held("1", gpus=2), held("2", gpus=2)]
     slurm = Slurm(jobs, NODES, V2205)
     w = _writer(slurm, Fault("release"), audit=audit)
-    _w, _s, _j, update, placed = _one(V2205)
+    _w, _s, _j, update, placed = writer_rig(V2205)
     for j in jobs:
         slurm._change(j.job_id, tres_per_node=INTENT, required_nodes="n1", admin_comment=_held_tag())
-    applied = [(j, replace(update, job_id=j.job_id), _rec(j), placed) for j in jobs]
+    applied = [(j, replace(update, job_id=j.job_id), applied_record(j), placed) for j in jobs]
     assert w.verify(applied) == (["2"], ["1"])
     assert [(r.job_id, r.outcome, r.reason, r.applied_at) for r in audit.pending] == [
         ("1", "failed", "r; release failed: scontrol release: refused by the test", None),
@@ -168,11 +168,11 @@ def test_verify_goes_on_past_a_refused_release_and_audits_it() -> None:
 
 def test_a_job_slurm_did_not_retype_is_released_once_and_audited_once() -> None:
     audit = AuditSink(None)
-    w, slurm, job, update, placed = _one(V2411)
+    w, slurm, job, update, placed = writer_rig(V2411)
     assert w.apply(job, update, placed)
     slurm._change("1", tres_per_node="gres:gpu:v100_g3:1")
     w.audit = audit
-    assert w.verify([(job, update, _rec(job), placed)]) == ([], ["1"])
+    assert w.verify([(job, update, applied_record(job), placed)]) == ([], ["1"])
     assert [(r.outcome, r.reason) for r in audit.pending] == [
         ("failed", "r; Slurm did not take it, released as submitted")]
     assert Tag.parse(slurm.job("1").admin_comment).note == "Slurm did not take the placement"
@@ -352,6 +352,6 @@ def test_drain_asks_slurm_to_drain_that_node_with_that_reason() -> None:
 @pytest.mark.parametrize("version", [V2205, V2411])
 def test_a_placed_gpus_per_job_request_keeps_its_per_node_gres(version) -> None:  # type: ignore[no-untyped-def]
     job = held("1", tres_per_node="gres:mps:10", tres_per_job="gres:gpu:2")
-    w, slurm, job, update, placed = _one(version, job=job)
+    w, slurm, job, update, placed = writer_rig(version, job=job)
     assert w.apply(job, update, placed)
     assert "gres:mps:10" in slurm.job("1").tres_per_node.split(",")

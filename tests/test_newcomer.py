@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from fleetgen import records
+from tests.support.fleetgen import records
 from pal_slurm.cli.main import cli
 from pal_slurm.ingest.jsonl import dump_jsonl
 

@@ -9,7 +9,7 @@ import pytest
 
 from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
-from test_placement_policies import cluster, job, random_case
+from tests.support.placement_cases import cluster, job, random_case
 
 OURS = ("pal-backfill", "pal-match")
 

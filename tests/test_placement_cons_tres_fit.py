@@ -10,7 +10,7 @@ import pytest
 from pal_slurm.placement.cons_tres_fit import tightest_fit_nodes
 from pal_slurm.placement.model import PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
-from tests.test_placement_policies import cluster, job
+from tests.support.placement_cases import cluster, job
 
 
 def nodes(counts: list[int], per_node: int, n: int) -> list[int] | None:

@@ -16,16 +16,12 @@ import pytest
 from pal_slurm.placement.base import unheld_classes
 from pal_slurm.placement.decide import decide
 from pal_slurm.placement.guarded import quiet_class
-from pal_slurm.placement.model import Cluster, Decision, JobRequest, PlacementContext, Snapshot
+from pal_slurm.placement.model import Cluster, PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.simulate.estimates import parse_runtime_estimate
 from pal_slurm.simulate.event import EventOptions, simulate_events
 from pal_slurm.simulate.traces import read_trace_file
-from tests.test_placement_policies import cluster, free_only, job
-
-
-def one(snap: Snapshot, j: JobRequest, noise: float = 0.05) -> Decision:
-    return get_policy("pal-guard").place(snap, [j], PlacementContext(noise=noise))
+from tests.support.placement_cases import cluster, free_only, job, one
 
 
 def a_fleet(values: list[float]) -> Cluster:

@@ -5,21 +5,14 @@ by adding their row)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import pytest
 
-from pal_slurm.placement.model import (
-    Cluster,
-    Decision,
-    GpuRef,
-    JobRequest,
-    PlacementContext,
-    PlacementError,
-    Snapshot,
-)
+from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, PlacementError, Snapshot
 from pal_slurm.placement.policies import Policy, get_policy, policy_names
 from pal_slurm.placement.table import ROWS
+from tests.support.placement_cases import check_decision, cluster, free_only, job, random_case
 
 NAMES = policy_names()
 
@@ -27,29 +20,8 @@ NAMES = policy_names()
 ARTIFACT = ("packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky", "pm-first", "pal")
 
 
-def cluster(sizes: Sequence[int], sf: Mapping[str, Sequence[float]] | None = None,
-            pv: Mapping[str, Sequence[float]] | None = None) -> Cluster:
-    """Nodes of the given sizes, GPU ids node-major; sf defaults to 1.0 for class A."""
-    gpus = []
-    for node, size in enumerate(sizes):
-        for slot in range(size):
-            gpus.append(GpuRef(id=len(gpus), node=node, slot=slot))
-    n = len(gpus)
-    sf_t = {k: tuple(map(float, v)) for k, v in (sf or {"A": [1.0] * n}).items()}
-    pv_t = {k: tuple(map(float, v)) for k, v in (pv or sf_t).items()}
-    return Cluster(node_names=tuple(f"n{i}" for i in range(len(sizes))), gpus=tuple(gpus), slowdown=sf_t, perfvar=pv_t)
-
-
-def job(jid: str, gpus: int, cls: str | None = "A", submit: float = 0.0, **kw) -> JobRequest:
-    return JobRequest(id=jid, gpus=gpus, job_class=cls, submit_time=submit, **kw)
-
-
 def place(name: str, snap: Snapshot, queue: Sequence[JobRequest], *, lam: float = 1.7, seed: int = 0) -> Decision:
     return get_policy(name).place(snap, queue, PlacementContext(locality_penalty=lam, rng=random.Random(seed)))
-
-
-def free_only(c: Cluster, free: Sequence[int]) -> Snapshot:
-    return Snapshot(cluster=c, free=frozenset(free))
 
 
 # --------------------------------------------------------------------------- registry
@@ -300,69 +272,6 @@ def test_allowed_nodes_are_honoured(name: str) -> None:
 
 
 # --------------------------------------------------------------------------- invariants
-
-
-def random_case(seed: int) -> tuple[Snapshot, list[JobRequest]]:
-    """A random cluster (uneven node sizes, tied factors), free set, running jobs and queue."""
-    rng = random.Random(seed)
-    sizes = [rng.randint(1, 6) for _ in range(rng.randint(1, 7))]
-    n = sum(sizes)
-    sf = {k: [rng.choice(levels) for _ in range(n)] for k, levels in
-          {"A": (0.95, 1.0, 1.1, 1.6), "B": (1.0, 1.05), "C": (0.98, 1.0, 1.03), "D": (1.0,)}.items()}
-    pv = {k: [v * rng.uniform(0.97, 1.03) for v in vals] for k, vals in sf.items()}
-    c = cluster(sizes, sf, pv)
-    busy = [g for g in range(n) if rng.random() < 0.4]
-    running: dict[str, tuple[int, ...]] = {}
-    while busy:
-        k = rng.randint(1, min(4, len(busy)))
-        running[f"r{len(running)}"] = tuple(busy[:k])
-        busy = busy[k:]
-    held = {g for gs in running.values() for g in gs}
-    now = rng.uniform(0, 100)
-    ends = {jid: now + rng.uniform(1, 500) for jid in running if rng.random() < 0.8}
-    snap = Snapshot(cluster=c, free=frozenset(set(range(n)) - held), running=running, now=now, expected_end=ends)
-    queue = []
-    for i in range(rng.randint(0, 9)):
-        gpus = rng.randint(1, max(1, min(n, 10)))
-        per = None
-        if rng.random() < 0.2:
-            per = rng.choice([d for d in range(1, gpus + 1) if gpus % d == 0])
-        allowed = None
-        if rng.random() < 0.2:
-            allowed = frozenset(v for v in range(len(sizes)) if rng.random() < 0.6)
-        queue.append(JobRequest(id=f"j{i}", gpus=gpus, job_class=rng.choice(["A", "B", "C", "D", None, "Q"]),
-                                submit_time=float(i), gpus_per_node=per, allowed_nodes=allowed,
-                                remaining_s=rng.choice([0.0, rng.uniform(1, 800)])))
-    return snap, queue
-
-
-def check_decision(snap: Snapshot, queue: Sequence[JobRequest], d: Decision) -> None:
-    c = snap.cluster
-    jobs = {j.id: j for j in queue}
-    used: list[int] = []
-    seen_jobs: set[str] = set()
-    for a in d.assignments:
-        j = jobs[a.job_id]
-        assert a.job_id not in seen_jobs
-        seen_jobs.add(a.job_id)
-        assert len(a.gpus) == j.gpus == len(set(a.gpus))
-        assert set(a.gpus) <= snap.free, "only free GPUs"
-        nodes = [c.node_of[g] for g in a.gpus]
-        if j.allowed_nodes is not None:
-            assert set(nodes) <= j.allowed_nodes
-        if j.gpus_per_node is not None:
-            counts = {v: nodes.count(v) for v in set(nodes)}
-            assert len(counts) == j.gpus // j.gpus_per_node and set(counts.values()) == {j.gpus_per_node}
-        assert "sf=" in a.reason
-        used.extend(a.gpus)
-    assert len(used) == len(set(used)), "a GPU used twice"
-    assert len(used) <= len(snap.free), "capacity"
-    held = {g for gs in snap.running.values() for g in gs}
-    assert not held & set(used), "a running job's GPU"
-    if d.blocked is None:
-        assert seen_jobs == set(jobs), "nothing blocked, so everything placed"
-    else:
-        assert d.blocked in jobs and d.blocked not in seen_jobs
 
 
 CASES = range(120)

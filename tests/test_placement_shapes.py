@@ -20,7 +20,7 @@ from pal_slurm.placement.chooser import ShapedChooser
 from pal_slurm.placement.in_order import InOrder
 from pal_slurm.placement.model import Assignment, Decision, JobRequest, PlacementContext, PolicyRow, Snapshot
 from pal_slurm.placement.policies import Choice, get_policy, policy_names
-from tests.test_placement_policies import cluster, free_only, job
+from tests.support.placement_cases import cluster, free_only, job
 
 ALL = sorted(policy_names())
 

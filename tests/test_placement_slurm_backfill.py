@@ -6,7 +6,7 @@ from __future__ import annotations
 from pal_slurm.placement.index import cluster_index
 from pal_slurm.placement.model import PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
-from tests.test_placement_policies import cluster, free_only, job
+from tests.support.placement_cases import cluster, free_only, job
 
 SLOW, FAST = 1.5, 0.9
 

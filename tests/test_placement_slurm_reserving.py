@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pal_slurm.placement.model import PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
-from tests.test_placement_policies import cluster, job
+from tests.support.placement_cases import cluster, job
 
 
 def place(snap: Snapshot, queue, name: str = "slurm-reserving"):  # type: ignore[no-untyped-def]

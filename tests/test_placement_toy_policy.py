@@ -28,7 +28,7 @@ from pal_slurm.placement.index import FreeState
 from pal_slurm.placement.model import JobRequest, PlacementContext, PolicyRow, Snapshot
 from pal_slurm.placement.orders import get_order
 from pal_slurm.placement.policies import get_policy, policy_names
-from tests.test_placement_policies import check_decision, cluster, job, random_case
+from tests.support.placement_cases import check_decision, cluster, job, random_case
 
 
 # --------------------------------------------------------------------------- step 1: the chooser

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine, select
 
+from pal_eval.fakes import StaticFactors
 from pal_slurm.cli.main import cli
 from pal_slurm.config import PlacerConfig
 from pal_slurm.db.accounting_store import AccountingSink, load_cells
@@ -30,7 +31,7 @@ from pal_slurm.placer.factors import Factors
 from pal_slurm.placer.ledger import Alternative, JobAccount, Ledger, job_gpus
 from pal_slurm.savings import cells_of, savings
 from pal_slurm.slurm.model import SlurmJob
-from tests.test_placer_holds import CLASSES, NOW, Recorder, StaticFactors, held, node
+from tests.support.recording_slurm import CLASSES, NOW, Recorder, held, node, running
 from conftest import ARTIFACT_CONFIG
 
 #: minor 0 is the slowest: Slurm's first fit takes it, the placer does not
@@ -40,12 +41,6 @@ FACTORS = {0: 1.3, 1: 1.2, 2: 1.1, 3: 1.0}
 def by_slot(nodes: list[str]) -> dict[tuple[str, int], GpuVariability]:
     return {(n, m): GpuVariability(perfvar={c: f for c in CLASSES}, slowdown={c: f for c in CLASSES})
             for n in nodes for m, f in FACTORS.items()}
-
-
-def running(job: SlurmJob, node_name: str, minors: tuple[int, ...], start: float) -> SlurmJob:
-    detail = ",".join(f"gpu:v100_g{m}:{1 if m in minors else 0}(IDX:{m if m in minors else 'N/A'})" for m in range(4))
-    return replace(job, state="RUNNING", state_reason="None", nodes=node_name, gres_detail=(detail,),
-                   start_time=start)
 
 
 class Clock:

@@ -5,7 +5,7 @@ Over the recording backend with Slurm's own answers to GPU-request updates, by v
 design notes 3 and 3b record from the real clusters): 22.05 empties a job's request on a
 clear, merges a direct set into the request it has, and refuses an untyped request once the
 job carried per-slot types; 24.11 keeps the request on a clear alone and replaces it on a
-direct set. tests/faults.py fails the N-th call of one kind (fail, hang, kill); after a kill
+direct set. tests/support/faults.py fails the N-th call of one kind (fail, hang, kill); after a kill
 a fresh placer on the same Slurm picks up, as a restarted daemon or the fail-safe would.
 The same faults on the real cluster: tests/slurm/test_placer_crash.py.
 """
@@ -18,65 +18,26 @@ from pathlib import Path
 
 import pytest
 
-from pal_slurm.errors import SlurmError, SlurmUnavailable
-from pal_slurm.placer import slurm_updates
-from pal_slurm.placer.audit import AuditSink, Record
-from pal_slurm.placer.cluster_view import build_view
+from pal_slurm.errors import SlurmUnavailable
+from pal_slurm.placer.audit import AuditSink
 from pal_slurm.placer.daemon import Placer
-from pal_slurm.placer.shapes import request_shape
 from pal_slurm.placer.tag import HELD, PLACED, Tag
 from pal_slurm.placer.writer import Writer
-from pal_slurm.slurm.model import SlurmJob, SlurmNode
-from pal_slurm.slurm.tres import GresItem, parse_tres
-from tests.faults import Fault, Faults, Killed, check_job
-from tests.test_placer_holds import _FIELDS, NOW, Recorder, held, node, placer
-
-V2205, V2411 = (22, 5), (24, 11)
-USER = {"tres_per_node": "gres:gpu:2"}
-
-
-class Slurm(Recorder):
-    """The recording backend with Slurm's answers to GPU-request updates (see the module doc)."""
-
-    def __init__(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], version: tuple[int, int]) -> None:
-        super().__init__(jobs, nodes)
-        self.ver = version
-        self.typed: set[str] = set()   # jobs that carried per-slot types (22.05 remembers them)
-
-    def version(self) -> tuple[int, int]:
-        return self.ver
-
-    def job(self, job_id: str) -> SlurmJob:
-        return next(j for j in self._jobs if j.job_id == job_id)
-
-    def update_job(self, job_id: str, fields: Sequence[tuple[str, str]]) -> None:
-        job = self.job(job_id)
-        changes: dict[str, str] = {}
-        for key, value in fields:
-            attr = _FIELDS[key]
-            if key in ("TresPerNode", "TresPerJob"):
-                new = parse_tres(value)
-                typed = any(i.type for i in new.gpu_items)
-                if value and not typed and job_id in self.typed and self.ver < V2411:
-                    self.calls.append(("refused", job_id, key, value))
-                    raise SlurmError(f"Invalid GRES specification (with and without type identification) for job "
-                                     f"{job_id}")
-                if not value and self.ver >= V2411:
-                    continue  # 24.11: a clear alone leaves the job its request
-                if value and self.ver < V2411 and getattr(job, attr):
-                    old = parse_tres(getattr(job, attr))
-                    have = {(i.name, i.type) for i in new.items}
-                    kept: list[GresItem] = [i for i in old.items if (i.name, i.type) not in have]
-                    value = ",".join(i.render(new.prefix) for i in (*kept, *new.items))  # 22.05 merges
-                if typed:
-                    self.typed.add(job_id)
-            changes[key] = value
-        self.calls += [("update", job_id, k, v) for k, v in fields]
-        for key, value in changes.items():
-            self._change(job_id, **{_FIELDS[key]: value})
-
-
-NODES = [node("n1"), node("n2")]
+from pal_slurm.slurm.model import SlurmJob
+from tests.support.faults import Fault, Faults, Killed, check_job
+from tests.support.recording_slurm import (
+    NODES,
+    NOW,
+    USER,
+    V2205,
+    V2411,
+    Slurm,
+    applied_record,
+    held,
+    node,
+    placer,
+    writer_rig,
+)
 
 
 def rig(tmp_path: Path, version: tuple[int, int], *faults: Fault,
@@ -264,43 +225,27 @@ def test_2411_retypes_in_one_update_and_2205_clears_first(tmp_path: Path) -> Non
 
 
 # -- the writer's own error branches ---------------------------------------------------------------
-def _one(version: tuple[int, int], *faults: Fault, job: SlurmJob | None = None
-         ) -> tuple[Writer, Slurm, SlurmJob, slurm_updates.Update, Tag]:
-    job = job or held("1", gpus=2, admin_comment="pal:held class=A src=spank | ticket 42")
-    slurm = Slurm([job], NODES, version)
-    w = Writer(Faults(slurm, *faults), AuditSink(None), policy="p", mode="enforce", clock=lambda: NOW)  # type: ignore[arg-type]
-    view = build_view(NODES, [job], {}, ("A",))
-    shape = request_shape(job, 4)
-    assert not isinstance(shape, str)
-    update = slurm_updates.update_for(job, shape, [0, 1], view)
-    return w, slurm, job, update, slurm_updates.summary(update, "A", "p", 1, [1.0, 1.1], NOW)
-
-
-def _rec(job: SlurmJob) -> Record:
-    return Record.applied(job, policy="p", job_class="A", version=1, gpus=[], alternatives=[], reason="r", at=None)
-
-
 def test_apply_records_the_request_first_and_keeps_the_sites_comment() -> None:
-    w, slurm, job, update, placed = _one(V2205)
+    w, slurm, job, update, placed = writer_rig(V2205)
     assert w.apply(job, update, placed)
     first = slurm.calls[0]
     assert first[2] == "AdminComment" and first[3] == (
         "pal:held class=A src=spank was=tres_per_node:gres:gpu:2 set=gres:gpu:v100_g0:1,gres:gpu:v100_g1:1 on=n1"
         " | ticket 42")
-    assert w.verify([(job, update, _rec(job), placed)]) == (["1"], [])
+    assert w.verify([(job, update, applied_record(job), placed)]) == (["1"], [])
     tag = Tag.parse(slurm.job("1").admin_comment)
     assert tag.head == PLACED and tag.site == "ticket 42" and tag.was == (("tres_per_node", "gres:gpu:2"),)
 
 
 def test_apply_when_the_tag_cannot_be_written_changes_nothing_and_releases_as_submitted() -> None:
-    w, slurm, job, update, placed = _one(V2205, Fault("tag"))
+    w, slurm, job, update, placed = writer_rig(V2205, Fault("tag"))
     assert not w.apply(job, update, placed)
     assert not any(c[2] in ("TresPerNode", "NodeList") for c in slurm.calls if c[0] == "update")
     assert check_job(slurm.job("1"), USER, NOW) == "user"
 
 
 def test_apply_refuses_a_tag_too_long_for_the_request_and_the_placement() -> None:
-    w, slurm, job, update, placed = _one(V2205)
+    w, slurm, job, update, placed = writer_rig(V2205)
     long_nodes = replace(update, node_list=",".join(f"node-with-a-very-long-name-{i:04d}" for i in range(40)))
     assert not w.apply(job, long_nodes, placed)
     assert check_job(slurm.job("1"), USER, NOW) == "user"
@@ -308,32 +253,32 @@ def test_apply_refuses_a_tag_too_long_for_the_request_and_the_placement() -> Non
 
 
 def test_apply_raises_slurm_unreachable_with_the_request_put_back() -> None:
-    w, slurm, job, update, placed = _one(V2205, Fault("set", how="hang", applied=False))
+    w, slurm, job, update, placed = writer_rig(V2205, Fault("set", how="hang", applied=False))
     with pytest.raises(SlurmUnavailable):
         w.apply(job, update, placed)
     assert slurm.job("1").tres_per_node == "gres:gpu:2" and check_job(slurm.job("1"), USER, NOW) == "held"
 
 
 def test_verify_leaves_jobs_held_when_they_cannot_be_read_back() -> None:
-    w, slurm, job, update, placed = _one(V2205, Fault("read"))
+    w, slurm, job, update, placed = writer_rig(V2205, Fault("read"))
     assert w.apply(job, update, placed)
-    assert w.verify([(job, update, _rec(job), placed)]) == ([], ["1"])
+    assert w.verify([(job, update, applied_record(job), placed)]) == ([], ["1"])
     assert check_job(slurm.job("1"), USER, NOW) == "held"
     assert not any(c[0] in ("start_now", "release") for c in slurm.calls)
 
 
 def test_verify_releases_a_job_slurm_did_not_retype_as_its_user_submitted_it() -> None:
-    w, slurm, job, update, placed = _one(V2411)
+    w, slurm, job, update, placed = writer_rig(V2411)
     assert w.apply(job, update, placed)
     slurm._change("1", tres_per_node="gres:gpu:v100_g3:1")  # Slurm shows something else
-    assert w.verify([(job, update, _rec(job), placed)]) == ([], ["1"])
+    assert w.verify([(job, update, applied_record(job), placed)]) == ([], ["1"])
     assert check_job(slurm.job("1"), USER, NOW) == "user"
 
 
 def test_verify_leaves_a_job_whose_release_fails_held_and_whole() -> None:
-    w, slurm, job, update, placed = _one(V2205, Fault("release"))
+    w, slurm, job, update, placed = writer_rig(V2205, Fault("release"))
     assert w.apply(job, update, placed)
-    assert w.verify([(job, update, _rec(job), placed)]) == ([], ["1"])
+    assert w.verify([(job, update, applied_record(job), placed)]) == ([], ["1"])
     assert check_job(slurm.job("1"), USER, NOW) == "held"
     assert slurm.job("1").tres_per_node == update.tres_per_node
 
@@ -356,7 +301,7 @@ def test_a_stranded_placement_slurm_will_not_retype_is_not_released_without_gpus
     refused, and every set fails for a while. The old rescue released it "request unchanged
     (Slurm refused both)" with whatever the failed writes left; now it stays at priority 0 until
     a set goes through, and is then released whole."""
-    from tests.test_placer_cycle import placed_job
+    from tests.support.recording_slurm import placed_job
     stuck = placed_job("5", state_reason="BadConstraints", priority=0)
     p, slurm, _f = rig(tmp_path, V2205, Fault("set", times=10), jobs=[stuck])
     slurm.typed.add("5")

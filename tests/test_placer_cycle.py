@@ -20,7 +20,7 @@ from pal_slurm.placement.policies import policy_names
 from pal_slurm.placer import cluster_view, shapes, slurm_updates
 from pal_slurm.slurm.model import SlurmJob
 from pal_slurm.slurm.tres import parse_tres
-from tests.test_placer_holds import NOW, Recorder, held, node, placer
+from tests.support.recording_slurm import NOW, Recorder, held, node, placed_job, placer
 
 
 def placed_slots(rec: Recorder, job_id: str) -> tuple[str, list[str]]:
@@ -139,13 +139,6 @@ def test_a_higher_ranked_job_that_cannot_fit_is_not_overtaken_onto_its_node(tmp_
 
 
 # --------------------------------------------------------------------------- nobody stranded
-
-
-def placed_job(job_id: str, **kw: object) -> SlurmJob:
-    job = held(job_id, begin_in=-100, state_reason="Resources", tres_per_node="gres:gpu:v100_g0:1,gres:gpu:v100_g1:1",
-               required_nodes="n1", admin_comment=f"pal: placed class=A gpus=n1:0,1 sf=1.0,1.1 policy=pal at={int(NOW) - 30} "
-                                                  "was tres_per_node gres:gpu:2")
-    return replace(job, **kw)  # type: ignore[arg-type]
 
 
 class Slurm2205(Recorder):

@@ -26,7 +26,7 @@ from pal_slurm.placer.refresh import Refreshed
 from pal_slurm.placer.service import build_placer
 from pal_slurm.slurm.filter_state import heartbeat_age
 from tests.slurm.placer_support import NODES, make_db
-from tests.test_placer_holds import Recorder, held, node
+from tests.support.recording_slurm import Recorder, held, node
 
 
 @pytest.fixture

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from pal_eval.fakes import StaticFactors
 from pal_slurm.config import PlacerConfig
 from pal_slurm.placer.audit import AuditSink
 from pal_slurm.placer.daemon import Placer
 from pal_slurm.placer.factors import Factors
 from pal_slurm.placement.variability import GpuVariability
-from tests.test_placer_holds import CLASSES, NOW, Recorder, StaticFactors, held, node, placer
+from tests.support.recording_slurm import CLASSES, NOW, Recorder, held, node, placer
 
 
 def placed_on(rec: Recorder, job_id: str) -> str | None:

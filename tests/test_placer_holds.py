@@ -8,113 +8,9 @@ hold that ran out only has its tag corrected.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import replace
 from pathlib import Path
 
-from pal_slurm.config import PlacerConfig
-from pal_slurm.placer.audit import AuditSink
-from pal_slurm.placer.daemon import Placer
-from pal_slurm.placer.factors import Factors
-from pal_slurm.placement.variability import GpuVariability
-from pal_slurm.slurm.model import SlurmJob, SlurmNode
-from pal_slurm.slurm.priority import PriorityConfig
-
-NOW = 1796000000.0
-CLASSES = ("A", "B", "C", "D")
-
-
-_FIELDS = {"TresPerNode": "tres_per_node", "TresPerJob": "tres_per_job", "NodeList": "required_nodes",
-           "AdminComment": "admin_comment"}
-
-
-class Recorder:
-    """A SlurmBackend that records every write and applies it to its jobs (so the placer's read-back sees it)."""
-
-    name = "recorder"
-
-    def __init__(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode]) -> None:
-        self._jobs, self._nodes = list(jobs), list(nodes)
-        self.calls: list[tuple[str, ...]] = []
-
-    def version(self) -> tuple[int, int]:
-        return (22, 5)
-
-    def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
-        return [j for j in self._jobs if only is None or j.job_id in only]
-
-    def nodes(self) -> list[SlurmNode]:
-        return list(self._nodes)
-
-    def _change(self, job_id: str, **kw: object) -> None:
-        self._jobs = [replace(j, **kw) if j.job_id == job_id else j for j in self._jobs]  # type: ignore[arg-type]
-
-    def update_job(self, job_id: str, fields: Sequence[tuple[str, str]]) -> None:
-        self.calls += [("update", job_id, k, v) for k, v in fields]
-        for k, v in fields:
-            self._change(job_id, **{_FIELDS[k]: v})
-
-    def release(self, job_id: str) -> None:
-        self.calls.append(("release", job_id))
-        self._change(job_id, priority=1000, state_reason="None")
-
-    def hold(self, job_id: str) -> None:
-        self.calls.append(("hold", job_id))
-        self._change(job_id, priority=0)
-
-    def start_now(self, job_id: str) -> None:
-        self.calls.append(("start_now", job_id))
-        self._change(job_id, begin_time=NOW, state_reason="None")
-
-    def set_begin(self, job_id: str, epoch: float) -> None:
-        self.calls.append(("set_begin", job_id, str(int(epoch))))
-        self._change(job_id, begin_time=epoch)
-
-    def of(self, job_id: str) -> list[tuple[str, ...]]:
-        return [c for c in self.calls if c[1] == job_id]
-
-    tiers: dict[str, int] = {}
-
-    def partition_tiers(self) -> dict[str, int]:
-        return dict(self.tiers)
-
-    def priority_config(self) -> PriorityConfig:
-        return PriorityConfig()
-
-
-class StaticFactors:
-    def __init__(self, factors: Factors) -> None:
-        self.factors = factors
-
-    def get(self, now: float) -> Factors:
-        return self.factors
-
-
-def node(name: str, used: tuple[int, ...] = ()) -> SlurmNode:
-    gres = ",".join(f"gpu:v100_g{m}:1" for m in range(4))
-    gres_used = ",".join(f"gpu:v100_g{m}:{1 if m in used else 0}(IDX:{m if m in used else 'N/A'})" for m in range(4))
-    return SlurmNode(name=name, state="MIXED" if used else "IDLE", flags=frozenset(), cpus=8, alloc_cpus=len(used),
-                     real_memory_mb=16000, alloc_memory_mb=0, features=frozenset({"v100"}),
-                     active_features=frozenset({"v100"}), partitions=("gpu",), gres=gres, gres_used=gres_used)
-
-
-def held(job_id: str, *, begin_in: float | None = 80.0, gpus: int = 1, **kw: object) -> SlurmJob:
-    job = SlurmJob(job_id=job_id, name="j", user="u", state="PENDING", state_reason="BeginTime", priority=1000,
-                   partition="gpu", submit_time=NOW - 5, tres_per_node=f"gres:gpu:{gpus}",
-                   admin_comment="pal:held class=A src=default", memory_per_cpu_mb=100,
-                   begin_time=None if begin_in is None else NOW + begin_in)
-    return replace(job, **kw)  # type: ignore[arg-type]
-
-
-def placer(tmp_path: Path, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], **cfg: object) -> tuple[Placer, Recorder]:
-    backend = Recorder(jobs, nodes)
-    by_slot = {(n.name, m): GpuVariability(perfvar={c: 1.0 + m / 10 for c in CLASSES},
-                                           slowdown={c: 1.0 + m / 10 for c in CLASSES})
-               for n in nodes for m in range(4)}
-    config = PlacerConfig(mode="enforce", state_file=str(tmp_path / "filter-state"), **cfg)  # type: ignore[arg-type]
-    p = Placer(backend, config, StaticFactors(Factors(by_slot=by_slot, version=1, loaded_at=NOW)),  # type: ignore[arg-type]
-               AuditSink(None), classes=CLASSES, clock=lambda: NOW)
-    return p, backend
+from tests.support.recording_slurm import NOW, held, node, placer
 
 
 def test_a_begin_time_hold_is_retyped_then_ended_with_start_now(tmp_path: Path) -> None:
@@ -171,7 +67,6 @@ def test_released_unchanged_ends_the_hold_and_a_lapsed_hold_only_gets_its_tag_fi
     assert b.of("2") == [("update", "2", "AdminComment",
                           "pal: released unchanged: the hold ended before a placement")]
     assert report.held == 1
-
 
 
 def test_waiting_jobs_are_reported_when_nothing_fits(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from pal_slurm.db.advisory_lock import AdvisoryLock
 from pal_slurm.db.engine import make_engine
 from pal_slurm.placer.lock import FileLock, OnePlacer, default_lock_path
 from pal_slurm.placer.service import release_stale
-from tests.test_placer_holds import held, node, placer
+from tests.support.recording_slurm import held, node, placer
 
 HOLD = """
 import fcntl, os, sys, time

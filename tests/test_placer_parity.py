@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from pal_eval.fakes import StaticFactors
 from pal_slurm.config import PlacerConfig
 from pal_slurm.placement.decide import decide
 from pal_slurm.placement.model import Decision, JobRequest, Snapshot
@@ -27,11 +28,8 @@ from pal_slurm.placer.factors import Factors
 from pal_slurm.simulate.event import EventOptions, simulate_events
 from pal_slurm.simulate.traces import Trace, TraceJob
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
-from tests.test_placer_holds import Recorder, StaticFactors
-from tests.test_placement_policies import cluster
-
-CLASSES = ("A", "B", "C", "D")
-GPN = 4
+from tests.support.placement_cases import CLASSES, fleet
+from tests.support.recording_slurm import Recorder
 
 
 def trace(n: int = 40) -> Trace:
@@ -52,17 +50,6 @@ def trace(n: int = 40) -> Trace:
                              work_unit="seconds", model="m", job_class=rng.choice(CLASSES), iter_time_s=1.0,
                              line=i + 1, source="parity", gpus_per_node=per))
     return Trace(name="parity", jobs=tuple(jobs))
-
-
-def fleet():  # type: ignore[no-untyped-def]
-    import random
-
-    rng = random.Random(3)
-    n = 4 * GPN
-    sf = {c: [rng.choice([0.9, 1.0, 1.0, 1.1, 1.4]) for _ in range(n)] for c in CLASSES}
-    pv = {c: [v * rng.uniform(0.98, 1.02) for v in vals] for c, vals in sf.items()}
-    c = cluster([GPN] * 4, sf, pv)
-    return c
 
 
 def slurm_view(snap: Snapshot, queue: Sequence[JobRequest]) -> tuple[list[SlurmNode], list[SlurmJob]]:

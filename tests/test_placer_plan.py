@@ -7,58 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pal_slurm.placement.model import PlacementContext, Snapshot
-from pal_slurm.placement.policies import get_policy
-from pal_slurm.placer import cluster_view, holds, shapes, slurm_updates
-from pal_slurm.placement.variability import GpuVariability
+from pal_slurm.placer import cluster_view, holds, slurm_updates
 from pal_slurm.slurm import parse_json
-from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from tests.support.steering import CLASSES, FOUR, NOW, SF, factors, job, node, place
 
 DATA = Path(__file__).parent / "data" / "slurm" / "22.05"
-CLASSES = ("A", "B", "C", "D")
-NOW = 1796000000.0
-
-
-def node(name: str, used: tuple[int, ...] = (), *, state: str = "IDLE", flags: frozenset[str] = frozenset(),
-         gpus: int = 4, cpus: int = 8, alloc_cpus: int = 0, features: frozenset[str] = frozenset({"v100"}),
-         partitions: tuple[str, ...] = ("gpu",)) -> SlurmNode:
-    gres = ",".join(f"gpu:v100_g{m}:1" for m in range(gpus))
-    gres_used = ",".join(f"gpu:v100_g{m}:{1 if m in used else 0}(IDX:{m if m in used else 'N/A'})" for m in range(gpus))
-    return SlurmNode(name=name, state=state, flags=flags, cpus=cpus, alloc_cpus=alloc_cpus, real_memory_mb=16000,
-                     alloc_memory_mb=0, features=features, active_features=features, partitions=partitions,
-                     gres=gres, gres_used=gres_used)
-
-
-def job(job_id: str, *, tpn: str = "gres:gpu:1", tpj: str = "", nodes: int = 1, cls: str = "A", **kw: object) -> SlurmJob:
-    # held the way job_submit.lua holds: a begin time ahead (reason BeginTime), the tag
-    base = SlurmJob(job_id=job_id, name="j", user="u", state="PENDING", state_reason="BeginTime", priority=12345,
-                    partition="gpu", submit_time=float(job_id), tres_per_node=tpn, tres_per_job=tpj,
-                    admin_comment=f"pal:held class={cls} src=spank", node_count=nodes, memory_per_cpu_mb=1000,
-                    begin_time=NOW + 90)
-    return replace(base, **kw)  # type: ignore[arg-type]
-
-
-def factors(per_gpu: dict[tuple[str, int], float]) -> dict[tuple[str, int], GpuVariability]:
-    return {k: GpuVariability(perfvar={"A": v, "D": 1.0}, slowdown={"A": v, "D": 1.0}) for k, v in per_gpu.items()}
-
-
-FOUR = [node(f"n{i}") for i in range(1, 5)]
-SF = {(f"n{i}", m): 1.0 + 0.01 * ((i * 5 + m * 3) % 7) for i in range(1, 5) for m in range(4)}
-SF[("n2", 3)] = 0.90  # the best for class A
-SF[("n4", 0)] = 1.20  # the worst
-
-
-def place(jobs: list[SlurmJob], nodes: list[SlurmNode] = FOUR, policy: str = "pal-match"):  # type: ignore[no-untyped-def]
-    view = cluster_view.build_view(nodes, jobs, factors(SF), CLASSES)
-    held = [shapes.HeldJob(j, *holds.held_class(j)) for j in jobs if holds.is_held_by_pal(j, NOW)]
-    planned = shapes.plan_requests(held, view)
-    snap = Snapshot(cluster=view.cluster, free=view.free, running={}, now=0.0)
-    import math
-
-    d = get_policy(policy).place(snap, planned.requests, PlacementContext(locality_penalty=math.inf))
-    return view, planned, {a.job_id: slurm_updates.update_for(planned.held[a.job_id].job, planned.shapes[a.job_id],
-                                                              a.gpus, view)
-                           for a in d.assignments}
 
 
 def test_view_from_captured_sinfo_marks_busy_slots() -> None:

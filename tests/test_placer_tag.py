@@ -11,7 +11,7 @@ import pytest
 from pal_slurm.placer import holds, slurm_updates
 from pal_slurm.placer.tag import HELD, MAX_LEN, PLACED, RELEASED_RESTORED, RELEASED_UNCHANGED, Tag, TagTooLong, \
     site_comment
-from tests.test_placer_holds import held
+from tests.support.recording_slurm import held
 
 LONG = [f"gpu-rack{r:02d}-node{n:02d}.cluster" for r in range(4) for n in range(4)]  # 16 names, 26 characters
 
@@ -115,7 +115,7 @@ def test_render_parse_round_trip_keeps_every_field_and_a_site_comment_with_separ
 
 
 def test_the_cycles_summary_is_a_tag() -> None:
-    from tests.test_placer_plan import place
+    from tests.support.steering import place
     _v, _planned, ups = place([held("1")])
     tag = slurm_updates.summary(ups["1"], "A", "pal-match", 3, [0.9], 1796000000)
     assert tag.head == PLACED and tag.intent == ups["1"].tres_per_node and tag.nodes == ups["1"].node_list

@@ -15,8 +15,8 @@ from pal_slurm.placer.audit import AuditSink
 from pal_slurm.placer.cluster_view import build_view
 from pal_slurm.placer.daemon import Placer
 from pal_slurm.placer.writer import Writer
-from tests.test_placer_cycle import placed_job
-from tests.test_placer_holds import NOW, Recorder, held, node, placer
+from tests.support.recording_slurm import placed_job
+from tests.support.recording_slurm import NOW, Recorder, held, node, placer
 
 
 def test_retype_clears_then_sets() -> None:

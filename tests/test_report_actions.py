@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine, update
 
-from fleetgen import records
+from tests.support.fleetgen import records
 from pal_slurm.classification.actions import DRAIN, PLACEMENT, REPROFILE, ActionPolicy, Finding, drain_plan, grade_gpu, short_uuid
 from pal_slurm.cli.main import cli
 from pal_slurm.cli.report_cmd import show_report

@@ -345,7 +345,7 @@ def test_one_far_outlier_leaves_the_regular_bins_readable(tmp_path) -> None:  # 
     holding the outlier, labelled), not 1.0-5.0 with the regular bins in a sliver at the left."""
     from click.testing import CliRunner
 
-    from fleetgen import records
+    from tests.support.fleetgen import records
     from pal_slurm.cli.main import cli
     from pal_slurm.config import load_config
     from pal_slurm.db.engine import make_engine

@@ -22,7 +22,7 @@ from pal_slurm.simulate.estimates import RuntimeEstimate
 from pal_slurm.simulate.event import EventOptions, simulate_events
 from pal_slurm.simulate.traces import Trace, TraceJob
 from pal_slurm.slurm.model import SlurmJob
-from tests.test_placer_parity import fleet
+from tests.support.placement_cases import fleet
 
 
 def trace(n: int = 40) -> Trace:

@@ -12,7 +12,7 @@ from pal_slurm.placement.policies import get_policy
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate, parse_runtime_estimate
 from pal_slurm.simulate.event import EventOptions, simulate_events
 from pal_slurm.simulate.traces import Trace, TraceJob, read_sacct
-from tests.test_placement_policies import cluster
+from tests.support.placement_cases import cluster
 
 
 def tj(job_id: str, gpus: int, submit: float, work: float, limit: float | None = None) -> TraceJob:

@@ -240,7 +240,7 @@ def test_round_mode_reproduces_the_artifact_on_workload_1() -> None:
 
 def test_cli_variability_from_the_database(tmp_path: Path) -> None:
     """--variability db: the real GPUs of the latest classification are the cluster."""
-    from fleetgen import records, two_tier_fleet
+    from tests.support.fleetgen import records, two_tier_fleet
     from pal_slurm.ingest.jsonl import dump_jsonl
 
     fleet = two_tier_fleet()

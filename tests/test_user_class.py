@@ -11,7 +11,7 @@ import pytest
 
 from pal_slurm.config import JobsConfig
 from pal_slurm.jobs.user_class import choose
-from tests.test_placer_holds import CLASSES, held, node, placer
+from tests.support.recording_slurm import CLASSES, held, node, placer
 
 ORDER = ("A", "B", "C", "D")  # most sensitive first
 

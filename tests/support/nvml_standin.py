@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-RECORDINGS = Path(__file__).resolve().parent / "data" / "nvml"
+RECORDINGS = Path(__file__).resolve().parents[1] / "data" / "nvml"
 
 # -- NVML's constants (nvml.h; pynvml spells them the same) ------------------------------------
 
@@ -322,7 +322,7 @@ class NvmlStandIn:
 
     def module(self) -> types.ModuleType:
         """A module with pynvml's names: its constants, error classes and this node's functions."""
-        mod = types.ModuleType("pynvml_standin", "NVML stand-in answering from a recording (tests/nvml_standin.py)")
+        mod = types.ModuleType("pynvml_standin", "NVML stand-in answering from a recording (tests/support/nvml_standin.py)")
         for name, value in globals().items():
             if name.startswith(("NVML_", "nvmlClocks")):
                 setattr(mod, name, value)
