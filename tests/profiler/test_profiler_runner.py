@@ -44,7 +44,7 @@ from pal_slurm.profiler.run_store import save_run
 from pal_slurm.profiler.runner import FAILURE_PREFIX, run_profile, write_jsonl
 from pal_slurm.profiler.telemetry import reason_names, summarize
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 PROGRAMS = {
     "good.py": """

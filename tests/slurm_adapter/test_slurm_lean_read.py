@@ -24,7 +24,7 @@ from pal_slurm.slurm.backend import _select_jobs
 from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob
 
-DATA = Path(__file__).parent / "data" / "slurm"
+DATA = Path(__file__).parents[1] / "data" / "slurm"
 VERSIONS = ("22.05", "24.11")
 LAYOUT = parse_squeue.Layout(parse_squeue.FIELDS, "0123456789abcdef")
 STRICT = parse_squeue.Layout(parse_squeue.FIELDS, "1111222233334444", strict=True)

@@ -26,7 +26,7 @@ from pal_slurm.simulate.fleets import (
 from pal_slurm.simulate.runner import ArtifactVariability, FixedVariability, SimulationSpec, run_simulations
 from pal_slurm.simulate.traces import Trace, TraceJob
 
-PROFILES = Path(__file__).resolve().parent / "data" / "traces" / "variability"
+PROFILES = Path(__file__).resolve().parents[1] / "data" / "traces" / "variability"
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import harness_env
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "node_choice.py"
 
 

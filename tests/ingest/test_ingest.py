@@ -22,11 +22,11 @@ from pal_slurm.ingest.artifact_csv import parse_artifact_csv
 from pal_slurm.ingest.jsonl import dump_jsonl, dump_record, parse_jsonl, run_key_for
 from pal_slurm.ingest.records import GpuInfo
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 #: The artifact CSV fixtures (tests/data/artifact-csv/README.md); the files keep the artifact's
 #: names because parse_file takes the benchmark from the name.
 CSV_DATA = DATA / "artifact-csv"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 V100 = "Tesla V100-SXM2-16GB"
 
 

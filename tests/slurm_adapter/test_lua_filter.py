@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FILTER = REPO / "spank_hooks" / "job_submit.lua"
 LUA_TESTS = REPO / "tests" / "lua" / "test_job_submit.lua"
 

@@ -168,7 +168,7 @@ def _philly(tmp_path: Path, rows: list[str]) -> Path:
 
 
 def _profiles(tmp_path: Path) -> Path:
-    src = Path(__file__).parent / "data" / "traces" / "variability"
+    src = Path(__file__).parents[1] / "data" / "traces" / "variability"
     d = tmp_path / "prof"
     d.mkdir()
     for name in ("resnet", "bert", "pagerank"):
@@ -264,7 +264,7 @@ def test_cli_variability_from_the_database(tmp_path: Path) -> None:
 
 
 def test_cli_sacct_trace(tmp_path: Path) -> None:
-    sacct = Path(__file__).parent / "data" / "traces" / "sacct-small.txt"
+    sacct = Path(__file__).parents[1] / "data" / "traces" / "sacct-small.txt"
     res = CliRunner().invoke(cli, ["simulate", "--trace", str(sacct), "--variability", str(_profiles(tmp_path)),
                                    "--cluster", "4x4", "--mode", "event", "--policy", "pal", "--json"])
     assert res.exit_code == 0, res.output

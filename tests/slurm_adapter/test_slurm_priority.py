@@ -11,7 +11,7 @@ from pal_slurm.slurm import parse_json
 from pal_slurm.slurm.model import SlurmJob
 from pal_slurm.slurm.priority import PriorityConfig, duration_s, job_rank, parse_config, parse_partition_tiers
 
-DATA = Path(__file__).parent / "data" / "slurm"
+DATA = Path(__file__).parents[1] / "data" / "slurm"
 VERSIONS = ("22.05", "24.11")
 
 

@@ -238,7 +238,7 @@ def _cli_inputs(tmp_path: Path) -> tuple[Path, Path]:
     trace = tmp_path / "trace.csv"
     trace.write_text("job_id,num_gpus,submit_time,duration,model\n"
                      + "".join(f"{i},{1 + i % 4},{i * 30},{2000 + 10 * i},resnet50\n" for i in range(12)))
-    src = Path(__file__).parent / "data" / "traces" / "variability"
+    src = Path(__file__).parents[1] / "data" / "traces" / "variability"
     prof = tmp_path / "prof"
     prof.mkdir()
     for name in ("resnet", "bert", "pagerank"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHECK_SH = REPO / "bench" / "gpu" / "check.sh"
 CHECK_PY = REPO / "bench" / "gpu" / "check.py"
 

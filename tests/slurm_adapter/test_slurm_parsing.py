@@ -19,7 +19,7 @@ from pal_slurm.slurm.tres import (
     typed_gpu_request,
 )
 
-DATA = Path(__file__).parent / "data" / "slurm"
+DATA = Path(__file__).parents[1] / "data" / "slurm"
 
 
 @pytest.mark.parametrize(("value", "count", "types", "prefix"), [
@@ -171,7 +171,7 @@ def test_filter_state_escapes_everything() -> None:
     from conftest import require_tool
 
     lua = require_tool("lua5.1", "lua5.1")
-    filter_path = Path(__file__).resolve().parent.parent / "spank_hooks" / "job_submit.lua"
+    filter_path = Path(__file__).resolve().parents[2] / "spank_hooks" / "job_submit.lua"
     script = ("slurm = { SUCCESS = 0 }; PAL_FILTER_TEST = true\n"
               f"local pal = dofile({json.dumps(str(filter_path))})\n"
               f"local t = assert(pal.parse_state({json.dumps(text)}))\n"

@@ -11,7 +11,7 @@ from pal_slurm.placer import cluster_view, holds, slurm_updates
 from pal_slurm.slurm import parse_json
 from tests.support.steering import CLASSES, FOUR, NOW, SF, factors, job, node, place
 
-DATA = Path(__file__).parent / "data" / "slurm" / "22.05"
+DATA = Path(__file__).parents[1] / "data" / "slurm" / "22.05"
 
 
 def test_view_from_captured_sinfo_marks_busy_slots() -> None:

@@ -140,7 +140,7 @@ def test_the_replay_refuses_bad_input_before_any_cluster_starts(tmp_path: Path, 
     bad = tmp_path / "bad.sacct"
     bad.write_text("JobID|JobName|User|Start|End|Elapsed|State\n"
                    "1|a|u|notatime|2026-11-30T07:00:00|00:01:00|COMPLETED\n")
-    script = Path(__file__).resolve().parent.parent / "bench" / "replay.py"
+    script = Path(__file__).resolve().parents[2] / "bench" / "replay.py"
     res = subprocess.run([sys.executable, str(script), *[a.format(bad=bad) for a in args], "--jobs", "2",
                           "--out", str(tmp_path / "out")], capture_output=True, text=True, env=harness_env(),
                          timeout=120)

@@ -31,7 +31,7 @@ from pal_slurm.placement.variability import (
 )
 from pal_slurm.simulate.artifact_draw import artifact_slowdowns, draw_artifact, load_artifact_profiles
 
-DATA = Path(__file__).resolve().parent / "data" / "traces"
+DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 HEADER = "job_id,num_gpus,submit_time,duration,model\n"
 
 

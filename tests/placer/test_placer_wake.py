@@ -221,7 +221,7 @@ def test_a_placer_that_does_not_wake_says_so_in_its_state(tmp_path: Path) -> Non
     assert "\nwake" not in (tmp_path / "filter-state").read_text(), "a stopping placer is not poked"
 
 
-EPILOG_CTLD = Path(__file__).resolve().parent.parent / "spank_hooks" / "pal-epilog-slurmctld.sh"
+EPILOG_CTLD = Path(__file__).resolve().parents[2] / "spank_hooks" / "pal-epilog-slurmctld.sh"
 
 
 def _epilog(state_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:

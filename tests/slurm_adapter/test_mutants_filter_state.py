@@ -21,7 +21,7 @@ import pytest
 from pal_slurm.slurm import filter_state
 from pal_slurm.slurm.filter_state import FilterState, decode, encode, render
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FILTER = REPO / "spank_hooks" / "job_submit.lua"
 
 #: a Lua 5.1 chunk that parses a state file with the filter's own pal.parse_state and prints
