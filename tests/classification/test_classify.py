@@ -23,7 +23,7 @@ from pal_slurm.classification.classify import (
 )
 from pal_slurm.classification.classify import classify_group as _classify_group
 
-#: Most tests here pin down the binning itself (one factor per bin); tests/test_classify_resolution.py
+#: Most tests here pin down the binning itself (one factor per bin); tests/classification/test_classify_resolution.py
 #: covers the default method, which also shrinks each GPU's own factor.
 BIC = {"method": "bic"}
 

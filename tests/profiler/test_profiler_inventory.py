@@ -94,7 +94,7 @@ def test_gpu_moved_to_another_node_keeps_its_row(engine) -> None:
     _store(engine, scan1, T0)
     moved = dataclasses.replace(scan1.gpus[0], node="gpu002", index=0)
     scan2 = InventoryScan(backend="sim", nodes=("gpu002",), gpus=(moved,))
-    res = _store(engine, scan2, T0 + timedelta(days=1), allow_move=True)  # an admin's move (tests/test_gpu_move.py)
+    res = _store(engine, scan2, T0 + timedelta(days=1), allow_move=True)  # an admin's move (tests/ingest/test_gpu_move.py)
     assert res.updated == [moved.uuid] and res.missing == [] and res.moved == [moved.uuid]
     row = _gpus(engine)[moved.uuid]
     assert row.node.name == "gpu002" and row.first_seen == T0

@@ -1,7 +1,7 @@
 """The filter state file (pal_slurm/slurm/filter_state.py) on the cases the rest of the suite
 leaves open (each found by `make mutation`): what job_submit.lua reads from it, read by the
 filter's own parser (lua5.1, as slurmctld's filter; skipped without it, like
-tests/test_lua_filter.py), awkward values carried through unchanged, the limits of its settings
+tests/slurm_adapter/test_lua_filter.py), awkward values carried through unchanged, the limits of its settings
 and of the file, the file as written on disk, and what the placer reads back from it."""
 
 from __future__ import annotations
