@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 DB_SERVERS := tests/services/db-servers.sh
 SLURM_CLUSTER := tests/services/slurm-cluster.sh
 OTHER_SLURM := tests/services/other-slurm.sh
-# Debian's chromium, for the HTML report's browser test (tests/test_report_browser.py)
+# Debian's chromium, for the HTML report's browser test (tests/report/test_report_browser.py)
 BROWSER := tests/services/browser.sh
 # the test cluster also runs slurmrestd (JWT) so the REST backend is tested for real; 0 turns it off
 export PAL_TEST_SLURM_REST ?= 1
@@ -64,7 +64,7 @@ slurm-cluster: venv
 slurm-cluster-stop:
 	$(SLURM_CLUSTER) stop
 
-# chromium for tests/test_report_browser.py (root; quick when it is installed already)
+# chromium for tests/report/test_report_browser.py (root; quick when it is installed already)
 browser:
 	$(BROWSER) install
 

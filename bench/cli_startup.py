@@ -4,7 +4,7 @@
 Target: `pal --help` under 0.3 s (median). Help is what people run first and scripts run most
 often (`pal ... --help | grep`), and it needs no database, no numpy and no configuration: the
 command modules import those inside the commands that use them (docs/architecture.md, "Rules
-we keep"), and tests/test_cli_startup.py checks that help loads none of them.
+we keep"), and tests/cli/test_cli_startup.py checks that help loads none of them.
 Usage: bench/cli_startup.py [--runs 9] [--target-s 0.3]. Prints each command's median, fastest and
 slowest wall time (`pal simulate --help` for comparison: no target); exit status 1, with a
 "TARGET MISSED" line, when `pal --help`'s median is over the target.

@@ -175,7 +175,7 @@ function pal.join_tres(entries)
 end
 
 -- a per-slot GRES type `<model token>_g<minor>`: a copy of pal_slurm.slurm.gresconf's
--- rule, checked against it by tests/test_lua_filter.py
+-- rule, checked against it by tests/slurm_adapter/test_lua_filter.py
 function pal.is_slot_type(t)
     return type(t) == "string" and t:match("^.+_g%d+$") ~= nil
 end

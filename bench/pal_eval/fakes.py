@@ -47,8 +47,10 @@ class Phases:
         return timed
 
 
-_FIELDS = {"TresPerNode": "tres_per_node", "TresPerJob": "tres_per_job", "NodeList": "required_nodes",
-           "AdminComment": "admin_comment"}
+#: the scontrol update fields the stand-ins take, and the job field each sets (also the tests' recording
+#: backend, tests/support/recording_slurm.py)
+SCONTROL_FIELDS = {"TresPerNode": "tres_per_node", "TresPerJob": "tres_per_job", "NodeList": "required_nodes",
+                   "AdminComment": "admin_comment"}
 
 
 class InMemorySlurm:
@@ -111,9 +113,9 @@ class InMemorySlurm:
         with self.phases.span("stand-in"):
             job = self._job(job_id)
             for key, value in fields:
-                if key not in _FIELDS:
+                if key not in SCONTROL_FIELDS:
                     raise SlurmError(f"scontrol update: field {key} not supported by the stand-in")
-                job[_FIELDS[key]] = value
+                job[SCONTROL_FIELDS[key]] = value
             self._text = None
 
     def release(self, job_id: str) -> None:

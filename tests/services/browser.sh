@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A headless browser (Debian's chromium) for tests/test_report_browser.py, which renders the
+# A headless browser (Debian's chromium) for tests/report/test_report_browser.py, which renders the
 # HTML report in it and checks the page drew: non-blank screenshot, plots present, no
 # horizontal scroll at 1400 px.
 #

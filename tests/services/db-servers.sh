@@ -493,7 +493,7 @@ cmd_env() {
     printf 'export PAL_TEST_MYSQL_URL=mysql+pymysql://%s:%s@127.0.0.1:%s/%s\n' \
         "$DB_USER" "$DB_PASS" "$MY_PORT" "$DB_NAME"
     # the servers' administrators over their unix sockets (no password: trust, unix_socket), for
-    # the tests that create roles (tests/test_db_roles.py)
+    # the tests that create roles (tests/db/test_db_roles.py)
     printf "export PAL_TEST_POSTGRES_ADMIN_URL='postgresql+psycopg://postgres@/postgres?host=%s&port=%s'\n" \
         "$PG_SOCK_DIR" "$PG_PORT"
     printf "export PAL_TEST_MYSQL_ADMIN_URL='mysql+pymysql://%s@localhost/?unix_socket=%s'\n" \

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from fleetgen import records
+from tests.support.fleetgen import records
 from pal_slurm.cli.main import cli
 from pal_slurm.ingest.jsonl import dump_jsonl
 

@@ -2,7 +2,7 @@
 its tag, or released with exactly the GPU request it was submitted with or the placer's whole
 per-slot one; never with none, never with another count.
 
-The placer runs in this process on the real CLI backend, wrapped by tests/faults.py, which fails
+The placer runs in this process on the real CLI backend, wrapped by tests/support/faults.py, which fails
 the N-th call of one kind (the set after the clear, the release, ...): a timeout and a kill cannot
 be had from scontrol on demand, everything else is Slurm's own answer. After a kill a fresh
 placer on the plain backend picks up, as systemd's restart or the fail-safe would. What each job
@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from pal_eval.fakes import StaticFactors
 from pal_slurm.config import PlacerConfig
 from pal_slurm.errors import SlurmUnavailable
 from pal_slurm.placer.audit import AuditSink
@@ -28,8 +29,8 @@ from pal_slurm.placer.tag import HELD, PLACED, Tag
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.slurm.cli_backend import CliBackend
 from pal_slurm.slurm.model import SlurmJob
-from tests.faults import Fault, Faults, Killed, check_job
-from tests.test_placer_holds import CLASSES, StaticFactors
+from tests.support.faults import Fault, Faults, Killed, check_job
+from tests.support.recording_slurm import CLASSES
 
 pytestmark = pytest.mark.slurm
 

@@ -146,7 +146,7 @@ class Rig:
     def assert_requests_unchanged(self, recs: dict[str, dict[str, Any]]) -> None:
         """Every job in `recs` carries exactly the GPU request it was submitted with (the
         same GPU types and counts, per node and per job; 22.05 writes gres:, 24.11 gres/)."""
-        from tests.faults import gpu_items
+        from tests.support.faults import gpu_items
 
         for jobid, rec in recs.items():
             node, job = self.requested[jobid]

@@ -15,7 +15,7 @@ import pytest
 from pal_slurm.slurm import parse_json
 from pal_slurm.slurm.command import SQUEUE_ALL_JOBS_JSON
 from pal_slurm.slurm.model import SlurmJob
-from tests.faults import check_job
+from tests.support.faults import check_job
 from tests.slurm.records import job_state
 from tests.slurm.test_placer_failopen import FINISHED, Rig, classified_db, rig  # noqa: F401 - fixtures
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Capture the lean job read's test data (tests/test_slurm_lean_read.py) from a test cluster.
+"""Capture the lean job read's test data (tests/slurm_adapter/test_slurm_lean_read.py) from a test cluster.
 
 Submits one job of each kind the placer must read right, writes what `squeue -O` (the
 placer's layout, fixed tokens), `squeue -o %x`, `squeue --json` and `scontrol -d show job`

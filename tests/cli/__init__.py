@@ -1,0 +1,1 @@
+"""The `pal` command line (pal_slurm/cli) and its configuration (pal_slurm/config)."""

@@ -1,0 +1,1 @@
+"""Jobs (pal_slurm/jobs): fingerprints, rules, sensitivity, runtime history, user classes."""

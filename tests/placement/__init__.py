@@ -1,0 +1,1 @@
+"""The placement policies (pal_slurm/placement), on hand-built and random clusters."""

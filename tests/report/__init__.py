@@ -1,0 +1,1 @@
+"""Reports (pal_slurm/report): actions, the HTML page, fairness."""
