@@ -10,7 +10,7 @@ NVML (nvidia-ml-py), or from `nvidia-smi` queries when nvidia-ml-py is missing.
 Exit status: 0 every benchmark ran; 1 a benchmark failed or timed out; 2 no NVIDIA GPU;
 3 nothing failed but some benchmarks were skipped (no cupy/torch).
 `--self-test` runs the same code on a simulated GPU with the numpy CPU framework, for
-machines without a GPU (tests/profiler/test_profiler_gpu_check.py).
+machines without a GPU (tests/node_profiling/test_profiler_gpu_check.py).
 """
 
 from __future__ import annotations
