@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pal_slurm.classification.actions import ACTION_ORDER, ActionPolicy, Finding, GpuAction, grade_gpu
-from pal_slurm.classification.classify import percentile_summary
+from pal_slurm.classification.stats import percentile_summary
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 from pal_slurm.numfmt import DIGITS, fmt_num
 

@@ -19,13 +19,13 @@ from pal_slurm.db.migrate import require_current
 from pal_slurm.errors import InputError, PalError
 
 if TYPE_CHECKING:
-    from pal_slurm.classification.classify import ClassifyParams
+    from pal_slurm.classification.model import ClassifyParams
 
 log = logging.getLogger(__name__)
 
 def classify_params(cfg: PalConfig, *, hysteresis: float | None = None, min_runs: int | None = None,
                     method: str | None = None) -> ClassifyParams:
-    from pal_slurm.classification.classify import ClassifyParams
+    from pal_slurm.classification.model import ClassifyParams
 
     c = cfg.classification
     try:
