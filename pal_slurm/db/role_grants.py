@@ -102,7 +102,7 @@ NODE_GRANTS: tuple[Grant, ...] = (
           why="profiler.inventory._node, measurement_store._ensure_nodes: its own node row"),
     Grant("gpus", select=ALL, insert=True,
           update=tuple(c.name for c in Base.metadata.tables["gpus"].columns if c.name not in ("id", "uuid")),
-          why="profiler.inventory.store_inventory, measurement_store._Identity: its own GPUs; reads the "
+          why="profiler.inventory.store_inventory, gpu_identity.resolve_gpus: its own GPUs; reads the "
               "fleet's GPUs of a model to judge a new score (ingest.validate)"),
     Grant("benchmarks", select=ALL, insert=True, why="measurement_store.create_benchmark: a benchmark new to the "
           "database (shared names, never changed)"),

@@ -5,7 +5,7 @@ Changes to these models ship only through an Alembic migration
 (pal_slurm/db/migrations/versions); a test compares the two and fails on drift.
 Identity of a GPU is its UUID: nodes and slots change, the UUID does not. A GPU that
 a file names only by its slot has the uuid ``slot:<node>:<device>`` until its real UUID is
-imported; `pal_slurm.db.measurement_store` then merges the two (docs/import-formats.md, "GPU identity").
+imported; `pal_slurm.db.gpu_identity` then merges the two (docs/import-formats.md, "GPU identity").
 """
 
 # in the order the tables were first defined (Base.metadata keeps it)
