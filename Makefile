@@ -30,7 +30,7 @@ help:
 	@echo "make mutation - mutation testing (mutmut) of the safety-critical modules against their closest tests;"
 	@echo "              per-module scores, and every surviving mutant docs/mutation.md does not explain (exit 1)"
 	@echo "              (MUTANTS='pal_slurm.placer.writer.*': only those; MUTATION_JOBS=N: N at a time, default 2)"
-	@echo "make sql    - regenerate sql/*.sql from the migrations and the role definitions (pal_slurm/db/roles.py)"
+	@echo "make sql    - regenerate sql/*.sql from the migrations and the role definitions (pal_slurm/db/role_grants.py)"
 	@echo "make bench  - run the benchmarks in bench/ (all of them; fails naming those that missed a target)"
 	@echo "make replay - replay Sia-Philly workloads 1 and 4 on a real 16x4-GPU Slurm cluster, plain Slurm vs pal-slurm,"
 	@echo "              with the simulator's prediction of each arm (3 shaken repetitions, about 2.5 hours, resumable; REPLAY_ARGS=... for bench/replay.py)"

@@ -106,7 +106,7 @@ def split_runs(records):
 
 def held_out_truth(records) -> dict[str, dict[str, float]]:
     """uuid -> class -> PerfVar of the held-out runs (median run over the median GPU's)."""
-    from pal_slurm.classification.classify import _median_sorted
+    from pal_slurm.classification.stats import median_sorted
 
     per: dict[str, dict[str, list[float]]] = {}
     lib: dict[str, bool] = {}
@@ -115,8 +115,8 @@ def held_out_truth(records) -> dict[str, dict[str, float]]:
         lib[r.benchmark] = r.lower_is_better
     truth: dict[str, dict[str, float]] = {}
     for bench, gpus in per.items():
-        med = {u: _median_sorted(sorted(v)) for u, v in gpus.items()}
-        fleet = _median_sorted(sorted(med.values()))
+        med = {u: median_sorted(sorted(v)) for u, v in gpus.items()}
+        fleet = median_sorted(sorted(med.values()))
         for u, m in med.items():
             pv = m / fleet if lib[bench] else fleet / m
             for c, b in CLASS_BENCH.items():
@@ -174,7 +174,8 @@ def simulate(gpus, truth, trace, policies):
 
 def resolution_check() -> dict[str, int]:
     """Distinct factors for 12 GPUs measured evenly over 0.871-1.139 (5 runs, 1 % noise)."""
-    from pal_slurm.classification.classify import ClassifyParams, classify_group
+    from pal_slurm.classification.classify import classify_group
+    from pal_slurm.classification.model import ClassifyParams
 
     rng = np.random.default_rng(12)
     runs = {f"g{i:02d}": [v * float(np.exp(rng.normal(0, 0.01))) for _ in range(5)]
@@ -214,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
             measured = fleet_records(fleet, args.artifact_dir, Path(tmpname))
             if measured is not None:
                 compare_methods(fleet, *measured, Path(tmpname), args, seeds)
-    from pal_slurm.classification.classify import ClassifyParams
+    from pal_slurm.classification.model import ClassifyParams
 
     default = ClassifyParams().method
     targets = Targets()

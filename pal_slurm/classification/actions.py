@@ -105,11 +105,16 @@ def _pv(v: float | None) -> str:
     return fmt_num(v, none="?")
 
 
+#: One grade: (action, reason); each grade's rule gives one, or None to let the next decide.
+Grade = tuple[str, str]
+
+
 def grade_gpu(uuid: str, node: str | None, model: str, findings: Sequence[Finding], *,
               job_classes: Mapping[str, str], policy: ActionPolicy, now: datetime,
               measured: frozenset[str] | None = None,
               ecc_uncorrected: int | None = None, retired_pages: int | None = None) -> GpuAction:
-    """The one action for an outlier GPU (`findings`: its outlier benchmarks, not empty).
+    """The one action for an outlier GPU (`findings`: its outlier benchmarks, not empty): the
+    grades of the module docstring in order, the first that applies.
 
     `measured`: the benchmarks the GPU has a factor on (None: every class's). A class whose
     benchmark is unmeasured does not "land there because insensitive": nothing ranks it."""
@@ -122,56 +127,90 @@ def grade_gpu(uuid: str, node: str | None, model: str, findings: Sequence[Findin
                            and (measured is None or b in measured)))
     unmeasured = tuple(sorted(c for c, b in job_classes.items() if b not in benches
                               and measured is not None and b not in measured))
+    action, reason = (_node_undrainable(node)
+                      or _hardware_failing(policy, ecc_uncorrected, retired_pages)
+                      or _impossibly_fast(findings, finite)
+                      or _stale_or_noisy(findings, policy, now)
+                      or _severely_slow(finite, policy)
+                      or _placement(worst, benches, avoiding, landing, unmeasured))
+    return GpuAction(uuid, node, model, action, reason, benches, worst_pv, avoiding, landing)
 
-    def make(action: str, reason: str) -> GpuAction:
-        return GpuAction(uuid, node, model, action, reason, benches, worst_pv, avoiding, landing)
 
+def _node_undrainable(node: str | None) -> Grade | None:
+    """Grade 1: no node, or a name that is not one Slurm node: nobody can drain or find it."""
     if not node_known(node):
-        return make(REPROFILE, "node unknown, so it cannot be drained: profile it on its node so the "
-                               "next import records where it is")
+        return (REPROFILE, "node unknown, so it cannot be drained: profile it on its node so the "
+                           "next import records where it is")
     if not one_node_name(node):  # type: ignore[arg-type]
-        return make(REPROFILE, f"node name {node!r} is not one Slurm node name, so it is not drained: "
-                               "profile it on its node so the next import records its host name")
+        return (REPROFILE, f"node name {node!r} is not one Slurm node name, so it is not drained: "
+                           "profile it on its node so the next import records its host name")
+    return None
+
+
+def _hardware_failing(policy: ActionPolicy, ecc_uncorrected: int | None, retired_pages: int | None) -> Grade | None:
+    """Grade 2: the inventory's ECC or retired-page counts at the configured limits."""
     hw = []
     if policy.drain_ecc_uncorrected > 0 and (ecc_uncorrected or 0) >= policy.drain_ecc_uncorrected:
         hw.append(f"{ecc_uncorrected} uncorrected ECC errors")
     if policy.drain_retired_pages > 0 and (retired_pages or 0) >= policy.drain_retired_pages:
         hw.append(f"{retired_pages} retired memory pages")
     if hw:
-        return make(DRAIN, " and ".join(hw) + f"; {policy.diagnostics}")
+        return (DRAIN, " and ".join(hw) + f"; {policy.diagnostics}")
+    return None
+
+
+def _impossibly_fast(findings: Sequence[Finding], finite: Sequence[Finding]) -> Grade | None:
+    """Grade 3: faster than the typical GPU on every benchmark it is an outlier on."""
     fast = [f for f in finite if (f.perfvar or 1.0) < 1.0]
     if fast and len(fast) == len(findings):
         f = min(fast, key=lambda f: f.perfvar or 1.0)
-        return make(REPROFILE, f"faster than the typical GPU (PerfVar {_pv(f.perfvar)} on {f.benchmark}): "
-                               "check the measurement")
+        return (REPROFILE, f"faster than the typical GPU (PerfVar {_pv(f.perfvar)} on {f.benchmark}): "
+                           "check the measurement")
+    return None
+
+
+def _stale_or_noisy(findings: Sequence[Finding], policy: ActionPolicy, now: datetime) -> Grade | None:
+    """Grade 4: the oldest run past `stale_after_days`, else the widest spread past `noisy_spread`."""
     stale = [f for f in findings if f.last_profiled is not None
              and (now - f.last_profiled).total_seconds() > policy.stale_after_days * 86400]
     if stale:
         f = min(stale, key=lambda f: f.last_profiled)  # type: ignore[arg-type, return-value]
         days = int((now - f.last_profiled).total_seconds() // 86400)  # type: ignore[operator]
-        return make(REPROFILE, f"last {f.benchmark} run {days} days ago (stale after "
-                               f"{policy.stale_after_days:g})")
+        return (REPROFILE, f"last {f.benchmark} run {days} days ago (stale after "
+                           f"{policy.stale_after_days:g})")
     noisy = [f for f in findings if f.run_spread is not None and f.run_spread > policy.noisy_spread]
     if noisy:
         f = max(noisy, key=lambda f: f.run_spread or 0.0)
-        return make(REPROFILE, f"its {f.benchmark} runs spread {100 * (f.run_spread or 0):.0f} % "
-                               f"(noisy above {100 * policy.noisy_spread:g} %)")
+        return (REPROFILE, f"its {f.benchmark} runs spread {100 * (f.run_spread or 0):.0f} % "
+                           f"(noisy above {100 * policy.noisy_spread:g} %)")
+    return None
+
+
+def _severely_slow(finite: Sequence[Finding], policy: ActionPolicy) -> Grade | None:
+    """Grade 5: the worst PerfVar on a compute benchmark at or above `drain_perfvar`."""
     severe = [f for f in finite if f.benchmark in policy.compute_benchmarks
               and (f.perfvar or 0.0) >= policy.drain_perfvar]
     if severe:
         f = max(severe, key=lambda f: f.perfvar or 0.0)
-        return make(DRAIN, f"PerfVar {_pv(f.perfvar)} on {f.benchmark} (>= {policy.drain_perfvar:g}); "
-                           f"{policy.diagnostics}")
+        return (DRAIN, f"PerfVar {_pv(f.perfvar)} on {f.benchmark} (>= {policy.drain_perfvar:g}); "
+                       f"{policy.diagnostics}")
+    return None
+
+
+def _placement(worst: Finding | None, benches: tuple[str, ...], avoiding: tuple[str, ...],
+               landing: tuple[str, ...], unmeasured: tuple[str, ...]) -> Grade:
+    """Grade 6: placement handles it, saying which classes land there and which it cannot keep off."""
+    worst_pv = worst.perfvar if worst else None
     what = f"PerfVar {_pv(worst_pv)} on {worst.benchmark if worst else benches[0]}"
     blind = (f"; job class{'es' if len(unmeasured) > 1 else ''} {', '.join(unmeasured)} "
              "unmeasured on it, so placement cannot keep them off") if unmeasured else ""
     if not landing and not avoiding:  # no class is measured at all: nothing keeps any job off it
-        return make(REPROFILE, f"{what}; no job class is measured on it{blind}: profile it with the job "
-                               "classes' benchmarks")
+        return (REPROFILE, f"{what}; no job class is measured on it{blind}: profile it with the job "
+                           "classes' benchmarks")
     if not landing:  # every class is measured by a benchmark it is slow on: its factor puts it last
-        return make(PLACEMENT, f"{what}; every measured class sees it slow, so placement gives it out last"
-                    + blind)
-    return make(PLACEMENT, f"{what}; only classes insensitive to it land there ({', '.join(landing)})" + blind)
+        return (PLACEMENT, f"{what}; every measured class sees it slow, so placement gives it out last"
+                + blind)
+    return (PLACEMENT, f"{what}; only classes insensitive to it land there ({', '.join(landing)})" + blind)
 
 
 def drain_plan(actions: Sequence[GpuAction]) -> list[tuple[str, str]]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pal_slurm.classification.classify import ClassifyParams, GroupResult, classify_group
+from pal_slurm.classification.classify import classify_group
+from pal_slurm.classification.model import ClassifyParams, GroupResult
 
 
 @dataclass(frozen=True)

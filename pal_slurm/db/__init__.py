@@ -1,7 +1,7 @@
 """Database adapter: SQLAlchemy 2 models, engine creation, Alembic migrations, and the stores.
 
 The schema is defined and migrated only here (`models`, `migrations`), and the stores here
-(`measurement_store`, `classification_store`, `variability_store`, `inventory_store`,
+(`measurement_store` with `gpu_identity`, `classification_store`, `variability_store`, `inventory_store`,
 `sensitivity_store`, `class_rules_store`, `history_store`) hand plain dataclasses to the rest:
 job identities and profiles, admin class rules and learned classes, the class-rule table the
 placer resolves a job's class in (`pal_slurm.jobs.rules`), the imported job history.

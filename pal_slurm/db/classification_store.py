@@ -25,7 +25,7 @@ from pal_slurm.db.models import (
     Node,
     ProfileRun,
 )
-from pal_slurm.classification.classify import Bin, GpuOutcome
+from pal_slurm.classification.model import Bin, GpuOutcome
 from pal_slurm.classification.classify_fleet import ClassAssignment, GroupClassification, PreviousSlowdowns
 
 
@@ -220,7 +220,7 @@ def load_classification(session: Session, run: ClassificationRun, *, with_clocks
 def _run_ratio(run: ClassificationRun) -> float:
     """The run_ratio this classification used (stored with its params); the default for a run
     saved before run_ratio existed."""
-    from pal_slurm.classification.classify import ClassifyParams
+    from pal_slurm.classification.model import ClassifyParams
 
     value = run.params.get("run_ratio") if isinstance(run.params, dict) else None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -256,7 +256,7 @@ def _clock_and_last(session: Session, run_ratio: float,
         if key not in last or ts > last[key]:
             last[key] = ts
 
-    from pal_slurm.classification.classify import robust_median
+    from pal_slurm.classification.stats import robust_median
 
     def spread(values: list[float] | None) -> float | None:
         if not values or len(values) < 2:

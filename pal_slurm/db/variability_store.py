@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -19,6 +20,9 @@ from pal_slurm.db import classification_store as cstore
 from pal_slurm.db.models import Gpu
 from pal_slurm.errors import PalError
 from pal_slurm.placement.variability import ClassifiedGpu, GpuVariability, Measured, from_classification
+
+if TYPE_CHECKING:
+    from pal_slurm.db.models import Benchmark
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,25 @@ def save_variability(session: Session, gpus: Sequence[GpuVariability], *, model:
     """
     from sqlalchemy import func
 
-    from pal_slurm.db.models import Benchmark, ClassificationResult, ClassificationRun, GpuClass, JobClass, Node
+    from pal_slurm.db.models import ClassificationRun
 
+    classes = _given_classes(gpus)
+    bench_of = {c: f"{benchmark_prefix}-{c}" for c in classes}
+    benches = _given_benchmarks(session, bench_of, note)
+    rows = _placed_gpus(session, gpus, model)
+    _point_job_classes(session, bench_of, benches)
+    version = (session.scalar(select(func.max(ClassificationRun.version))) or 0) + 1
+    run = ClassificationRun(version=version, note=note, previous_version=version - 1 or None,
+                            params={"source": "given factors", "job_classes": bench_of})
+    session.add(run)
+    session.flush()
+    _store_factors(session, run.id, rows, classes, {c: benches[name].id for c, name in bench_of.items()})
+    return version
+
+
+def _given_classes(gpus: Sequence[GpuVariability]) -> list[str]:
+    """The job classes every GPU gives a factor for (the same for all); PalError when a GPU
+    lacks a node, a minor or a UUID (it could not be placed on), or has other classes."""
     if not gpus:
         raise PalError("no GPUs to store")
     classes = sorted(gpus[0].slowdown)
@@ -87,13 +108,26 @@ def save_variability(session: Session, gpus: Sequence[GpuVariability], *, model:
             raise PalError(f"GPU {g.uuid or '?'} has no node, minor or UUID: it could not be placed on")
         if sorted(g.slowdown) != classes:
             raise PalError(f"GPU {g.uuid} has classes {sorted(g.slowdown)}, the first GPU {classes}")
-    bench_of = {c: f"{benchmark_prefix}-{c}" for c in classes}
+    return classes
+
+
+def _given_benchmarks(session: Session, bench_of: dict[str, str], note: str) -> dict[str, Benchmark]:
+    """Each class's benchmark by name: the stored one, or a new one of relative, given factors."""
+    from pal_slurm.db.models import Benchmark
+
     benches = {b.name: b for b in session.scalars(select(Benchmark).where(Benchmark.name.in_(bench_of.values())))}
     for c, name in bench_of.items():
         if name not in benches:
             benches[name] = Benchmark(name=name, unit="relative", lower_is_better=True,
                                       description=f"given slowdown factors of job class {c} ({note})")
             session.add(benches[name])
+    return benches
+
+
+def _placed_gpus(session: Session, gpus: Sequence[GpuVariability], model: str) -> list[tuple[Gpu, GpuVariability]]:
+    """Each GPU's row (created where missing) on its node and minor, as `model`, beside its factors."""
+    from pal_slurm.db.models import Node
+
     nodes = {n.name: n for n in session.scalars(select(Node))}
     known = {g.uuid: g for g in session.scalars(select(Gpu))}
     rows = []
@@ -109,26 +143,34 @@ def save_variability(session: Session, gpus: Sequence[GpuVariability], *, model:
         gpu.node, gpu.minor_number, gpu.model = node, v.minor, model
         rows.append((gpu, v))
     session.flush()
+    return rows
+
+
+def _point_job_classes(session: Session, bench_of: dict[str, str], benches: dict[str, Benchmark]) -> None:
+    """Each job class (created where missing) measured by its given benchmark."""
+    from pal_slurm.db.models import JobClass
+
     existing = {jc.name: jc for jc in session.scalars(select(JobClass))}
     for c, name in bench_of.items():
         jc = existing.get(c) or JobClass(name=c)
         jc.benchmark_id = benches[name].id
         session.add(jc)
     session.flush()
-    version = (session.scalar(select(func.max(ClassificationRun.version))) or 0) + 1
-    run = ClassificationRun(version=version, note=note, previous_version=version - 1 or None,
-                            params={"source": "given factors", "job_classes": bench_of})
-    session.add(run)
-    session.flush()
+
+
+def _store_factors(session: Session, run_id: int, rows: list[tuple[Gpu, GpuVariability]], classes: list[str],
+                   bench_id: dict[str, int]) -> None:
+    """One result and one per-class row per GPU and class, holding its PerfVar and factor."""
+    from pal_slurm.db.models import ClassificationResult, GpuClass
+
     results, per_class = [], []
     for gpu, v in rows:
         for c in classes:
-            bid = benches[bench_of[c]].id
-            results.append({"run_id": run.id, "gpu_id": gpu.id, "benchmark_id": bid, "runs": 1,
+            bid = bench_id[c]
+            results.append({"run_id": run_id, "gpu_id": gpu.id, "benchmark_id": bid, "runs": 1,
                             "median_score": v.perfvar[c], "perfvar": v.perfvar[c], "bin": None,
                             "slowdown": v.slowdown[c], "outlier": False, "profiled": True})
-            per_class.append({"run_id": run.id, "gpu_id": gpu.id, "job_class": c, "benchmark_id": bid, "bin": None,
+            per_class.append({"run_id": run_id, "gpu_id": gpu.id, "job_class": c, "benchmark_id": bid, "bin": None,
                               "slowdown": v.slowdown[c], "outlier": False, "profiled": True})
     session.execute(ClassificationResult.__table__.insert(), results)
     session.execute(GpuClass.__table__.insert(), per_class)
-    return version

@@ -14,13 +14,14 @@ import csv
 import dataclasses
 import hashlib
 import json
-import math
 import re
-from collections.abc import Iterable
-from datetime import UTC, datetime
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pal_slurm.errors import InputError
+from pal_slurm.ingest.artifact_fields import optional_int, optional_number, refuse_negative, start_time
 from pal_slurm.ingest.records import GpuInfo, ProfileRecord, parse_path, slot_key
 
 __all__ = [
@@ -36,16 +37,6 @@ __all__ = [
 SOURCE = "pal-artifact"
 REQUIRED_COLUMNS = ("uuid", "perf", "ts")
 RUN_KEY_NAMESPACE = "pal-artifact-csv/1"
-
-# ts == -1 is the artifact's "unknown" sentinel (24 sgemm rows); such runs keep the Unix
-# epoch as their start time, which sorts before every real measurement.
-_UNKNOWN_TS = datetime(1970, 1, 1, tzinfo=UTC)
-# 104 bert rows have train_time values like "121.28596447600285Iteration",
-# "88.75737034302438Total" or "86.57913603895577[2022-05-18": the start of the next log
-# line was scraped into the field. The full-precision number in front is the value.
-_LOG_TAIL = re.compile(r"([0-9]+(?:\.[0-9]*)?)[A-Za-z\[]")
-_LOG_TAIL_COLUMNS = frozenset({"train_time"})
-
 
 def artifact_run_key(benchmark: str, fields: list[str], occurrence: int) -> str:
     """sha256 hex of the canonical JSON [namespace, benchmark, raw fields, occurrence (1-based)]."""
@@ -73,44 +64,6 @@ def parse_file(
     bench = benchmark if benchmark is not None else benchmark_from_filename(path)
     return parse_path(path, lambda stream, name: parse_artifact_csv(stream, source_file=name, benchmark=bench,
                                                                     model=model, unit=unit, notes=notes))
-
-
-def _number(column: str, raw: str, src: str, line: int) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InputError(f"column {column!r}: {raw!r} is not a number", source=src, line=line) from None
-    if not math.isfinite(value):
-        raise InputError(f"column {column!r}: {raw!r} is not a finite number", source=src, line=line)
-    return value
-
-
-def _optional_number(column: str, raw: str, src: str, line: int) -> float | None:
-    """Empty, NaN and the artifact's -1 sentinel mean 'not measured' -> None."""
-    text = raw.strip()
-    if not text or text.lower() == "nan":
-        return None
-    if column in _LOG_TAIL_COLUMNS and (m := _LOG_TAIL.match(text)) is not None:
-        text = m.group(1)
-    value = _number(column, text, src, line)
-    if value == -1:
-        return None
-    return value
-
-
-def _optional_int(column: str, raw: str, src: str, line: int) -> int | None:
-    value = _optional_number(column, raw, src, line)
-    if value is None:
-        return None
-    if not value.is_integer():
-        raise InputError(f"column {column!r}: {raw!r} is not an integer", source=src, line=line)
-    return int(value)
-
-
-def _non_negative(column: str, value: float | None, raw: str, src: str, line: int) -> float | None:
-    if value is not None and value < 0:
-        raise InputError(f"column {column!r}: must not be negative, got {raw.strip()}", source=src, line=line)
-    return value
 
 
 class _Columns:
@@ -226,24 +179,6 @@ def _process_local_device(records: list[ProfileRecord]) -> tuple[str, int] | Non
     return busiest[0], len(busiest[1])
 
 
-def _started_at(raw: str, src: str, line: int) -> datetime:
-    text = raw.strip()
-    if not text:
-        raise InputError("column 'ts': empty", source=src, line=line)
-    try:
-        ts = float(text)
-    except ValueError:
-        raise InputError(f"column 'ts': {raw!r} is not a unix timestamp", source=src, line=line) from None
-    if ts == -1:
-        return _UNKNOWN_TS
-    if not math.isfinite(ts) or ts < 0:
-        raise InputError(f"column 'ts': {raw!r} is not a valid unix timestamp", source=src, line=line)
-    try:
-        return datetime.fromtimestamp(ts, tz=UTC)
-    except (OverflowError, OSError, ValueError):
-        raise InputError(f"column 'ts': {raw!r} is out of range", source=src, line=line) from None
-
-
 def parse_artifact_csv(
     lines: Iterable[str],
     *,
@@ -271,52 +206,74 @@ def parse_artifact_csv(
         raise InputError(f"malformed CSV: {exc}", source=src, line=reader.line_num or 1) from None
     if header is None:
         raise InputError("no data rows (the file is empty)", source=src, line=1)
-    c = _Columns(header, src)
-    width = len(header)
-    records: list[ProfileRecord] = []
-    seen: dict[tuple[str, ...], int] = {}
-    gpus: dict[tuple[str, str | None, int | None], GpuInfo] = {}
+    rows = _Rows(_Columns(header, src), src, benchmark=benchmark, model=model, unit=unit)
+    records = [rows.record(row, line) for line, row in _data_rows(reader, len(header), src)]
+    if not records:
+        raise InputError("no data rows (only a header)", source=src, line=1)
+    return _without_process_local_device(records, rows.c.device_name, src, notes)
+
+
+def _data_rows(reader: Any, width: int, src: str) -> Iterator[tuple[int, list[str]]]:
+    """(the physical line a row starts on, the row) of every data row after the header; blank
+    lines are skipped, a row of another width than the header's is refused."""
     last_line = reader.line_num
-    uuid_i, perf_i, ts_i = c.uuid, c.perf, c.ts
     while True:
         try:
             row = next(reader, None)
         except csv.Error as exc:
             raise InputError(f"malformed CSV: {exc}", source=src, line=last_line + 1) from None
         if row is None:
-            break
+            return
         line = last_line + 1  # physical line where this record starts
         last_line = reader.line_num
         if not row:  # blank line
             continue
         if len(row) != width:
             raise InputError(f"expected {width} fields (as in the header), got {len(row)}", source=src, line=line)
+        yield line, row
 
-        uuid = row[uuid_i].strip()
+
+@dataclass
+class _Rows:
+    """One file's rows to records: its columns, what the caller gives (benchmark, model, unit),
+    how often each identical row came before (its run key) and one GpuInfo per GPU and slot."""
+
+    c: _Columns
+    src: str
+    benchmark: str
+    model: str
+    unit: str
+    seen: dict[tuple[str, ...], int] = field(default_factory=dict)
+    gpus: dict[tuple[str, str | None, int | None], GpuInfo] = field(default_factory=dict)
+
+    def record(self, row: list[str], line: int) -> ProfileRecord:
+        """One data row as a record; InputError(FILE:LINE) on a bad field."""
+        c, src = self.c, self.src
+        uuid = row[c.uuid].strip()
         if not uuid:
             raise InputError("column 'uuid': empty", source=src, line=line)
-        perf_raw = row[perf_i]
+        perf_raw = row[c.perf]
         if not perf_raw.strip():
             raise InputError("column 'perf': empty", source=src, line=line)
         try:  # NaN, inf and values <= 0 are kept: import validation rejects them with FILE:LINE
             perf = float(perf_raw)
         except ValueError:
             raise InputError(f"column 'perf': {perf_raw!r} is not a number", source=src, line=line) from None
-        started_at = _started_at(row[ts_i], src, line)
+        started_at = start_time(row[c.ts], src, line)
 
         key_fields = tuple(row)
-        occurrence = seen.get(key_fields, 0) + 1
-        seen[key_fields] = occurrence
-        run_key = artifact_run_key(benchmark, row, occurrence)
+        occurrence = self.seen.get(key_fields, 0) + 1
+        self.seen[key_fields] = occurrence
+        run_key = artifact_run_key(self.benchmark, row, occurrence)
 
         nvml_index = None
         if c.device is not None:
-            nvml_index = _optional_int(c.device_name, row[c.device], src, line)
+            nvml_index = optional_int(c.device_name, row[c.device], src, line)
             if nvml_index is not None and nvml_index < 0:
                 nvml_index = None
         repeats = None
         if c.reps is not None:
-            repeats = _optional_int("reps", row[c.reps], src, line)
+            repeats = optional_int("reps", row[c.reps], src, line)
             if repeats is not None and repeats < 1:
                 raise InputError(f"column 'reps': must be at least 1, got {row[c.reps].strip()}", source=src, line=line)
 
@@ -324,47 +281,54 @@ def parse_artifact_csv(
             if index is None:
                 return None
             raw = row[index]
-            value = _optional_number(column, raw, src, line)
-            return _non_negative(column, value, raw, src, line) if non_negative else value
+            value = optional_number(column, raw, src, line)
+            return refuse_negative(column, value, raw, src, line) if non_negative else value
 
-        node = _node_name(c, row, src, line)
-        gpu = gpus.get((uuid, node, nvml_index))
-        if gpu is None:  # one GpuInfo per GPU and slot, shared by its rows
+        gpu = self._gpu(uuid, _node_name(c, row, src, line), nvml_index)
+        return ProfileRecord(
+            run_key=run_key,
+            gpu=gpu,
+            benchmark=self.benchmark,
+            started_at=started_at,
+            score=perf,
+            unit=self.unit,
+            lower_is_better=True,
+            source=SOURCE,
+            source_file=src,
+            line=line,
+            duration_s=opt(c.train_time, "train_time"),
+            repeats=repeats,
+            sm_clock_mhz=opt(c.freq, "freq"),
+            mem_clock_mhz=opt(c.memfreq, c.memfreq_name),
+            power_w=opt(c.pwr, "pwr"),
+            temperature_c=opt(c.temp, "temp", non_negative=False),
+        )
+
+    def _gpu(self, uuid: str, node: str | None, nvml_index: int | None) -> GpuInfo:
+        """One GpuInfo per GPU and slot, shared by its rows (a slot-named row's: its slot identity)."""
+        gpu = self.gpus.get((uuid, node, nvml_index))
+        if gpu is None:
             if _slot_named(uuid, node, nvml_index):
-                gpu = GpuInfo(uuid=slot_key(node, nvml_index), node=node, model=model,  # type: ignore[arg-type]
+                gpu = GpuInfo(uuid=slot_key(node, nvml_index), node=node, model=self.model,  # type: ignore[arg-type]
                               nvml_index=nvml_index, provisional=True)
             else:
-                gpu = GpuInfo(uuid=uuid, node=node, model=model, nvml_index=nvml_index)
-            gpus[(uuid, node, nvml_index)] = gpu
-        records.append(
-            ProfileRecord(
-                run_key=run_key,
-                gpu=gpu,
-                benchmark=benchmark,
-                started_at=started_at,
-                score=perf,
-                unit=unit,
-                lower_is_better=True,
-                source=SOURCE,
-                source_file=src,
-                line=line,
-                duration_s=opt(c.train_time, "train_time"),
-                repeats=repeats,
-                sm_clock_mhz=opt(c.freq, "freq"),
-                mem_clock_mhz=opt(c.memfreq, c.memfreq_name),
-                power_w=opt(c.pwr, "pwr"),
-                temperature_c=opt(c.temp, "temp", non_negative=False),
-            )
-        )
-    if not records:
-        raise InputError("no data rows (only a header)", source=src, line=1)
+                gpu = GpuInfo(uuid=uuid, node=node, model=self.model, nvml_index=nvml_index)
+            self.gpus[(uuid, node, nvml_index)] = gpu
+        return gpu
+
+
+def _without_process_local_device(records: list[ProfileRecord], device_name: str, src: str,
+                                  notes: list[str] | None) -> list[ProfileRecord]:
+    """The records as they are, or, when the device column is the job's CUDA ordinal rather
+    than the GPU's slot (:func:`_process_local_device`), with the UUID-named GPUs' slot dropped
+    (and a note saying so)."""
     local = _process_local_device(records)
-    if local is not None:
-        if notes is not None:
-            ordinal = next(r.gpu.nvml_index for r in records if not r.gpu.provisional)
-            notes.append(f"{src}: column {c.device_name!r} is {ordinal} on every row while node "
-                         f"{local[0]} has {local[1]} GPUs: it is the job's CUDA device ordinal, not the GPU's "
-                         f"slot; ignored (GPUs are known by UUID and node)")
-        unslotted = {id(g): dataclasses.replace(g, nvml_index=None) for g in gpus.values() if not g.provisional}
-        records = [r if r.gpu.provisional else dataclasses.replace(r, gpu=unslotted[id(r.gpu)]) for r in records]
-    return records
+    if local is None:
+        return records
+    if notes is not None:
+        ordinal = next(r.gpu.nvml_index for r in records if not r.gpu.provisional)
+        notes.append(f"{src}: column {device_name!r} is {ordinal} on every row while node "
+                     f"{local[0]} has {local[1]} GPUs: it is the job's CUDA device ordinal, not the GPU's "
+                     f"slot; ignored (GPUs are known by UUID and node)")
+    unslotted = {id(r.gpu): dataclasses.replace(r.gpu, nvml_index=None) for r in records if not r.gpu.provisional}
+    return [r if r.gpu.provisional else dataclasses.replace(r, gpu=unslotted[id(r.gpu)]) for r in records]

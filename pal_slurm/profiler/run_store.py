@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine, select
 
 from pal_slurm.db.engine import session_scope
+from pal_slurm.db.import_result import ImportResult
 from pal_slurm.db.migrate import require_current
 from pal_slurm.db.models import BenchmarkFailure, Gpu, utcnow
-from pal_slurm.db.measurement_store import ImportResult, import_records
+from pal_slurm.db.measurement_store import import_records
 from pal_slurm.ingest.jsonl import run_key_for
 from pal_slurm.gpu.interface import InventoryScan
 from pal_slurm.profiler.inventory import InventoryResult, store_inventory

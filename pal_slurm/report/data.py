@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pal_slurm.classification.actions import ACTION_ORDER, ActionPolicy, Finding, GpuAction, grade_gpu
-from pal_slurm.classification.classify import percentile_summary
+from pal_slurm.classification.stats import percentile_summary
 from pal_slurm.db.classification_store import BinRow, ResultRow, StoredClassification
 from pal_slurm.numfmt import DIGITS, fmt_num
 
@@ -89,7 +89,7 @@ def build_report(stored: StoredClassification, *, policy: ActionPolicy | None = 
                  outlier_action: str | None = None, identity: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Per model x benchmark and per model x job class: counts, PerfVar spread, bins, outliers,
     and one graded action per outlier GPU (`actions`, strongest first); with `identity`
-    (db/measurement_store.IdentityCounts), how many physical GPUs the rows stand for.
+    (db/gpu_identity.IdentityCounts), how many physical GPUs the rows stand for.
 
     `outlier_action` (config `[report] outlier_action`) replaces the policy's diagnostics text;
     `now` defaults to the current time (staleness of the last run).
@@ -132,7 +132,7 @@ def build_report(stored: StoredClassification, *, policy: ActionPolicy | None = 
 
 
 def identity_text(ids: Mapping[str, int]) -> str:
-    """The database's GPUs by how well they are identified (db/measurement_store.IdentityCounts; docs/import-formats.md,
+    """The database's GPUs by how well they are identified (db/gpu_identity.IdentityCounts; docs/import-formats.md,
     "GPU identity"): what the import prints last and `pal report` prints first."""
     parts = [f"{ids['at_slot']} at a known slot" + (f" ({ids['slot_named']} known only by it)" if ids["slot_named"]
                                                      else "")]

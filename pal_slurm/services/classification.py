@@ -19,13 +19,16 @@ from pal_slurm.db.migrate import require_current
 from pal_slurm.errors import InputError, PalError
 
 if TYPE_CHECKING:
-    from pal_slurm.classification.classify import ClassifyParams
+    from sqlalchemy.orm import Session
+
+    from pal_slurm.classification.classify_fleet import GroupClassification, GroupRuns
+    from pal_slurm.classification.model import ClassifyParams
 
 log = logging.getLogger(__name__)
 
 def classify_params(cfg: PalConfig, *, hysteresis: float | None = None, min_runs: int | None = None,
                     method: str | None = None) -> ClassifyParams:
-    from pal_slurm.classification.classify import ClassifyParams
+    from pal_slurm.classification.model import ClassifyParams
 
     c = cfg.classification
     try:
@@ -116,19 +119,7 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
     params = classify_params(cfg, hysteresis=hysteresis, min_runs=min_runs, method=method)
     class_benchmarks = {name: jc.benchmark for name, jc in cfg.job_classes.items()}
     with session_scope(engine) as session:
-        groups = load_group_runs(session, models=models)
-        if models:  # a model named that has no runs would be classified as nothing, in silence
-            missing = sorted(set(models) - {g.model for g in groups})
-            if missing:
-                from sqlalchemy import select
-
-                from pal_slurm.db.models import Gpu, ProfileRun
-
-                have = sorted(set(session.scalars(select(Gpu.model).join(ProfileRun, ProfileRun.gpu_id == Gpu.id))))
-                raise InputError(f"no profile runs of model {', '.join(map(repr, missing))}; models with runs: "
-                                 f"{', '.join(have) or 'none (import some with `pal profile import`)'}")
-        if not groups:
-            raise PalError("no profile runs in the database: import some with `pal profile import` first")
+        groups = _stored_runs(session, models)
         prev_run = cstore.latest_run(session)
         previous = cstore.previous_slowdowns(session, prev_run) if prev_run and params.hysteresis > 0 else None
         classified = classify_fleet(groups, params, previous)
@@ -148,16 +139,7 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
         summary = ClassifySummary(
             version=run.version,
             previous_version=prev_run.version if prev_run else None,
-            groups=[
-                {"model": c.model, "benchmark": c.benchmark, "gpus": sum(1 for g in c.result.gpus if g.profiled),
-                 "unprofiled": sum(1 for g in c.result.gpus if not g.profiled), "k": c.result.k_regular,
-                 # regular bins, as every report counts them; each outlier's own bin is an outlier
-                 "bins": sum(1 for b in c.result.bins if not b.outlier),
-                 "outliers": sum(1 for g in c.result.gpus if g.outlier),
-                 "fast_outliers": sum(1 for g in c.result.gpus if g.fast),
-                 "criterion": c.result.criterion}
-                for c in classified
-            ],
+            groups=[_group_summary(c) for c in classified],
             coverage=coverage,
             partial=partial,
         )
@@ -165,3 +147,34 @@ def run_classification(engine: Engine, cfg: PalConfig, *, hysteresis: float | No
     for bench in missing:
         log.warning("no runs of benchmark %r: job classes measured by it are unprofiled", bench)
     return summary
+
+
+def _stored_runs(session: Session, models: Sequence[str] | None) -> list[GroupRuns]:
+    """Every stored run grouped by (model, benchmark), of `models` only when given; refused (and
+    nothing classified) when there is none, or when a model named has none: that model would be
+    classified as nothing, in silence."""
+    groups = load_group_runs(session, models=models)
+    if models:
+        missing = sorted(set(models) - {g.model for g in groups})
+        if missing:
+            from sqlalchemy import select
+
+            from pal_slurm.db.models import Gpu, ProfileRun
+
+            have = sorted(set(session.scalars(select(Gpu.model).join(ProfileRun, ProfileRun.gpu_id == Gpu.id))))
+            raise InputError(f"no profile runs of model {', '.join(map(repr, missing))}; models with runs: "
+                             f"{', '.join(have) or 'none (import some with `pal profile import`)'}")
+    if not groups:
+        raise PalError("no profile runs in the database: import some with `pal profile import` first")
+    return groups
+
+
+def _group_summary(c: GroupClassification) -> dict[str, Any]:
+    """One (model, benchmark) line of the summary `pal classify` prints."""
+    return {"model": c.model, "benchmark": c.benchmark, "gpus": sum(1 for g in c.result.gpus if g.profiled),
+            "unprofiled": sum(1 for g in c.result.gpus if not g.profiled), "k": c.result.k_regular,
+            # regular bins, as every report counts them; each outlier's own bin is an outlier
+            "bins": sum(1 for b in c.result.bins if not b.outlier),
+            "outliers": sum(1 for g in c.result.gpus if g.outlier),
+            "fast_outliers": sum(1 for g in c.result.gpus if g.fast),
+            "criterion": c.result.criterion}

@@ -15,7 +15,8 @@ from typing import Literal
 from sqlalchemy import Engine
 
 from pal_slurm.db.engine import session_scope
-from pal_slurm.db.measurement_store import ImportResult, import_records
+from pal_slurm.db.import_result import ImportResult
+from pal_slurm.db.measurement_store import import_records
 from pal_slurm.db.migrate import require_current
 from pal_slurm.errors import InputError
 from pal_slurm.ingest.records import ProfileRecord, check_names
@@ -90,8 +91,8 @@ def import_files(engine: Engine, paths: Sequence[Path], fmt: ImportFormat, *, be
 
 
 def identity_summary(engine: Engine) -> dict[str, int]:
-    """How the stored GPUs are identified (pal_slurm.db.measurement_store.IdentityCounts), for the import summary."""
-    from pal_slurm.db.measurement_store import identity_counts
+    """How the stored GPUs are identified (pal_slurm.db.gpu_identity.IdentityCounts), for the import summary."""
+    from pal_slurm.db.gpu_identity import identity_counts
 
     with session_scope(engine) as session:
         return identity_counts(session).as_dict()

@@ -14,14 +14,9 @@ import random
 import numpy as np
 import pytest
 
-from pal_slurm.classification.classify import (
-    Bin,
-    ClassifyParams,
-    GpuResult,
-    GroupResult,
-    percentile_summary,
-)
 from pal_slurm.classification.classify import classify_group as _classify_group
+from pal_slurm.classification.model import Bin, ClassifyParams, GpuResult, GroupResult
+from pal_slurm.classification.stats import percentile_summary
 
 #: Most tests here pin down the binning itself (one factor per bin); tests/classification/test_classify_resolution.py
 #: covers the default method, which also shrinks each GPU's own factor.

@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from pal_slurm.classification.classify import METHODS, ClassifyParams, GroupResult, classify_group
+from pal_slurm.classification.classify import classify_group
+from pal_slurm.classification.model import METHODS, ClassifyParams, GroupResult
 
 
 def fleet(values: dict[str, float], runs: int = 3) -> dict[str, list[float]]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pal_slurm.classification.classify import METHODS, ClassifyParams, GroupResult, classify_group
+from pal_slurm.classification.classify import classify_group
+from pal_slurm.classification.model import METHODS, ClassifyParams, GroupResult
 from pal_slurm.ingest.artifact_csv import parse_file
 
 BOUND = 0.005

@@ -1,5 +1,5 @@
-"""The classification steps (pal_slurm/classification/classify.py, docs/classification.md) on the
-cases the rest of the suite leaves open (each found by `make mutation`, or by dropping the
+"""The classification steps (pal_slurm/classification/classify.py, its bins in partition.py and
+its statistics in stats.py; docs/classification.md) on the cases the rest of the suite leaves open (each found by `make mutation`, or by dropping the
 noise clip by hand): the pooled noise and its clip, the statistics the steps are defined by
 (the mixture BIC, the chi-square quantile, the homogeneity test), the limits of K and the
 words that say how it was chosen, broken runs, the parameters' checks, single-run GPUs,
@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 
 from pal_slurm.classification import classify as c
-from pal_slurm.classification.classify import ClassifyParams, classify_group, percentile_summary, robust_median
+from pal_slurm.classification import partition as p
+from pal_slurm.classification.classify import classify_group
+from pal_slurm.classification.model import ClassifyParams
+from pal_slurm.classification.stats import percentile_summary, robust_median
 
 # --------------------------------------------------------------------------- the pooled noise and its clip
 
@@ -115,24 +118,24 @@ def _reference_bic(x: list[float], segments: list[tuple[int, int]], floor_var: f
 @pytest.mark.parametrize("floor_var", [1e-8, 1e-3])
 def test_the_mixture_bic_is_the_documented_one(x: list[float], segments: list[tuple[int, int]],
                                                floor_var: float) -> None:
-    got = c._mixture_bic(np.asarray(x), segments, floor_var)
+    got = p._mixture_bic(np.asarray(x), segments, floor_var)
     assert got == pytest.approx(_reference_bic(x, segments, floor_var), rel=1e-9, abs=1e-9)
 
 
 def test_the_chi_square_quantile_is_within_one_percent_of_the_table() -> None:
     table = {1: 6.634897, 2: 9.210340, 3: 11.344867, 5: 15.086272, 10: 23.209251, 30: 50.892181, 100: 135.806723}
     for df, want in table.items():
-        assert c._chi2_quantile_99(df) == pytest.approx(want, rel=0.01), df
+        assert p._chi2_quantile_99(df) == pytest.approx(want, rel=0.01), df
 
 
 def test_a_bin_is_homogeneous_when_its_spread_is_within_the_noise_at_99_percent() -> None:
     x = np.asarray([0.0, 1.0, 1.0, 1.3, 2.0])
-    assert c._homogeneous(x, (2, 3), 1e-6), "one GPU"
-    assert c._homogeneous(x, (1, 3), 0.0), "equal values, no noise"
-    assert not c._homogeneous(x, (2, 4), 0.0), "different values, no noise"
+    assert p._homogeneous(x, (2, 3), 1e-6), "one GPU"
+    assert p._homogeneous(x, (1, 3), 0.0), "equal values, no noise"
+    assert not p._homogeneous(x, (2, 4), 0.0), "different values, no noise"
     # two GPUs 0.3 apart: sum of squares 0.045; chi2_0.99(1) = 6.63 (df 3 would be 11.3)
-    assert not c._homogeneous(x, (2, 4), 0.045 / 8.0)
-    assert c._homogeneous(x, (2, 4), 0.045 / 6.0)
+    assert not p._homogeneous(x, (2, 4), 0.045 / 8.0)
+    assert p._homogeneous(x, (2, 4), 0.045 / 6.0)
 
 
 def test_percentile_summary_refuses_nothing_with_a_message() -> None:
@@ -144,33 +147,33 @@ def test_percentile_summary_refuses_nothing_with_a_message() -> None:
 
 
 def test_k_is_at_most_the_number_of_distinct_values_and_the_criterion_says_the_range() -> None:
-    segments, why = c._choose_partition([1.0, 1.0, 2.0, 2.0], 8, 0.0)
+    segments, why = p.choose_partition([1.0, 1.0, 2.0, 2.0], 8, 0.0)
     assert segments == [(0, 2), (2, 4)]
     assert why.startswith("BIC over K=1..2 (") and why.endswith("chose K=2")
-    assert c._choose_partition([1.0], 8)[1] == "K=1 (one GPU; no choice to make)"
-    assert c._choose_partition([1.0, 1.0], 8)[1] == "K=1 (all values equal; no choice to make)"
-    assert c._choose_partition([1.0, 2.0], 1)[1] == "K=1 (max_bins=1; no choice to make)"
+    assert p.choose_partition([1.0], 8)[1] == "K=1 (one GPU; no choice to make)"
+    assert p.choose_partition([1.0, 1.0], 8)[1] == "K=1 (all values equal; no choice to make)"
+    assert p.choose_partition([1.0, 2.0], 1)[1] == "K=1 (max_bins=1; no choice to make)"
 
 
 def test_bins_exactly_the_minimum_gap_apart_are_allowed() -> None:
-    assert c._choose_partition([1.0, 1.0, 1.25, 1.25], 8, 0.25)[0] == [(0, 2), (2, 4)]
+    assert p.choose_partition([1.0, 1.0, 1.25, 1.25], 8, 0.25)[0] == [(0, 2), (2, 4)]
 
 
 def test_perfvars_closer_than_the_variance_floor_are_one_bin_even_without_a_gap() -> None:
     """The floor (0.01 % of the median, as a standard deviation) keeps BIC from splitting GPUs
     that differ by less than that: two groups 0.001 % apart are one bin."""
-    assert c._choose_partition([1.0] * 5 + [1.00001] * 5, 8, 0.0)[0] == [(0, 10)]
+    assert p.choose_partition([1.0] * 5 + [1.00001] * 5, 8, 0.0)[0] == [(0, 10)]
 
 
 def test_shrink_splits_up_to_the_number_of_distinct_values_and_says_what_limited_it() -> None:
     values = [0.90 + 0.01 * i for i in range(12)]
-    segments, why = c._resolve_partition(values, [(0, 12)], 8, 0.0, 1e-12)
+    segments, why = p.resolve_partition(values, [(0, 12)], 8, 0.0, 1e-12)
     assert len(segments) == 8 and why == "K=8: bins still wider than measurement noise, limited by max_bins=8"
-    segments, why = c._resolve_partition(values, [(0, 12)], 20, 0.0, 1e-12)
+    segments, why = p.resolve_partition(values, [(0, 12)], 20, 0.0, 1e-12)
     assert len(segments) == 12 and why.startswith("K=12: the smallest K >= 1 whose every bin is within measurement noise")
-    segments, why = c._resolve_partition(values, [(0, 12)], 20, 0.05, 1e-12)
+    segments, why = p.resolve_partition(values, [(0, 12)], 20, 0.05, 1e-12)
     assert why.endswith("limited by min_bin_gap=0.05") and len(segments) < 12
-    segments, why = c._resolve_partition([1.0, 1.0, 1.0, 3.0, 3.0, 3.0], [(0, 6)], 8, 0.0, 1e-6)
+    segments, why = p.resolve_partition([1.0, 1.0, 1.0, 3.0, 3.0, 3.0], [(0, 6)], 8, 0.0, 1e-6)
     assert segments == [(0, 3), (3, 6)]
 
 
@@ -334,7 +337,7 @@ def test_gpus_off_the_median_by_exactly_the_threshold_are_not_outliers() -> None
 
 
 def test_shrink_can_split_into_as_many_bins_as_there_are_distinct_values() -> None:
-    segments, why = c._resolve_partition([1.0, 1.1, 1.2, 1.3, 1.4], [(0, 5)], 8, 0.0, 1e-12)
+    segments, why = p.resolve_partition([1.0, 1.1, 1.2, 1.3, 1.4], [(0, 5)], 8, 0.0, 1e-12)
     assert len(segments) == 5 and why.startswith("K=5: the smallest K")
 
 

@@ -1,4 +1,5 @@
-"""The database roles of pal_slurm/db/roles.py on the real PostgreSQL and MariaDB servers.
+"""The database roles of pal_slurm/db/role_grants.py (as roles.py writes them) on the real
+PostgreSQL and MariaDB servers.
 
 Each test creates the roles in a throwaway database with the generated SQL (as the server's
 administrator, as an admin would), connects as each role and shows:
@@ -36,7 +37,8 @@ from pal_slurm.agent.job_profile_store import GpuFlagRecord, load_node_facts, wr
 from pal_slurm.db import migrate
 from pal_slurm.db.engine import make_engine, session_scope
 from pal_slurm.db.models import Gpu, GpuFlag, JobAccounting, JobIdentity, JobProfile, Node, Placement, ProfileRun
-from pal_slurm.db.roles import MYSQL_OWNER_PRIVILEGES, RoleNames, node_login, role_statements
+from pal_slurm.db.role_grants import RoleNames
+from pal_slurm.db.roles import MYSQL_OWNER_PRIVILEGES, node_login, role_statements
 from pal_slurm.errors import PalError
 from pal_slurm.gpu.interface import InventoryScan, scan_inventory
 from pal_slurm.gpu.simulated import SimBackend
@@ -416,7 +418,7 @@ def test_every_table_of_the_models_has_a_decision() -> None:
     from sqlalchemy import Column, Integer, Table
 
     from pal_slurm.db.models import Base
-    from pal_slurm.db.roles import check_specs
+    from pal_slurm.db.role_grants import check_specs
 
     check_specs()
     extra = Table("new_table", Base.metadata, Column("id", Integer, primary_key=True))

@@ -22,4 +22,4 @@ def test_role_files_match_the_role_definitions(dialect: str) -> None:
 
     path = REPO / "sql" / f"roles-{dialect}.sql"
     assert path.exists(), f"{path} is missing: run `make sql`"
-    assert path.read_text() == role_sql(dialect), f"{path} drifted from pal_slurm/db/roles.py: run `make sql`"
+    assert path.read_text() == role_sql(dialect), f"{path} drifted from pal_slurm/db/role_grants.py: run `make sql`"
