@@ -19,7 +19,7 @@ identities instead:
   the connecting role's name, on MariaDB (no row-level security) by triggers keyed on the
   session's login name (USER()).
 
-The table lists below are read off the code (each entry says where); `tests/test_db_roles.py`
+The table lists below are read off the code (each entry says where); `tests/db/test_db_roles.py`
 runs the placer's and the node's real database work as these roles on both servers, and a test
 fails when a table of the models is in no list, so a new table gets a decision.
 

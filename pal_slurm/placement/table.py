@@ -10,7 +10,7 @@ GPUs its way, one chooser (docs/architecture.md, "Where to change what").
 
 Why the parts are imported inside the builders: the configuration validates against this
 table when any command starts, and the parts import numpy; reading the table must not
-(tests/test_cli_startup.py). Nothing in the placement package imports this module, so the
+(tests/cli/test_cli_startup.py). Nothing in the placement package imports this module, so the
 builders' imports make no circle.
 
 Why the rows are what they are:

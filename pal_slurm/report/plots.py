@@ -4,7 +4,7 @@ Plots are drawn with matplotlib's Agg renderer on private :class:`Figure` object
 (never pyplot and its global figure registry), so this works on a headless
 login node and is safe to call from a long-running process.
 
-Layout rules the browser test (tests/test_report_browser.py) checks in a real Chromium:
+Layout rules the browser test (tests/report/test_report_browser.py) checks in a real Chromium:
 every figure is drawn :data:`FIG_WIDTH_IN` wide at :data:`CSS_DPI` and shown at the
 page's width (``width: 100%``), so a point in matplotlib is at least a CSS point on a
 1400 px screen and the smallest text (:data:`MIN_FONT_PT`) is about 12 px; the PNG is

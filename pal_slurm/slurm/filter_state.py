@@ -51,7 +51,7 @@ MODES = ("observe", "enforce")
 #: the rule fields the filter reads, in the order they are written (the id first: it names the rule)
 RULE_KEYS = ("id", "user", "name", "account", "partition", "class")
 
-# The filter's limits (job_submit.lua, pal.STATE_MAX_*; tests/test_lua_filter.py checks they
+# The filter's limits (job_submit.lua, pal.STATE_MAX_*; tests/slurm_adapter/test_lua_filter.py checks they
 # agree): the writer stays within them, so the filter never refuses a file the placer wrote.
 MAX_BYTES = 4 * 1024 * 1024
 #: bytes in one line, without its line end

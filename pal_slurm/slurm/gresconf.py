@@ -53,7 +53,7 @@ MODEL_PATTERNS: tuple[tuple[str, str], ...] = (
 _VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro|amd|radeon|instinct)\b")
 _MAX_TOKEN = 32
 #: the one definition of a slot type, `<model token>_g<minor>`; job_submit.lua's
-#: pal.is_slot_type is a copy, checked against this by tests/test_lua_filter.py
+#: pal.is_slot_type is a copy, checked against this by tests/slurm_adapter/test_lua_filter.py
 _SLOT = re.compile(r"^(?P<model>.+)_g(?P<minor>\d+)$")
 _ATTR_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _ATTR_VALUE = re.compile(r"[^\s#]+")
