@@ -236,6 +236,19 @@ class JobRequest:
 
 
 @dataclass(frozen=True)
+class Releasing:
+    """A node's GPUs being given back with no job holding them (the daemon sees them busy in
+    the node's gres_used after their job ended): an entry of a snapshot's `running` and
+    `expected_end`, keyed by this marker so that no job id can be taken for it, nor it for a job."""
+
+    node: str
+
+
+#: what a snapshot's running entries are keyed by: a job id, or GPUs being given back
+RunningKey = str | Releasing
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """The moment of one decision: which GPUs are free and who holds the others.
 
@@ -247,9 +260,9 @@ class Snapshot:
 
     cluster: Cluster
     free: frozenset[int]
-    running: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    running: Mapping[RunningKey, tuple[int, ...]] = field(default_factory=dict)
     now: float | None = None
-    expected_end: Mapping[str, float] = field(default_factory=dict)
+    expected_end: Mapping[RunningKey, float] = field(default_factory=dict)
     #: `releases` when the caller keeps them sorted itself (an event simulator inserts each
     #: start and deletes each end, instead of sorting every running job before every
     #: decision); it must equal what `releases` would compute

@@ -18,7 +18,7 @@ from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.jobs.fingerprint import fingerprint
 from pal_slurm.jobs.runtimes import LEARNED_END_GRACE_S, SOURCE_LIMIT, SOURCE_NONE, Estimate, LearnedRuntimes
 from pal_slurm.placement import belief
-from pal_slurm.placement.model import Snapshot
+from pal_slurm.placement.model import Releasing, RunningKey, Snapshot
 from pal_slurm.placer import cluster_view, holds, shapes, slurm_updates
 from pal_slurm.placer.factors import Factors
 from pal_slurm.jobs import user_class
@@ -46,15 +46,6 @@ class Problem:
     planned: shapes.Planned
     snapshot: Snapshot
     as_read: Mapping[str, SlurmJob]
-
-
-@dataclass(frozen=True)
-class Releasing:
-    """A node's GPUs being given back (`ProblemBuilder.releasing`), as the snapshot's running
-    jobs count them: an entry of `running` and `expected_end` whose release is due now, keyed
-    by this marker so that no job id can be taken for it, nor it for a job."""
-
-    node: str
 
 
 def plan_from(job: SlurmJob) -> SlurmJob:
@@ -247,9 +238,9 @@ class ProblemBuilder:
                                             estimate_s=est.seconds, estimate_source=est.source))
         self._planned = kept
         by_id = {j.job_id: j for j in jobs}
-        ends: dict[str | Releasing, float] = {jid: end for jid in view.running
+        ends: dict[RunningKey, float] = {jid: end for jid in view.running
                                               if (end := expected_end(by_id[jid], learned, now)) is not None}
-        running: Mapping[str | Releasing, tuple[int, ...]] = view.running
+        running: Mapping[RunningKey, tuple[int, ...]] = view.running
         if (back := self.releasing(view, now)):  # a release due now, as a job's (under a key no job id is)
             running = dict(running)
             for node, gpus in back.items():
@@ -260,5 +251,5 @@ class ProblemBuilder:
                        as_read={j.job_id: j for j in held})
 
 
-__all__ = ["ClassResolver", "Problem", "ProblemBuilder", "Releasing", "RuntimeHistory", "estimate_of", "estimate_s", "expected_end",
+__all__ = ["ClassResolver", "Problem", "ProblemBuilder", "RuntimeHistory", "estimate_of", "estimate_s", "expected_end",
            "plan_from"]
