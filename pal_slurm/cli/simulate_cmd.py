@@ -339,7 +339,7 @@ def _with_drain_baseline(report: Any, threshold: float, run_with_progress: Any) 
 
 def _load_traces(paths: tuple[Path, ...], fmt: str, max_gpus: int, skip_invalid: bool, synthetic_jobs: int | None,
                  seed: int) -> list[Any]:
-    from pal_slurm.simulate.traces import read_trace_file
+    from pal_slurm.simulate.trace_files import read_trace_file
 
     loaded = [read_trace_file(p, format=fmt, max_gpus=max_gpus, skip_invalid=skip_invalid) for p in paths]
     for path, trace in zip(paths, loaded):
