@@ -30,7 +30,7 @@ class BenchmarkDef:
     args: tuple[str, ...]
     unit: str
     lower_is_better: bool
-    sim_benchmark: str  # pal_slurm.gpu.simulated_fleet benchmark with the same clock sensitivity
+    sim_benchmark: str  # pal_slurm.gpu.sim_specs benchmark with the same clock sensitivity
     sim_nominal: tuple[tuple[str, float], ...]  # (model family, score of the median GPU)
     description: str
 
