@@ -127,7 +127,8 @@ def _pal_command(argv0: str | None = None, path: str | None = None) -> tuple[str
 
 def _slurm_demo(app: AppContext, out_dir: Path, as_json: bool) -> None:
     from pal_slurm.cli.render import emit_json
-    from pal_slurm.demo.on_slurm import render_job, require_root, run_slurm_demo
+    from pal_slurm.demo.on_slurm import require_root, run_slurm_demo
+    from pal_slurm.demo.slurm_jobs import render_job
 
     require_root()
     if app.db_url:
