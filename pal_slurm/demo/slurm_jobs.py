@@ -18,6 +18,7 @@ from pal_slurm.placer.tag import Tag
 
 __all__ = ["DEMO_JOBS", "DemoJob", "JobResult", "collect_job", "pace_range", "render_job", "submit_job"]
 
+
 @dataclass(frozen=True)
 class DemoJob:
     """One job the demo submits: a label, the sbatch options that make it, its class hint."""

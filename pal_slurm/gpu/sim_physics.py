@@ -141,7 +141,6 @@ def inlet_at(tr: Traits, t: np.ndarray | float) -> np.ndarray:
     return tr.inlet + _DIURNAL_AMPLITUDE_C * np.sin(2.0 * math.pi * np.asarray(t, dtype=float) / 86400.0 + tr.phase)
 
 
-
 def idle_sample(spec: GpuModelSpec, vf_power_factor: float, leakage_factor: float,
                 thermal_resistance_c_per_w: float, inlet: float) -> dict[str, float | int]:
     """Idle: clocks drop to the idle clock, power is leakage plus a little; NVML says GPU idle."""

@@ -42,7 +42,6 @@ class Traits:
     stuck: np.ndarray  # clock ceiling from a HW slowdown, MHz (inf when healthy)
 
 
-
 def draw_traits(rng: np.random.Generator, spec: GpuModelSpec, nodes: int, per_node: int) -> Traits:
     """Healthy traits: silicon per GPU, cooling per node, per slot position and per GPU."""
     n = nodes * per_node
@@ -86,4 +85,3 @@ def plant_defects(rng: np.random.Generator, spec: GpuModelSpec, tr: Traits,
         else:  # a board sensor asserting HW slowdown: the clock is pinned low
             stuck[i] = float(spec.supported_clock(spec.max_sm_clock_mhz * (0.66 - 0.08 * s)))
     return Traits(tr.vf, tr.leak, r_th, tr.inlet, tr.phase, tr.mem_eff, limit, stuck), defects
-

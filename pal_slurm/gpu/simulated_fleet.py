@@ -296,7 +296,6 @@ def _pci_bus_ids(spec: GpuModelSpec, gpus_per_node: int) -> list[str]:
     return [f"{spec.pci_domain}:{b:02X}:00.0" for b in buses]
 
 
-
 def make_fleet(nodes: int = 16, gpus_per_node: int = 4, model: GpuModelSpec = V100, seed: int = 0,
                bad_fraction: float = 0.03, node_prefix: str = "gpu",
                node_names: Sequence[str] | None = None) -> SimFleet:

@@ -15,7 +15,6 @@ from pal_slurm.simulate.traces import Trace, read_philly
 __all__ = ["detect_format", "read_trace_file"]
 
 
-
 def detect_format(first_line: str) -> Literal["philly", "sacct"] | None:
     """'sacct' for a pipe-separated header with JobID, 'philly' for a CSV header with job_id."""
     if "|" in first_line and "jobid" in (c.strip().lower() for c in first_line.split("|")):
