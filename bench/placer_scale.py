@@ -8,7 +8,7 @@ missed; 2 when the run itself could not be made (cluster, submissions, the filte
 
 What runs: the real Placer, wired by `pal placer`'s own builder (pal_slurm.placer.service
 .build_placer: the configured CLI backend, a SQLite database with the 16 GPUs of the test
-cluster classified by pal_slurm.demo.on_slurm.make_db, the audit, the accounting, the job
+cluster classified by pal_slurm.demo.cluster_gpus.make_db, the audit, the accounting, the job
 identities; the database on its own thread and the collector tuned, as `pal placer` runs),
 in this process, so its memory is this process's. The cluster is
 tests/services/slurm-cluster.sh's (slurmctld, 4 slurmd, 4 fake V100s each, the real

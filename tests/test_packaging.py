@@ -42,7 +42,7 @@ def test_every_directory_with_python_code_is_a_package() -> None:
 #: Shipped modules that start the source checkout's test cluster (tests/services/slurm-cluster.sh:
 #: munge, slurmctld, slurmd as root), and why: `pal demo --slurm` is the demo's real-Slurm leg, run
 #: from a checkout (it finds the script there and refuses without one).
-STARTS_SLURM = {"pal_slurm/demo/on_slurm.py"}
+STARTS_SLURM = {"pal_slurm/demo/slurm_cluster.py"}
 
 
 def test_the_wheel_holds_no_evaluation_harness() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import platform
 import shutil
 import subprocess
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = RunSettings(time_budget_s=args.time_budget, timeout_s=args.timeout, warmup_s=args.warmup)
     say(f"== benchmarks ({', '.join(b.name for b in benches)}): budget {args.time_budget:g} s, warm-up "
         f"{args.warmup:g} s, timeout {args.timeout:g} s each; all GPUs at once")
-    executor = SubprocessExecutor(backend, program_dir(), settings)
+    executor = SubprocessExecutor(backend, program_dir(os.environ.get("PAL_PROFILER_DIR")), settings)
     result = run_profile(backend, executor, benches, force=False, progress=print_outcome)
     for b in result.busy:
         say(f"  NOT RUN: {b.describe()}")

@@ -65,7 +65,7 @@ def simulate(artifact: Path, numbers: list[int]) -> Runs:
     from pal_slurm.placement.policies import policy_names
     from pal_slurm.simulate.artifact_draw import load_artifact_profiles
     from pal_slurm.simulate.runner import ArtifactVariability, SimulationSpec, run_simulations
-    from pal_slurm.simulate.traces import read_trace_file
+    from pal_slurm.simulate.trace_files import read_trace_file
 
     traces = tuple(read_trace_file(sia_philly(artifact, i), max_gpus=64) for i in numbers)
     names = policy_names()

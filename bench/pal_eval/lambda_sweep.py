@@ -20,7 +20,7 @@ def run(artifact: Path, lambdas: list[float], modes: list[str], plot: Path | Non
     from pal_slurm.placement.policies import policy_names
     from pal_slurm.simulate.artifact_draw import load_artifact_profiles
     from pal_slurm.simulate.runner import ArtifactVariability
-    from pal_slurm.simulate.traces import read_trace_file
+    from pal_slurm.simulate.trace_files import read_trace_file
 
     traces = tuple(read_trace_file(sia_philly(artifact, i), max_gpus=64) for i in range(1, 7))
     var = ArtifactVariability(load_artifact_profiles(longhorn(artifact)), 16, 4)

@@ -46,7 +46,7 @@ def cell_inputs(cell: Cell) -> tuple[Any, Any]:
     (its lambda, runtimes known to the policies x U[1, 5])."""
     from pal_slurm.simulate.estimates import parse_runtime_estimate
     from pal_slurm.simulate.event import EventOptions
-    from pal_slurm.simulate.traces import read_trace_file
+    from pal_slurm.simulate.trace_files import read_trace_file
 
     trace = read_trace_file(sia_philly(ARTIFACT, cell.trace), max_gpus=64)
     return trace, EventOptions(locality_penalty=cell.lam, runtime_estimate=parse_runtime_estimate("uniform:1:5"))

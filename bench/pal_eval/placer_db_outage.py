@@ -18,7 +18,7 @@ from typing import Any
 
 from pal_slurm.config import DatabaseConfig, PalConfig, PlacerConfig
 from pal_slurm.db.engine import make_engine
-from pal_slurm.demo.on_slurm import make_db
+from pal_slurm.demo.cluster_gpus import make_db
 from pal_slurm.placer.service import build_placer
 from pal_slurm.placer.tag import Tag
 from pal_slurm.slurm.cli_backend import CliBackend

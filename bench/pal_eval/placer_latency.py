@@ -18,7 +18,7 @@ from pathlib import Path
 from pal_eval.end_to_start import EndsRun, ends_run, ends_summary
 from pal_eval.latency_cluster import ACTIVE, Cluster
 from pal_eval.targets import Targets
-from pal_slurm.demo.on_slurm import make_db
+from pal_slurm.demo.cluster_gpus import make_db
 from pal_slurm.errors import PalError
 from pal_slurm.placer.process import PlacerProcess, wait_heartbeat, write_config
 from pal_slurm.placer.tag import RELEASED_UNCHANGED, Tag

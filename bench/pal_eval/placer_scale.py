@@ -22,7 +22,7 @@ from typing import Any
 from pal_eval import cluster as test_cluster
 from pal_slurm.config import load_config
 from pal_slurm.db.engine import open_engine
-from pal_slurm.demo.on_slurm import make_db
+from pal_slurm.demo.cluster_gpus import make_db
 from pal_slurm.placer import holds
 from pal_slurm.placer.process import write_config
 from pal_slurm.placer.service import build_placer, tune_gc

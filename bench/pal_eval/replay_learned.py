@@ -14,7 +14,7 @@ from pal_slurm.placement.variability import cluster_from_gpus
 from pal_slurm.simulate.artifact_draw import load_artifact_profiles
 from pal_slurm.simulate.estimates import parse_runtime_estimate
 from pal_slurm.simulate.shake import SHAKE_S, shaken
-from pal_slurm.simulate.traces import read_trace_file
+from pal_slurm.simulate.trace_files import read_trace_file
 
 
 def run(args: argparse.Namespace) -> int:

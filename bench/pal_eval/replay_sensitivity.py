@@ -21,7 +21,7 @@ from pal_slurm.placement.variability import cluster_from_variability
 from pal_slurm.simulate.artifact_draw import draw_artifact, load_artifact_profiles
 from pal_slurm.simulate.estimates import RuntimeEstimate, parse_runtime_estimate
 from pal_slurm.simulate.shake import shaken
-from pal_slurm.simulate.traces import read_trace_file
+from pal_slurm.simulate.trace_files import read_trace_file
 
 #: each arm's latencies (real seconds): what bench/replay.py's calibration measures
 ArmLatencies = dict[str, Latencies]

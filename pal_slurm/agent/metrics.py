@@ -106,50 +106,69 @@ class _Family:
         return f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.kind}\n" + "\n".join(self.lines) + "\n"
 
 
+class _Families:
+    """The scrape's metric families in the order they first appear, each made on first use."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, _Family] = {}
+
+    def __call__(self, name: str, kind: str, help_text: str) -> _Family:
+        if name not in self.by_name:
+            self.by_name[name] = _Family(name, kind, help_text)
+        return self.by_name[name]
+
+    def text(self) -> str:
+        return "".join(f.text() for f in self.by_name.values())
+
+
 def render(node: str, gpus: Sequence[GpuGauges], health: AgentHealth, facts: NodeFacts) -> str:
     """The whole scrape, as text. Pure, so tests can check it without a socket."""
-    fams: dict[str, _Family] = {}
-
-    def fam(name: str, kind: str, help_text: str) -> _Family:
-        if name not in fams:
-            fams[name] = _Family(name, kind, help_text)
-        return fams[name]
-
+    fam = _Families()
     for g in gpus:
-        base = (("node", node), ("gpu", g.uuid), ("minor", g.minor), ("model", g.model))
-        fam("pal_gpu_sm_clock_mhz", "gauge", "SM clock at the last sample.").add(base, g.sm_clock_mhz)
-        fam("pal_gpu_power_watts", "gauge", "Board power at the last sample.").add(base, g.power_w)
-        fam("pal_gpu_temperature_celsius", "gauge", "GPU temperature at the last sample.").add(base, g.temperature_c)
-        fam("pal_gpu_utilization_percent", "gauge", "Percent of time a kernel ran (last sample).").add(
-            base, g.utilization_gpu)
-        fam("pal_gpu_memory_bandwidth_utilization_percent", "gauge",
-            "Percent of time the memory controller was busy (last sample).").add(base, g.utilization_memory)
-        fam("pal_gpu_samples_total", "counter", "Telemetry samples taken.").add(base, g.samples)
-        fam("pal_gpu_sample_errors_total", "counter", "Telemetry samples that failed.").add(base, g.errors)
-        fam("pal_gpu_job_active", "gauge", "1 while a Slurm job is mapped to the GPU.").add(base, g.job_active)
-        throttle = fam("pal_gpu_throttle_samples_total", "counter",
-                       "Samples in which NVML reported the clocks-event (throttle) reason.")
-        for (_bit, reason), count in zip(THROTTLE_REASONS, g.throttle_samples):
-            throttle.add((*base, ("reason", reason)), count)
-        for c in facts.classes.get(g.uuid, ()):
-            labels = (*base, ("class", c.job_class))
-            fam("pal_gpu_class_bin", "gauge", "Bin of the GPU for the job class in the latest classification "
-                "(0 = fastest).").add(labels, c.bin)
-            fam("pal_gpu_slowdown_factor", "gauge", "Slowdown factor of the GPU for the job class in the latest "
-                "classification (1 = median).").add(labels, c.slowdown)
-            fam("pal_gpu_outlier", "gauge", "1 if the latest classification fenced the GPU off as an outlier "
-                "for the job class.").add(labels, c.outlier)
-        for s in facts.scores.get(g.uuid, ()):
-            labels = (*base, ("benchmark", s.benchmark), ("unit", s.unit))
-            fam("pal_gpu_benchmark_score", "gauge", "Score of the GPU's most recent run of the benchmark.").add(
-                labels, s.score)
-            fam("pal_gpu_benchmark_timestamp_seconds", "gauge", "When that run started (Unix time).").add(
-                labels, s.at.timestamp())
-        fam("pal_gpu_expected_sm_clock_mhz", "gauge", "Lowest median SM clock the GPU held in its benchmarks "
-            "(the drift check's reference).").add(base, facts.expected_clock.get(g.uuid))
-        fam("pal_gpu_reprofile_flagged", "gauge", "1 if the GPU ran below its class under load and awaits "
-            "re-profiling.").add(base, g.drift_flagged or g.uuid in facts.open_flags)
+        _gpu_metrics(fam, node, g, facts)
+    _agent_metrics(fam, node, health, facts)
+    return fam.text()
 
+
+def _gpu_metrics(fam: _Families, node: str, g: GpuGauges, facts: NodeFacts) -> None:
+    """One GPU's gauges and counters, its classes and benchmark scores from the database's facts."""
+    base = (("node", node), ("gpu", g.uuid), ("minor", g.minor), ("model", g.model))
+    fam("pal_gpu_sm_clock_mhz", "gauge", "SM clock at the last sample.").add(base, g.sm_clock_mhz)
+    fam("pal_gpu_power_watts", "gauge", "Board power at the last sample.").add(base, g.power_w)
+    fam("pal_gpu_temperature_celsius", "gauge", "GPU temperature at the last sample.").add(base, g.temperature_c)
+    fam("pal_gpu_utilization_percent", "gauge", "Percent of time a kernel ran (last sample).").add(
+        base, g.utilization_gpu)
+    fam("pal_gpu_memory_bandwidth_utilization_percent", "gauge",
+        "Percent of time the memory controller was busy (last sample).").add(base, g.utilization_memory)
+    fam("pal_gpu_samples_total", "counter", "Telemetry samples taken.").add(base, g.samples)
+    fam("pal_gpu_sample_errors_total", "counter", "Telemetry samples that failed.").add(base, g.errors)
+    fam("pal_gpu_job_active", "gauge", "1 while a Slurm job is mapped to the GPU.").add(base, g.job_active)
+    throttle = fam("pal_gpu_throttle_samples_total", "counter",
+                   "Samples in which NVML reported the clocks-event (throttle) reason.")
+    for (_bit, reason), count in zip(THROTTLE_REASONS, g.throttle_samples):
+        throttle.add((*base, ("reason", reason)), count)
+    for c in facts.classes.get(g.uuid, ()):
+        labels = (*base, ("class", c.job_class))
+        fam("pal_gpu_class_bin", "gauge", "Bin of the GPU for the job class in the latest classification "
+            "(0 = fastest).").add(labels, c.bin)
+        fam("pal_gpu_slowdown_factor", "gauge", "Slowdown factor of the GPU for the job class in the latest "
+            "classification (1 = median).").add(labels, c.slowdown)
+        fam("pal_gpu_outlier", "gauge", "1 if the latest classification fenced the GPU off as an outlier "
+            "for the job class.").add(labels, c.outlier)
+    for s in facts.scores.get(g.uuid, ()):
+        labels = (*base, ("benchmark", s.benchmark), ("unit", s.unit))
+        fam("pal_gpu_benchmark_score", "gauge", "Score of the GPU's most recent run of the benchmark.").add(
+            labels, s.score)
+        fam("pal_gpu_benchmark_timestamp_seconds", "gauge", "When that run started (Unix time).").add(
+            labels, s.at.timestamp())
+    fam("pal_gpu_expected_sm_clock_mhz", "gauge", "Lowest median SM clock the GPU held in its benchmarks "
+        "(the drift check's reference).").add(base, facts.expected_clock.get(g.uuid))
+    fam("pal_gpu_reprofile_flagged", "gauge", "1 if the GPU ran below its class under load and awaits "
+        "re-profiling.").add(base, g.drift_flagged or g.uuid in facts.open_flags)
+
+
+def _agent_metrics(fam: _Families, node: str, health: AgentHealth, facts: NodeFacts) -> None:
+    """The agent's own health, and which classification its class metrics come from."""
     h = health
     node_l = (("node", node),)
     fam("pal_agent_info", "gauge", "The agent's version and GPU backend.").add(
@@ -175,7 +194,6 @@ def render(node: str, gpus: Sequence[GpuGauges], health: AgentHealth, facts: Nod
     fam("pal_agent_facts_loaded_timestamp_seconds", "gauge",
         "Unix time the classes, scores and expected clocks were last read from the database.").add(
         node_l, h.facts_loaded)
-    return "".join(f.text() for f in fams.values())
 
 
 class MetricsServer:

@@ -5,7 +5,7 @@ simulated fleet's telemetry needs a load per GPU, and on a real node that load c
 the jobs. Here a job's load comes from its name when it names a known workload (so a test
 can submit "resnet50" and get a compute-bound profile), else from a stable hash of its
 id, and idle GPUs idle. The loads follow the benchmarks' compute fractions in
-`pal_slurm.gpu.simulated_fleet` (ResNet-50 0.8, BERT 0.5, PageRank 0.1), so the learned classes come
+`pal_slurm.gpu.sim_specs` (ResNet-50 0.8, BERT 0.5, PageRank 0.1), so the learned classes come
 out as PAL's profiles would: resnet -> A, bert -> B, vgg -> C, pagerank -> D.
 """
 

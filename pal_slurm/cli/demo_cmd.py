@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -45,7 +46,6 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
     if on_slurm:
         _slurm_demo(app, out_dir, fmt == "json")
         return
-    from pal_slurm.cli.report_cmd import show_report
     from pal_slurm.demo.walkthrough import DemoOptions, run_demo
 
     # A PAL_DB_URL left in the environment usually points at the site's real database:
@@ -61,17 +61,29 @@ def demo(app: AppContext, out_dir: Path, nodes: int, gpus_per_node: int, runs_pe
                       app_config_path=app.config_path,
                       say=(lambda line: click.echo(line, err=True)) if as_json else click.echo)
     if as_json:  # the steps went to stderr; stdout is one JSON document
-        from dataclasses import asdict
-
-        from pal_slurm.cli.render import emit_json
-
-        week = asdict(result.week)
-        week.update(first_submit=result.week.first_submit.isoformat(), last_end=result.week.last_end.isoformat())
-        emit_json({"db_url": result.db_url, "profile_file": str(result.profile_file),
-                   "html_file": str(result.html_file), "classification_version": result.version,
-                   "recovery": result.recovery, "planted_bad": result.planted_bad, "observe_week": week,
-                   "report": result.report})
+        _emit_result_json(result)
         return
+    _show_result(app, result)
+
+
+def _emit_result_json(result: Any) -> None:
+    """The demo's result as one JSON document (a DemoResult: paths, figures, the week, the report)."""
+    from dataclasses import asdict
+
+    from pal_slurm.cli.render import emit_json
+
+    week = asdict(result.week)
+    week.update(first_submit=result.week.first_submit.isoformat(), last_end=result.week.last_end.isoformat())
+    emit_json({"db_url": result.db_url, "profile_file": str(result.profile_file),
+               "html_file": str(result.html_file), "classification_version": result.version,
+               "recovery": result.recovery, "planted_bad": result.planted_bad, "observe_week": week,
+               "report": result.report})
+
+
+def _show_result(app: AppContext, result: Any) -> None:
+    """The text format: the report, how well the tiers were recovered, the week's reports, what next."""
+    from pal_slurm.cli.report_cmd import show_report
+
     click.echo("")
     show_report(result.report)
     click.echo("")
@@ -127,7 +139,8 @@ def _pal_command(argv0: str | None = None, path: str | None = None) -> tuple[str
 
 def _slurm_demo(app: AppContext, out_dir: Path, as_json: bool) -> None:
     from pal_slurm.cli.render import emit_json
-    from pal_slurm.demo.on_slurm import render_job, require_root, run_slurm_demo
+    from pal_slurm.demo.on_slurm import require_root, run_slurm_demo
+    from pal_slurm.demo.slurm_jobs import render_job
 
     require_root()
     if app.db_url:

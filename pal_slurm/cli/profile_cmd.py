@@ -217,6 +217,7 @@ def _dash(value: Any) -> str:
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE.jsonl",
               help="Where to write the pal-profile/1 results [default: DATA_DIR/profiles/NODE-TIME.jsonl].")
 @click.option("--program-dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+              envvar="PAL_PROFILER_DIR",
               help="The benchmark programs [default: $PAL_PROFILER_DIR, the source tree, or share/pal-slurm].")
 @click.option("--no-db", is_flag=True, help="Only write the file; import it later with `pal profile import`.")
 @click.option("--sim-start", type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]), metavar="WHEN",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,28 +11,10 @@ import click
 
 from pal_slurm.classification.actions import ActionPolicy
 from pal_slurm.cli.context import AppContext
-from pal_slurm.cli.numbers import MAX_GPUS_PER_NODE, MAX_JOBS, Real, Whole, ident, seed
+from pal_slurm.cli.numbers import MAX_JOBS, Real, Whole, ident, seed
 from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option, prose
-from pal_slurm.errors import InputError
+from pal_slurm.cli.simulate_inputs import drain_check, load_traces, variability_source
 from pal_slurm.placement.table import policy_names
-
-
-#: the largest simulated cluster: 4x the 4,096 GPUs the 100,000-job speed target is set on
-#: (bench/sim_speed.py); beyond it a run takes hours and most of its memory is the cluster
-MAX_SIM_GPUS = 16384
-
-
-def _cluster(value: str) -> tuple[int, int]:
-    m = re.fullmatch(r"\s*(\d{1,9})\s*[xX]\s*(\d{1,9})\s*", value)
-    if not m or int(m[1]) < 1 or int(m[2]) < 1:
-        raise click.BadParameter(f"{value!r}: expected NODESxGPUS, e.g. 16x4", param_hint="--cluster")
-    if int(m[2]) > MAX_GPUS_PER_NODE:
-        raise click.BadParameter(f"{value!r}: {int(m[2])} GPUs per node; at most {MAX_GPUS_PER_NODE}",
-                                 param_hint="--cluster")
-    if int(m[1]) * int(m[2]) > MAX_SIM_GPUS:
-        raise click.BadParameter(f"{value!r}: {int(m[1]) * int(m[2]):,} GPUs; the simulator takes at most "
-                                 f"{MAX_SIM_GPUS:,} (docs/simulation.md)", param_hint="--cluster")
-    return int(m[1]), int(m[2])
 
 
 def _policy_names(value: str) -> tuple[str, ...]:
@@ -156,22 +137,14 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
     """
     from pal_slurm.simulate.runner import SimulationSpec, run_simulations
 
-    from pal_slurm.simulate.estimates import parse_runtime_estimate
-
-    try:
-        estimate = parse_runtime_estimate(runtime_estimate)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--runtime-estimate") from None
-    if mode == "round" and estimate.kind != "exact":
-        raise click.UsageError("--runtime-estimate applies to --mode event (round mode reproduces the PAL "
-                               "artifact, whose policies know exact runtimes)")
+    estimate = _runtime_estimate(runtime_estimate, mode)
     policies = _policy_names(policy_spec)
     _policy_names(baseline)
     if not traces and not synthetic_jobs:
         raise click.UsageError("give at least one --trace FILE or --synthetic N")
-    source, total_gpus, cluster = _variability(app, variability, cluster_shape, version, variability_model, seed)
-    loaded = _load_traces(traces, trace_format, total_gpus, skip_invalid, synthetic_jobs, seed)
-    drain = _drain_check(source, loaded, seed, app.cfg.report.drain_perfvar) if drain_baseline else None
+    source, total_gpus, cluster = variability_source(app, variability, cluster_shape, version, variability_model, seed)
+    loaded = load_traces(traces, trace_format, total_gpus, skip_invalid, synthetic_jobs, seed)
+    drain = drain_check(source, loaded, seed, app.cfg.report.drain_perfvar) if drain_baseline else None
     spec = SimulationSpec(traces=tuple(loaded), policies=policies, variability=source, mode=mode,
                           order=order, locality_penalty=locality_penalty, round_seconds=round_seconds, seed=seed,
                           baseline=baseline, runtime_estimate=estimate)
@@ -183,13 +156,7 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
 
         write_plot(plot_path, report.results)
         click.echo(f"plot written to {plot_path}", err=True)
-    data = {"cluster": cluster, **report.as_dict()}
-    if drain is not None:
-        data["drain_baseline"] = {"policy": f"{baseline}+drain", **drain}
-    queue = _queue_check(report, baseline, mode, round_seconds)
-    if queue is not None:
-        data["warnings"] = [queue]
-        click.echo(f"pal: warning: {queue}", err=True)
+    data = _report_data(report, cluster, drain, baseline, mode, round_seconds)
     rows = [{**r.as_dict()} for r in report.results]
     if fmt == "json":
         emit_json(data)
@@ -197,25 +164,60 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
         click.echo(f"pal: cluster simulated: {cluster['text']}", err=True)
         emit_rows(rows, CSV_COLUMNS, "csv")
     else:
-        prose(f"cluster simulated: {cluster['text']}")
-        emit_rows(rows, RUN_COLUMNS, "table", title=f"{mode} mode, {order}, lambda {locality_penalty}; JCT, wait "
-                                                     "and makespan in hours")
-        summary = [{"policy": p, **v} for p, v in data["summary"].items()]
-        emit_rows(summary, [Column("policy", lambda r: r["policy"]),
-                            Column(f"avg JCT /\n{baseline}", _ratio("avg_jct_ratio"), "right"),
-                            Column(f"makespan /\n{baseline}", _ratio("makespan_ratio"), "right"),
-                            Column(f"utilization /\n{baseline}", _ratio("utilization_ratio"), "right"),
-                            Column("tax\nremoved", lambda r: _percent(r.get("tax_removed")), "right"),
-                            Column("of the\navoidable", lambda r: _percent(r.get("avoidable_tax_removed")), "right"),
-                            Column("added\nwait", _added_wait, "right")],
-                  "table", title=f"geomean over {len(loaded)} trace(s) of the ratio to {baseline} (JCT < 1 is better)")
-        if drain is not None:
-            prose(f"{baseline}+drain: {baseline} on the {drain['gpus_left']} of {total_gpus} GPUs left "
-                  f"after draining {len(drain['drained_nodes'])} node(s) with a GPU at PerfVar >= "
-                  f"{drain['threshold']:g}: {', '.join(drain['drained_nodes']) or 'none'}")
-        skipped = sum(len(t.skipped) for t in loaded)
-        if skipped:
-            prose(f"{skipped} trace rows skipped (invalid, or not a job the simulator can run)")
+        _print_tables(data, rows, loaded, drain, total_gpus, baseline,
+                      f"{mode} mode, {order}, lambda {locality_penalty}; JCT, wait and makespan in hours")
+
+
+def _runtime_estimate(value: str, mode: str) -> Any:
+    """--runtime-estimate parsed, refused in round mode unless exact (the artifact's policies know runtimes)."""
+    from pal_slurm.simulate.estimates import parse_runtime_estimate
+
+    try:
+        estimate = parse_runtime_estimate(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--runtime-estimate") from None
+    if mode == "round" and estimate.kind != "exact":
+        raise click.UsageError("--runtime-estimate applies to --mode event (round mode reproduces the PAL "
+                               "artifact, whose policies know exact runtimes)")
+    return estimate
+
+
+def _report_data(report: Any, cluster: dict[str, Any], drain: dict[str, Any] | None, baseline: str, mode: str,
+                 round_seconds: float) -> dict[str, Any]:
+    """The JSON document: the cluster, the report, the drained baseline and the warnings (also said
+    on stderr, whatever the format)."""
+    data = {"cluster": cluster, **report.as_dict()}
+    if drain is not None:
+        data["drain_baseline"] = {"policy": f"{baseline}+drain", **drain}
+    queue = _queue_check(report, baseline, mode, round_seconds)
+    if queue is not None:
+        data["warnings"] = [queue]
+        click.echo(f"pal: warning: {queue}", err=True)
+    return data
+
+
+def _print_tables(data: dict[str, Any], rows: list[dict[str, Any]], loaded: list[Any], drain: dict[str, Any] | None,
+                  total_gpus: int, baseline: str, title: str) -> None:
+    """The table format: the cluster, every run, the geomean ratios to the baseline, the drain and
+    the rows skipped."""
+    prose(f"cluster simulated: {data['cluster']['text']}")
+    emit_rows(rows, RUN_COLUMNS, "table", title=title)
+    summary = [{"policy": p, **v} for p, v in data["summary"].items()]
+    emit_rows(summary, [Column("policy", lambda r: r["policy"]),
+                        Column(f"avg JCT /\n{baseline}", _ratio("avg_jct_ratio"), "right"),
+                        Column(f"makespan /\n{baseline}", _ratio("makespan_ratio"), "right"),
+                        Column(f"utilization /\n{baseline}", _ratio("utilization_ratio"), "right"),
+                        Column("tax\nremoved", lambda r: _percent(r.get("tax_removed")), "right"),
+                        Column("of the\navoidable", lambda r: _percent(r.get("avoidable_tax_removed")), "right"),
+                        Column("added\nwait", _added_wait, "right")],
+              "table", title=f"geomean over {len(loaded)} trace(s) of the ratio to {baseline} (JCT < 1 is better)")
+    if drain is not None:
+        prose(f"{baseline}+drain: {baseline} on the {drain['gpus_left']} of {total_gpus} GPUs left "
+              f"after draining {len(drain['drained_nodes'])} node(s) with a GPU at PerfVar >= "
+              f"{drain['threshold']:g}: {', '.join(drain['drained_nodes']) or 'none'}")
+    skipped = sum(len(t.skipped) for t in loaded)
+    if skipped:
+        prose(f"{skipped} trace rows skipped (invalid, or not a job the simulator can run)")
 
 
 def _queue_check(report: Any, baseline: str, mode: str, round_seconds: float) -> str | None:
@@ -233,95 +235,6 @@ def _queue_check(report: Any, baseline: str, mode: str, round_seconds: float) ->
             "or --variability DIR) or a trace with more load")
 
 
-def _shape_text(cluster: Any) -> tuple[int, str]:
-    """(nodes, "96 nodes x 4 GPUs") of a Cluster, or "90 nodes, 2-8 GPUs each" when they differ."""
-    per_node: dict[int, int] = {}
-    for g in cluster.gpus:
-        per_node[g.node] = per_node.get(g.node, 0) + 1
-    counts = sorted(set(per_node.values()))
-    nodes = len(per_node)
-    if len(counts) == 1:
-        return nodes, f"{nodes} nodes x {counts[0]} GPUs"
-    return nodes, f"{nodes} nodes, {counts[0]}-{counts[-1]} GPUs each"
-
-
-def _variability(app: AppContext, value: str, cluster_shape: str | None, version: int | None,
-                 model: str | None, seed: int) -> tuple[Any, int, dict[str, Any]]:
-    """(the variability model, its GPUs, what `pal simulate` says it simulated: the "cluster" of
-    the JSON, with `text` the line the table prints)."""
-
-    def shape(nodes: int, gpn: int, where: str) -> dict[str, Any]:
-        given = "--cluster" if cluster_shape else "default --cluster"
-        return {"nodes": nodes, "gpus_per_node": gpn, "gpus": nodes * gpn, "source": where,
-                "text": f"{nodes} nodes x {gpn} GPUs = {nodes * gpn} GPUs ({given} {nodes}x{gpn}); {where}"}
-
-    from pal_slurm.placement.variability import cluster_from_gpus
-    from pal_slurm.simulate.runner import ArtifactVariability, FixedVariability
-
-    if model is not None and (value == "db" or value.startswith("parametric:")):
-        raise click.BadParameter(f"{model!r} applies to --variability DIR (the artifact's CSVs), not {value!r}",
-                                 param_hint="--variability-model")
-    if value.startswith("parametric:"):
-        if version is not None:
-            raise click.UsageError("--classification goes with --variability db")
-        from pal_slurm.simulate.fleets import parametric_from_spec
-
-        nodes, gpn = _cluster(cluster_shape or "16x4")
-        try:
-            return (parametric_from_spec(value.removeprefix("parametric:"), nodes, gpn, seed), nodes * gpn,
-                    shape(nodes, gpn, f"variability {value}"))
-        except InputError as exc:
-            raise click.BadParameter(str(exc), param_hint="--variability") from None
-    if value == "db":
-        if cluster_shape is not None:
-            raise click.UsageError("--cluster does not apply to --variability db: the database's GPUs are the cluster")
-        from pal_slurm.db.engine import session_scope
-        from pal_slurm.db.migrate import require_current
-        from pal_slurm.db.variability_store import load_variability
-
-        require_current(app.engine)
-        with session_scope(app.engine) as session:
-            stored = load_variability(session, sorted(app.cfg.job_classes), version, at_slots_only=True)
-        cluster = cluster_from_gpus(stored.gpus)
-        nodes, text = _shape_text(cluster)
-        where = (f"the database's GPUs at a slot, classification version {stored.version}"
-                 + (f" ({stored.without_slot} GPU identities without a slot left out)" if stored.without_slot
-                    else ""))
-        return FixedVariability(cluster), cluster.size, {
-            "nodes": nodes, "gpus_per_node": None if "," in text else cluster.size // max(nodes, 1),
-            "gpus": cluster.size, "source": "db", "classification_version": stored.version,
-            "identities_without_slot": stored.without_slot, "text": f"{text} = {cluster.size} GPUs; {where}"}
-    if version is not None:
-        raise click.UsageError("--classification goes with --variability db")
-    from pal_slurm.simulate.artifact_draw import load_artifact_profiles
-
-    nodes, gpn = _cluster(cluster_shape or "16x4")
-    profiles = load_artifact_profiles(Path(value))
-    if model == "per-gpu":
-        from pal_slurm.simulate.fleets import PerGpuVariability
-
-        return (PerGpuVariability(profiles, nodes, gpn), nodes * gpn,
-                shape(nodes, gpn, f"each GPU one measured GPU of {value} (per-gpu)"))
-    return (ArtifactVariability(profiles, nodes, gpn), nodes * gpn,
-            shape(nodes, gpn, f"each GPU a run drawn from {value} (per-run)"))
-
-
-def _drain_check(source: Any, loaded: list[Any], seed: int, threshold: float) -> dict[str, Any]:
-    """What the drain leaves of the run's fleet (the runner re-draws the same one from the
-    seed), refused before any run when a trace's job cannot run on it."""
-    import random
-
-    from pal_slurm.simulate.drain import check_drain_fits, drained
-
-    left, names = drained(source.cluster(random.Random(seed)), threshold)
-    try:
-        for trace in loaded:
-            check_drain_fits(trace, left, names)
-    except InputError as exc:
-        raise click.BadParameter(str(exc), param_hint="--drain-baseline") from None
-    return {"threshold": threshold, "drained_nodes": names, "gpus_left": left.size}
-
-
 def _with_drain_baseline(report: Any, threshold: float, run_with_progress: Any) -> Any:
     """The report with the baseline's runs on the drained cluster added as <baseline>+drain: a
     second ordinary simulation whose variability is the first's, drained."""
@@ -335,36 +248,6 @@ def _with_drain_baseline(report: Any, threshold: float, run_with_progress: Any) 
     extra = run_with_progress(drained_spec, run_simulations)
     results = (*report.results, *(replace(r, policy=f"{spec.baseline}+drain") for r in extra.results))
     return SimulationReport(spec, results, summarise(results, spec.baseline))
-
-
-def _load_traces(paths: tuple[Path, ...], fmt: str, max_gpus: int, skip_invalid: bool, synthetic_jobs: int | None,
-                 seed: int) -> list[Any]:
-    from pal_slurm.simulate.traces import read_trace_file
-
-    loaded = [read_trace_file(p, format=fmt, max_gpus=max_gpus, skip_invalid=skip_invalid) for p in paths]
-    for path, trace in zip(paths, loaded):
-        if not trace.jobs:  # a table of dashes (or of NaN) would look like a result
-            raise InputError(_no_jobs(trace), source=str(path))
-    if synthetic_jobs:
-        from pal_slurm.simulate.synthetic import generate
-
-        loaded.append(generate(synthetic_jobs, seed=seed, max_gpus=max_gpus))
-    names = [t.name for t in loaded]
-    if len(set(names)) != len(names):
-        raise InputError(f"two traces have the same name: {', '.join(sorted(n for n in names if names.count(n) > 1))}")
-    return loaded
-
-
-def _no_jobs(trace: Any) -> str:
-    """Why a trace gave nothing to simulate: only a header, or every row left out (and why)."""
-    if not trace.skipped:
-        return "no jobs to simulate (the file has a header and no job rows)"
-    reasons: dict[str, int] = {}
-    for _line, reason in trace.skipped:
-        key = reason.split(" (")[0]
-        reasons[key] = reasons.get(key, 0) + 1
-    why = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:4])
-    return f"no jobs to simulate: all {len(trace.skipped)} rows were left out ({why})"
 
 
 def _run_with_progress(spec: Any, run: Any) -> Any:

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -33,7 +34,7 @@ from pal_slurm.db.accounting_store import AccountingSink
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.variability_store import load_variability
 from pal_slurm.placement.decide import decide
-from pal_slurm.placement.model import Decision, JobRequest, PlacementContext, Snapshot
+from pal_slurm.placement.model import Cluster, Decision, JobRequest, PlacementContext, Snapshot
 from pal_slurm.placement.orders import get_order
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.placement.variability import cluster_from_gpus, ordered_gpus
@@ -41,8 +42,9 @@ from pal_slurm.placer.audit import AuditSink, Record, gpu_entry
 from pal_slurm.placer.ledger import Alternative, Ledger, account, slowest
 from pal_slurm.simulate.estimates import RuntimeEstimate
 from pal_slurm.simulate.event import EventOptions, simulate_events
+from pal_slurm.simulate.metrics import JobOutcome
 from pal_slurm.simulate.synthetic import generate
-from pal_slurm.simulate.traces import Trace
+from pal_slurm.simulate.traces import Trace, TraceJob
 from pal_slurm.slurm.model import SlurmJob
 
 #: (user, account) of the simulated lab
@@ -100,60 +102,85 @@ def observe_week(engine: Engine, cfg: PalConfig, *, seed: int = 0, now: datetime
     jobs = {j.job_id: j for j in trace.jobs}
 
     pc = cfg.placer
-    placer_policy = get_policy(pc.policy)
-    order = get_order(pc.order)
-    # the daemon's own knobs (pal_slurm/placer/cycle.py, Placer.__init__)
-    max_wait_s = min(pc.max_wait_s if pc.max_wait_s is not None else math.inf, pc.max_hold_s)
-    ctx = PlacementContext(locality_penalty=pc.locality_penalty, rng=random.Random(seed),
-                           wait_fraction=pc.wait_fraction, noise=pc.noise, max_wait_s=max_wait_s)
-    ledger = Ledger(mode="observe")
-    records: list[tuple[float, JobRequest, Sequence[int], str]] = []
-
-    def observe(snap: Snapshot, waiting: Sequence[JobRequest], backfill: bool, _slurm: Decision) -> None:
-        fresh = [r for r in waiting if r.id not in ledger.choices]
-        if not fresh:
-            return
-        decision = decide(placer_policy, order, snap, fresh, ctx, backfill=backfill)
-        by_id = {r.id: r for r in fresh}
-        for a in decision.assignments:
-            req = by_id[a.job_id]
-            sf = cluster.sf(req.job_class)
-            ledger.chose(a.job_id, Alternative("placer", req.job_class, slowest(sf[g] for g in a.gpus),
-                                               stored.version))
-            records.append((snap.now, req, a.gpus, a.reason))
-
+    placer = _ObservingPlacer(cfg, cluster, stored.version, seed)
     options = EventOptions(locality_penalty=pc.locality_penalty, seed=seed,
                            runtime_estimate=RuntimeEstimate(kind="uniform", lo=1.0, hi=5.0, seed=seed))
-    result = simulate_events(trace, cluster, get_policy("slurm-backfill"), options, on_decision=observe)
+    result = simulate_events(trace, cluster, get_policy("slurm-backfill"), options, on_decision=placer.observe)
     end = max(o.finish_time for o in result.outcomes)
     epoch = (now or datetime.now(UTC)).timestamp() - end
 
     def at(t: float) -> datetime:
         return datetime.fromtimestamp(epoch + t, UTC)
 
-    audit = AuditSink(lambda: engine, max_pending=len(records) + 1)
-    for t, req, chosen, reason in records:
-        user, acct = who[req.id]
-        sf = cluster.sf(req.job_class)
-        audit.add(Record(job_id=req.id, policy=placer_policy.name, job_class=req.job_class, version=stored.version,
-                         gpus=[gpu_entry(slot[g][0], slot[g][1], sf[g]) for g in chosen],
-                         alternatives=None, reason=f"observe: would place; {reason}", outcome="observe",
-                         decided_at=at(t), user=user, account=acct, submitted_at=at(req.submit_time)))
-    audit.flush()
-    sink = AccountingSink(lambda: engine, max_pending=len(result.outcomes) + 1)
-    accounts = []
-    for o in result.outcomes:
-        user, acct = who[o.job_id]
-        job = SlurmJob(job_id=o.job_id, name=jobs[o.job_id].model, user=user, state="COMPLETED", state_reason="",
-                       priority=None, partition="gpu", submit_time=epoch + o.submit_time, account=acct)
-        accounts.append(account(job, o.job_class or "A", [slot[g] for g in o.gpu_ids], epoch + o.start_time,
-                                epoch + o.finish_time, by_slot, stored.version, ledger.choices.pop(o.job_id, None),
-                                "observe"))
-    sink.add(accounts)
-    sink.flush()
-    return WeekResult(jobs=len(result.outcomes), observed=len(records),
+    _store_decisions(engine, placer, cluster, slot, who, at)
+    accounts = _store_accounts(engine, result.outcomes, placer.ledger, epoch, slot, by_slot, who, jobs, stored.version)
+    return WeekResult(jobs=len(result.outcomes), observed=len(placer.records),
                       accounted=sum(1 for a in accounts if a.accounted),
                       tax_gpu_h=sum(a.tax_gpu_h or 0.0 for a in accounts),
                       saved_gpu_h=sum(a.saved_gpu_h or 0.0 for a in accounts),
                       first_submit=at(min(o.submit_time for o in result.outcomes)), last_end=at(end),
-                      policy=placer_policy.name)
+                      policy=placer.policy.name)
+
+
+class _ObservingPlacer:
+    """The daemon's observe stage at each scheduling pass: the placer's decision step on the
+    pending jobs it has not seen yet, its choices noted in its ledger (the first one wins)."""
+
+    def __init__(self, cfg: PalConfig, cluster: Cluster, version: int, seed: int) -> None:
+        pc = cfg.placer
+        self.policy = get_policy(pc.policy)
+        self.order = get_order(pc.order)
+        # the daemon's own knobs (pal_slurm/placer/cycle.py, Placer.__init__)
+        max_wait_s = min(pc.max_wait_s if pc.max_wait_s is not None else math.inf, pc.max_hold_s)
+        self.ctx = PlacementContext(locality_penalty=pc.locality_penalty, rng=random.Random(seed),
+                                    wait_fraction=pc.wait_fraction, noise=pc.noise, max_wait_s=max_wait_s)
+        self.cluster = cluster
+        self.version = version
+        self.ledger = Ledger(mode="observe")
+        self.records: list[tuple[float, JobRequest, Sequence[int], str]] = []
+
+    def observe(self, snap: Snapshot, waiting: Sequence[JobRequest], backfill: bool, _slurm: Decision) -> None:
+        fresh = [r for r in waiting if r.id not in self.ledger.choices]
+        if not fresh:
+            return
+        decision = decide(self.policy, self.order, snap, fresh, self.ctx, backfill=backfill)
+        by_id = {r.id: r for r in fresh}
+        for a in decision.assignments:
+            req = by_id[a.job_id]
+            sf = self.cluster.sf(req.job_class)
+            self.ledger.chose(a.job_id, Alternative("placer", req.job_class, slowest(sf[g] for g in a.gpus),
+                                                    self.version))
+            self.records.append((snap.now, req, a.gpus, a.reason))
+
+
+def _store_decisions(engine: Engine, placer: _ObservingPlacer, cluster: Cluster, slot: Sequence[tuple[str, int]],
+                     who: Mapping[str, tuple[str, str]], at: Callable[[float], datetime]) -> None:
+    """What the placer would have chosen, through its own audit sink: `placements`, outcome `observe`."""
+    audit = AuditSink(lambda: engine, max_pending=len(placer.records) + 1)
+    for t, req, chosen, reason in placer.records:
+        user, acct = who[req.id]
+        sf = cluster.sf(req.job_class)
+        audit.add(Record(job_id=req.id, policy=placer.policy.name, job_class=req.job_class, version=placer.version,
+                         gpus=[gpu_entry(slot[g][0], slot[g][1], sf[g]) for g in chosen],
+                         alternatives=None, reason=f"observe: would place; {reason}", outcome="observe",
+                         decided_at=at(t), user=user, account=acct, submitted_at=at(req.submit_time)))
+    audit.flush()
+
+
+def _store_accounts(engine: Engine, outcomes: Sequence[JobOutcome], ledger: Ledger, epoch: float,
+                    slot: Sequence[tuple[str, int]], by_slot: Mapping[tuple[str, int], Any],
+                    who: Mapping[str, tuple[str, str]], jobs: Mapping[str, TraceJob], version: int) -> list[Any]:
+    """Each finished job accounted against the GPUs Slurm gave it, through the placer's accounting
+    sink (`job_accounting`, mode `observe`); returns the accounts."""
+    sink = AccountingSink(lambda: engine, max_pending=len(outcomes) + 1)
+    accounts = []
+    for o in outcomes:
+        user, acct = who[o.job_id]
+        job = SlurmJob(job_id=o.job_id, name=jobs[o.job_id].model, user=user, state="COMPLETED", state_reason="",
+                       priority=None, partition="gpu", submit_time=epoch + o.submit_time, account=acct)
+        accounts.append(account(job, o.job_class or "A", [slot[g] for g in o.gpu_ids], epoch + o.start_time,
+                                epoch + o.finish_time, by_slot, version, ledger.choices.pop(o.job_id, None),
+                                "observe"))
+    sink.add(accounts)
+    sink.flush()
+    return accounts

@@ -122,10 +122,11 @@ def open_backend(choice: Literal["nvml", "sim"], *, node: str, sim: SimOptions |
             raise BackendUnavailable("NVML works but sees no GPU on this node")
         return backend
     from pal_slurm.gpu import simulated_fleet
+    from pal_slurm.gpu.sim_specs import H100, V100
     from pal_slurm.gpu.simulated import SimBackend
 
     opts = sim or SimOptions()
-    models = {"V100": simulated_fleet.V100, "H100": simulated_fleet.H100}
+    models = {"V100": V100, "H100": H100}
     if opts.model not in models:
         raise InputError(f"unknown simulated GPU model {opts.model!r} (V100 or H100)")
     if opts.as_node is not None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pal_slurm.errors import InputError
-from pal_slurm.simulate.traces import count_hosts, sacct_duration_s, tres_gpus
+from pal_slurm.simulate.sacct_trace import count_hosts, sacct_duration_s, tres_gpus
 
 __all__ = ["ACTIVE_STATES", "ENDED_STATES", "EXPORT_COLUMNS", "SACCT_COMMAND", "ExportJob", "HistoryFile",
            "HistoryJob", "format_elapsed", "read_history", "write_export"]

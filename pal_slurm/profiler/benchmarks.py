@@ -30,7 +30,7 @@ class BenchmarkDef:
     args: tuple[str, ...]
     unit: str
     lower_is_better: bool
-    sim_benchmark: str  # pal_slurm.gpu.simulated_fleet benchmark with the same clock sensitivity
+    sim_benchmark: str  # pal_slurm.gpu.sim_specs benchmark with the same clock sensitivity
     sim_nominal: tuple[tuple[str, float], ...]  # (model family, score of the median GPU)
     description: str
 
@@ -89,13 +89,12 @@ def select_benchmarks(spec: str | None) -> list[BenchmarkDef]:
 
 
 def program_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """Where the benchmark programs are: --program-dir, $PAL_PROFILER_DIR, the source checkout's
+    """Where the benchmark programs are: `explicit` (--program-dir, or $PAL_PROFILER_DIR, which
+    the caller reads: the CLI option's environment variable), else the source checkout's
     profiler/, or <prefix>/share/pal-slurm/profiler (where `pip install` puts them)."""
     candidates: list[Path] = []
     if explicit:
         candidates.append(Path(explicit))
-    elif os.environ.get("PAL_PROFILER_DIR"):
-        candidates.append(Path(os.environ["PAL_PROFILER_DIR"]))
     else:
         candidates.append(Path(__file__).resolve().parents[2] / "profiler")
         candidates.append(Path(sys.prefix) / "share" / "pal-slurm" / "profiler")

@@ -1,7 +1,9 @@
 """The trace simulator and its inputs.
 
-- `pal_slurm.simulate.traces`: job traces (Sia-Philly CSVs, ``sacct -P`` exports) parsed
-  into frozen `TraceJob`s, plus the artifact's model -> class and iteration-time tables.
+- `pal_slurm.simulate.traces`: job traces as frozen `TraceJob`s, Sia-Philly CSVs parsed
+  into them, plus the artifact's model -> class and iteration-time tables;
+  `sacct_trace` parses ``sacct -P`` exports, `trace_rows` holds what both parsers share,
+  `trace_files.read_trace_file` opens a file of either format.
 - `pal_slurm.simulate.synthetic`: Philly-like synthetic traces, deterministic per seed.
 - `pal_slurm.simulate.artifact_draw`: per-GPU PerfVar and slowdown factors per job class
   drawn exactly as the PAL artifact draws them. The variability model itself (and the

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pal_slurm.placement.model import Cluster, JobRequest, PlacementContext, Snapshot
 from pal_slurm.placement.cost import runtime_s
@@ -106,78 +106,114 @@ def simulate_rounds(trace: Trace, cluster: Cluster, policy: Policy, options: Rou
     order = get_order(options.order)
     ctx = PlacementContext(locality_penalty=options.locality_penalty, rng=rng or random.Random(42))
     R = options.round_seconds
-    pending = sorted(trace.jobs, key=lambda j: j.submit_time)
     next_extra = _extra_arrivals(trace, options.extra_seed) if options.extra_jobs and trace.jobs else None
-    upcoming = next_extra() if next_extra else None
-    jobs: dict[str, _Job] = {}
-    active: list[_Job] = []  # arrived, unfinished, in arrival order
-    traced_left = len(trace.jobs)
-    busy_traced_gpu_s = 0.0
+    arrivals = _Arrivals(sorted(trace.jobs, key=lambda j: j.submit_time), next_extra)
+    run = _Run(traced_left=len(trace.jobs))
     memo = _Memo()
-    timeline: list[tuple[float, int]] = [(0.0, 0)]  # GPUs allocated (generated jobs included) per round
-    seq = 0
-    i = 0
     for rnd in range(options.max_rounds):
         now = rnd * R
         # (1)-(2): progress over the past round, finishes at this boundary
-        finished = False
-        if rnd:
-            for job in active:
-                if job.gpus:
-                    if job.traced:
-                        _charge_variability(job, job.rate * R)
-                    job.done_iters += job.rate * R
-                    job.attained_s += R * len(job.gpus)
-                    if job.traced:
-                        busy_traced_gpu_s += R * len(job.gpus)
-                    if job.done_iters >= job.src.work - 1e-9:
-                        job.finish = now
-                        job.gpus = ()
-                        finished = True
-                        if job.traced:
-                            traced_left -= 1
-            if finished:
-                active = [j for j in active if j.finish is None]
-                if progress is not None:
-                    progress(len(trace.jobs) - traced_left)
-        if traced_left == 0:
+        finished = run.advance(R, now) if rnd else False
+        if finished and progress is not None:
+            progress(len(trace.jobs) - run.traced_left)
+        if run.traced_left == 0:
             break
         # (3) arrivals
-        arrived = False
-        while i < len(pending) and pending[i].submit_time <= now:
-            seq += 1
-            j = _Job(pending[i], True, pending[i].submit_time, seq=seq)
-            jobs[j.src.job_id] = j
-            active.append(j)
-            i += 1
-            arrived = True
-        while upcoming is not None and upcoming.submit_time <= now:
-            seq += 1
-            j = _Job(upcoming, False, upcoming.submit_time, seq=seq)
-            jobs[j.src.job_id] = j
-            active.append(j)
-            upcoming = next_extra() if next_extra else None
-            arrived = True
-        if arrived:
-            active.sort(key=lambda x: (x.submit, x.seq))
+        arrived = arrivals.admit(now, run)
         # (4)-(5) order and place
         if not policy.sticky or finished or arrived or options.order != "fifo":
             # a sticky pass with nothing new would find the same jobs blocked on the same GPUs
-            _place_round(active, cluster, policy, order, ctx, now, options, memo)
-        busy = sum(len(j.gpus) for j in active if j.gpus)
-        if busy != timeline[-1][1]:
-            timeline.append((now, busy))
+            _place_round(run.active, cluster, policy, order, ctx, now, options, memo)
+        busy = sum(len(j.gpus) for j in run.active if j.gpus)
+        if busy != run.timeline[-1][1]:
+            run.timeline.append((now, busy))
     else:
         raise RuntimeError(f"{trace.name}: {policy.name} did not finish within {options.max_rounds} rounds")
+    return _result(trace, cluster, policy, options, run)
+
+
+@dataclass
+class _Run:
+    """The run so far: every job that arrived, those still in the queue or running, the traced
+    jobs left to finish, the GPU time they were busy and the allocated GPUs over time."""
+
+    traced_left: int
+    jobs: dict[str, _Job] = field(default_factory=dict)
+    active: list[_Job] = field(default_factory=list)  # arrived, unfinished, in arrival order
+    busy_traced_gpu_s: float = 0.0
+    timeline: list[tuple[float, int]] = field(default_factory=lambda: [(0.0, 0)])  # GPUs allocated per round
+
+    def advance(self, R: float, now: float) -> bool:
+        """Steps (1)-(2): every placed job's progress over the past round; those done finish at
+        `now` and free their GPUs. Whether any job finished."""
+        finished = False
+        for job in self.active:
+            if job.gpus:
+                if job.traced:
+                    _charge_variability(job, job.rate * R)
+                job.done_iters += job.rate * R
+                job.attained_s += R * len(job.gpus)
+                if job.traced:
+                    self.busy_traced_gpu_s += R * len(job.gpus)
+                if job.done_iters >= job.src.work - 1e-9:
+                    job.finish = now
+                    job.gpus = ()
+                    finished = True
+                    if job.traced:
+                        self.traced_left -= 1
+        if finished:
+            self.active = [j for j in self.active if j.finish is None]
+        return finished
+
+    def join(self, job: _Job) -> None:
+        self.jobs[job.src.job_id] = job
+        self.active.append(job)
+
+
+@dataclass
+class _Arrivals:
+    """The traced jobs in submit order and the artifact's generated ones after them."""
+
+    pending: list[TraceJob]
+    next_extra: Callable[[], TraceJob] | None
+    upcoming: TraceJob | None = None
+    i: int = 0
+    seq: int = 0
+
+    def __post_init__(self) -> None:
+        self.upcoming = self.next_extra() if self.next_extra else None
+
+    def admit(self, now: float, run: _Run) -> bool:
+        """Step (3): jobs submitted at or before `now` join the queue; whether any did."""
+        arrived = False
+        pending = self.pending
+        while self.i < len(pending) and pending[self.i].submit_time <= now:
+            self.seq += 1
+            run.join(_Job(pending[self.i], True, pending[self.i].submit_time, seq=self.seq))
+            self.i += 1
+            arrived = True
+        while self.upcoming is not None and self.upcoming.submit_time <= now:
+            self.seq += 1
+            run.join(_Job(self.upcoming, False, self.upcoming.submit_time, seq=self.seq))
+            self.upcoming = self.next_extra() if self.next_extra else None
+            arrived = True
+        if arrived:
+            run.active.sort(key=lambda x: (x.submit, x.seq))
+        return arrived
+
+
+def _result(trace: Trace, cluster: Cluster, policy: Policy, options: RoundOptions, run: _Run) -> SimResult:
+    """The run's outcome per traced job (in trace order) and its metrics."""
+    jobs = run.jobs
     outcomes = tuple(
         JobOutcome(j.job_id, j.num_gpus, j.submit_time, _first_start(jobs[j.job_id]), jobs[j.job_id].finish or 0.0,
                    job_class=j.job_class, nominal_s=j.nominal_runtime_s, tax_gpu_s=jobs[j.job_id].tax_gpu_s,
                    variability_gpu_s_signed=jobs[j.job_id].variability_gpu_s_signed)
         for j in trace.jobs
     )
-    metrics = run_metrics(outcomes, busy_gpu_seconds=busy_traced_gpu_s, cluster_gpus=cluster.size)
+    metrics = run_metrics(outcomes, busy_gpu_seconds=run.busy_traced_gpu_s, cluster_gpus=cluster.size)
     return SimResult(trace=trace.name, policy=policy.name, mode="round", order=options.order, outcomes=outcomes,
-                     metrics=metrics, busy_timeline=tuple(timeline), cluster_gpus=cluster.size,
+                     metrics=metrics, busy_timeline=tuple(run.timeline), cluster_gpus=cluster.size,
                      skipped=len(trace.skipped))
 
 

@@ -31,7 +31,7 @@ def test_every_default_benchmark_is_one_the_profiler_runs() -> None:
     """The site's own path: the defaults name the shipped profiler's benchmarks, each of which
     the simulated backend can play (so `pal profile run --backend sim` feeds every class)."""
     from pal_slurm.benchmark_sets import BENCHMARK_SETS
-    from pal_slurm.gpu.simulated_fleet import BENCHMARKS as SIM
+    from pal_slurm.gpu.sim_specs import BENCHMARKS as SIM
     from pal_slurm.profiler.benchmarks import BENCHMARKS
 
     cfg = load_config(None, env={})

@@ -318,7 +318,7 @@ def test_the_placer_does_what_the_placer_does_as_pal_placer(roles: RoleDb, tmp_p
     from pal_slurm.config import DatabaseConfig, PalConfig, PlacerConfig
     from pal_slurm.db.advisory_lock import AdvisoryLock
     from pal_slurm.db.models import JobHistory
-    from pal_slurm.demo.on_slurm import NODES, records
+    from pal_slurm.demo.cluster_gpus import NODES, records
     from pal_slurm.db.measurement_store import import_records
     from pal_slurm.db.sensitivity_store import add_rule
     from pal_slurm.placer.service import build_placer

@@ -37,7 +37,8 @@ from pal_slurm.gpu.choose import (
     probe_nvidia,
 )
 from pal_slurm.gpu.simulated import SimBackend, busy_process
-from pal_slurm.gpu.simulated_fleet import CLOCKS_EVENT_GPU_IDLE, make_fleet
+from pal_slurm.gpu.sim_physics import CLOCKS_EVENT_GPU_IDLE
+from pal_slurm.gpu.simulated_fleet import make_fleet
 
 try:
     import pynvml  # type: ignore[import-not-found]

@@ -16,19 +16,17 @@ import numpy as np
 import pytest
 
 from pal_slurm.errors import InputError
-from pal_slurm.gpu import simulated_fleet
+from pal_slurm.gpu import sim_physics, simulated_fleet
 from pal_slurm.ingest.records import ProfileRecord
-from pal_slurm.gpu.simulated_fleet import (
+from pal_slurm.gpu.sim_physics import (
     CLOCKS_EVENT_GPU_IDLE,
     CLOCKS_EVENT_HW_SLOWDOWN,
     CLOCKS_EVENT_SW_POWER_CAP,
     CLOCKS_EVENT_SW_THERMAL_SLOWDOWN,
-    DEFECTS,
-    H100,
-    V100,
-    SimFleet,
-    make_fleet,
 )
+from pal_slurm.gpu.sim_specs import H100, V100
+from pal_slurm.gpu.sim_traits import DEFECTS
+from pal_slurm.gpu.simulated_fleet import SimFleet, make_fleet
 
 UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -302,11 +300,11 @@ def test_run_benchmark_gives_one_record(fleet: SimFleet) -> None:
 
 
 def test_nvml_constants_have_nvml_values() -> None:
-    assert (simulated_fleet.CLOCKS_EVENT_GPU_IDLE, simulated_fleet.CLOCKS_EVENT_APPLICATIONS_CLOCKS_SETTING,
-            simulated_fleet.CLOCKS_EVENT_SW_POWER_CAP, simulated_fleet.CLOCKS_EVENT_HW_SLOWDOWN, simulated_fleet.CLOCKS_EVENT_SYNC_BOOST,
-            simulated_fleet.CLOCKS_EVENT_SW_THERMAL_SLOWDOWN, simulated_fleet.CLOCKS_EVENT_HW_THERMAL_SLOWDOWN,
-            simulated_fleet.CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN,
-            simulated_fleet.CLOCKS_EVENT_DISPLAY_CLOCK_SETTING) == (0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x80, 0x100)
+    assert (sim_physics.CLOCKS_EVENT_GPU_IDLE, sim_physics.CLOCKS_EVENT_APPLICATIONS_CLOCKS_SETTING,
+            sim_physics.CLOCKS_EVENT_SW_POWER_CAP, sim_physics.CLOCKS_EVENT_HW_SLOWDOWN, sim_physics.CLOCKS_EVENT_SYNC_BOOST,
+            sim_physics.CLOCKS_EVENT_SW_THERMAL_SLOWDOWN, sim_physics.CLOCKS_EVENT_HW_THERMAL_SLOWDOWN,
+            sim_physics.CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN,
+            sim_physics.CLOCKS_EVENT_DISPLAY_CLOCK_SETTING) == (0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x80, 0x100)
 
 
 @pytest.mark.parametrize("kwargs", [{"nodes": 0}, {"gpus_per_node": 0}, {"gpus_per_node": 33}, {"bad_fraction": 1.5}])

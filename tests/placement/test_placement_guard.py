@@ -20,7 +20,7 @@ from pal_slurm.placement.model import Cluster, PlacementContext, Snapshot
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.simulate.estimates import parse_runtime_estimate
 from pal_slurm.simulate.event import EventOptions, simulate_events
-from pal_slurm.simulate.traces import read_trace_file
+from pal_slurm.simulate.trace_files import read_trace_file
 from tests.support.placement_cases import cluster, free_only, job, one
 
 

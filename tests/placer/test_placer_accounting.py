@@ -343,7 +343,7 @@ def test_the_html_report_and_the_savings_report_name_the_gpus_from_the_classific
     """On the demo's classified fleet: a job slowed by one of its GPUs is blamed on that GPU, by UUID,
     in `pal report savings` and in the HTML report's section."""
     from pal_slurm.db.engine import make_engine
-    from pal_slurm.demo.on_slurm import make_db
+    from pal_slurm.demo.cluster_gpus import make_db
     from pal_slurm.placer.factors import load_factors
 
     url = make_db(tmp_path)

@@ -96,7 +96,7 @@ def test_the_placer_service_exports_the_classified_fleet(tmp_path) -> None:
     """start_metrics wired to a real database: the demo's 16 classified GPUs, with their minors."""
     from pal_slurm.config import ClassificationConfig, DatabaseConfig, PalConfig, PlacerConfig
     from pal_slurm.db.engine import make_engine
-    from pal_slurm.demo.on_slurm import make_db
+    from pal_slurm.demo.cluster_gpus import make_db
     from pal_slurm.placer.service import start_metrics
 
     url = make_db(tmp_path)

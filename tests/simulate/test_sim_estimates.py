@@ -11,7 +11,8 @@ from pal_slurm.placement.model import Snapshot
 from pal_slurm.placement.policies import get_policy
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate, parse_runtime_estimate
 from pal_slurm.simulate.event import EventOptions, simulate_events
-from pal_slurm.simulate.traces import Trace, TraceJob, read_sacct
+from pal_slurm.simulate.sacct_trace import read_sacct
+from pal_slurm.simulate.traces import Trace, TraceJob
 from tests.support.placement_cases import cluster
 
 

@@ -309,7 +309,7 @@ def _sim(*args: str):
 
 
 def _api_jct(trace_path: Path, variability: object) -> dict[str, float]:
-    from pal_slurm.simulate.traces import read_trace_file
+    from pal_slurm.simulate.trace_files import read_trace_file
 
     spec = SimulationSpec(traces=(read_trace_file(trace_path, max_gpus=8),), policies=("pal",),
                           variability=variability, mode="event")  # type: ignore[arg-type]

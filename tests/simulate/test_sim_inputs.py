@@ -12,16 +12,9 @@ import pytest
 
 from pal_slurm.errors import InputError
 from pal_slurm.simulate.synthetic import SIA_PHILLY_MODEL_GPUS, generate
-from pal_slurm.simulate.traces import (
-    MODEL_CLASS,
-    MODEL_ITER_TIME_S,
-    TraceJob,
-    count_hosts,
-    read_philly,
-    read_sacct,
-    read_trace_file,
-    tres_gpus,
-)
+from pal_slurm.simulate.sacct_trace import count_hosts, read_sacct, tres_gpus
+from pal_slurm.simulate.trace_files import read_trace_file
+from pal_slurm.simulate.traces import MODEL_CLASS, MODEL_ITER_TIME_S, TraceJob, read_philly
 from pal_slurm.placement.variability import (
     ClassifiedGpu,
     GpuVariability,

@@ -225,7 +225,7 @@ def test_round_mode_reproduces_the_artifact_on_workload_1() -> None:
 
     require_artifact("reference")
     from pal_slurm.simulate.runner import ArtifactVariability, SimulationSpec, run_one
-    from pal_slurm.simulate.traces import read_trace_file
+    from pal_slurm.simulate.trace_files import read_trace_file
     from pal_slurm.simulate.artifact_draw import load_artifact_profiles
 
     ref = json.loads((ARTIFACT_DIR / "reference" / "sia-philly-fifo.json").read_text())["avg_jct_s"]["workload-1"]

@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from pal_slurm.cli.main import cli
-from pal_slurm.demo.on_slurm import find_cluster_script, pace_range
+from pal_slurm.demo.slurm_cluster import find_cluster_script
+from pal_slurm.demo.slurm_jobs import pace_range
 from pal_slurm.errors import PalError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -104,7 +104,7 @@ def inputs(args: argparse.Namespace, artifact: Path) -> Inputs | str:
     """The plans of every trace and repetition, or what is wrong with the inputs, in words."""
     from pal_slurm.simulate.estimates import parse_runtime_estimate
     from pal_slurm.simulate.shake import SHAKE_S, shaken
-    from pal_slurm.simulate.traces import read_trace_file
+    from pal_slurm.simulate.trace_files import read_trace_file
 
     traces = args.trace or [sia_philly(artifact, w) for w in (1, 4)]
     names = [a.strip() for a in args.arms.split(",") if a.strip()]
