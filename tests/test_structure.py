@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
-
-PACKAGE = REPO / "pal_slurm"
-#: the evaluation harness: a package beside the product, in no wheel (setup.cfg ships pal_slurm only)
-HARNESS = REPO / "bench" / "pal_eval"
-#: the folder each top-level package's module names start from
-ROOTS = {"pal_slurm": REPO, "pal_eval": HARNESS.parent}
+from tests.support.source_imports import (
+    HARNESS,
+    PACKAGE,
+    imports_of,
+    module_name,
+    module_path,
+    parents_of,
+    within,
+)
 
 #: Modules that must stay pure, as paths under pal_slurm/ (a directory means every module in it).
 PURE = (
@@ -145,57 +147,6 @@ CLI_IMPORTERS = {
 }
 
 
-def _module_name(path: Path) -> str:
-    root = ROOTS["pal_eval"] if path.is_relative_to(HARNESS) else REPO
-    parts = path.relative_to(root).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _module_path(name: str) -> Path | None:
-    """The file of a pal_slurm or pal_eval module, or None for anything else (a third-party
-    module, a name)."""
-    root = ROOTS.get(name.split(".")[0])
-    if root is None:
-        return None
-    base = root.joinpath(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-@cache
-def _imports(path: Path) -> tuple[tuple[int, str], ...]:
-    """Every (line, module) the file imports, at any depth. `from a import b` yields both `a`
-    and `a.b`, since b may be a module (`from pal_slurm import db`)."""
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.extend((node.lineno, alias.name) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: `from . import x`, `from ..db import store`
-                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                module = f"{anchor}.{node.module}" if node.module else anchor
-            else:
-                module = node.module or ""
-            found.append((node.lineno, module))
-            found.extend((node.lineno, f"{module}.{alias.name}") for alias in node.names)
-    return tuple(found)
-
-
-def _matches(module: str, prefix: str) -> bool:
-    return module == prefix or module.startswith(prefix + ".")
-
-
-def _parents(module: str) -> Iterator[str]:
-    """The packages importing `module` runs first: pal_slurm, pal_slurm.placement, ..."""
-    parts = module.split(".")
-    for i in range(1, len(parts)):
-        yield ".".join(parts[:i])
-
-
 def _pure_entries() -> list[Path]:
     return [PACKAGE / entry for entry in PURE] + [HARNESS / entry for entry in HARNESS_PURE]
 
@@ -210,30 +161,30 @@ def _pure_files() -> list[Path]:
 def _forbidden_reached(start: Path) -> Iterator[str]:
     """Each forbidden import `start` reaches, with the chain of pal_slurm modules leading to it
     (an import through a helper module pulls in the database just the same)."""
-    start_name = _module_name(start)
+    start_name = module_name(start)
     via: dict[str, str | None] = {start_name: None}
-    for parent in _parents(start_name):
+    for parent in parents_of(start_name):
         via[parent] = start_name
     queue = list(via)
     while queue:
         current = queue.pop()
-        path = _module_path(current)
+        path = module_path(current)
         if path is None:
             continue
         reported: set[tuple[int, str]] = set()
-        for line, imported in _imports(path):
+        for line, imported in imports_of(path):
             for prefix, what in FORBIDDEN.items():
-                if _matches(imported, prefix) and (line, prefix) not in reported:
+                if within(imported, prefix) and (line, prefix) not in reported:
                     reported.add((line, prefix))
                     chain = [current]
                     while (step := via[chain[-1]]) is not None:
                         chain.append(step)
                     route = " -> ".join(reversed(chain))
                     yield f"{start_name} imports {prefix} ({what}) via {route} (line {line}: {imported})"
-            if any(_matches(imported, prefix) for prefix in FORBIDDEN):
+            if any(within(imported, prefix) for prefix in FORBIDDEN):
                 continue  # reported above; what the database layer imports is its own business
-            for module in (imported, *_parents(imported)):
-                if module not in via and _module_path(module):
+            for module in (imported, *parents_of(imported)):
+                if module not in via and module_path(module):
                     via[module] = current
                     queue.append(module)
 
@@ -253,10 +204,10 @@ def test_pure_modules_import_no_database_cli_or_subprocess(path: Path) -> None:
 def test_only_the_cli_imports_the_cli() -> None:
     violations = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        name = _module_name(path)
-        if _matches(name, "pal_slurm.cli") or name in CLI_IMPORTERS:
+        name = module_name(path)
+        if within(name, "pal_slurm.cli") or name in CLI_IMPORTERS:
             continue
-        lines = sorted({line for line, imported in _imports(path) if _matches(imported, "pal_slurm.cli")})
+        lines = sorted({line for line, imported in imports_of(path) if within(imported, "pal_slurm.cli")})
         violations.extend(f"{name} imports pal_slurm.cli (the CLI) at line {line}" for line in lines)
     assert not violations, "\n".join(violations) + f"\nrule: {CLI_RULE}"
 
@@ -271,15 +222,15 @@ HARNESS_RULE = (
 def test_the_product_never_imports_the_harness_or_the_tests() -> None:
     violations = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for line, imported in sorted(set(_imports(path))):
-            if any(_matches(imported, outside) for outside in ("pal_eval", "tests", "conftest")):
-                violations.append(f"{_module_name(path)} imports {imported} at line {line}")
+        for line, imported in sorted(set(imports_of(path))):
+            if any(within(imported, outside) for outside in ("pal_eval", "tests", "conftest")):
+                violations.append(f"{module_name(path)} imports {imported} at line {line}")
     assert not violations, "\n".join(violations) + f"\nrule: {HARNESS_RULE}"
 
 
 def _all_modules() -> dict[str, Path]:
     """The product's modules and the harness's."""
-    return {_module_name(path): path for path in sorted([*PACKAGE.rglob("*.py"), *HARNESS.rglob("*.py")])}
+    return {module_name(path): path for path in sorted([*PACKAGE.rglob("*.py"), *HARNESS.rglob("*.py")])}
 
 
 def _import_graph() -> dict[str, dict[str, int]]:
@@ -289,8 +240,8 @@ def _import_graph() -> dict[str, dict[str, int]]:
     graph: dict[str, dict[str, int]] = {}
     for name, path in _all_modules().items():
         edges: dict[str, int] = {}
-        for line, imported in _imports(path):
-            if imported != name and _module_path(imported):
+        for line, imported in imports_of(path):
+            if imported != name and module_path(imported):
                 edges.setdefault(imported, line)
         graph[name] = edges
     return graph
@@ -300,7 +251,7 @@ def _layer_of(module: str) -> int | None:
     best: tuple[int, int] | None = None  # (length of the covering name, layer)
     for rank, (_, names) in enumerate(LAYERS):
         for prefix in names:
-            if _matches(module, prefix) and (best is None or len(prefix) > best[0]):
+            if within(module, prefix) and (best is None or len(prefix) > best[0]):
                 best = (len(prefix), rank)
     return None if best is None else best[1]
 
@@ -310,7 +261,7 @@ def test_layer_list_is_current() -> None:
     modules = _all_modules()
     unplaced = sorted(m for m in modules if _layer_of(m) is None)
     assert not unplaced, f"modules in no layer of LAYERS (tests/test_structure.py): {unplaced}"
-    stale = [p for _, names in LAYERS for p in names if not any(_matches(m, p) for m in modules)]
+    stale = [p for _, names in LAYERS for p in names if not any(within(m, p) for m in modules)]
     assert not stale, f"names in LAYERS that no module has any more: {stale}"
 
 
@@ -322,7 +273,7 @@ def _package_of(module: str) -> str:
     if parts[0] != "pal_slurm":
         return parts[0]
     top = ".".join(parts[:2])
-    if len(parts) == 1 or _module_path(top) is None:
+    if len(parts) == 1 or module_path(top) is None:
         return "pal_slurm"
     is_folder = (REPO.joinpath(*parts[:2]) / "__init__.py").is_file()
     return top if is_folder or any(top == n for _, names in LAYERS for n in names) else "pal_slurm"
@@ -408,90 +359,3 @@ def test_the_circle_check_finds_one() -> None:
     """The check itself, on a small graph: a -> b -> c -> a is found, a diamond is not a circle."""
     assert _circle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {}}) == ["a", "b", "c", "a"]
     assert _circle({"a": {"b": 1, "c": 1}, "b": {"d": 1}, "c": {"d": 1}, "d": {}}) is None
-
-
-# -- bench/*.py are entry points ---------------------------------------------------------------------
-
-#: How long a function of a bench script may be: parsing its arguments and one call to pal_eval.
-BENCH_FUNCTION_LINES = 60
-BENCH_RULE = (
-    "a bench script parses its arguments and calls pal_eval (bench/pal_eval): no sys.path edits (python "
-    "bench/X.py has bench/ on its path; pal_slurm is installed, or on PYTHONPATH), no imports of another bench "
-    "script, and what it does lives in pal_eval as named steps (docs/architecture.md, 'The evaluation harness')"
-)
-
-
-def test_bench_scripts_are_entry_points() -> None:
-    """bench/gpu/check.py is not one of them: it runs on GPU nodes from a bare checkout, where
-    pal_slurm is not installed, and finds the profiler's core by its path."""
-    scripts = sorted((REPO / "bench").glob("*.py"))
-    names = {p.stem for p in scripts}
-    violations = []
-    for path in scripts:
-        rel = path.relative_to(REPO).as_posix()
-        tree = ast.parse(path.read_text(), filename=rel)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
-                violations.append(f"{rel}:{node.lineno} edits sys.path")
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
-                if lines > BENCH_FUNCTION_LINES:
-                    violations.append(f"{rel}:{node.lineno} {node.name}() is {lines} lines")
-        for line, imported in _imports(path):
-            if imported.split(".")[0] in names:
-                violations.append(f"{rel}:{line} imports another bench script ({imported})")
-    assert not violations, "\n".join(violations) + f"\nrule: {BENCH_RULE}"
-
-
-# -- the repository root holds what the layout names ------------------------------------------------
-
-#: The repository root's files and folders (README.md, "Layout"); anything else there is a stray.
-ROOT_ENTRIES = frozenset({
-    ".ci", ".gitignore", "Makefile", "README.md", "bench", "docs", "pal_slurm", "profiler", "pyproject.toml",
-    "setup.cfg", "spank_hooks", "sql", "systemd", "tests",
-})
-
-
-def test_the_repository_root_holds_only_what_the_layout_names() -> None:
-    """No committed stray at the root (a job's slurm-<id>.out from an sbatch without --output run
-    from the checkout, an editor file), and no slurm-*.out left there by a test run."""
-    import subprocess
-
-    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, timeout=60)
-    if listed.returncode != 0:
-        pytest.skip("not a git checkout")
-    committed = {line.split("/", 1)[0] for line in listed.stdout.splitlines() if line}
-    assert committed <= ROOT_ENTRIES, f"committed at the repository root but not in its layout: {sorted(committed - ROOT_ENTRIES)}"
-    job_outputs = sorted(p.name for p in REPO.glob("slurm-*.out"))
-    assert not job_outputs, f"Slurm job output at the repository root (an sbatch without --output): {job_outputs}"
-
-
-#: Functions allowed to build an sbatch command line without naming the output: they add one.
-SBATCH_HELPERS = {("tests/slurm/conftest.py", "submit")}
-
-
-def _names_output(items: list[ast.expr]) -> bool:
-    for item in items:
-        text = item.value if isinstance(item, ast.Constant) else (
-            item.values[0].value if isinstance(item, ast.JoinedStr) and item.values
-            and isinstance(item.values[0], ast.Constant) else None)
-        if isinstance(text, str) and (text in ("-o", "--output") or text.startswith("--output=")):
-            return True
-    return False
-
-
-def test_every_sbatch_the_code_runs_names_its_output() -> None:
-    """sbatch without --output writes slurm-<id>.out into the working directory, which for the
-    tests and the tools is the checkout: every sbatch argument list names its output."""
-    bare: list[str] = []
-    for path in sorted([*PACKAGE.rglob("*.py"), *(REPO / "tests").rglob("*.py"), *(REPO / "bench").rglob("*.py")]):
-        rel = path.relative_to(REPO).as_posix()
-        tree = ast.parse(path.read_text(), filename=rel)
-        for func in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
-            for node in ast.walk(func):
-                if not (isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant)
-                        and node.elts[0].value == "sbatch" and len(node.elts) > 2):
-                    continue
-                if (rel, func.name) not in SBATCH_HELPERS and not _names_output(node.elts):
-                    bare.append(f"{rel}:{node.lineno} ({func.name})")
-    assert not bare, f"sbatch without --output (its slurm-<id>.out lands in the working directory): {bare}"

@@ -20,8 +20,9 @@ identities instead:
   session's login name (USER()).
 
 The table lists below are read off the code (each entry says where); `tests/db/test_db_roles.py`
-runs the placer's and the node's real database work as these roles on both servers, and a test
-fails when a table of the models is in no list, so a new table gets a decision.
+and `test_db_roles_placer.py` run the node's and the placer's real database work as these roles on
+both servers, and a test fails when a table of the models is in no list, so a new table gets a
+decision.
 
 What MariaDB cannot enforce, and PostgreSQL does: reads by row. A node's login there can read
 every node's job profiles' id, job id, node and start (the columns it must read to skip a job

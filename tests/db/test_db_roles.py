@@ -9,7 +9,8 @@ administrator, as an admin would), connects as each role and shows:
   measurements, job profiles or flags, nor change or delete any job profile;
 - the placer does exactly what the placer does: real cycles of a Placer (its database thread,
   as the daemon runs) read the classes, rules and runtime history and write placements, marks,
-  identities and accounting as `pal_placer`, and nothing beyond that is granted;
+  identities and accounting as `pal_placer`, and nothing beyond that is granted
+  (test_db_roles_placer.py);
 - the owner migrates the schema with no more than its grants (MariaDB; on PostgreSQL it owns it).
 
 Roles are global to a server and tests run side by side, so every test names its own roles
@@ -18,27 +19,21 @@ Roles are global to a server and tests run side by side, so every test names its
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, func, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from conftest import admin_url, throwaway_db
+from tests.support.role_db import T, RoleDb, refused, run_script
 from pal_slurm.agent.aggregate import JobProfileRecord
 from pal_slurm.agent.job_profile_store import GpuFlagRecord, load_node_facts, write_items
-from pal_slurm.db import migrate
-from pal_slurm.db.engine import make_engine, session_scope
-from pal_slurm.db.models import Gpu, GpuFlag, JobAccounting, JobIdentity, JobProfile, Node, Placement, ProfileRun
-from pal_slurm.db.role_grants import RoleNames
-from pal_slurm.db.roles import MYSQL_OWNER_PRIVILEGES, node_login, role_statements
+from pal_slurm.db.engine import session_scope
+from pal_slurm.db.models import Gpu, GpuFlag, JobProfile, Node, ProfileRun
+from pal_slurm.db.roles import node_login, role_statements
 from pal_slurm.errors import PalError
 from pal_slurm.gpu.interface import InventoryScan, scan_inventory
 from pal_slurm.gpu.simulated import SimBackend
@@ -48,118 +43,7 @@ from pal_slurm.profiler.inventory import store_inventory
 from pal_slurm.profiler.run_store import save_inventory
 from pal_slurm.profiler.service import RunRequest, profile_node
 
-PASSWORD = "role-test-pw"
 FLEET = make_fleet(nodes=2, gpus_per_node=4, seed=5)
-T = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
-
-SERVERS = [pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.mysql)]
-
-
-@dataclass
-class RoleDb:
-    """A throwaway database with the roles created in it, and an engine per role."""
-
-    kind: str
-    database: str
-    names: RoleNames
-    owner: Engine
-    placer: Engine
-    admin: Engine
-    nodes: dict[str, Engine] = field(default_factory=dict)
-    urls: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def dialect(self) -> str:
-        return "postgresql" if self.kind == "postgres" else "mysql"
-
-
-def _run_script(engine: Engine, statements: list[str]) -> None:
-    """Run statements one by one on a driver connection, as psql or mariadb run the file
-    (no bind parameters, so a '%' in a LIKE pattern is just a '%'); one transaction."""
-    raw = engine.raw_connection()
-    try:
-        cur = raw.cursor()
-        for stmt in statements:
-            cur.execute(stmt)
-        raw.commit()
-    finally:
-        raw.close()
-
-
-@pytest.fixture(params=SERVERS)
-def roles(request: pytest.FixtureRequest) -> Iterator[RoleDb]:
-    kind = request.param
-    dialect = "postgresql" if kind == "postgres" else "mysql"
-    tag = uuid.uuid4().hex[:8]
-    names = RoleNames(owner=f"pal_owner_{tag}", placer=f"pal_placer_{tag}", node=f"pal_node_{tag}",
-                      node_prefix=f"pal_node_{tag}_")
-    admin_base = make_url(admin_url(kind))
-    dbs = throwaway_db(kind)
-    pal_url = next(dbs)
-    database = make_url(pal_url).database
-    assert database is not None
-    admin = create_engine(admin_base.set(database=database))
-    engines: list[Engine] = [admin]
-    logins = [node_login(n, dialect, names) for n in ("gpu001", "gpu002")]  # type: ignore[arg-type]
-
-    def url_of(user: str) -> str:
-        return make_url(pal_url).set(username=user, password=PASSWORD).render_as_string(hide_password=False)
-
-    try:
-        if kind == "postgres":  # the owner is the database's owner: the tests' pal user created it
-            owner_url = pal_url
-        else:  # a MariaDB owner with exactly the owner's grants, who migrates from empty
-            _run_script(admin, [f"CREATE USER '{names.owner}'@'%' IDENTIFIED BY '{PASSWORD}'",
-                                f"GRANT {MYSQL_OWNER_PRIVILEGES} ON `{database}`.* TO '{names.owner}'@'%'"])
-            owner_url = url_of(names.owner)
-        owner = make_engine(owner_url)
-        engines.append(owner)
-        migrate.upgrade(owner)
-        _run_script(admin, role_statements(dialect, database=database, nodes=["gpu001", "gpu002"],  # type: ignore[arg-type]
-                                           names=names))
-        if kind == "postgres":
-            _run_script(admin, [f"ALTER ROLE \"{r}\" PASSWORD '{PASSWORD}'" for r in (names.placer, *logins)])
-        else:
-            _run_script(admin, [f"ALTER USER '{r}'@'%' IDENTIFIED BY '{PASSWORD}' ACCOUNT UNLOCK"
-                                for r in (names.placer, *logins)])
-        placer = make_engine(url_of(names.placer))
-        engines.append(placer)
-        db = RoleDb(kind, database, names, owner, placer, admin, urls={"placer": url_of(names.placer)})
-        for n, login in zip(("gpu001", "gpu002"), logins):
-            db.nodes[n] = make_engine(url_of(login))
-            db.urls[n] = url_of(login)
-            engines.append(db.nodes[n])
-        yield db
-    finally:
-        for e in engines[1:]:
-            e.dispose()
-        if kind == "postgres":
-            with admin.connect() as conn:
-                conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                  "WHERE datname = :d AND pid <> pg_backend_pid()"), {"d": database})
-                conn.commit()
-        admin.dispose()
-        dbs.close()  # drops the database
-        drop = create_engine(admin_base)
-        try:
-            if kind == "postgres":
-                _run_script(drop, [f'DROP ROLE IF EXISTS "{r}"' for r in (*logins, names.placer, names.node)])
-            else:
-                _run_script(drop, [f"DROP USER IF EXISTS '{r}'@'%'" for r in (*logins, names.placer, names.owner)]
-                            + [f"DROP ROLE IF EXISTS {names.node}"])
-        finally:
-            drop.dispose()
-
-
-def refused(engine: Engine, sql: str, params: dict[str, Any] | None = None) -> str:
-    """The server's one-line refusal of `sql` run on `engine` (fails the test when it ran)."""
-    try:
-        with engine.begin() as conn:
-            result = conn.execute(text(sql), params or {})
-            count = result.rowcount
-    except SQLAlchemyError as exc:
-        return str(getattr(exc, "orig", exc)).splitlines()[0]
-    pytest.fail(f"the server let it through ({count} row(s)): {sql}")
 
 
 #: how each server refuses a node's row of another node: row-level security, the triggers
@@ -238,7 +122,9 @@ def test_a_node_stores_its_own_measurements_and_job_profiles(roles: RoleDb, tmp_
         assert {n for n, in s.execute(select(Node.name))} == {"gpu001"}
 
 
-def test_a_node_cannot_write_what_is_not_its_own(roles: RoleDb, tmp_path: Path) -> None:
+def _both_nodes_profiled(roles: RoleDb, tmp_path: Path) -> tuple[Any, int, int]:
+    """Both nodes profiled and gpu002 with a job profile; what gpu001 must not change of gpu002's
+    (its first GPU's serial and id, its node's id), as the owner reads them before."""
     me, other = roles.nodes["gpu001"], roles.nodes["gpu002"]
     assert _profile(me, "gpu001", tmp_path).db_error is None
     assert _profile(other, "gpu002", tmp_path).db_error is None
@@ -249,8 +135,11 @@ def test_a_node_cannot_write_what_is_not_its_own(roles: RoleDb, tmp_path: Path) 
         their_node = s.scalar(select(Node.id).where(Node.name == "gpu002"))
         serial_before = theirs.serial
         their_gpu_id = theirs.id
+    return serial_before, their_gpu_id, their_node
 
-    # the admin's tables: classifications and class rules
+
+def _the_admins_tables_are_refused(roles: RoleDb, me: Engine) -> None:
+    """Classifications and class rules: neither by SQL nor through the rule store's own code."""
     assert "denied" in refused(me, "INSERT INTO classification_runs (version, created_at, params, note) "
                                    "VALUES (99, :t, '{}', 'forged')", {"t": T})
     assert "denied" in refused(me, "UPDATE gpu_classes SET slowdown = 1.0")
@@ -264,7 +153,9 @@ def test_a_node_cannot_write_what_is_not_its_own(roles: RoleDb, tmp_path: Path) 
             add_rule(s, "A", ["A", "B", "C", "D"], user="mallory")
     assert "denied" in str(err.value)
 
-    # another node's GPUs: changed, claimed by a scan that moves them, or created on it
+
+def _another_nodes_gpus_are_refused(me: Engine, their_node: int) -> None:
+    """Changed, claimed by a scan that moves them, or created on it."""
     nothing_changed(me, "UPDATE gpus SET serial = 'forged' WHERE uuid = :u", {"u": _uuids("gpu002")[0]})
     nothing_changed(me, "UPDATE gpus SET node_id = (SELECT id FROM nodes WHERE name = 'gpu001') WHERE uuid = :u",
                     {"u": _uuids("gpu002")[0]})
@@ -278,7 +169,9 @@ def test_a_node_cannot_write_what_is_not_its_own(roles: RoleDb, tmp_path: Path) 
                 "VALUES ('GPU-forged', :n, 'V100', :t, :t, 'present')", {"n": their_node, "t": T}))
     assert "denied" in refused(me, "DELETE FROM gpus WHERE uuid = :u", {"u": _uuids("gpu002")[0]})
 
-    # another node's measurements, node row, job profiles and flags
+
+def _another_nodes_rows_are_refused(roles: RoleDb, me: Engine, their_gpu_id: int) -> None:
+    """Its measurements, node row, job profiles and flags."""
     not_its_own(refused(me, "INSERT INTO profile_runs (run_key, gpu_id, benchmark_id, started_at, score, unit, lower_is_better, "
                 "source, imported_at) SELECT 'forged', :g, id, :t, 1.0, 'x', false, 'x', :t FROM benchmarks",
             {"g": their_gpu_id, "t": T}))
@@ -300,6 +193,17 @@ def test_a_node_cannot_write_what_is_not_its_own(roles: RoleDb, tmp_path: Path) 
         with me.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM job_profiles")).scalar() == 0
 
+
+def test_a_node_cannot_write_what_is_not_its_own(roles: RoleDb, tmp_path: Path) -> None:
+    me = roles.nodes["gpu001"]
+    serial_before, their_gpu_id, their_node = _both_nodes_profiled(roles, tmp_path)
+    # the admin's tables: classifications and class rules
+    _the_admins_tables_are_refused(roles, me)
+    # another node's GPUs: changed, claimed by a scan that moves them, or created on it
+    _another_nodes_gpus_are_refused(me, their_node)
+    # another node's measurements, node row, job profiles and flags
+    _another_nodes_rows_are_refused(roles, me, their_gpu_id)
+
     with session_scope(roles.owner) as s:
         theirs = s.scalars(select(Gpu).where(Gpu.uuid == _uuids("gpu002")[0])).one()
         assert theirs.serial == serial_before and theirs.node_id == their_node
@@ -310,100 +214,9 @@ def test_a_node_cannot_write_what_is_not_its_own(roles: RoleDb, tmp_path: Path) 
         assert s.execute(select(JobProfile.node, JobProfile.user)).all() == [("gpu002", "bob")]
 
 
-# --------------------------------------------------------------------------- the placer
-
-
-def test_the_placer_does_what_the_placer_does_as_pal_placer(roles: RoleDb, tmp_path: Path) -> None:
-    from pal_slurm.services.classification import run_classification
-    from pal_slurm.config import DatabaseConfig, PalConfig, PlacerConfig
-    from pal_slurm.db.advisory_lock import AdvisoryLock
-    from pal_slurm.db.models import JobHistory
-    from pal_slurm.demo.cluster_gpus import NODES, records
-    from pal_slurm.db.measurement_store import import_records
-    from pal_slurm.db.sensitivity_store import add_rule
-    from pal_slurm.placer.service import build_placer
-    from pal_slurm.report.service import load_gpu_rows
-    from tests.support.recording_slurm import running
-    from tests.support.recording_slurm import Recorder, held, node
-
-    # the admin's side, as the owner: measurements, a classification, a class rule, history
-    owner_cfg = PalConfig(database=DatabaseConfig(url="sqlite://"), data_dir=tmp_path)
-    with session_scope(roles.owner) as s:
-        import_records(s, records())
-        add_rule(s, "A", ["A", "B", "C", "D"], user="u", note="test")
-        for i in range(4):
-            s.add(JobHistory(source="c", slurm_job_id=f"h{i}", user="u", name="j", started_at=T - timedelta(days=i),
-                             elapsed_s=3600.0, state="COMPLETED", gpus=1, nodes=1, imported_at=T))
-            s.add(JobProfile(slurm_job_id=f"p{i}", node="pal-n1", user="u", gpu_uuids=[], gpus=1,
-                             started_at=datetime.now(UTC) - timedelta(days=i + 1),
-                             ended_at=datetime.now(UTC) - timedelta(days=i + 1) + timedelta(hours=1),
-                             duration_s=3600.0, samples=1, fingerprint="f" * 16))
-    run_classification(roles.owner, owner_cfg, note="role test")
-
-    # the daemon, as pal_placer: its database work on its own thread, as `pal placer` runs it
-    cfg = PalConfig(database=DatabaseConfig(url=roles.urls["placer"]), data_dir=tmp_path,
-                    placer=PlacerConfig(mode="enforce", state_file=str(tmp_path / "filter-state"),
-                                        classes_refresh_s=600.0))
-    p = build_placer(cfg, lambda: roles.placer, background_db=True)
-    worker = p.runner.__self__  # type: ignore[union-attr]
-    now = time.time()
-    job = replace(held("1"), begin_time=now + 80, submit_time=now - 5)
-    backend = Recorder([job], [node(n) for n in NODES])  # type: ignore[list-item]
-    p.backend = backend  # type: ignore[assignment]
-
-    def cycle() -> Any:
-        report = p.cycle()
-        assert worker.drain(30), "the database thread did not finish"
-        assert worker.errors == 0, f"the placer's database work failed as {roles.names.placer}: {worker.last_error}"
-        return report
-
-    cycle()  # reads the classes, the rules and the history; records the job's identity
-    assert cycle().placed == ["1"]  # places by the classes read as pal_placer; the decision recorded
-    placed = backend.jobs()[0]
-    at, minor = placed.required_nodes, int(placed.tres_per_node.split(":")[-2].removeprefix("v100_g"))
-    backend._jobs = [running(placed, at, (minor,), start=time.time())]  # noqa: SLF001
-    cycle()  # a placed job started: its mark
-    backend._jobs = [replace(held("2", user="v", name="other"), begin_time=time.time() + 80,  # noqa: SLF001
-                             submit_time=time.time())]
-    cycle()  # the first job ended: its end mark and its accounting record; a new job's identity
-    assert not p.audit.waiting and p.audit.last_error is None
-    assert p.accounting is not None and p.accounting.sink.last_error is None and not p.accounting.sink.pending
-
-    # the metrics exporter's reads (start_metrics) and the advisory lock, as pal_placer
-    rows = load_gpu_rows(roles.placer, None, cfg)
-    assert len(rows) == 16
-    lock = AdvisoryLock(roles.placer)
-    assert lock.acquire() and lock.held
-    lock.release()
-
-    with session_scope(roles.owner) as s:
-        got = s.execute(select(Placement.slurm_job_id, Placement.outcome, Placement.started_at.is_not(None),
-                               Placement.ended_at.is_not(None)).where(Placement.outcome == "applied")).all()
-        assert sorted(got) == [("1", "applied", True, True), ("2", "applied", False, False)]
-        reason = s.scalar(select(Placement.reason).where(Placement.slurm_job_id == "1"))
-        assert "learned from sacct history" in reason, "the runtime history was read as pal_placer"
-        assert {i for i, in s.execute(select(JobIdentity.slurm_job_id))} == {"1", "2"}
-        assert s.execute(select(JobAccounting.slurm_job_id, JobAccounting.mode)).all() == [("1", "enforce")]
-
-    # and nothing beyond it
-    placer = roles.placer
-    assert "denied" in refused(placer, "UPDATE gpu_classes SET slowdown = 1.0")
-    assert "denied" in refused(placer, "DELETE FROM class_rules")
-    assert "denied" in refused(placer, "UPDATE gpus SET serial = 'x'")
-    assert "denied" in refused(placer, "INSERT INTO nodes (name, first_seen, last_seen) VALUES ('n', :t, :t)",
-                               {"t": T})
-    assert "denied" in refused(placer, "UPDATE placements SET reason = 'rewritten'")
-    assert "denied" in refused(placer, "DELETE FROM placements")
-    assert "denied" in refused(placer, "DELETE FROM job_accounting")
-    assert "denied" in refused(placer, "SELECT * FROM job_accounting")
-    user = '"user"' if roles.kind == "postgres" else "`user`"
-    assert "denied" in refused(placer, f"SELECT {user} FROM job_profiles")
-    worker.stop()
-
-
 def test_the_role_script_runs_again_unchanged(roles: RoleDb) -> None:
     """Rerun after every `pal db upgrade`: the second run succeeds and the roles work as before."""
-    _run_script(roles.admin, role_statements(roles.dialect, database=roles.database,  # type: ignore[arg-type]
+    run_script(roles.admin, role_statements(roles.dialect, database=roles.database,  # type: ignore[arg-type]
                                              nodes=["gpu001", "gpu002"], names=roles.names))
     with session_scope(roles.nodes["gpu001"]) as s:
         assert write_items(s, [_job("gpu001", "1")]).profiles == 1

@@ -33,7 +33,7 @@ import pytest
 from tests.slurm.conftest import FINISHED, SlurmCluster
 from tests.slurm.placer_support import PlacerProcess, make_db, write_config
 from tests.slurm.records import exit_code, job_state, records_of, return_code, tagged_held
-from tests.slurm.test_placer_failopen import wait_idle
+from tests.slurm.placer_rig import wait_idle
 
 pytestmark = pytest.mark.slurm
 

@@ -16,7 +16,7 @@ from pal_slurm.placement.cons_tres_fit import tightest_fit_nodes
 from pal_slurm.placement.first_fit import first_fit_nodes
 from pal_slurm.slurm.tres import parse_gres_alloc
 from tests.slurm.conftest import SlurmCluster
-from tests.slurm.test_placer_failopen import wait_idle
+from tests.slurm.placer_rig import wait_idle
 
 GPUS_PER_NODE = 4
 

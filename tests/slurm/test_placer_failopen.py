@@ -1,8 +1,8 @@
 """Fail-open paths of the placement daemon on the real test cluster (docs/admin-guide.md, "Failure modes").
 
 Each test runs its own `pal placer` (enforce mode, 0.5 s cycle, stale_after 5 s) as systemd
-would, with the filter's kill switch removed; the `rig` fixture always stops the placer,
-restores the kill switch and cancels every job the test submitted.
+would, with the filter's kill switch removed; the `rig` fixture (tests/slurm/placer_rig.py)
+always stops the placer, restores the kill switch and cancels every job the test submitted.
 
 Jobs are kept held on purpose by filling all 16 GPUs first with `sleep` jobs that name their
 node (the filter never holds those): the placer then has nothing free and leaves the GPU jobs
@@ -13,228 +13,23 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pal_slurm.placer.tag import Tag
-from tests.slurm.conftest import FINISHED, SCRIPT, SlurmCluster
-from tests.slurm.placer_support import NODES, PlacerProcess, make_db, write_config
-from tests.slurm.records import HELD_TAG, held_by_pal, int_field, job_state
+from tests.slurm.conftest import FINISHED, SCRIPT
+from tests.slurm.placer_rig import STALE_AFTER, STATE_CACHE_S, Rig, classified_db, rig  # noqa: F401 - fixtures
+from tests.slurm.records import HELD_TAG, int_field, job_state
 
 pytestmark = pytest.mark.slurm
-
-STATE_CACHE_S = 2.2   # job_submit.lua re-reads its state file at most every 2 s
-STALE_AFTER = 5       # the placer's stale_after_s in these tests
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def classified_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The classified SQLite database (made once; each test works on its own copy)."""
-    tmp = tmp_path_factory.mktemp("paldb")
-    make_db(tmp)
-    return tmp / "pal.db"
-
-
-@dataclass
-class Rig:
-    """One test's placer, jobs and filter switch on the shared test cluster."""
-
-    cluster: SlurmCluster
-    tmp: Path
-    db_template: Path
-    jobs: list[str] = field(default_factory=list)
-    #: each job's GPU request as Slurm stored it at submit: (tres_per_node, tres_per_job)
-    requested: dict[str, tuple[str, str]] = field(default_factory=dict)
-    fillers: list[str] = field(default_factory=list)
-    placers: list[PlacerProcess] = field(default_factory=list)
-
-    # ---------------------------------------------------------------- placer
-    def db_copy(self) -> tuple[str, Path]:
-        path = self.tmp / "pal.db"
-        shutil.copyfile(self.db_template, path)
-        return f"sqlite:///{path}", path
-
-    def config(self, db_url: str | None = None, **kwargs: Any) -> Path:
-        if db_url is None:
-            db_url, _ = self.db_copy()
-        kwargs.setdefault("stale_after", STALE_AFTER)
-        # every class held: these tests are about holding and releasing, not about which
-        # classes have GPUs to choose between (pal-guard leaves a quiet class to Slurm)
-        kwargs.setdefault("noise", 0.0)
-        return write_config(self.tmp, db_url, self.cluster.filter_state, mode="enforce", **kwargs)
-
-    def start(self, config: Path) -> PlacerProcess:
-        """Start a placer and wait until it has finished its first cycle (classes loaded).
-
-        A cycle publishes the heartbeat first: a heartbeat from a later second than the first
-        one this placer wrote comes from its second cycle, so the first one is over."""
-        self.assert_no_other_placer()
-        started = int(time.time())
-        p = PlacerProcess(config, self.cluster.env, self.tmp / f"placer-{len(self.placers)}.log")
-        self.placers.append(p)
-        deadline = time.monotonic() + 30
-        first = None
-        while first is None or self.heartbeat() <= first:
-            assert p.proc.poll() is None, f"placer exited {p.proc.returncode}:\n{p.output()}"
-            assert time.monotonic() < deadline, f"placer wrote no heartbeat:\n{p.output()}"
-            if first is None and self.heartbeat() >= started:
-                first = self.heartbeat()
-            time.sleep(0.1)
-        return p
-
-    def start_once(self, config: Path) -> PlacerProcess:
-        """Start a placer with a long interval and wait until its first cycle is over (its log
-        says so, or the cycle's heartbeat is a second old)."""
-        self.assert_no_other_placer()
-        started = int(time.time())
-        p = PlacerProcess(config, self.cluster.env, self.tmp / f"placer-{len(self.placers)}.log")
-        self.placers.append(p)
-        deadline = time.monotonic() + 30
-        while self.heartbeat() < started:
-            assert p.proc.poll() is None, f"placer exited {p.proc.returncode}:\n{p.output()}"
-            assert time.monotonic() < deadline, f"placer wrote no heartbeat:\n{p.output()}"
-            time.sleep(0.1)
-        time.sleep(2)
-        return p
-
-    def assert_no_other_placer(self) -> None:
-        """One placer per cluster: another one (a leaked test placer) would take our held jobs."""
-        before = self.heartbeat()
-        time.sleep(1.1)
-        after = self.heartbeat()
-        assert after <= 0 or after == before, (
-            f"another placer writes {self.cluster.filter_state} (heartbeat {before} -> {after}): stop it first")
-
-    def heartbeat(self) -> int:
-        try:
-            text = self.cluster.filter_state.read_text(encoding="utf-8")
-        except OSError:
-            return -1
-        m = re.search(r"^heartbeat (\d+)$", text, flags=re.M)
-        return int(m.group(1)) if m else -1
-
-    def filter_on(self) -> None:
-        """Remove the kill switch (the placer writes the state file) and let the filter's cache expire."""
-        self.cluster.kill_switch.unlink(missing_ok=True)
-        time.sleep(STATE_CACHE_S)
-
-    def pal(self, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        """`python3 -m pal_slurm --config CFG ARGS` as the systemd timer runs it."""
-        return subprocess.run([sys.executable, "-m", "pal_slurm", "--config", str(config), *args], check=False,
-                              capture_output=True, text=True, timeout=60, cwd=REPO,
-                              env={**os.environ, **self.cluster.env})
-
-    # ---------------------------------------------------------------- jobs
-    def submit(self, args: Sequence[str], wrap: str = "sleep 0.2") -> str:
-        jobid = self.cluster.submit(["-J", "pal-failopen", *args, "--wrap", wrap])
-        self.jobs.append(jobid)
-        rec = self.records([jobid])[jobid]
-        self.requested[jobid] = (rec.get("tres_per_node") or "", rec.get("tres_per_job") or "")
-        return jobid
-
-    def assert_requests_unchanged(self, recs: dict[str, dict[str, Any]]) -> None:
-        """Every job in `recs` carries exactly the GPU request it was submitted with (the
-        same GPU types and counts, per node and per job; 22.05 writes gres:, 24.11 gres/)."""
-        from tests.support.faults import gpu_items
-
-        for jobid, rec in recs.items():
-            node, job = self.requested[jobid]
-            got = (gpu_items(rec.get("tres_per_node") or ""), gpu_items(rec.get("tres_per_job") or ""))
-            assert got == (gpu_items(node), gpu_items(job)), (jobid, rec.get("tres_per_node"),
-                                                                rec.get("tres_per_job"), self.requested[jobid])
-
-    def fill_gpus(self) -> None:
-        """Every GPU busy with a long sleep that names its node (never held, never moved)."""
-        for node in NODES:
-            self.fillers.append(self.submit(["-w", node, "--gres=gpu:4"], wrap="sleep 600"))
-        self.wait_fillers()
-
-    def wait_fillers(self) -> None:
-        for jobid in self.fillers:
-            try:
-                self.cluster.wait_state(jobid, "RUNNING", timeout=45)
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}\nnodes:\n{node_report(self.cluster)}") from None
-
-    def free_gpus(self) -> None:
-        self.cluster.cancel(self.fillers)
-
-    def records(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        want = {int(j) for j in ids}
-        return {str(int_field(j["job_id"])): j for j in self.cluster.squeue_json()["jobs"]
-                if int_field(j["job_id"]) in want}
-
-    def held(self, ids: Iterable[str]) -> list[str]:
-        now = time.time()
-        return sorted(j for j, rec in self.records(ids).items() if held_by_pal(rec, now))
-
-    def wait_held(self, ids: Sequence[str], timeout: float = 15) -> None:
-        """Until every job in IDS is held by pal-slurm and the placer has had two more cycles."""
-        deadline = time.monotonic() + timeout
-        while len(self.held(ids)) < len(ids):
-            assert time.monotonic() < deadline, f"not all held: {self.records(ids)}"
-            time.sleep(0.25)
-        time.sleep(1.2)
-        assert self.held(ids) == sorted(ids), self.records(ids)
-
-    def wait_finished(self, ids: Sequence[str], timeout: float = 40) -> dict[str, dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while True:
-            recs = self.records(ids)
-            if all(job_state(r) in FINISHED for r in recs.values()) and len(recs) == len(ids):
-                return recs
-            assert time.monotonic() < deadline, f"jobs not finished: { {j: job_state(r) for j, r in recs.items()} }"
-            time.sleep(0.3)
-
-    def cleanup(self) -> None:
-        """Placers stopped (killed if SIGTERM does not end them), filter off, our jobs cancelled."""
-        try:
-            for p in self.placers:
-                if p.proc.poll() is None:
-                    p.stop()  # kills a placer SIGTERM does not end
-                if not p._fh.closed:
-                    p._fh.close()
-        finally:
-            self.cluster.kill_switch.touch()
-            self.cluster.filter_state.unlink(missing_ok=True)
-            self.cluster.cancel(self.jobs)
-
-
-def wait_idle(cluster: SlurmCluster, timeout: float = 60) -> None:
-    """Every node idle (a test before may have restarted slurmctld or left jobs ending)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = cluster.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout.split()
-        states = dict(zip(out[::2], out[1::2]))
-        if states and all(st == "idle" for st in states.values()):
-            return
-        assert time.monotonic() < deadline, f"nodes not idle after {timeout:g}s: {states}"
-        time.sleep(0.5)
-
-
-def node_report(cluster: SlurmCluster) -> str:
-    return cluster.run(["sinfo", "-N", "-O", "NodeList,StateLong,GresUsed:60,CPUsState"], check=False).stdout
-
-
-@pytest.fixture
-def rig(slurm_cluster: SlurmCluster, tmp_path: Path, classified_db: Path) -> Iterator[Rig]:
-    wait_idle(slurm_cluster)
-    r = Rig(slurm_cluster, tmp_path, classified_db)
-    try:
-        yield r
-    finally:
-        r.cleanup()
 
 
 def _assert_released_and_run(rig: Rig, ids: Sequence[str], why: str) -> None:
@@ -456,6 +251,36 @@ def test_slurmctld_down_for_a_while_is_logged_and_survived(rig: Rig) -> None:
 # ---------------------------------------------------------------- re-planning
 
 
+def _fill_all_but_two_slots(rig: Rig) -> None:
+    """Every GPU busy but pal-n3's g2 and g3, the only free slots."""
+    for node in ("pal-n1", "pal-n2", "pal-n4"):
+        rig.fillers.append(rig.submit(["-w", node, "--gres=gpu:4"], wrap="sleep 600"))
+    rig.fillers.append(rig.submit(["-w", "pal-n3", "--gres=gpu:v100_g0:1,gpu:v100_g1:1"], wrap="sleep 600"))
+    rig.wait_fillers()
+
+
+def _assert_placed_afresh_from_the_request(rig: Rig, cfg: Path, ids: dict[str, tuple[str, int]],
+                                           seen: dict[str, list[str]], recs: dict[str, dict[str, Any]]) -> None:
+    """Each job ran, placed at least twice (on pal-n3 first, on pal-n1 last) and never released
+    unchanged; its tag keeps the request the user made, it got as many GPUs as it asked for,
+    and `pal placements` shows the same."""
+    for jobid, (was, ngpus) in ids.items():
+        rec = recs[jobid]
+        assert job_state(rec) == "COMPLETED", (rec, seen[jobid])
+        placed = [c for c in seen[jobid] if c.startswith("pal: placed")]
+        assert len(placed) >= 2 and "gpus=pal-n3:" in placed[0] and "gpus=pal-n1:" in placed[-1], seen[jobid]
+        assert not any("released unchanged" in c for c in seen[jobid]), seen[jobid]
+        # the recorded original keeps the running version's TRES prefix (gres: on 22.05, gres/ on 24.11)
+        tag = Tag.parse(rec["admin_comment"].replace("gres/", "gres:"))
+        assert placed[-1] == rec["admin_comment"] and tag is not None and (was.split()[0], was.split()[1]) in tag.was
+        env = rig.cluster.job_env(jobid)
+        assert env["NODE"] == "pal-n1" and len(env["GPUS"].split(",")) == ngpus and env["GPUS"] != "none", env
+        out = rig.pal(cfg, "placements", "--job", jobid, "--format", "json")
+        assert out.returncode == 0, out.stderr
+        outcomes = [r["outcome"] for r in json.loads(out.stdout)]
+        assert outcomes.count("applied") >= 2 and "released-unchanged" not in outcomes, outcomes
+
+
 def test_a_released_job_that_does_not_start_is_replanned(rig: Rig) -> None:
     """Provoked: two jobs are placed on the only free slots (pal-n3 g2, g3) with a dependency on a
     held job (a job with its own --begin ahead is never held, so not placed); while they wait for
@@ -464,10 +289,7 @@ def test_a_released_job_that_does_not_start_is_replanned(rig: Rig) -> None:
     they are held again and, once a filler ends, placed afresh elsewhere from the request
     the user made. Neither is ever released with a stale pinned slot, nor loses its GPUs
     (22.05 refuses an untyped request once a job carried typed ones: typed -> typed)."""
-    for node in ("pal-n1", "pal-n2", "pal-n4"):
-        rig.fillers.append(rig.submit(["-w", node, "--gres=gpu:4"], wrap="sleep 600"))
-    rig.fillers.append(rig.submit(["-w", "pal-n3", "--gres=gpu:v100_g0:1,gpu:v100_g1:1"], wrap="sleep 600"))
-    rig.wait_fillers()
+    _fill_all_but_two_slots(rig)
     cfg = rig.config(replan_after=2)
     rig.start(cfg)
     rig.filter_on()
@@ -505,21 +327,7 @@ def test_a_released_job_that_does_not_start_is_replanned(rig: Rig) -> None:
         assert time.monotonic() < deadline, seen
         time.sleep(0.2)
     recs = watch()
-    for jobid, (was, ngpus) in ids.items():
-        rec = recs[jobid]
-        assert job_state(rec) == "COMPLETED", (rec, seen[jobid])
-        placed = [c for c in seen[jobid] if c.startswith("pal: placed")]
-        assert len(placed) >= 2 and "gpus=pal-n3:" in placed[0] and "gpus=pal-n1:" in placed[-1], seen[jobid]
-        assert not any("released unchanged" in c for c in seen[jobid]), seen[jobid]
-        # the recorded original keeps the running version's TRES prefix (gres: on 22.05, gres/ on 24.11)
-        tag = Tag.parse(rec["admin_comment"].replace("gres/", "gres:"))
-        assert placed[-1] == rec["admin_comment"] and tag is not None and (was.split()[0], was.split()[1]) in tag.was
-        env = rig.cluster.job_env(jobid)
-        assert env["NODE"] == "pal-n1" and len(env["GPUS"].split(",")) == ngpus and env["GPUS"] != "none", env
-        out = rig.pal(cfg, "placements", "--job", jobid, "--format", "json")
-        assert out.returncode == 0, out.stderr
-        outcomes = [r["outcome"] for r in json.loads(out.stdout)]
-        assert outcomes.count("applied") >= 2 and "released-unchanged" not in outcomes, outcomes
+    _assert_placed_afresh_from_the_request(rig, cfg, ids, seen, recs)
 
 
 def test_jobs_waiting_for_a_begin_time_or_dependency_do_not_block_gpus(rig: Rig) -> None:

@@ -16,8 +16,9 @@ from pal_slurm.slurm import parse_json
 from pal_slurm.slurm.command import SQUEUE_ALL_JOBS_JSON
 from pal_slurm.slurm.model import SlurmJob
 from tests.support.faults import check_job
+from tests.slurm.conftest import FINISHED
+from tests.slurm.placer_rig import Rig, classified_db, rig  # noqa: F401 - fixtures
 from tests.slurm.records import job_state
-from tests.slurm.test_placer_failopen import FINISHED, Rig, classified_db, rig  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slurm
 

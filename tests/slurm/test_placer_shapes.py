@@ -18,7 +18,7 @@ import pytest
 
 from tests.slurm.placer_support import A_PERFVAR
 from tests.slurm.records import int_field, job_state
-from tests.slurm.test_placer_failopen import Rig, classified_db, rig  # noqa: F401  (fixtures)
+from tests.slurm.placer_rig import Rig, classified_db, rig  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slurm
 

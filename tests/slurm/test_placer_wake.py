@@ -17,7 +17,7 @@ import pytest
 
 from tests.slurm.placer_support import NODES
 from tests.slurm.records import HELD_TAG, int_field, job_state
-from tests.slurm.test_placer_failopen import Rig, classified_db, rig  # noqa: F401 - fixtures
+from tests.slurm.placer_rig import Rig, classified_db, rig  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slurm
 

@@ -16,19 +16,24 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from conftest import REPO, harness_env
 from pal_eval.replay.arms import ArmSettings
-from pal_eval.replay.experiment import ClusterHandle, configure_database, run_arms, submitting_user
+from pal_eval.replay.experiment import ArmReport, ClusterHandle, configure_database, run_arms, submitting_user
 from pal_eval.replay.fleet import name_fleet
 from pal_eval.replay.harness import run_arm
-from pal_eval.replay.plan import plan_replay
+from pal_eval.replay.plan import ReplayPlan, plan_replay
+from pal_slurm.placement.model import Cluster
 from pal_slurm.placement.variability import GpuVariability
 from pal_slurm.simulate.estimates import parse_runtime_estimate
 from pal_slurm.simulate.traces import Trace, TraceJob
 from tests.slurm.conftest import SlurmCluster
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 pytestmark = pytest.mark.slurm
 
@@ -68,16 +73,11 @@ def handle(c: SlurmCluster) -> ClusterHandle:
     return ClusterHandle(env=c.env, state_file=c.filter_state, kill_switch=c.kill_switch)
 
 
-def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_filter: SlurmCluster, replay_db,
-                                                                      tmp_path: Path):
-    url, cluster, factors = replay_db
-    # 1 trace second = 0.5 real seconds: about 20 s per arm
-    plan = plan_replay(short_trace(), seconds_per_hour=1800.0, estimate=parse_runtime_estimate("x2"),
-                       nodes=len(slurm_filter.nodes), gpus_per_node=4)
-    reports = run_arms(plan, cluster, handle(slurm_filter), db_url=url, work_dir=tmp_path / "replay",
-                       factors=factors, settings=ArmSettings(locality_penalty=PENALTY, placer_interval_s=0.5),
-                       say=lambda s: None)
-    assert [r.arm for r in reports] == ["slurm", "pal"]
+def _assert_each_arm_was_measured_by_its_jobs(slurm_filter: SlurmCluster, reports: list[ArmReport],
+                                              factors: dict[str, Any]) -> None:
+    """Every job of both arms ran on exactly the GPUs of its shape, slept by the slowest of them
+    for its class (x the locality penalty across nodes), never shared a GPU with another job;
+    each arm's run is complete and its own record agrees."""
     for rep in reports:
         slurm_filter.submitted.extend(t.slurm_id for t in rep.run.jobs)
         assert rep.run.complete, rep.notes
@@ -105,9 +105,10 @@ def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_fil
         lead = rep.as_dict()["run_start_lead_s"]  # the run's own median lead, as stored with the result
         assert lead is not None and 0.0 <= lead < 5.0
         assert rep.real.makespan_s >= 11.4 and rep.real.avg_jct_s > 0  # the last job arrives at 11.4 s
-    # every pal-arm job went through the placer (an applied placement, or a multi-node first fit
-    # left to Slurm on record): classes B-D have nothing to choose on this fleet (every GPU 1.0)
-    # but class A has, so the filter holds them all (all or none: placement.base.unheld_classes)
+
+
+def _assert_every_pal_job_went_through_the_placer(url: str, reports: list[ArmReport]) -> Engine:
+    """The pal arm's placements as the database recorded them (its engine, for what follows)."""
     from pal_slurm.db.engine import make_engine
     from pal_slurm.placer.audit import placements_for
 
@@ -116,9 +117,16 @@ def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_fil
                 for t in reports[1].run.jobs}
     assert all(o & {"applied", "released-unchanged"} for _c, o in outcomes.values()), outcomes
     assert any("applied" in o for _c, o in outcomes.values()), outcomes
+    return engine
 
-    # pal+history: the slurm arm's finished jobs as its sacct export, imported before the arm
-    # with `pal jobs import-history`; the placer's estimates then come from it
+
+def _assert_the_history_arm_learns_from_the_slurm_arm(slurm_filter: SlurmCluster, plan: ReplayPlan,
+                                                      cluster: Cluster, url: str, factors: dict[str, Any],
+                                                      engine: Engine, reports: list[ArmReport],
+                                                      tmp_path: Path) -> None:
+    """The slurm arm's export imported before a pal+history arm: every placement's estimate
+    learned from it."""
+    from pal_slurm.placer.audit import placements_for
     from pal_eval.replay.history import history_label
     from pal_eval.replay.repeat import save_export
 
@@ -134,6 +142,28 @@ def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_fil
     reasons = [p.get("reason") or "" for t in learned.run.jobs for p in placements_for(engine, t.slurm_id)
                if p["outcome"] == "applied"]
     assert reasons and all("learned from sacct history" in r for r in reasons), reasons
+
+
+def test_a_short_replay_runs_both_arms_measured_by_the_jobs_themselves(slurm_filter: SlurmCluster, replay_db,
+                                                                      tmp_path: Path):
+    url, cluster, factors = replay_db
+    # 1 trace second = 0.5 real seconds: about 20 s per arm
+    plan = plan_replay(short_trace(), seconds_per_hour=1800.0, estimate=parse_runtime_estimate("x2"),
+                       nodes=len(slurm_filter.nodes), gpus_per_node=4)
+    reports = run_arms(plan, cluster, handle(slurm_filter), db_url=url, work_dir=tmp_path / "replay",
+                       factors=factors, settings=ArmSettings(locality_penalty=PENALTY, placer_interval_s=0.5),
+                       say=lambda s: None)
+    assert [r.arm for r in reports] == ["slurm", "pal"]
+    _assert_each_arm_was_measured_by_its_jobs(slurm_filter, reports, factors)
+    # every pal-arm job went through the placer (an applied placement, or a multi-node first fit
+    # left to Slurm on record): classes B-D have nothing to choose on this fleet (every GPU 1.0)
+    # but class A has, so the filter holds them all (all or none: placement.base.unheld_classes)
+    engine = _assert_every_pal_job_went_through_the_placer(url, reports)
+
+    # pal+history: the slurm arm's finished jobs as its sacct export, imported before the arm
+    # with `pal jobs import-history`; the placer's estimates then come from it
+    _assert_the_history_arm_learns_from_the_slurm_arm(slurm_filter, plan, cluster, url, factors, engine, reports,
+                                                      tmp_path)
     # a pal arm after it runs without: it removes the replay's histories first
     from pal_eval.replay.experiment import clear_history
 

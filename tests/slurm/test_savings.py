@@ -42,11 +42,9 @@ def fleet(nodes: list[str]) -> list[GpuVariability]:
     return name_fleet(var, nodes, 4)
 
 
-def test_observe_mode_accounts_the_tax_the_jobs_measured(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'pal.db'}"
-    _cluster, factors, _version = configure_database(url, fleet(slurm_cluster.nodes), note="one slow slot")
-    slow_slot = (slurm_cluster.nodes[0], 0)
-    assert factors[slow_slot[0]]["0"]["A"] == SLOW
+def _the_jobs_program(tmp_path: Path, factors: dict) -> tuple[Path, Path, Path]:
+    """The replay's job program, the factors it sleeps by and the folder it writes its record in
+    (the program, the factors file, the records folder)."""
     factors_file = tmp_path / "factors.json"
     factors_file.write_text(json.dumps(factors), encoding="utf-8")
     records = tmp_path / "records"
@@ -54,8 +52,13 @@ def test_observe_mode_accounts_the_tax_the_jobs_measured(slurm_cluster: SlurmClu
     script = tmp_path / "job.py"
     script.write_text(job_script(sys.executable), encoding="utf-8")
     script.chmod(0o755)
-    state = tmp_path / "filter-state"  # not the cluster's: an observing placer steers nothing
-    config = write_config(tmp_path, url, state, mode="observe", interval=0.5)
+    return script, factors_file, records
+
+
+def _run_the_jobs_observed(slurm_cluster: SlurmCluster, tmp_path: Path, url: str, config: Path, state: Path,
+                           script: Path, factors_file: Path, records: Path) -> tuple[list[str], list[dict]]:
+    """The four jobs run to the end under an observing placer, which then has accounted every one
+    (the jobs' ids, the placer's accounting rows)."""
     slurm_cluster.wait_quiet()  # an earlier test's job ending now would be in this placer's accounts
     placer = PlacerProcess(config, slurm_cluster.env, tmp_path / "placer.log")
     ids: list[str] = []
@@ -71,7 +74,6 @@ def test_observe_mode_accounts_the_tax_the_jobs_measured(slurm_cluster: SlurmClu
                 str(WORK_S), "1.0"]))
         for jid in ids:
             slurm_cluster.wait_state(jid, "COMPLETED", timeout=120)
-        want = {f"t{i}" for i in range(JOBS)}
         deadline = time.monotonic() + 20
         rows: list[dict] = []
         while time.monotonic() < deadline:
@@ -83,16 +85,25 @@ def test_observe_mode_accounts_the_tax_the_jobs_measured(slurm_cluster: SlurmClu
     finally:
         slurm_cluster.cancel(ids)
         placer.stop()
+    return ids, rows
+
+
+def _measured_by_the_jobs(records: Path) -> dict[str, dict]:
+    """Each job's own record (its GPUs, its clock), by Slurm job id."""
+    want = {f"t{i}" for i in range(JOBS)}
     measured = {}
     for name in want:
         r = json.loads((records / f"{name}.json").read_text(encoding="utf-8"))
         assert "error" not in r, r
         measured[r["job"]] = r
-    on_slow = [jid for jid, r in measured.items() if [tuple(g) for g in r["gpus"]] == [slow_slot]]
-    assert len(on_slow) == 1, measured  # Slurm's first fit put one of them on the slow slot
-    by_job = {row["slurm_job_id"]: row for row in rows}
-    observed = _observed(url, ids)
-    assert set(observed) == set(ids)  # the placer saw every job pending and recorded its choice
+    return measured
+
+
+def _assert_each_job_accounted_as_it_measured(measured: dict[str, dict], by_job: dict[str, dict],
+                                              observed: dict[str, list[dict]], factors: dict,
+                                              on_slow: list[str]) -> None:
+    """The accounting of each job: the GPUs it found, its pace, the saving of what the placer would
+    have chosen, and a tax only on the slow slot, within 5 % of what the job's own clock shows."""
     for jid, r in measured.items():
         row = by_job[jid]
         got = [(g["node"], g["minor"]) for g in row["gpus"]]
@@ -113,6 +124,13 @@ def test_observe_mode_accounts_the_tax_the_jobs_measured(slurm_cluster: SlurmClu
         else:
             assert row["tax_gpu_h"] == 0.0  # a typical GPU: no tax (its saving is negative where the
             # placer would have put it on the slow slot: that counts against the placer)
+
+
+def _assert_the_savings_report(config: Path, slurm_cluster: SlurmCluster, url: str, ids: list[str],
+                               rows: list[dict], by_job: dict[str, dict], on_slow: list[str],
+                               slow_slot: tuple[str, int]) -> None:
+    """`pal report savings` sums this test's ledger: the tax lost on the slow slot, what observe
+    mode would have saved, the slow slot first."""
     report = subprocess.run([sys.executable, "-m", "pal_slurm", "--config", str(config), "report", "savings",
                              "--since", "1h", "--format", "json"], capture_output=True, text=True, timeout=60,
                             check=True, env={**os.environ, **slurm_cluster.env})
@@ -125,6 +143,25 @@ def test_observe_mode_accounts_the_tax_the_jobs_measured(slurm_cluster: SlurmClu
     assert data["observe_saved_gpu_hours"] == pytest.approx(sum(row["saved_gpu_h"] for row in rows))
     assert (data["gpus"][0]["node"], data["gpus"][0]["minor"]) == slow_slot
     assert "pal-slurm would have saved" in data["headline"]
+
+
+def test_observe_mode_accounts_the_tax_the_jobs_measured(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'pal.db'}"
+    _cluster, factors, _version = configure_database(url, fleet(slurm_cluster.nodes), note="one slow slot")
+    slow_slot = (slurm_cluster.nodes[0], 0)
+    assert factors[slow_slot[0]]["0"]["A"] == SLOW
+    script, factors_file, records = _the_jobs_program(tmp_path, factors)
+    state = tmp_path / "filter-state"  # not the cluster's: an observing placer steers nothing
+    config = write_config(tmp_path, url, state, mode="observe", interval=0.5)
+    ids, rows = _run_the_jobs_observed(slurm_cluster, tmp_path, url, config, state, script, factors_file, records)
+    measured = _measured_by_the_jobs(records)
+    on_slow = [jid for jid, r in measured.items() if [tuple(g) for g in r["gpus"]] == [slow_slot]]
+    assert len(on_slow) == 1, measured  # Slurm's first fit put one of them on the slow slot
+    by_job = {row["slurm_job_id"]: row for row in rows}
+    observed = _observed(url, ids)
+    assert set(observed) == set(ids)  # the placer saw every job pending and recorded its choice
+    _assert_each_job_accounted_as_it_measured(measured, by_job, observed, factors, on_slow)
+    _assert_the_savings_report(config, slurm_cluster, url, ids, rows, by_job, on_slow, slow_slot)
 
 
 def _observed(url: str, ids: list[str]) -> dict[str, list[dict]]:

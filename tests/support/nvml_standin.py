@@ -5,7 +5,8 @@ without a GPU the real `pynvml` cannot start, so its inventory, ECC, retired-pag
 and telemetry paths would never run in CI. This module plays the library's part: the same
 function names, argument orders, constants and return shapes as `pynvml`, answering from a
 recording of a real node (tests/data/nvml/*.json). Nothing of pal-slurm is replaced: the
-backend's own code turns these answers into inventory and samples exactly as on a GPU node.
+backend's own code turns these answers into inventory and samples exactly as on a GPU node
+(`backend_on` plugs it in). NVML's constants, errors and structs are in nvml_api.py.
 
 What it keeps of the real library, because the backend depends on it:
 - NVML must be initialised: a query before `nvmlInit` or after the last `nvmlShutdown`
@@ -36,166 +37,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tests.support import nvml_api
+from tests.support.nvml_api import (
+    DeviceHandle,
+    Memory,
+    NVMLError,
+    NVMLLibraryMismatchError,
+    NVML_AGGREGATE_ECC,
+    NVML_CLOCK_GRAPHICS,
+    NVML_CLOCK_MEM,
+    NVML_CLOCK_SM,
+    NVML_CLOCK_VIDEO,
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_UNINITIALIZED,
+    NVML_MEMORY_ERROR_TYPE_CORRECTED,
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+    NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+    NVML_TEMPERATURE_GPU,
+    NVML_VOLATILE_ECC,
+    PciInfo,
+    ProcessInfo,
+    Utilization,
+    error_code,
+)
+from pal_slurm.gpu.nvml import NvmlBackend
+
 RECORDINGS = Path(__file__).resolve().parents[1] / "data" / "nvml"
-
-# -- NVML's constants (nvml.h; pynvml spells them the same) ------------------------------------
-
-NVML_SUCCESS = 0
-NVML_ERROR_UNINITIALIZED = 1
-NVML_ERROR_INVALID_ARGUMENT = 2
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NO_PERMISSION = 4
-NVML_ERROR_ALREADY_INITIALIZED = 5
-NVML_ERROR_NOT_FOUND = 6
-NVML_ERROR_INSUFFICIENT_SIZE = 7
-NVML_ERROR_INSUFFICIENT_POWER = 8
-NVML_ERROR_DRIVER_NOT_LOADED = 9
-NVML_ERROR_TIMEOUT = 10
-NVML_ERROR_IRQ_ISSUE = 11
-NVML_ERROR_LIBRARY_NOT_FOUND = 12
-NVML_ERROR_FUNCTION_NOT_FOUND = 13
-NVML_ERROR_CORRUPTED_INFOROM = 14
-NVML_ERROR_GPU_IS_LOST = 15
-NVML_ERROR_RESET_REQUIRED = 16
-NVML_ERROR_OPERATING_SYSTEM = 17
-NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
-NVML_ERROR_MEMORY = 20
-NVML_ERROR_UNKNOWN = 999
-
-NVML_TEMPERATURE_GPU = 0
-
-NVML_VOLATILE_ECC = 0
-NVML_AGGREGATE_ECC = 1
-NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
-NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-
-NVML_CLOCK_GRAPHICS = 0
-NVML_CLOCK_SM = 1
-NVML_CLOCK_MEM = 2
-NVML_CLOCK_VIDEO = 3
-
-NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
-NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
-
-nvmlClocksEventReasonGpuIdle = 0x1
-nvmlClocksEventReasonApplicationsClocksSetting = 0x2
-nvmlClocksEventReasonSwPowerCap = 0x4
-nvmlClocksEventReasonHwSlowdown = 0x8
-nvmlClocksEventReasonSyncBoost = 0x10
-nvmlClocksEventReasonSwThermalSlowdown = 0x20
-nvmlClocksEventReasonHwThermalSlowdown = 0x40
-nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
-nvmlClocksEventReasonDisplayClockSetting = 0x100
-# the same bits under their pre-535 names
-nvmlClocksThrottleReasonGpuIdle = nvmlClocksEventReasonGpuIdle
-nvmlClocksThrottleReasonApplicationsClocksSetting = nvmlClocksEventReasonApplicationsClocksSetting
-nvmlClocksThrottleReasonSwPowerCap = nvmlClocksEventReasonSwPowerCap
-nvmlClocksThrottleReasonHwSlowdown = nvmlClocksEventReasonHwSlowdown
-nvmlClocksThrottleReasonSyncBoost = nvmlClocksEventReasonSyncBoost
-nvmlClocksThrottleReasonSwThermalSlowdown = nvmlClocksEventReasonSwThermalSlowdown
-nvmlClocksThrottleReasonHwThermalSlowdown = nvmlClocksEventReasonHwThermalSlowdown
-nvmlClocksThrottleReasonHwPowerBrakeSlowdown = nvmlClocksEventReasonHwPowerBrakeSlowdown
-nvmlClocksThrottleReasonDisplayClockSetting = nvmlClocksEventReasonDisplayClockSetting
-
-#: NVML's own text for each code (what nvmlErrorString says, and so what str(NVMLError) shows).
-ERROR_TEXT: dict[int, str] = {
-    NVML_ERROR_UNINITIALIZED: "Uninitialized",
-    NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
-    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
-    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
-    NVML_ERROR_ALREADY_INITIALIZED: "Already Initialized",
-    NVML_ERROR_NOT_FOUND: "Not Found",
-    NVML_ERROR_INSUFFICIENT_SIZE: "Insufficient Size",
-    NVML_ERROR_INSUFFICIENT_POWER: "Insufficient External Power",
-    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
-    NVML_ERROR_TIMEOUT: "Timeout",
-    NVML_ERROR_IRQ_ISSUE: "Interrupt Request Issue",
-    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
-    NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
-    NVML_ERROR_CORRUPTED_INFOROM: "Corrupted infoROM",
-    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
-    NVML_ERROR_RESET_REQUIRED: "GPU requires restart",
-    NVML_ERROR_OPERATING_SYSTEM: "The operating system has blocked the request.",
-    NVML_ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
-    NVML_ERROR_MEMORY: "Insufficient Memory",
-    NVML_ERROR_UNKNOWN: "Unknown Error",
-}
-
-
-class NVMLError(Exception):
-    """An NVML return code other than success; `value` is the code, as in pynvml."""
-
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
-        self.value = value
-
-    def __str__(self) -> str:
-        return ERROR_TEXT.get(self.value, f"NVML Error with code {self.value}")
-
-
-class NVMLLibraryMismatchError(Exception):
-    """nvidia-ml-py's error for an unversioned query whose versioned symbol the driver lacks.
-    Not an NVMLError, and it carries no code: callers that catch only NVMLError miss it."""
-
-
-def error_code(name: str) -> int:
-    """`"NOT_SUPPORTED"` -> NVML_ERROR_NOT_SUPPORTED (a recording names errors so)."""
-    code = globals().get(f"NVML_ERROR_{name}")
-    if not isinstance(code, int):
-        raise ValueError(f"no NVML error named {name!r}")
-    return code
-
-
-# -- the shapes NVML answers in --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeviceHandle:
-    """An opaque device handle (pynvml's c_nvmlDevice_t): deliberately not the index."""
-
-    _index: int
-
-
-@dataclass
-class PciInfo:
-    """nvmlPciInfo_t: `busId` is the 8-digit-domain form NVML uses ("00000000:18:00.0")."""
-
-    busIdLegacy: str | bytes
-    domain: int
-    bus: int
-    device: int
-    pciDeviceId: int
-    pciSubSystemId: int
-    busId: str | bytes
-
-
-@dataclass
-class Memory:
-    """c_nvmlMemory_t, in bytes."""
-
-    total: int
-    free: int
-    used: int
-
-
-@dataclass
-class Utilization:
-    """c_nvmlUtilization_t, in percent of the last sample period."""
-
-    gpu: int
-    memory: int
-
-
-@dataclass
-class ProcessInfo:
-    """What pynvml returns per running process; `usedGpuMemory` is None where NVML cannot
-    tell (NVML_VALUE_NOT_AVAILABLE), as pynvml maps it."""
-
-    pid: int
-    usedGpuMemory: int | None
-    gpuInstanceId: int = 0xFFFFFFFF
-    computeInstanceId: int = 0xFFFFFFFF
-
+#: the nodes recorded there
+NODES = ("h100-node", "v100-node")
 
 # -- recordings -------------------------------------------------------------------------------
 
@@ -323,7 +197,7 @@ class NvmlStandIn:
     def module(self) -> types.ModuleType:
         """A module with pynvml's names: its constants, error classes and this node's functions."""
         mod = types.ModuleType("pynvml_standin", "NVML stand-in answering from a recording (tests/support/nvml_standin.py)")
-        for name, value in globals().items():
+        for name, value in vars(nvml_api).items():
             if name.startswith(("NVML_", "nvmlClocks")):
                 setattr(mod, name, value)
         mod.NVMLError = NVMLError
@@ -497,3 +371,8 @@ class NvmlStandIn:
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: DeviceHandle) -> list[ProcessInfo]:
         return self._processes("nvmlDeviceGetGraphicsRunningProcesses", handle, "graphics_processes")
+
+
+def backend_on(standin: NvmlStandIn) -> NvmlBackend:
+    """pal-slurm's NVML backend given `standin` as its `nvml` module, on a node named gpu-node."""
+    return NvmlBackend(node="gpu-node", nvml=standin.module())
