@@ -67,6 +67,23 @@ pid_alive() {
     return 0
 }
 
+# Wait up to $3 seconds for process $2 (called $1 in messages), already asked to stop, to
+# exit; then SIGKILL it, and fail if even that does not end it.
+wait_or_kill() {
+    local name="$1" pid="$2" limit_s="$3" halves=0
+    while pid_alive "$pid"; do
+        if [ "$halves" -ge $((limit_s * 2)) ]; then
+            log "$name still running after ${limit_s}s, sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            sleep 0.5
+            pid_alive "$pid" && die "could not stop $name (pid $pid)"
+            return 0
+        fi
+        sleep 0.5
+        halves=$((halves + 1))
+    done
+}
+
 # The last $2 (default 20) lines of log file $1, indented, on stderr; nothing if it is empty.
 tail_log() {
     if [ -s "$1" ]; then

@@ -434,18 +434,7 @@ my_stop() {
     else
         kill -TERM "$pid" 2>/dev/null || true
     fi
-    local waited=0
-    while pid_alive "$pid"; do
-        if [ "$waited" -ge "$WAIT_S" ]; then
-            log "MariaDB: still running after ${WAIT_S}s, sending SIGKILL"
-            kill -KILL "$pid" 2>/dev/null || true
-            sleep 1
-            pid_alive "$pid" && die "MariaDB: could not stop pid $pid"
-            break
-        fi
-        sleep 1
-        waited=$((waited + 1))
-    done
+    wait_or_kill MariaDB "$pid" "$WAIT_S"
     rm -f "$MY_PID_FILE" "$MY_SOCK" "$MY_SOCK.lock"
 }
 

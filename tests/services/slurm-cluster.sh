@@ -667,24 +667,14 @@ wait_nodes() {
 }
 
 stop_pid() {
-    local name="$1" pid waited=0
+    local name="$1" pid
     if ! pid="$(recorded_pid "$name")"; then
         rm -f "$PIDS/$name" "$PIDS/$name.exe"
         return 0
     fi
     log "stopping $name (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
-    while pid_alive "$pid"; do
-        if [ "$waited" -ge 30 ]; then
-            log "$name still running after 15s, sending SIGKILL"
-            kill -KILL "$pid" 2>/dev/null || true
-            sleep 0.5
-            pid_alive "$pid" && die "could not stop $name (pid $pid)"
-            break
-        fi
-        sleep 0.5
-        waited=$((waited + 1))
-    done
+    wait_or_kill "$name" "$pid" 15
     rm -f "$PIDS/$name" "$PIDS/$name.exe"
 }
 
