@@ -18,7 +18,7 @@ import pytest
 from pal_slurm.errors import SlurmError
 from pal_slurm.placer.audit import AuditSink
 from pal_slurm.placer.tag import HELD, PLACED, RELEASED_UNCHANGED, Tag
-from pal_slurm.placer.writer import Writer, carries_intent, clear_keys, drain, user_fields
+from pal_slurm.placer.writer import KEEP_HELD_S, Writer, carries_intent, clear_keys, drain, user_fields
 from tests.support.faults import Fault, Faults, check_job
 from tests.support.recording_slurm import NODES, Slurm, USER, V2205, V2411, applied_record, writer_rig
 from tests.support.recording_slurm import NOW, Recorder, held, node
@@ -355,3 +355,19 @@ def test_a_placed_gpus_per_job_request_keeps_its_per_node_gres(version) -> None:
     w, slurm, job, update, placed = writer_rig(version, job=job)
     assert w.apply(job, update, placed)
     assert "gres:mps:10" in slurm.job("1").tres_per_node.split(",")
+
+
+# --------------------------------------------------------------------------- the clock of a hold
+
+
+def test_a_hold_is_counted_on_the_writers_clock_not_slurms() -> None:
+    """Slurm takes a begin time as `now+N`: N must come from the clock the placer decided on, which
+    may differ from Slurm's (here 100 s ahead), for the held and the kept-held job alike."""
+    ahead = NOW + 100
+    job, broken = held("7"), held("8", begin_in=None, tres_per_node="")
+    rec = Recorder([job, broken], [node("n1")])
+    w = Writer(rec, AuditSink(None), policy="p", mode="enforce", clock=lambda: ahead)  # type: ignore[arg-type]
+    w.set_begin("7", ahead + 90)
+    assert rec.jobs(["7"])[0].begin_time == NOW + 90
+    w.keep_held(broken, "the request was lost")
+    assert rec.jobs(["8"])[0].begin_time == NOW + KEEP_HELD_S

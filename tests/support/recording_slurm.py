@@ -9,6 +9,7 @@ set). The class factors are fixed (pal_eval.fakes.StaticFactors, the benchmarks'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -76,8 +77,10 @@ class Recorder:
         self._change(job_id, begin_time=NOW, state_reason="None")
 
     def set_begin(self, job_id: str, epoch: float, now: float) -> None:
+        """As the CLI backend writes it (`StartTime=now+N`, N counted on the caller's clock) to a
+        Slurm whose clock reads NOW: a caller whose clock is not NOW holds the job that much off."""
         self.calls.append(("set_begin", job_id, str(int(epoch))))
-        self._change(job_id, begin_time=epoch)
+        self._change(job_id, begin_time=NOW + max(0, math.ceil(epoch - now)))
 
     def of(self, job_id: str) -> list[tuple[str, ...]]:
         return [c for c in self.calls if c[1] == job_id]
