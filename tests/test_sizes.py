@@ -36,9 +36,9 @@ def _sources() -> Iterator[Path]:
                 yield path
 
 
-def oversized(path: Path) -> list[str]:
-    """What in one file is over the limits, one line per finding ("file: what")."""
-    rel = path.relative_to(REPO).as_posix()
+def oversized(path: Path, root: Path = REPO) -> list[str]:
+    """What in one file is over the limits, one line per finding ("file: what", file relative to root)."""
+    rel = path.relative_to(root).as_posix()
     text = path.read_text()
     found = []
     if text.count("\n") > MODULE_LINES:
@@ -56,11 +56,12 @@ def test_no_module_or_function_is_over_its_limit() -> None:
     assert not found, "split along a seam (a module per job, a function per step):\n" + "\n".join(found)
 
 
-def test_the_size_check_finds_a_long_function(tmp_path: Path) -> None:
+def test_the_size_check_finds_a_long_function_and_a_long_module(tmp_path: Path) -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(FUNCTION_LINES))
-    probe = REPO / "tests" / f".size-probe-{tmp_path.name}.py"
-    try:
-        probe.write_text(f"def long():\n{body}\n")
-        assert [f"long() is {FUNCTION_LINES + 1} lines" in f for f in oversized(probe)] == [True]
-    finally:
-        probe.unlink(missing_ok=True)
+    probe = tmp_path / "probe.py"
+    probe.write_text(f"def long():\n{body}\n")
+    assert oversized(probe, tmp_path) == [f"probe.py:1 long() is {FUNCTION_LINES + 1} lines (limit {FUNCTION_LINES})"]
+    probe.write_text("\n".join(f"x{i} = {i}" for i in range(MODULE_LINES + 1)) + "\n")
+    assert oversized(probe, tmp_path) == [f"probe.py: {MODULE_LINES + 1} lines (limit {MODULE_LINES})"]
+    probe.write_text(f"def short():\n{body[: body.rindex(chr(10))]}\n")
+    assert oversized(probe, tmp_path) == [], "a function of exactly the limit passes"
