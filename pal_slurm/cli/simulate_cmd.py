@@ -13,7 +13,7 @@ from pal_slurm.classification.actions import ActionPolicy
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.numbers import MAX_JOBS, Real, Whole, ident, seed
 from pal_slurm.cli.render import Column, console, emit_json, emit_rows, format_option, prose
-from pal_slurm.cli.simulate_inputs import drain_check, load_traces, variability_source
+from pal_slurm.cli.simulate_inputs import drain_check, load_traces, synthetic_spec, variability_source
 from pal_slurm.placement.table import policy_names
 
 
@@ -77,7 +77,15 @@ def _added_wait(r: dict[str, Any]) -> str | None:
               help="Trace file (Sia-Philly CSV or `sacct -P` export); repeatable.")
 @click.option("--trace-format", type=click.Choice(["auto", "philly", "sacct"]), default="auto", show_default=True)
 @click.option("--synthetic", "synthetic_jobs", type=Whole(1, MAX_JOBS), metavar="N",
-              help="Also simulate a synthetic trace of N jobs (Poisson arrivals, Philly-like sizes).")
+              help="Also simulate a synthetic trace of N jobs (Poisson arrivals; the mix --workload names).")
+@click.option("--workload", type=click.Choice(["philly", "llm"]), default=None,
+              help="The mix --synthetic draws [default: philly]: philly, the Sia-Philly traces' 1-48 GPU jobs; "
+                   "llm, an LLM-era mix for 8-GPU nodes (whole-node pretraining of up to half the cluster with "
+                   "most of the GPU time, fine-tuning on 1-8 nodes, short 1-8 GPU evaluation and debugging "
+                   "jobs; docs/simulation.md, \"The LLM-era mix\").")
+@click.option("--load", "offered_load", type=Real(0.01, 10), default=None, metavar="F",
+              help="With --workload llm: the offered load, GPU time asked for / the cluster's GPU time, which "
+                   "sets the arrival rate [default: 0.9].")
 @click.option("--skip-invalid", is_flag=True, help="Skip malformed trace rows (counted in the output) "
                                                    "instead of stopping at the first one.")
 @click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS",
@@ -121,7 +129,7 @@ def _added_wait(r: dict[str, Any]) -> str | None:
               help="Write JCT CDFs and busy GPUs over time (.png, .svg or .pdf).")
 @click.pass_obj
 def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synthetic_jobs: int | None,
-             skip_invalid: bool, cluster_shape: str | None, variability: str, variability_model: str | None,
+             workload: str | None, offered_load: float | None, skip_invalid: bool, cluster_shape: str | None, variability: str, variability_model: str | None,
              drain_baseline: bool, version: int | None, policy_spec: str, order: str, mode: str,
              round_seconds: float, locality_penalty: float, seed: int, baseline: str, runtime_estimate: str,
              fmt: str, plot_path: Path | None) -> None:
@@ -134,6 +142,9 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
       pal simulate --trace workload-1.csv --variability longhorn/ --variability-model per-gpu \\
                    --mode event --drain-baseline
       pal simulate --trace workload-1.csv --variability parametric:wide --mode event
+    An 8-GPU-node cluster with an LLM-era job mix:
+      pal simulate --synthetic 2000 --workload llm --cluster 32x8 --variability parametric:wide \\
+                   --mode event --runtime-estimate uniform:1:5
     """
     from pal_slurm.simulate.runner import SimulationSpec, run_simulations
 
@@ -143,7 +154,8 @@ def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synth
     if not traces and not synthetic_jobs:
         raise click.UsageError("give at least one --trace FILE or --synthetic N")
     source, total_gpus, cluster = variability_source(app, variability, cluster_shape, version, variability_model, seed)
-    loaded = load_traces(traces, trace_format, total_gpus, skip_invalid, synthetic_jobs, seed)
+    synthetic = synthetic_spec(synthetic_jobs, workload, offered_load, cluster)
+    loaded = load_traces(traces, trace_format, total_gpus, skip_invalid, synthetic, seed)
     drain = drain_check(source, loaded, seed, app.cfg.report.drain_perfvar) if drain_baseline else None
     spec = SimulationSpec(traces=tuple(loaded), policies=policies, variability=source, mode=mode,
                           order=order, locality_penalty=locality_penalty, round_seconds=round_seconds, seed=seed,

@@ -6,6 +6,7 @@ values are refused as the options' errors, before any run.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,18 +125,54 @@ def drain_check(source: Any, loaded: list[Any], seed: int, threshold: float) -> 
     return {"threshold": threshold, "drained_nodes": names, "gpus_left": left.size}
 
 
-def load_traces(paths: tuple[Path, ...], fmt: str, max_gpus: int, skip_invalid: bool, synthetic_jobs: int | None,
-                seed: int) -> list[Any]:
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """What --synthetic asks for: `jobs` of the `workload` mix; the llm mix also needs the
+    cluster's shape and its offered `load`."""
+
+    jobs: int
+    workload: str = "philly"
+    nodes: int = 0
+    gpus_per_node: int = 0
+    load: float | None = None
+
+
+def synthetic_spec(jobs: int | None, workload: str | None, load: float | None,
+                   cluster: dict[str, Any]) -> SyntheticSpec | None:
+    """--synthetic, --workload and --load together, refused where they do not fit each other or
+    the cluster (the llm mix sizes its jobs in whole nodes, so it needs one node shape)."""
+    if not jobs:
+        if workload is not None or load is not None:
+            raise click.UsageError("--workload and --load describe the --synthetic trace; give --synthetic N")
+        return None
+    workload = workload or "philly"
+    if workload != "llm":
+        if load is not None:
+            raise click.UsageError("--load applies to --workload llm (the philly mix keeps its traces' arrival rate)")
+        return SyntheticSpec(jobs)
+    if not cluster.get("gpus_per_node"):
+        raise click.UsageError("--workload llm sizes jobs in whole nodes and needs nodes of one size; the "
+                               "database's nodes differ in GPUs (give --variability parametric:... --cluster NxG)")
+    return SyntheticSpec(jobs, "llm", int(cluster["nodes"]), int(cluster["gpus_per_node"]), load)
+
+
+def load_traces(paths: tuple[Path, ...], fmt: str, max_gpus: int, skip_invalid: bool,
+                synthetic: SyntheticSpec | None, seed: int) -> list[Any]:
     from pal_slurm.simulate.trace_files import read_trace_file
 
     loaded = [read_trace_file(p, format=fmt, max_gpus=max_gpus, skip_invalid=skip_invalid) for p in paths]
     for path, trace in zip(paths, loaded):
         if not trace.jobs:  # a table of dashes (or of NaN) would look like a result
             raise InputError(_no_jobs(trace), source=str(path))
-    if synthetic_jobs:
+    if synthetic is not None and synthetic.workload == "llm":
+        from pal_slurm.simulate.llm_workload import DEFAULT_LOAD, generate_llm
+
+        loaded.append(generate_llm(synthetic.jobs, nodes=synthetic.nodes, gpus_per_node=synthetic.gpus_per_node,
+                                   seed=seed, load=synthetic.load or DEFAULT_LOAD))
+    elif synthetic is not None:
         from pal_slurm.simulate.synthetic import generate
 
-        loaded.append(generate(synthetic_jobs, seed=seed, max_gpus=max_gpus))
+        loaded.append(generate(synthetic.jobs, seed=seed, max_gpus=max_gpus))
     names = [t.name for t in loaded]
     if len(set(names)) != len(names):
         raise InputError(f"two traces have the same name: {', '.join(sorted(n for n in names if names.count(n) > 1))}")
