@@ -11,6 +11,16 @@ pipeline and the disks out of the measurement. Mixed precision (fp16 autocast wi
 gradient scaler, channels-last) as production training runs it; `--precision fp32`
 for plain fp32. The model is defined here (torchvision's ResNet-50 v1.5 layout) so
 that torch alone is enough. One repeat = k steps, ~0.5 s; score = batch * k / time.
+
+**The batch grows with the GPU's memory** (`default_batch`): the base batch (64 images, 32
+sequences) times one per 16 GiB, at most 8 times. At the base batch a V100 is busy, but an
+H200 is not: measured on one H200 (bench/gpu/check.sh, docs/profiler.md), ResNet-50 at batch
+64 drew ~350 W of 700 and scored 2,677-3,184 images/s over three runs (in-run spread 11-14 %),
+BERT at 32 846-1,121 sequences/s (spread 18-40 %): the host's kernel launches set the pace, and
+the noise is larger than the variability the benchmark is there to measure. At 512 and 256 the
+same GPU drew 620-663 W and repeated within 0.5 % (6,201-6,235 images/s, 2,400-2,411
+sequences/s). Every GPU of one model has the same memory, so a model's GPUs share one batch and
+their scores stay comparable; `--batch` fixes it by hand.
 """
 
 from __future__ import annotations
@@ -23,6 +33,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 
 REPEAT_S = 0.5
+
+#: GiB of GPU memory per multiple of the base batch, and the most multiples
+GIB_PER_MULTIPLE = 16
+MAX_MULTIPLE = 8
+
+
+def default_batch(base: int, total_memory_bytes: int) -> int:
+    """The base batch times one per 16 GiB of the GPU's memory (at least 1, at most 8): a V100
+    16 GB keeps the base, an 80 GB A100/H100 (79.6 GiB) takes 4x, a 141 GB H200 8x."""
+    multiple = max(1, min(MAX_MULTIPLE, int(total_memory_bytes / 2**30) // GIB_PER_MULTIPLE))
+    return base * multiple
 
 
 def resnet50(nn: Any, num_classes: int = 1000) -> Any:
@@ -80,7 +101,9 @@ def bert_base(nn: Any, seq: int, vocab: int = BERT_VOCAB) -> Any:
     return Bert()
 
 
-def make_step(torch: Any, model_name: str, batch: int, precision: str, image: int, seq: int):
+def make_step(torch: Any, model_name: str, batch: int | None, precision: str, image: int, seq: int):
+    if batch is None:  # the default: by the GPU's memory
+        batch = default_batch(MODELS[model_name][2], torch.cuda.get_device_properties(0).total_memory)
     if model_name == "bert":
         model = bert_base(torch.nn, seq).cuda()
         x = torch.randint(0, BERT_VOCAB, (batch, seq), device="cuda")
@@ -125,7 +148,7 @@ def make_step(torch: Any, model_name: str, batch: int, precision: str, image: in
     return step, {"model": model_name, "batch": batch, **shape, "precision": precision, "steps_per_repeat": k}
 
 
-#: --model -> (the benchmark's stored name, its unit, the default batch)
+#: --model -> (the benchmark's stored name, its unit, the base batch: per 16 GiB of GPU memory)
 MODELS = {"resnet50": ("train-resnet50", "images/s", 64), "bert": ("train-bert", "sequences/s", 32)}
 
 
@@ -133,13 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     p = _common.parser("Training throughput on device 0, synthetic data: ResNet-50 (images/s) or BERT-base "
                        "(sequences/s). Needs torch.")
     p.add_argument("--model", choices=tuple(MODELS), default="resnet50")
-    p.add_argument("--batch", type=int, default=None, help="default: 64 images (resnet50), 32 sequences (bert)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="default: 64 images (resnet50) or 32 sequences (bert) per 16 GiB of GPU memory, at most 8x")
     p.add_argument("--image", type=int, default=224, help="image side in pixels (resnet50)")
     p.add_argument("--seq", type=int, default=128, help="sequence length in tokens (bert)")
     p.add_argument("--precision", choices=("amp", "fp32"), default="amp")
     args = p.parse_args(argv)
-    name, unit, batch = MODELS[args.model]
-    batch = args.batch or batch
+    name, unit, _ = MODELS[args.model]
+    if args.batch is not None and args.batch < 1:
+        return _common.fail(name, f"--batch must be at least 1, got {args.batch}")
+    batch = args.batch
     if args.framework == "cupy":
         return _common.fail(name, "needs torch (cupy has no training stack)")
     return _common.run_main(name, unit, args, ("torch",),
