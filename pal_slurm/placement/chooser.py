@@ -112,7 +112,7 @@ class ShapedChooser(ABC):
     def choose(self, job: JobRequest, state: FreeState, ctx: PlacementContext) -> Choice | None:
         """GPUs for `job` from what is still free, in the job's shape: its allowed nodes, its
         GPUs per node, its node range (one node for a `--gres` job without `-N`)."""
-        if state.free_on(job.allowed_nodes) < job.gpus:
+        if not state.could_fit(job):
             return None
         cand = state.candidates(job.allowed_nodes)
         if job.one_node:  # `--gres=gpu:N` (N per node on one node), or max_nodes 1: one rule for both

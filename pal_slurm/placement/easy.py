@@ -241,7 +241,7 @@ class EasyBackfill(Policy):
         later = state.copy()
         for end, gpus in releases_of(snapshot, ctx, placed, state.index, self.estimate):
             later.release(gpus)
-            if later.free_on(head.allowed_nodes) >= head.gpus:
+            if later.could_fit(head):
                 seen = self.chooser.choose(head, later, ctx)
                 if seen is not None:
                     return Reservation.of(state.index, end, seen.gpus)

@@ -90,7 +90,12 @@ def test_shape_violation_names_what_is_wrong() -> None:
 
 
 class _Splitter(ShapedChooser):
-    """A deliberately wrong chooser: always the lowest free ids, whatever the shape."""
+    """A deliberately wrong chooser: always the lowest free ids, whatever the shape (and
+    without the shape checks a chooser makes before it picks)."""
+
+    def choose(self, job, state, ctx):  # type: ignore[no-untyped-def]
+        cand = state.candidates(job.allowed_nodes)
+        return self.pick(job, cand, state, ctx) if len(cand) >= job.gpus else None
 
     def pick(self, job, cand, state, ctx):  # type: ignore[no-untyped-def]
         return Choice(gpus=tuple(int(g) for g in cand[: job.gpus]), why="lowest ids")
@@ -193,3 +198,26 @@ def test_a_higher_ranked_job_that_fits_now_is_never_passed_over(name: str) -> No
                 assert fits is None, f"seed {seed}: {a.job_id} placed while {skipped} fitted"
             state.take(a.gpus)
         assert int(np.count_nonzero(state.mask)) == len(snap.free) - sum(len(g) for g in placed.values())
+
+
+@pytest.mark.parametrize(("request_", "fits"), [
+    (job("any", 4), True),                                      # four free anywhere: may split freely
+    (job("any", 5), False),                                     # more than are free
+    (one_node("one", 2), True),                                 # gpu1 has 2 free
+    (one_node("one", 3), False),                                # no node has 3 free, though 4 are free
+    (job("pn", 2, gpus_per_node=1), True),                      # 1 on each of 2 nodes
+    (job("pn", 3, gpus_per_node=1), True),                      # 1 on each of the 3 nodes
+    (job("pn", 4, gpus_per_node=2), False),                     # 2 per node on 2 nodes: only gpu1 has 2
+    (job("pn", 2, gpus_per_node=2), True),
+    (job("pn", 2, allowed_nodes=frozenset({1, 2})), True),      # 4 and 8
+    (one_node("one", 2, allowed_nodes=frozenset({1, 2})), False),  # gpu1 not allowed
+])
+def test_could_fit_is_the_shape_test_a_reservation_runs_after_each_release(request_: JobRequest, fits: bool) -> None:
+    """Necessary for every placement (so skipping the chooser where it is False changes no
+    decision), and exact for the shapes above."""
+    state = FreeState(fragmented())
+    assert state.could_fit(request_) is fits
+    if not fits:
+        from pal_slurm.placement.first_fit import FirstFit
+
+        assert FirstFit("first-fit").choose(request_, state, PlacementContext()) is None
