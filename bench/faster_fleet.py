@@ -16,6 +16,7 @@ p99 JCT, makespan) and the worst.
 
 Usage: bench/faster_fleet.py [--fleets wide-1,...] [--scales 0.99,0.97,0.95] [--shakes 6]
                              [--traces 1,...,6] [--lambdas 1.0,1.7,3.0] [--jobs N]
+                             [--shape 32x8 --workload llm --llm-jobs 1000]
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def main() -> int:
     ap.add_argument("--traces", default="1,2,3,4,5,6")
     ap.add_argument("--lambdas", default="1.0,1.7,3.0")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    ap.add_argument("--shape", default="16x4", help="the cluster, NODESxGPUS (as bench/vs_slurm.py)")
+    ap.add_argument("--workload", choices=("philly", "llm"), default="philly")
+    ap.add_argument("--llm-jobs", type=int, default=400, help="jobs per generated trace with --workload llm")
     args = ap.parse_args()
     return run(matrix_cells(args), parse_scales(args.scales), args.shakes, args.jobs)
 

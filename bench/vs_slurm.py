@@ -39,8 +39,17 @@ start identical; on the spread fleets (wide-*) geomean avg JCT <= 0.80 and makes
 <= 0.92 after drain, tax removed >= 80 % (all of it, and of the avoidable part) with the added
 wait under 2 %. Exit status 1 when one is missed.
 
+**Today's shape** (`--shape 32x8 --workload llm [--llm-jobs 400]`): the LLM-era mix of
+pal_slurm.simulate.llm_workload on nodes of 8 GPUs, each "trace" a seed of the generator.
+
+**By size.** Every run is also cut into GPU-count buckets (1, 2-8, 9-64, more): each bucket's
+geomean avg JCT against Slurm, the share of multi-node jobs that held a GPU at >= 1.3x in each
+arm, and the largest job's mean wait (bench/pal_eval/size_buckets.py). Targets: no bucket above
+1.02; on the spread fleets pal-guard's slow multi-node share at most a quarter of Slurm's.
+
 Usage: bench/vs_slurm.py [--policy pal-guard] [--shakes 4] [--lambdas 1.0,1.7,3.0]
                          [--fleets NAME,...] [--traces 1,...,6] [--jobs N] [--json FILE]
+                         [--shape 16x4] [--workload philly|llm] [--llm-jobs 400]
 """
 
 from __future__ import annotations
@@ -64,7 +73,12 @@ def main() -> int:
     ap.add_argument("--shakes", type=int, default=4, help="shaken copies of each trace per cell (default 4)")
     ap.add_argument("--lambdas", default="1.0,1.7,3.0")
     ap.add_argument("--fleets", default=",".join(FLEETS))
-    ap.add_argument("--traces", default="1,2,3,4,5,6")
+    ap.add_argument("--traces", default="1,2,3,4,5,6",
+                    help="Sia-Philly workload numbers; with --workload llm, the seeds of the generated traces")
+    ap.add_argument("--shape", default="16x4", help="the cluster, NODESxGPUS (default 16x4)")
+    ap.add_argument("--workload", choices=("philly", "llm"), default="philly",
+                    help="philly: the six Sia-Philly traces; llm: the LLM-era mix (docs/simulation.md)")
+    ap.add_argument("--llm-jobs", type=int, default=400, help="jobs per generated trace with --workload llm")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     ap.add_argument("--json", type=Path, help="also write every cell's figures here")
     return run(ap.parse_args())

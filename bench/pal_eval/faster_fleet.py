@@ -26,7 +26,7 @@ def run_cell(cell: Cell, scales: tuple[float, ...], shakes: int) -> dict[float, 
     from pal_slurm.simulate.event import simulate_events
     from pal_slurm.simulate.shake import shaken
 
-    cluster = fleet_cluster(cell.fleet)
+    cluster = fleet_cluster(cell.fleet, cell.nodes, cell.gpus_per_node)
     trace, opts = cell_inputs(cell)
     copies = [shaken(trace, seed) for seed in range(1, shakes + 1)]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pal_eval.matrix import METRICS, SPREAD, Cell, cell_inputs, fleet_cluster, matrix_cells, mean
+from pal_eval.size_buckets import BUCKETS, fleet_sizes, run_sizes
 from pal_eval.targets import Targets
 
 
@@ -25,7 +26,7 @@ def run_cell(cell: Cell, policy: str, base: str, shakes: int) -> dict:
     from pal_slurm.simulate.event import simulate_events
     from pal_slurm.simulate.shake import shaken
 
-    cluster = fleet_cluster(cell.fleet)
+    cluster = fleet_cluster(cell.fleet, cell.nodes, cell.gpus_per_node)
     after, drained_nodes = drained(cluster)
     trace, opts = cell_inputs(cell)
     drain_ok: str | None = None
@@ -45,7 +46,8 @@ def run_cell(cell: Cell, policy: str, base: str, shakes: int) -> dict:
                 "avg_jct_s": m.avg_jct_s, "p99_jct_s": m.p99_jct_s, "makespan_s": m.makespan_s,
                 "tax_gpu_s": m.tax_gpu_s, "tax_share": m.tax_share, "wait_s": m.avg_queue_delay_s,
                 "best_free_gpu_s": r.tax_best_free_gpu_s, "floor_gpu_s": r.tax_unavoidable_gpu_s,
-                "starts": [(o.start_time, o.gpu_ids) for o in r.outcomes] if cell.fleet == "uniform" else None})
+                "starts": [(o.start_time, o.gpu_ids) for o in r.outcomes] if cell.fleet == "uniform" else None,
+                "sizes": run_sizes(r.outcomes, c) if name != "drain" else None})
     return out
 
 
@@ -71,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
         n = len(cells)
         results = dict(zip(cells, pool.map(run_cell, cells, [args.policy] * n, [base] * n, [args.shakes] * n)))
+    c0 = cells[0]
+    what = f"{c0.workload}" + (f" ({c0.jobs} jobs a trace)" if c0.workload == "llm" else "")
     print(f"{len(cells)} cells x {args.shakes} shaken copies x 3 arms in {time.perf_counter() - t0:.0f} s; "
-          f"event mode, 16x4 GPUs, FIFO, runtimes known x U[1,5]; ratio = {args.policy} / {base} of the means "
-          f"over the copies (< 1 is better)")
+          f"event mode, {c0.nodes}x{c0.gpus_per_node} GPUs, {what}, FIFO, runtimes known x U[1,5]; ratio = "
+          f"{args.policy} / {base} of the means over the copies (< 1 is better)")
     print(f"{'fleet':<16}{'avg JCT':>9}{'p99':>7}{'mkspan':>8}  {'worst cell (metric ratio)':<34}"
           f"{'vs drain':>9}{'tax base':>9}{'removed':>9}{'of avoid.':>10}{'best-free':>10}{'+wait':>8}")
     report: dict = {"policy": args.policy, "baseline": base, "shakes": args.shakes, "fleets": {}}
@@ -82,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     for f, figs in fleets.items():
         report["fleets"][f] = figs.row
         print_fleet(f, figs)
+    print_sizes(fleets, args.policy, base)
     status = check_targets(fleets, base, len(cells), report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
@@ -128,7 +133,8 @@ def fleet_figures(fleet: str, mine: dict[Cell, dict], policy: str, base: str) ->
                "avoidable_tax_removed": (tax_b - tax_p) / (tax_b - floor) if tax_b > floor else None,
                "drained_nodes": next(iter(mine.values()))["drained"],
                "cells": {f"w{c.trace} l{c.lam:g}": {k: ratios[k][i] for k in METRICS} for i, c in enumerate(mine)},
-               "baseline_tax_share": mean([x["tax_share"] for r in mine.values() for x in r["runs"][base]])}
+               "baseline_tax_share": mean([x["tax_share"] for r in mine.values() for x in r["runs"][base]]),
+               "sizes": fleet_sizes(mine.values(), policy, base)}
     return out
 
 
@@ -150,6 +156,38 @@ def print_fleet(fleet: str, figs: Fleet) -> None:
           f"{row['tax_removable_best_free']:>10.0%}{row['added_wait_share']:>+8.1%}")
 
 
+def print_sizes(fleets: dict[str, Fleet], policy: str, base: str) -> None:
+    """Per fleet: each size bucket's geomean avg JCT ratio, the share of multi-node jobs that held
+    a GPU at >= 1.3x in each arm, and the largest job's mean wait in each (hours)."""
+    print(f"\nby job size: geomean avg JCT {policy} / {base} per GPU-count bucket; multi-node jobs that held a "
+          f"GPU at >= 1.3x ({policy} | {base}); the largest job's mean wait, h ({policy} | {base})")
+    print(f"{'fleet':<16}" + "".join(f"{label:>8}" for label, _, _ in BUCKETS) + f"{'slow multi-node':>24}{'largest wait':>18}")
+    for f, figs in fleets.items():
+        sz = figs.row["sizes"]
+        cols = "".join(f"{sz['buckets'][label]:>8.3f}" if label in sz["buckets"] else f"{'-':>8}"
+                       for label, _, _ in BUCKETS)
+        share = sz["slow_multi_node_share"]
+        pct = " | ".join("-" if share[a] is None else f"{share[a]:.1%}" for a in (policy, base))
+        wait = " | ".join("-" if sz["largest_job_wait_s"][a] is None else f"{sz['largest_job_wait_s'][a] / 3600:.2f}"
+                          for a in (policy, base))
+        print(f"{f:<16}{cols}{pct:>24}{wait:>18}")
+
+
+def check_size_targets(fleets: dict[str, Fleet], targets: Targets, policy: str, base: str) -> None:
+    """No size bucket's geomean worse than 1.02 on any fleet; on the spread fleets, the share of
+    multi-node jobs that held a GPU at >= 1.3x at most a quarter of the baseline's."""
+    worst = max(((q, f"{f} {label}") for f, figs in fleets.items()
+                 for label, q in figs.row["sizes"]["buckets"].items()), default=(0.0, "none"))
+    targets.check(f"worst size bucket, geomean avg JCT / {base} ({worst[1]})", worst[0], "<=", 1.02)
+    mine = [figs.row["sizes"] for f, figs in fleets.items() if f in SPREAD]
+    shares = [(sz["slow_multi_node_share"][policy], sz["slow_multi_node_share"][base]) for sz in mine]
+    shares = [(p, b) for p, b in shares if p is not None and b]
+    if shares:
+        ratio = max(p / b for p, b in shares)
+        targets.check(f"spread fleets: multi-node jobs that held a GPU at >= 1.3x, {policy}'s share / {base}'s, "
+                      f"most of the fleets", ratio, "<=", 0.25)
+
+
 def check_targets(fleets: dict[str, Fleet], base: str, n_cells: int, report: dict) -> int:
     """No cell worse than 1.02 x the baseline; the uniform fleet's starts; the spread fleets' gains."""
     from pal_slurm.simulate.metrics import geomean
@@ -163,6 +201,7 @@ def check_targets(fleets: dict[str, Fleet], base: str, n_cells: int, report: dic
     print(f"cells worse than 1.02 beyond the noise (paired per-copy ratio, mean - 2 SE > 1.02): {len(harmed)} "
           f"of {n_cells * len(METRICS)} (no target)" + "".join(f"\n  {h}" for h in harmed))
     report["harmed_beyond_noise"] = harmed
+    check_size_targets(fleets, targets, report["policy"], base)
     identical = all(figs.identical for figs in fleets.values())
     if "uniform" in fleets and base == "slurm-backfill":
         targets.state(identical, f"uniform fleet, every start identical to {base}'s: {identical}")
