@@ -153,6 +153,12 @@ class WaitRule(Protocol):
         expected to finish; None to start now."""
         ...
 
+    @property
+    def reserves(self) -> bool:
+        """Whether a waiting job becomes the head, its awaited GPUs reserved from the jobs
+        behind it (False: it holds nothing and takes them by its place in the queue)."""
+        ...
+
 
 def releases_of(snapshot: Snapshot, ctx: PlacementContext, placed: Sequence[tuple[JobRequest, Choice]],
                 ix: ClusterIndex, estimate: Estimator) -> Iterator[tuple[float, Sequence[int]]]:
@@ -226,7 +232,7 @@ class EasyBackfill(Policy):
             if found is not None:
                 later, sooner = found
                 waits.append(Wait(job_id=job.id, gpus=later.gpus, free_at=later.shadow, sooner_s=sooner))
-                if head is None:
+                if head is None and self.wait.reserves:
                     head, booking = job, later
                 continue
             state.take(choice.gpus)
