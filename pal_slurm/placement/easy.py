@@ -192,6 +192,14 @@ class EasyBackfill(Policy):
     #: jobs examined past the head (Slurm's bf_max_job_test plays the same role): bounds
     #: the cost of a decision when hundreds of jobs queue behind a blocked head
     lookahead: int = 64
+    #: the chooser the head's reservation is planned with (None: `chooser`). pal-guard plans
+    #: with Slurm's first fit, so its blocked head starts when Slurm's would and the jobs
+    #: behind it keep off the same GPUs pass after pass; it chooses better GPUs only among
+    #: those free when the head starts. A reservation by the variability choice moves with
+    #: each pass's best nodes, and jobs admitted off one pass's reservation sat on the next
+    #: one's (16 x 4, Longhorn per GPU, workload 3: average JCT 1.026 of Slurm's planned by
+    #: the variability choice, 0.996 by first fit; docs/simulation.md)
+    planner: GpuChooser | None = None
 
     backfills: ClassVar[bool] = True
     time_aware: ClassVar[bool] = True
@@ -245,10 +253,11 @@ class EasyBackfill(Policy):
                  placed: Sequence[tuple[JobRequest, Choice]]) -> Reservation:
         """When the head can start and on which GPUs the chooser would put it then."""
         later = state.copy()
+        planner = self.planner or self.chooser
         for end, gpus in releases_of(snapshot, ctx, placed, state.index, self.estimate):
             later.release(gpus)
             if later.could_fit(head):
-                seen = self.chooser.choose(head, later, ctx)
+                seen = planner.choose(head, later, ctx)
                 if seen is not None:
                     return Reservation.of(state.index, end, seen.gpus)
         # the head does not fit even once everything this snapshot knows of has ended (it

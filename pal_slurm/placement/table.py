@@ -95,8 +95,9 @@ def _pal_guard(row: Row) -> Policy:
     from pal_slurm.placement.first_fit import FirstFit
     from pal_slurm.placement.guarded import GuardedChooser
     from pal_slurm.placement.waiting import BetterLater, NoiseGated
-    return EasyBackfill(row, GuardedChooser(FirstFit(row.name)), by_time_limit, NoiseGated(BetterLater()),
-                        lookahead=SLURM_LOOKAHEAD)
+    first_fit = FirstFit(row.name)
+    return EasyBackfill(row, GuardedChooser(first_fit), by_time_limit, NoiseGated(BetterLater()),
+                        lookahead=SLURM_LOOKAHEAD, planner=first_fit)
 
 
 def _slurm_reserving(row: Row) -> Policy:

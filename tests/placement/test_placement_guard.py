@@ -174,3 +174,25 @@ def test_a_pal_guard_waiter_holds_no_gpu_from_the_jobs_behind_it() -> None:
     assert guard.as_dict() == {"S": (0, 1)} and guard.blocked is None
     backfill = get_policy("pal-backfill").place(snap, queue, PlacementContext())
     assert [w.job_id for w in backfill.waits] == ["W"] and backfill.as_dict() == {} and backfill.blocked == "W"
+
+
+def test_pal_guard_plans_the_blocked_heads_start_with_slurms_first_fit() -> None:
+    """H (2 GPUs on one node) is blocked until 100 s, when r frees nodes 0 and 1. First fit
+    would plan it on slow node 0, the variability choice on node 1 (GPUs 2, 3), the one fast
+    node. B (1
+    GPU, an hour) behind it: planned by first fit, GPU 2 is not H's and B takes it, as Slurm
+    would; planned by the variability choice, B is pushed to GPU 4, and the next pass's
+    plan may be other nodes again."""
+    import dataclasses
+
+    c = cluster([2, 2, 2], {"A": [1.4, 1.4, 1.0, 1.0, 1.4, 1.4], "D": [1.0] * 6})
+    snap = Snapshot(cluster=c, free=frozenset({2, 4}), running={"r": (0, 1, 3), "r2": (5,)}, now=0.0,
+                    expected_end={"r": 100.0, "r2": 200.0})
+    queue = [job("H", 2, "A", submit=0.0, max_nodes=1, remaining_s=3600),
+             job("B", 1, "D", submit=1.0, max_nodes=1, remaining_s=3600)]
+    guard = get_policy("pal-guard")
+    d = guard.place(snap, queue, PlacementContext())
+    assert d.blocked == "H" and d.as_dict() == {"B": (2,)}
+    by_choice = dataclasses.replace(guard, planner=None)
+    d = by_choice.place(snap, queue, PlacementContext())
+    assert d.blocked == "H" and d.as_dict() == {"B": (4,)}
