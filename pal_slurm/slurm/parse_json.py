@@ -112,6 +112,8 @@ def job_from_json(raw: Mapping[str, Any]) -> SlurmJob:
     task_string = text(raw.get("array_task_string"))
     task_id = number(raw.get("array_task_id"))
     het = number(raw.get("het_job_id"), 0) or 0
+    # `shared` up to data_parser v0.0.44 (26.05 still serves it); v0.0.45 (26.05) has no such
+    # field in a job record (`shared` is an empty list): there the job reads as not exclusive
     shared = text(raw.get("shared"))
     exclusive = shared.lower() in ("none", "exclusive", "user", "mcs", "topo") or _flag_true(raw.get("exclusive"))
     prio = raw.get("priority")
