@@ -56,7 +56,7 @@ if [ "${1:-}" = --suite ]; then
     shift 2
 fi
 
-[ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot and mount)"
+[ "${1:-}" = suites ] || [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot and mount)"
 
 host_major() {
     [ -r /etc/debian_version ] || die "not a Debian machine (no /etc/debian_version)"
