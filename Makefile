@@ -11,9 +11,13 @@ OTHER_SLURM := tests/services/other-slurm.sh
 BROWSER := tests/services/browser.sh
 # the test cluster also runs slurmrestd (JWT) so the REST backend is tested for real; 0 turns it off
 export PAL_TEST_SLURM_REST ?= 1
-# 1: `make test` also runs the Slurm tests on the other supported Slurm version (22.05 on Debian 12,
-# 24.11 on Debian 13) in a Debian chroot of the other release; 0 skips that (and says so)
+# 1: `make test` also runs the Slurm tests on the other Slurm versions, each in a Debian chroot of its
+# release (Debian 12: trixie's 24.11 and sid's 26.05; Debian 13: bookworm's 22.05 and sid's); 0 skips
+# them (and says so). PAL_TEST_OTHER_SUITES="sid": only those releases.
 PAL_TEST_OTHER_SLURM ?= 1
+# `make test-other-slurm SUITE=sid`: the release whose Slurm it tests (bookworm, trixie or sid; not the
+# host's own); empty: the other stable release
+SUITE ?= $(PAL_OTHER_SLURM_SUITE)
 
 .PHONY: demo test test-fast mutation venv db-servers db-servers-stop sql bench replay clean help slurm-cluster slurm-cluster-stop test-slurm test-other-slurm browser
 
@@ -21,10 +25,12 @@ help:
 	@echo "make demo   - venv + install + run the demo (SQLite, simulated GPU fleet, report, HTML)"
 	@echo "make test   - everything CI runs: installs and starts PostgreSQL, MariaDB, the Slurm test cluster and chromium"
 	@echo "              (for the HTML report's browser test), then the tests without Slurm, then the Slurm tests on this"
-	@echo "              Slurm and, alongside, on the other Slurm version in a chroot (PAL_TEST_OTHER_SLURM=0: not)"
+	@echo "              Slurm and, alongside, on the other two Slurm versions (of 22.05, 24.11, 26.05), each in a Debian"
+	@echo "              chroot (PAL_TEST_OTHER_SLURM=0: not; PAL_TEST_OTHER_SUITES=sid: that one only)"
 	@echo "make test-fast - pytest on SQLite only (no servers, no Slurm cluster)"
 	@echo "make test-slurm - the real-Slurm tests only (installs and starts the test cluster, pytest -m slurm)"
-	@echo "make test-other-slurm - the real-Slurm tests on the other Slurm version, in a Debian 12/13 chroot (root)"
+	@echo "make test-other-slurm - the real-Slurm tests on another Slurm version in a Debian chroot (root); SUITE=sid: 26.05,"
+	@echo "              SUITE=trixie: 24.11 (from Debian 12), SUITE=bookworm: 22.05 (from Debian 13); default: the other stable one"
 	@echo "make slurm-cluster - install and start the Slurm test cluster (root; stop: make slurm-cluster-stop)"
 	@echo "make browser - install chromium for the HTML report's browser test (root)"
 	@echo "make mutation - mutation testing (mutmut) of the safety-critical modules against their closest tests;"
@@ -69,14 +75,16 @@ browser:
 	$(BROWSER) install
 
 # tests/services/run-suites.sh: the tests without Slurm first, then the Slurm tests on this machine's
-# Slurm and, side by side with them, on the other Slurm version in a chroot (each has its own cluster)
+# Slurm and, side by side with them, on the other two Slurm versions in chroots (each has its own cluster)
 test: venv db-servers slurm-cluster browser
 	eval "$$($(DB_SERVERS) env)" && eval "$$($(SLURM_CLUSTER) env)" && \
 	  PAL_REQUIRE_DB_SERVERS=1 PAL_REQUIRE_SLURM=1 PAL_REQUIRE_SLURM_REST=$(PAL_TEST_SLURM_REST) PAL_REQUIRE_BROWSER=1 \
 	  PAL_REQUIRE_TOOLS=1 PAL_TEST_OTHER_SLURM=$(PAL_TEST_OTHER_SLURM) PAL_PYTEST="$(VENV)/bin/python -m pytest" \
 	  tests/services/run-suites.sh $(PYTEST_ARGS)
 
-# Slurm 24.11 on a Debian 12 machine (22.05 on Debian 13): the same tests/slurm in a chroot of the other release
+# the same tests/slurm in a chroot of another release: SUITE=sid (26.05), else the other stable release
+# (24.11 on a Debian 12 machine, 22.05 on Debian 13); the name reaches the script through its environment
+test-other-slurm: export PAL_OTHER_SLURM_SUITE = $(SUITE)
 test-other-slurm:
 	$(OTHER_SLURM) install
 	$(OTHER_SLURM) test

@@ -305,7 +305,7 @@ def measure(cluster: Cluster, placer: object, args: argparse.Namespace) -> int:
     # what of such a read is Slurm's (slurmctld and squeue), not ours
     from pal_slurm.slurm import parse_squeue
 
-    layout = parse_squeue.Layout.new(excluded_nodes=backend.version() >= parse_squeue.EXCNODES_SINCE)
+    layout = parse_squeue.Layout.new(backend.version())
     alone = []
     for _ in range(3):
         t0 = time.perf_counter()

@@ -18,6 +18,12 @@ none suffices, the largest; take its first nodes, and for the last node needed t
 that run with the least free resources (the lowest index on ties). On each node, the lowest
 free GPU indices. Slurm measures "free resources" in CPUs; the simulator does not model CPUs,
 so free GPUs stand in for them (with CPUs, the same check names 80-88 %).
+
+Slurm 26.05 added a path for a job that may use one node only (`-N1`, as the replay submits
+one-node jobs, or `-n`; a bare `--gres` job still goes the way above): the first node by
+weight that can run it (select/cons_tres `_get_one_res`), which is first fit
+(tests/slurm/test_node_choice.py shows both on a live slurmctld). This model stays the rule of
+22.05 - 25.11; on 26.05 it mispredicts such one-node jobs.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ class CliBackend:
         record there, as slurmctld holds it, instead of one per task."""
         if only is not None and not only:
             return []
-        layout = parse_squeue.Layout.new(excluded_nodes=self.version() >= parse_squeue.EXCNODES_SINCE)
+        layout = parse_squeue.Layout.new(self.version())
         if only is None:
             records = self._whole_queue(layout)
         else:
@@ -130,13 +130,13 @@ class CliBackend:
             raise SlurmError(str(exc)) from exc
         del out
         if len(unsure) > _UNSURE_ALONE:  # many: the whole read again, strictly, not one squeue each
-            strict = parse_squeue.Layout.new(excluded_nodes=layout.has("excluded_nodes"), strict=True)
+            strict = layout.strictly()
             try:
                 return strict.scan(self._read_squeue(strict, select, array=array) or "", parse_squeue.needs_lead)[0]
             except parse_squeue.SlurmFormatError as exc:
                 raise SlurmError(str(exc)) from exc
         for job_id in unsure:  # a separator in a job's own text: that job alone, strictly
-            records += self._one(job_id, layout.has("excluded_nodes"))
+            records += self._one(job_id, layout)
         return records
 
     def _convert(self, records: Sequence[dict[str, str]], slots: Mapping[str, tuple[str, ...]],
@@ -170,9 +170,9 @@ class CliBackend:
                 return None
             raise
 
-    def _one(self, job_id: str, excluded_nodes: bool) -> list[dict[str, str]]:
-        """One job's records read alone with a strict layout (see parse_squeue.Layout.scan)."""
-        layout = parse_squeue.Layout.new(excluded_nodes=excluded_nodes, strict=True)
+    def _one(self, job_id: str, plain: parse_squeue.Layout) -> list[dict[str, str]]:
+        """One job's records read alone with `plain`'s fields, strictly (see parse_squeue.Layout.scan)."""
+        layout = plain.strictly()
         out = self._read_squeue(layout, [f"--jobs={job_id}"])
         try:
             return [r for r in layout.records(out or "") if r["job_id"] == job_id]

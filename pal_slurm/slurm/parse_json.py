@@ -1,7 +1,7 @@
-"""Slurm's JSON output -> SlurmJob / SlurmNode (pure), for Slurm 22.05 and 24.11 alike.
+"""Slurm's JSON output -> SlurmJob / SlurmNode (pure), for Slurm 22.05, 24.11 and 26.05 alike.
 
-Why tolerant: 22.05 (openapi v0.0.38) writes plain integers and strings; 24.11
-(data_parser v0.0.40+) writes numbers as `{"set": .., "infinite": .., "number": ..}`,
+Why tolerant: 22.05 (openapi v0.0.38) writes plain integers and strings; 24.11 and 26.05
+(data_parser v0.0.40 to v0.0.45) write numbers as `{"set": .., "infinite": .., "number": ..}`,
 states as lists (`["PENDING"]`, `["IDLE", "DRAIN"]`), features as lists, and groups
 `sinfo --json` differently (so on 24.11 nodes come from `scontrol show node --json`).
 Each field is read through a small coercion helper so a missing or re-shaped field
@@ -112,6 +112,8 @@ def job_from_json(raw: Mapping[str, Any]) -> SlurmJob:
     task_string = text(raw.get("array_task_string"))
     task_id = number(raw.get("array_task_id"))
     het = number(raw.get("het_job_id"), 0) or 0
+    # `shared` up to data_parser v0.0.44 (26.05 still serves it); v0.0.45 (26.05) has no such
+    # field in a job record (`shared` is an empty list): there the job reads as not exclusive
     shared = text(raw.get("shared"))
     exclusive = shared.lower() in ("none", "exclusive", "user", "mcs", "topo") or _flag_true(raw.get("exclusive"))
     prio = raw.get("priority")

@@ -33,6 +33,8 @@ What `-O` says differently from the JSON, and how it is read (checked on 22.05 a
   count Slurm holds (the JSON's node_count), read first.
 - `ExcNodes` exists from 24.05 on; earlier, excluded nodes come from `squeue -o %x`
   (`exclusions_from`).
+- a job that keeps its nodes to itself: `OverSubscribe` NO, USER, MCS or TOPO up to 25.11; 26.05
+  split that field, and `Exclusive` (NO, NODE, USER, MCS, TOPO) says it (OverSubscribe: NO for all).
 """
 
 from __future__ import annotations
@@ -89,6 +91,16 @@ LEAD = 6
 #: squeue -O knows ExcNodes from Slurm 24.05 on
 EXCLUDED: tuple[str, str] = ("excluded_nodes", "excnodes")
 EXCNODES_SINCE = (24, 5)
+#: and Exclusive from 26.05 on, where OverSubscribe stopped saying it (see the module)
+EXCLUSIVE: tuple[str, str] = ("exclusive", "exclusive")
+EXCLUSIVE_SINCE = (26, 5)
+
+
+def fields_for(version: tuple[int, int]) -> tuple[tuple[str, str], ...]:
+    """The fields the placer asks squeue -O for on Slurm `version`: FIELDS and what it added."""
+    added = ((EXCLUDED,) if version >= EXCNODES_SINCE else ()) + ((EXCLUSIVE,) if version >= EXCLUSIVE_SINCE else ())
+    return FIELDS + added
+
 
 #: what squeue prints for a field that is not set
 _UNSET = frozenset({"", "N/A", "(null)", "None", "NONE", "Unknown", "n/a"})
@@ -111,8 +123,13 @@ class Layout:
     strict: bool = False
 
     @classmethod
-    def new(cls, *, excluded_nodes: bool, strict: bool = False) -> Layout:
-        return cls(FIELDS + ((EXCLUDED,) if excluded_nodes else ()), secrets.token_hex(8), strict)
+    def new(cls, version: tuple[int, int], *, strict: bool = False) -> Layout:
+        """The fields of `version` (`fields_for`), a new token."""
+        return cls(fields_for(version), secrets.token_hex(8), strict)
+
+    def strictly(self) -> Layout:
+        """The same fields, strictly, with a new token: a record read again alone."""
+        return Layout(self.fields, secrets.token_hex(8), strict=True)
 
     def has(self, key: str) -> bool:
         return any(k == key for k, _n in self.fields)
@@ -292,8 +309,15 @@ def time_limit_s(value: str) -> float | None:
     return float(total) if total > 0 else None
 
 
-#: OverSubscribe values of a job that does not share its nodes (job_share_string)
-_EXCLUSIVE = frozenset({"NO", "USER", "MCS", "TOPO"})
+#: OverSubscribe values of a job that does not share its nodes, up to 25.11 (job_share_string)
+_NOT_SHARED = frozenset({"NO", "USER", "MCS", "TOPO"})
+
+
+def _exclusive(f: Mapping[str, str]) -> bool:
+    """26.05's Exclusive where asked for (anything but NO), else OverSubscribe (see the module)."""
+    if "exclusive" in f:
+        return _str(f["exclusive"]).upper() not in ("", "NO")
+    return _str(f["shared"]).upper() in _NOT_SHARED
 
 
 def job_from_fields(f: Mapping[str, str], *, gres_detail: Sequence[str] = ()) -> SlurmJob:
@@ -338,7 +362,7 @@ def job_from_fields(f: Mapping[str, str], *, gres_detail: Sequence[str] = ()) ->
         array_job_id=_str(f["array_job_id"]) if task else "",
         array_task=task,
         het_job_id="" if het in ("", "0") else het,
-        exclusive=_str(f["shared"]).upper() in _EXCLUSIVE,
+        exclusive=_exclusive(f),
         start_time=_time(f["start_time"]),
         begin_time=_time(f["begin_time"]),
         max_nodes=_int(f["max_nodes"]) or None,
@@ -371,7 +395,6 @@ def placer_needs(job: SlurmJob) -> bool:
             or any("gpu" in t for t in (job.tres_per_node, job.tres_per_job, job.tres_per_task, job.tres_per_socket)))
 
 
-__all__ = ["EXCNODES_SINCE", "FIELDS", "LEAD", "Layout", "needs_lead", "RUNNING_STATES", "SlurmFormatError", "collapse_array_tasks",
-           "exclusions_format",
-           "exclusions_from", "exclusions_layout", "job_from_fields", "mem_mb", "needs_gpu_fields",
-           "placer_needs", "time_limit_s", "tres_items"]
+__all__ = ["collapse_array_tasks", "exclusions_format", "exclusions_from", "exclusions_layout", "EXCLUSIVE_SINCE",
+           "EXCNODES_SINCE", "FIELDS", "fields_for", "job_from_fields", "Layout", "LEAD", "mem_mb", "needs_gpu_fields",
+           "needs_lead", "placer_needs", "RUNNING_STATES", "SlurmFormatError", "time_limit_s", "tres_items"]

@@ -32,7 +32,7 @@ class RestBackend(CliBackend):
     """Reads jobs and nodes through slurmrestd (JWT), writes through scontrol.
 
     `url` like http://ctl:6820; `api` the API slurmrestd serves for slurmctld (v0.0.38 on
-    22.05, v0.0.40+ on 24.11). The token is `token`, else SLURM_JWT, which is then removed
+    22.05, v0.0.40-v0.0.42 on 24.11, v0.0.42-v0.0.45 on 26.05, where v0.0.42 is deprecated). The token is `token`, else SLURM_JWT, which is then removed
     from this process's environment (`scontrol token` output, with or without its
     `SLURM_JWT=` prefix; never logged); the user name sent with it is
     `user`, else SLURM_JWT_USER, else the token's own `sun` claim (slurmctld refuses a
@@ -170,7 +170,7 @@ class RestBackend(CliBackend):
         return result
 
     def jobs(self, only: Collection[str] | None = None) -> list[SlurmJob]:
-        # slurmrestd answers with every job (no state or job filter in v0.0.38 to v0.0.42's
+        # slurmrestd answers with every job (no state or job filter in v0.0.38 to v0.0.45's
         # GET jobs): only the placer's are converted, and the document is dropped after
         return self._read("jobs", lambda doc: parse_json.iter_unique(
             parse_json.jobs_from_doc(doc, active_only=True, only=only, placer_only=True)),

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# The real-Slurm tests on the Slurm version this machine does not run, in a Debian chroot.
+# The real-Slurm tests on the Slurm versions this machine does not run, each in a Debian chroot.
 #
 # Machines of our kind run Debian 12 (Slurm 22.05) or Debian 13 (Slurm 24.11), and every
-# Slurm-facing part must work on both (docs/architecture.md, "Two Slurm versions"). The
-# host's own version is tested by `make test`; this script tests the other one: Debian 12
-# hosts get a Debian 13 root, Debian 13 hosts a Debian 12 root. Inside it runs the same
-# test cluster (tests/services/slurm-cluster.sh, with its own ports so it can run beside
-# the host's) and the same tests (pytest -m slurm tests/slurm), with pal-slurm installed in
-# a venv of the chroot's own Python.
+# Slurm-facing part must work on both, and on Debian unstable's Slurm (26.05), the next one
+# sites will meet (docs/architecture.md, "Slurm versions"). The host's own version is tested by
+# `make test`; this script tests one other release: Debian 12 hosts trixie (24.11) or sid
+# (26.05), Debian 13 hosts bookworm (22.05) or sid. Inside it runs the same test cluster
+# (tests/services/slurm-cluster.sh, with ports of the release's own so that every chroot runs
+# beside the host's cluster and beside each other) and the same tests (pytest -m slurm
+# tests/slurm), with pal-slurm installed in a venv of the chroot's own Python.
 #
-# Usage: tests/services/other-slurm.sh {install|test [PYTEST ARGS...]|stop|status}
+# Usage: tests/services/other-slurm.sh [--suite RELEASE] {install|test [PYTEST ARGS...]|stop|status|suites}
 #
-#   install  debootstrap the other release into $ROOT (once), install Python, Slurm, munge,
+#   install  debootstrap the release into $ROOT (once), install Python, Slurm, munge,
 #            Lua and a compiler in it (slurm-cluster.sh install, run inside), and pal-slurm in
 #            $ROOT/opt/pal-venv; idempotent, reinstalls pal-slurm when setup.cfg or the checkout moved
 #   test     mount /proc, /sys, /dev, a fresh /run and the repository into the chroot, start
@@ -19,12 +20,20 @@
 #            cluster and unmount whatever the outcome; exit status: pytest's
 #   stop     stop the chroot's cluster and unmount (after an interrupted `test`); idempotent
 #   status   the chroot's release, Slurm version and mounts
+#   suites   the releases this host tests, one a line: the other stable release first, then sid
+#
+# --suite RELEASE (or PAL_OTHER_SLURM_SUITE): bookworm (Slurm 22.05), trixie (24.11) or sid
+# (26.05), any but the host's own; default: the other stable release (trixie on Debian 12,
+# bookworm on Debian 13), as before there was a choice.
 #
 # Environment:
 #   PAL_OTHER_SLURM_ROOT   the chroot; default /var/tmp/pal-other-slurm-<release>
 #   PAL_DEBIAN_MIRROR      Debian mirror for debootstrap; default http://deb.debian.org/debian
-#   PAL_OTHER_SLURM_CTLD_PORT / _NODE_PORT   the chroot cluster's ports; default 23817 / 23001
-#                          (slurmrestd: ctld port + 2000), apart from the host cluster's
+#   PAL_OTHER_SLURM_CTLD_PORT / _NODE_PORT   the chroot cluster's ports; default 23817 / 23001 for
+#                          bookworm and trixie (never both on one host), 22817 / 22001 for sid
+#                          (slurmrestd: ctld port + 2000), apart from the host cluster's, the
+#                          replay's and the benchmarks' (16817, 16917, 19817, 26817)
+#   The root and the ports name one release's chroot: set them for one run of one release.
 #
 # Needs root (debootstrap, chroot, mount). Progress goes to stderr; a failure ends with
 # "other-slurm: error: <reason>".
@@ -34,27 +43,53 @@ set -euo pipefail
 PROG="other-slurm"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MIRROR="${PAL_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-CTLD_PORT="${PAL_OTHER_SLURM_CTLD_PORT:-23817}"
-NODE_PORT="${PAL_OTHER_SLURM_NODE_PORT:-23001}"
 VENV=/opt/pal-venv
 PATH_IN="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # shellcheck source=tests/services/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-[ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot and mount)"
-case "$CTLD_PORT$NODE_PORT" in *[!0-9]*) die "ports must be numbers" ;; esac
+SUITE="${PAL_OTHER_SLURM_SUITE:-}"
+if [ "${1:-}" = --suite ]; then
+    [ "$#" -ge 2 ] || die "--suite needs a release (bookworm, trixie or sid)"
+    SUITE="$2"
+    shift 2
+fi
+
+[ "${1:-}" = suites ] || [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot and mount)"
 
 host_major() {
     [ -r /etc/debian_version ] || die "not a Debian machine (no /etc/debian_version)"
     cut -d. -f1 </etc/debian_version
 }
 
-case "$(host_major)" in
-    12) SUITE=trixie ;;     # Debian 12 runs Slurm 22.05: test 24.11
-    13) SUITE=bookworm ;;   # Debian 13 runs Slurm 24.11: test 22.05
-    *) die "Debian $(host_major) is neither 12 nor 13: no other Slurm version to test" ;;
+# the host's own release: the one release this script does not test here
+host_suite() {
+    case "$(host_major)" in
+        12) echo bookworm ;;
+        13) echo trixie ;;
+        *) die "Debian $(host_major) is neither 12 nor 13: the other Slurm versions are tested from those" ;;
+    esac
+}
+
+# the releases a host tests: the other stable one (22.05 <-> 24.11), then unstable (26.05)
+other_suites() {
+    case "$(host_suite)" in
+        bookworm) printf '%s\n' trixie sid ;;
+        trixie) printf '%s\n' bookworm sid ;;
+    esac
+}
+
+[ -n "$SUITE" ] || SUITE="$(other_suites | head -n 1)"
+other_suites | grep -qx -- "$SUITE" ||
+    die "release '$SUITE' is not tested on this Debian $(host_major) host (these are: $(other_suites | paste -sd' ' -))"
+
+# each release its own ports: its cluster runs beside the host's and the other chroot's
+case "$SUITE" in
+    sid) CTLD_PORT="${PAL_OTHER_SLURM_CTLD_PORT:-22817}" NODE_PORT="${PAL_OTHER_SLURM_NODE_PORT:-22001}" ;;
+    *) CTLD_PORT="${PAL_OTHER_SLURM_CTLD_PORT:-23817}" NODE_PORT="${PAL_OTHER_SLURM_NODE_PORT:-23001}" ;;
 esac
+case "$CTLD_PORT$NODE_PORT" in *[!0-9]*) die "ports must be numbers" ;; esac
 ROOT="${PAL_OTHER_SLURM_ROOT:-/var/tmp/pal-other-slurm-$SUITE}"
 
 # the host's proxy and pip settings that let pip inside reach an index the way pip outside does
@@ -90,6 +125,19 @@ cluster_env() {
 }
 
 mounted() { mountpoint -q "$1"; }
+
+# apt-get update in the chroot. sid's Release is valid for a week only (stable releases' for
+# good): a mirror that is a frozen snapshot (a site's, or a CI cache) serves one that apt calls
+# expired and refuses. Then, and only then, this test chroot's apt stops checking that date
+# (the signatures are still checked) and says so.
+apt_update_inside() {
+    local out="$ROOT.apt-update.log" conf="$ROOT/etc/apt/apt.conf.d/99pal-snapshot-mirror"
+    inside apt-get update -q >"$out" 2>&1 && ! grep -q 'is expired' "$out" && return 0
+    grep -q 'is expired' "$out" || { tail -n 15 "$out" >&2; die "apt-get update in the $SUITE chroot failed"; }
+    log "install: $MIRROR serves an expired $SUITE Release (a snapshot?): apt in this chroot ignores its Valid-Until"
+    printf 'Acquire::Check-Valid-Until "false";\n' >"$conf"
+    inside apt-get update -q >"$out" 2>&1 || { tail -n 15 "$out" >&2; die "apt-get update in the $SUITE chroot failed"; }
+}
 
 # "Slurm 24.11.5-4+deb13u1 in Debian 13.8" (sinfo --version needs a configuration to answer)
 slurm_in() {
@@ -144,7 +192,7 @@ cmd_install() {
     trap do_umount EXIT
     if ! inside sh -c 'command -v python3 >/dev/null && python3 -c "import ensurepip, venv"' 2>/dev/null; then
         log "install: python3 in the chroot"
-        inside apt-get update -qq >&2
+        apt_update_inside
         inside apt-get install -y -qq --no-install-recommends python3 python3-venv >"$ROOT.apt.log" 2>&1 || {
             tail -n 15 "$ROOT.apt.log" >&2
             die "apt-get install python3 python3-venv in the $SUITE chroot failed"
@@ -227,5 +275,6 @@ case "${1:-}" in
     test) shift; cmd_test "$@" ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
+    suites) other_suites ;;
     *) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -4,7 +4,7 @@
 # Usage: tests/services/slurm-cluster.sh {install|start|stop|restart|status|env|restart-ctld}
 #
 #   install       apt-get install the Slurm/munge/Lua/compiler packages that are missing
-#                 (Debian 12 Slurm 22.05 and Debian 13 Slurm 24.11; needs root or sudo -n)
+#                 (Debian 12 Slurm 22.05, Debian 13 24.11, sid 26.05; needs root or sudo -n)
 #   start         write the configuration, start munged (unless one answers), slurmctld and one
 #                 slurmd per node, and wait until every node is idle; idempotent: a running
 #                 cluster whose configuration is unchanged is left alone (job_submit.lua is
@@ -562,7 +562,8 @@ start_rest() {
     local url="http://127.0.0.1:$REST_PORT" bin plugin api
     # only the slurmctld API: the slurmdbd one (openapi/dbv*, openapi/slurmdbd) is fatal without
     # slurmdbd.  22.05 names it by version (newest: v0.0.38); 23.02+ has openapi/slurmctld and
-    # serves the versions of its data_parser plugins (24.11: v0.0.40-42).  api: the newest.
+    # serves the versions of its data_parser plugins (24.11: v0.0.40-42; 26.05: v0.0.42-45).
+    # api: the newest.
     if find /usr/lib/*/slurm-wlm -maxdepth 1 -name openapi_slurmctld.so 2>/dev/null | grep -q .; then
         plugin=openapi/slurmctld
         api="$(find /usr/lib/*/slurm-wlm -maxdepth 1 -name 'data_parser_v0_0_*.so' 2>/dev/null |

@@ -3,7 +3,12 @@
 nodes, Slurm picks what the model names. `make test` runs this on both Slurm versions.
 
 The free GPUs per node come from Slurm itself (each node's GresUsed) after a blocker job is
-running, so the model is asked about the state Slurm actually saw."""
+running, so the model is asked about the state Slurm actually saw.
+
+From 26.05 a job that may use one node only (`-N1`, or `-n`; a bare `--gres` or `--gpus` job
+still goes the older way, seen on 26.05.5) skips that evaluation: slurmctld takes the first node by
+weight that can run it (select/cons_tres `_get_one_res`), which is first fit. Jobs on more nodes
+keep the tightest-run rule there too."""
 
 from __future__ import annotations
 
@@ -14,11 +19,14 @@ import pytest
 
 from pal_slurm.placement.cons_tres_fit import tightest_fit_nodes
 from pal_slurm.placement.first_fit import first_fit_nodes
+from pal_slurm.slurm.cli_backend import CliBackend
 from pal_slurm.slurm.tres import parse_gres_alloc
 from tests.slurm.conftest import SlurmCluster
 from tests.slurm.placer_rig import wait_idle
 
 GPUS_PER_NODE = 4
+#: the Slurm that takes a one-node job's first fitting node (see the module)
+ONE_NODE_FIRST_FIT_SINCE = (26, 5)
 
 
 def free_gpus(cluster: SlurmCluster) -> np.ndarray:
@@ -44,16 +52,18 @@ def blocked_cluster(slurm_cluster: SlurmCluster) -> Iterator[tuple[SlurmCluster,
         slurm_cluster.cancel(jobs)
 
 
-@pytest.mark.parametrize(("blocker_gpus", "probe", "per_node", "nodes"), [
+@pytest.mark.parametrize(("blocker_gpus", "probe", "per_node", "nodes", "one_node"), [
     # pal-n2 keeps one GPU free: a one-GPU job goes to that, the tightest node, not to pal-n1
-    (3, ["-N1", "--gres=gpu:1"], 1, 1),
+    # (from 26.05 a -N1 job goes to pal-n1, first fit; one without -N still to pal-n2)
+    (3, ["-N1", "--gres=gpu:1"], 1, 1, True),
+    (3, ["--gres=gpu:1"], 1, 1, False),
     # pal-n2 full: the usable runs are [n1] and [n3, n4]; two whole nodes take the run that
     # suffices (n3, n4), where first fit takes n1 and n3
-    (4, ["-N2", "--gres=gpu:4"], 4, 2),
+    (4, ["-N2", "--gres=gpu:4"], 4, 2, False),
 ])
 def test_slurm_picks_the_nodes_cons_tres_fit_names_where_first_fit_differs(
         blocked_cluster: tuple[SlurmCluster, list[str]], blocker_gpus: int, probe: list[str], per_node: int,
-        nodes: int) -> None:
+        nodes: int, one_node: bool) -> None:
     cluster, jobs = blocked_cluster
     jobs.append(cluster.submit(["-w", cluster.nodes[1], f"--gres=gpu:{blocker_gpus}", "--wrap", "sleep 300"]))
     cluster.wait_state(jobs[0], "RUNNING")
@@ -65,5 +75,6 @@ def test_slurm_picks_the_nodes_cons_tres_fit_names_where_first_fit_differs(
     jobs.append(cluster.submit([*probe, "--wrap", "sleep 1"]))
     cluster.wait_state(jobs[1], {"RUNNING", "COMPLETED"})
     got = node_names(cluster, cluster.job(jobs[1])["NodeList"])
-    assert got == [cluster.nodes[int(v)] for v in model], \
+    want = first if one_node and CliBackend(timeout=30).version() >= ONE_NODE_FIRST_FIT_SINCE else model
+    assert got == [cluster.nodes[int(v)] for v in want], \
         f"Slurm chose {got}; free GPUs per node {counts.tolist()}; model {model.tolist()}, first fit {first.tolist()}"

@@ -1,7 +1,7 @@
 """The placer's lean job read (pal_slurm.slurm.parse_squeue): squeue -O records as SlurmJobs,
-on output captured from the 22.05 test cluster next to `squeue --json` of the same moment.
+on output captured from the test cluster (each Slurm version) next to `squeue --json` of the same moment.
 
-The files under tests/data/slurm/22.05 and 24.11, written by tests/data/slurm/capture_lean.py
+The files under tests/data/slurm/22.05, 24.11 and 26.05, written by tests/data/slurm/capture_lean.py
 (squeue-lean.txt: the plain layout with token 0123456789abcdef; squeue-lean-strict.txt: the
 held job alone, strictly, token 1111222233334444; squeue-lean-excluded.txt: fedcba9876543210;
 squeue-lean.json; show-job-detail.txt; roles.json: which job is which) hold two running GPU
@@ -26,17 +26,22 @@ from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob
 
 DATA = Path(__file__).parents[1] / "data" / "slurm"
-VERSIONS = ("22.05", "24.11")
+VERSIONS = ("22.05", "24.11", "26.05")
 LAYOUT = parse_squeue.Layout(parse_squeue.FIELDS, "0123456789abcdef")
 STRICT = parse_squeue.Layout(parse_squeue.FIELDS, "1111222233334444", strict=True)
 EXCLUDED = parse_squeue.Layout((("job_id", "%A"), ("excluded_nodes", "%x")), "fedcba9876543210", strict=True)
 
 
 def _layouts(version: str) -> tuple[parse_squeue.Layout, parse_squeue.Layout]:
-    """The layouts capture_lean.py used: with ExcNodes from 24.05 on, as the backend asks."""
-    has = tuple(int(x) for x in version.split(".")) >= parse_squeue.EXCNODES_SINCE
-    fields = parse_squeue.FIELDS + ((parse_squeue.EXCLUDED,) if has else ())
+    """The layouts capture_lean.py used: with ExcNodes from 24.05 on and Exclusive from 26.05 on,
+    as the backend asks."""
+    fields = parse_squeue.fields_for(_version(version))
     return parse_squeue.Layout(fields, LAYOUT.token), parse_squeue.Layout(fields, STRICT.token, strict=True)
+
+
+def _version(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")
+    return int(major), int(minor)
 
 
 def _role(version: str) -> dict[str, str]:
@@ -76,10 +81,14 @@ def _json(version: str) -> dict[str, SlurmJob]:
 def test_every_job_reads_as_squeue_json_says_it(version: str) -> None:
     lean, full = _lean(version, lambda _lead: True), _json(version)
     assert lean.keys() == full.keys() == set(_role(version).values())
+    roles = _role(version)
+    assert {j for j, job in lean.items() if job.exclusive} == {roles["gpus"], roles["two_nodes"]}
+    # 26.05's JSON (data_parser v0.0.45) has no field that says a job is exclusive; -O does
+    allowed = ALLOWED | ({"exclusive"} if _version(version) >= parse_squeue.EXCLUSIVE_SINCE else set())
     for job_id, want in full.items():
         got = lean[job_id]
         diff = {f.name for f in dataclasses.fields(SlurmJob) if getattr(got, f.name) != getattr(want, f.name)}
-        assert diff <= ALLOWED, (job_id, {d: (getattr(got, d), getattr(want, d)) for d in diff - ALLOWED})
+        assert diff <= allowed, (job_id, {d: (getattr(got, d), getattr(want, d)) for d in diff - allowed})
         assert got.memory_on_node_mb() == want.memory_on_node_mb(), job_id
         assert got.max_nodes == (want.max_nodes or want.node_count), job_id
         if got.pending and got.end_time != want.end_time:
@@ -156,10 +165,13 @@ def test_output_that_is_not_the_fields_asked_for_is_an_error() -> None:
 
 
 def test_the_format_prints_whole_values_with_a_fresh_separator() -> None:
-    a, b = parse_squeue.Layout.new(excluded_nodes=False), parse_squeue.Layout.new(excluded_nodes=True)
-    s = parse_squeue.Layout.new(excluded_nodes=False, strict=True)
-    assert len({a.token, b.token, s.token}) == 3 and len(a.token) == 16
-    assert not a.has("excluded_nodes") and b.has("excluded_nodes")
+    a, b = parse_squeue.Layout.new((22, 5)), parse_squeue.Layout.new((24, 11))
+    s = parse_squeue.Layout.new((22, 5), strict=True)
+    again = b.strictly()
+    assert len({a.token, b.token, s.token, again.token}) == 4 and len(a.token) == 16
+    assert not a.has("excluded_nodes") and b.has("excluded_nodes") and not b.has("exclusive")
+    assert again.strict and again.fields == b.fields
+    assert parse_squeue.Layout.new((26, 5)).fields[-2:] == (parse_squeue.EXCLUDED, parse_squeue.EXCLUSIVE)
     assert a.sep == "\x1f" and a.token in a.end and s.token in s.sep
     fmt = b.format().split(",")
     assert len(fmt) == len(parse_squeue.FIELDS) + 1

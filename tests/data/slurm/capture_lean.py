@@ -28,7 +28,7 @@ EXCLUDED = parse_squeue.Layout((("job_id", "%A"), ("excluded_nodes", "%x")), "fe
 
 def layouts(version: tuple[int, int]) -> tuple[parse_squeue.Layout, parse_squeue.Layout]:
     """The plain and the strict layout the backend uses on this version, with fixed tokens."""
-    fields = parse_squeue.FIELDS + ((parse_squeue.EXCLUDED,) if version >= parse_squeue.EXCNODES_SINCE else ())
+    fields = parse_squeue.fields_for(version)
     return (parse_squeue.Layout(fields, "0123456789abcdef"),
             parse_squeue.Layout(fields, "1111222233334444", strict=True))
 LATER = "--begin=now+3600"
