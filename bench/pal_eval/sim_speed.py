@@ -43,23 +43,45 @@ def synthetic_trace(jobs: int, n_gpus: int, interarrival: float | None):  # type
     return generate(jobs, seed=7, max_gpus=n_gpus, mean_interarrival_s=inter), inter
 
 
+#: the targets of a site-scale run of the LLM-era mix (a month of a 16,384-GPU site)
+LLM_TARGET_S = 600.0
+LLM_TARGET_MB = 4096.0
+
+
+def llm_inputs(jobs: int, nodes: int, gpus_per_node: int):  # type: ignore[no-untyped-def]
+    """The LLM-era mix at 90 % offered load, and the options a headline run uses with it
+    (runtimes known x U[1, 5], lambda 1.0: whole-node jobs on a fast fabric)."""
+    from pal_slurm.simulate.estimates import parse_runtime_estimate
+    from pal_slurm.simulate.event import EventOptions
+    from pal_slurm.simulate.llm_workload import generate_llm
+
+    trace = generate_llm(jobs, nodes=nodes, gpus_per_node=gpus_per_node, seed=7)
+    return trace, EventOptions(order="fifo", locality_penalty=1.0, runtime_estimate=parse_runtime_estimate("uniform:1:5"))
+
+
 def run(jobs: int, nodes: int, gpus_per_node: int, policies: list[str], interarrival: float | None,
-        target_s: float, target_mb: float) -> int:
+        target_s: float, target_mb: float, workload: str = "philly") -> int:
     from pal_slurm.placement.policies import get_policy
     from pal_slurm.simulate.event import EventOptions, simulate_events
 
     n_gpus = nodes * gpus_per_node
     t0 = time.perf_counter()
     cluster = synthetic_cluster(nodes, gpus_per_node, seed=1)
-    trace, inter = synthetic_trace(jobs, n_gpus, interarrival)
+    if workload == "llm":
+        trace, opts = llm_inputs(jobs, nodes, gpus_per_node)
+        inter = max(j.submit_time for j in trace.jobs) / max(len(trace.jobs), 1)
+    else:
+        trace, inter = synthetic_trace(jobs, n_gpus, interarrival)
+        opts = EventOptions(order="fifo", locality_penalty=1.7)
     span = max(j.submit_time for j in trace.jobs) or 1.0
     offered = sum(j.nominal_runtime_s * j.num_gpus for j in trace.jobs) / (n_gpus * span)
-    print(f"setup: {n_gpus} GPUs, {len(trace.jobs)} jobs, mean inter-arrival {inter:.1f} s, "
-          f"offered load {offered:.0%} of the cluster over the arrival span, in {time.perf_counter() - t0:.1f} s")
+    print(f"setup: {workload} mix, {n_gpus} GPUs ({nodes} x {gpus_per_node}), {len(trace.jobs)} jobs over "
+          f"{span / 86400:.1f} days, mean inter-arrival {inter:.1f} s, offered load {offered:.0%} of the cluster "
+          f"over the arrival span, in {time.perf_counter() - t0:.1f} s")
     walls: dict[str, float] = {}
     for name in policies:
         t1, c1 = time.perf_counter(), time.process_time()
-        res = simulate_events(trace, cluster, get_policy(name), EventOptions(order="fifo", locality_penalty=1.7))
+        res = simulate_events(trace, cluster, get_policy(name), opts)
         dt, cpu = time.perf_counter() - t1, time.process_time() - c1
         walls[name] = dt
         m = res.metrics
