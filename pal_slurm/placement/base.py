@@ -69,8 +69,11 @@ class Choice:
 
 
 def as_gpus(ids: np.ndarray | Sequence[int]) -> tuple[int, ...]:
-    """GPU ids as an ascending tuple of ints (Python's sort: a choice holds a few ids, where
-    numpy's per-call overhead would cost more than the sort)."""
+    """GPU ids as an ascending tuple of ints (Python's sort for a few ids, where numpy's
+    per-call overhead would cost more than the sort; numpy's for the thousands of a
+    whole-node job across many nodes)."""
+    if len(ids) >= 32:
+        return tuple(np.sort(np.asarray(ids, dtype=np.int64)).tolist())
     return tuple(sorted(int(g) for g in (ids.tolist() if isinstance(ids, np.ndarray) else ids)))
 
 
