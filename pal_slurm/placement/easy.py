@@ -277,11 +277,13 @@ class EasyBackfill(Policy):
         other = memo.choose_off(("off-reserved", booking.gpus), job, state, ctx, booking.held)
         if other is None:
             return None
-        return noted(other, f"backfilled past {head.id} on GPUs it will not need "
-                            f"(it expects {', '.join(map(str, booking.gpus))})")
+        return noted(other, lambda: f"backfilled past {head.id} on GPUs it will not need "
+                                    f"(it expects {', '.join(map(str, booking.gpus))})")
 
 
-def noted(choice: Choice, why: str) -> Choice:
+def noted(choice: Choice, why: str | Callable[[], str]) -> Choice:
     """The choice with `why` added to its reason (and everything else it says kept: that it
-    is first fit's, or which GPUs first fit would have given)."""
-    return replace(choice, why=lambda: f"{choice.reason}; {why}")
+    is first fit's, or which GPUs first fit would have given). A callable `why` is only
+    called when the reason is read: a head of a thousand nodes would otherwise have its
+    GPUs listed for every job weighed past it."""
+    return replace(choice, why=lambda: f"{choice.reason}; {why() if callable(why) else why}")
