@@ -27,6 +27,9 @@ from pal_slurm.slurm.model import SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
 
+#: the first data_parser whose job records have no `shared` (exclusivity) field (Slurm 26.05)
+SHARED_GONE = (0, 0, 45)
+
 
 class RestBackend(CliBackend):
     """Reads jobs and nodes through slurmrestd (JWT), writes through scontrol.
@@ -70,6 +73,10 @@ class RestBackend(CliBackend):
             raise ConfigError(f"slurmrestd backend: rest_api must look like v0.0.38, got {api!r}")
         self.url = url.rstrip("/")
         self.api = api
+        if tuple(int(x) for x in api[1:].split(".")) >= SHARED_GONE:
+            log.warning("slurmrestd API %s: its job records do not say whether a job is exclusive, so every job "
+                        "reads as sharing its nodes, and a held --exclusive GPU job may be placed beside other jobs "
+                        "(it then waits for the whole node); on Slurm 26.05 rest_api = \"v0.0.44\" still says it", api)
         self.fallback_cli = fallback_cli
         # Taken out of the environment: with SLURM_JWT set, Slurm's own commands authenticate
         # with the token instead of munge, so scontrol would act as the token's user (updates
