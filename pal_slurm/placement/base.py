@@ -68,11 +68,16 @@ class Choice:
                           first_fit=self.first_fit, instead_of=self.instead_of)
 
 
+#: from this many GPUs on, a choice is gathered and sorted with numpy: below it numpy's
+#: per-call overhead costs more than Python's loop; above it a whole-node job of a thousand
+#: nodes listed node by node in Python cost most of a site-scale simulation (bench/sim_speed.py)
+NUMPY_AT = 32
+
+
 def as_gpus(ids: np.ndarray | Sequence[int]) -> tuple[int, ...]:
-    """GPU ids as an ascending tuple of ints (Python's sort for a few ids, where numpy's
-    per-call overhead would cost more than the sort; numpy's for the thousands of a
-    whole-node job across many nodes)."""
-    if len(ids) >= 32:
+    """GPU ids as an ascending tuple of ints (Python's sort below `NUMPY_AT` ids, numpy's
+    from there)."""
+    if len(ids) >= NUMPY_AT:
         return tuple(np.sort(np.asarray(ids, dtype=np.int64)).tolist())
     return tuple(sorted(int(g) for g in (ids.tolist() if isinstance(ids, np.ndarray) else ids)))
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pal_slurm.placement.base import Choice, as_gpus, describe_gpus, free_on_node
+from pal_slurm.placement.base import NUMPY_AT, Choice, as_gpus, describe_gpus, free_on_node
 from pal_slurm.placement.chooser import ShapedChooser
 from pal_slurm.placement.index import ClusterIndex, FreeState
 from pal_slurm.placement.model import JobRequest, PlacementContext
@@ -68,7 +68,7 @@ class FirstFit(ShapedChooser):
         chosen = self.nodes_for(state.node_counts(job.allowed_nodes), per_node, nodes)
         if chosen is None:
             return None
-        if per_node * nodes >= VECTOR_AT:
+        if per_node * nodes >= NUMPY_AT:
             return self.first_fit_choice(state.index, job, first_free_slots(state.index, state, chosen, per_node))
         listing = free_on_node(state.index, state)
         return self.first_fit_choice(state.index, job, [g for v in chosen for g in listing(int(v))[:per_node]])
@@ -82,15 +82,10 @@ class FirstFit(ShapedChooser):
     def first_fit_choice(self, ix: ClusterIndex, job: JobRequest, gpus: Sequence[int] | np.ndarray) -> Choice:
         chosen = as_gpus(gpus)
         tab = ix.table(job.job_class)
-        nodes = (len({ix.node_list[g] for g in chosen}) if len(chosen) < VECTOR_AT
+        nodes = (len({ix.node_list[g] for g in chosen}) if len(chosen) < NUMPY_AT
                  else int(np.unique(ix.node_of[np.asarray(chosen, dtype=np.int64)]).size))
         return Choice(gpus=chosen, why=lambda: f"{self.label}: {self.rule}; {describe_gpus(ix, tab, chosen)}",
                       alternatives=((chosen, float(nodes)),), first_fit=True)
-
-
-#: from this many GPUs on, a pick is gathered with numpy: a whole-node job of a thousand nodes
-#: listed node by node in Python cost most of a site-scale simulation (bench/sim_speed.py)
-VECTOR_AT = 32
 
 
 def first_free_slots(ix: ClusterIndex, state: FreeState, nodes: np.ndarray, per_node: int) -> np.ndarray:

@@ -71,15 +71,6 @@ def quiet_table(tab: ClassTable, noise: float) -> bool:
     return span is None or within_noise(span[0], span[1], noise)
 
 
-def pace_of(tab: ClassTable, gpus: Sequence[int]) -> float:
-    """The slowest raw PerfVar of `gpus`: a synchronous job's pace (numpy for the thousands
-    of GPUs of a whole-node job across many nodes)."""
-    if len(gpus) >= 32:
-        return float(tab.pv[np.asarray(gpus, dtype=np.int64)].max())
-    pv = tab.pv_list
-    return max(pv[g] for g in gpus)
-
-
 def fastest(tab: ClassTable) -> float:
     """The class's smallest PerfVar (1.0 for a class without GPUs)."""
     span = tab.pv_range
@@ -119,7 +110,7 @@ class GuardedChooser:
         if quiet_table(tab, ctx.noise):
             return _first_fit(ff, lambda: f"class {tab.key}'s factors lie within the noise ({ctx.noise:.0%})")
         pv = tab.pv_list
-        ff_pace = pace_of(tab, ff.gpus)
+        ff_pace = max(pv[g] for g in ff.gpus)
         # the best pace any set of this size could have (the class's fastest GPU, then the
         # free ones): if first fit is within the noise of it, no search can find a saving
         if within_noise(fastest(tab), ff_pace, ctx.noise):
@@ -131,7 +122,7 @@ class GuardedChooser:
         alt = self._neutral(job, ff.gpus, state, tab, ff_pace / (1.0 + ctx.noise))
         if alt is None:
             return _first_fit(ff, lambda: "no faster set leaves the free GPUs as whole as first fit does")
-        alt_pace = pace_of(tab, alt)
+        alt_pace = max(pv[g] for g in alt)
         if within_noise(alt_pace, ff_pace, ctx.noise):
             return _first_fit(ff, lambda: f"the fastest neutral set (pace {alt_pace:.3f}) is within the noise of "
                                           f"first fit's ({ff_pace:.3f})")
