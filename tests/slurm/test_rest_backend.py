@@ -26,7 +26,7 @@ import pytest
 from pal_slurm.errors import SlurmError, SlurmUnavailable
 from pal_slurm.slurm.cli_backend import CliBackend
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
-from pal_slurm.slurm.rest_backend import RestBackend
+from pal_slurm.slurm.rest_backend import SHARED_GONE, RestBackend
 
 from .conftest import SlurmCluster
 
@@ -217,6 +217,7 @@ def test_by_default_a_failing_slurmrestd_falls_back_to_squeue_and_sinfo(
     rest = RestBackend(rig.url, api=_rest_api(), token=forged, timeout=30)
     cli = CliBackend(timeout=30)
     ids = {rig.running, rig.held}
+    caplog.clear()  # only what the reads log: an API without exclusivity (v0.0.45) is warned of at start
     with caplog.at_level(logging.WARNING, logger="pal_slurm.slurm.rest_backend"):
         cli_jobs, rest_jobs = _agreeing(lambda: (_job_facts(cli.jobs(), ids), _job_facts(rest.jobs(), ids)))
         assert set(rest_jobs) == ids and rest_jobs == cli_jobs
@@ -232,6 +233,30 @@ def test_by_default_a_failing_slurmrestd_falls_back_to_squeue_and_sinfo(
         bare = RestBackend(rig.url, api=_rest_api(), token="", timeout=30)
         assert rig.held in {j.job_id for j in bare.jobs()}
     assert [r.getMessage() for r in caplog.records if "no token" in r.getMessage()]
+
+
+def _api(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version[1:].split("."))
+
+
+def test_an_exclusive_job_reads_exclusive_through_the_api_the_start_warning_names(rig: Rig) -> None:
+    """Job records say whether a job is exclusive up to data_parser v0.0.44; v0.0.45 (Slurm 26.05)
+    does not, and the backend's start warning names v0.0.44, which 26.05 still serves: checked
+    here on the newest API this slurmrestd serves (and on v0.0.44 where the newest is v0.0.45)."""
+    newest = _rest_api()
+    readable = newest if _api(newest) < SHARED_GONE else "v0.0.44"
+    job = rig.cluster.submit(["--hold", "--exclusive", "--gpus=1", "--job-name=rest-exclusive", "--wrap", "true"])
+    try:
+        cli = CliBackend(timeout=30)
+        rest = RestBackend(rig.url, api=readable, token=rig.token, timeout=30, fallback_cli=False)
+        assert [j.exclusive for j in cli.jobs() if j.job_id == job] == [True]
+        assert [j.exclusive for j in rest.jobs() if j.job_id == job] == [True]
+        assert [j.exclusive for j in rest.jobs() if j.job_id == rig.held] == [False]
+        if readable != newest:  # the gap the warning is about, as it is today
+            blind = RestBackend(rig.url, api=newest, token=rig.token, timeout=30, fallback_cli=False)
+            assert [j.exclusive for j in blind.jobs() if j.job_id == job] == [False]
+    finally:
+        rig.cluster.cancel([job])
 
 
 def _free_port() -> int:
