@@ -13,7 +13,12 @@
 # Usage: bench/evaluate.sh [OUT_DIR] [FLEET ...]     (as root; default evaluation-out, all fleets)
 # Environment: PAL_EVAL_K (30), PAL_EVAL_CAP_HOURS (8), PAL_EVAL_REPS (3), PAL_EVAL_HISTORY
 #              (fleets with a pal+history arm; default wide), PAL_EVAL_TRACE (the artifact's
-#              workload-1), PAL_PYTHON (.venv/bin/python).
+#              workload-1), PAL_PYTHON (.venv/bin/python);
+#              today's shape: PAL_EVAL_SHAPE (NODESxGPUS, default 16x4), PAL_EVAL_LLM (a seed: the
+#              LLM-era mix drawn for that shape instead of the trace, run times not capped),
+#              PAL_EVAL_LLM_JOBS (300), PAL_EVAL_LAMBDA (the replay's default, 1.7; the matrix
+#              at 8-GPU nodes uses 1.0). E.g. PAL_EVAL_SHAPE=8x8 PAL_EVAL_LLM=2 PAL_EVAL_LAMBDA=1.0
+#              PAL_EVAL_HISTORY= bench/evaluate.sh eval-8x8 wide quiet
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,8 +30,19 @@ history=" ${PAL_EVAL_HISTORY-wide} "
 py=${PAL_PYTHON:-$here/.venv/bin/python}
 artifact=${PAL_ARTIFACT_DIR:-$here/../tests/data/pal-artifact}
 trace=${PAL_EVAL_TRACE:-$artifact/traces/sia-philly/workload-1.csv}
-common=(--trace "$trace" --seconds-per-hour "${PAL_EVAL_K:-30}" --cap-hours "${PAL_EVAL_CAP_HOURS:-8}"
-        --reps "${PAL_EVAL_REPS:-3}")
+shape=${PAL_EVAL_SHAPE:-16x4}
+if ! [[ "$shape" =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]]; then
+    echo "evaluate.sh: PAL_EVAL_SHAPE must be NODESxGPUS, e.g. 8x8, not '$shape'" >&2
+    exit 2
+fi
+if [ -n "${PAL_EVAL_LLM:-}" ]; then
+    common=(--llm "$PAL_EVAL_LLM" --llm-jobs "${PAL_EVAL_LLM_JOBS:-300}")
+else
+    common=(--trace "$trace" --cap-hours "${PAL_EVAL_CAP_HOURS:-8}")
+fi
+common+=(--nodes "${shape%x*}" --gpus-per-node "${shape#*x}" --seconds-per-hour "${PAL_EVAL_K:-30}"
+         --reps "${PAL_EVAL_REPS:-3}")
+[ -z "${PAL_EVAL_LAMBDA:-}" ] || common+=(--lambda "$PAL_EVAL_LAMBDA")
 # the clusters: name, slurmctld port, first slurmd port
 declare -A ctld=([a]=16957 [b]=16977 [c]=16997) node=([a]=17401 [b]=17501 [c]=17601)
 

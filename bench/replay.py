@@ -77,6 +77,10 @@ def main() -> int:
     artifact = artifact_dir()
     ap.add_argument("--trace", action="append", type=Path,
                     help="Sia-Philly CSV or sacct export (repeatable); default workload-1 and workload-4")
+    ap.add_argument("--llm", action="append", type=int, default=[], metavar="SEED",
+                    help="instead of --trace: the LLM-era mix (pal simulate --workload llm) drawn for --nodes x "
+                         "--gpus-per-node with this seed (repeatable)")
+    ap.add_argument("--llm-jobs", type=int, default=300, help="jobs of each --llm trace (default 300)")
     ap.add_argument("--variability", type=Path, default=longhorn(artifact))
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--gpus-per-node", type=int, default=4)

@@ -200,3 +200,33 @@ def test_a_pal_arm_whose_placer_holds_no_job_is_predicted_as_slurm_itself():
     assert predict(plan, quiet, "pal", ArmSettings(placer_policy="pal-guard")).policy == "slurm-reserving"
     varied = cluster_from_gpus(fleet(nodes=2))
     assert predict(plan, varied, "pal", ArmSettings(placer_policy="pal-guard")).policy == "pal-guard"
+
+
+def _replay_args(**kw: object) -> "argparse.Namespace":
+    import argparse
+
+    base = {"trace": None, "llm": [], "llm_jobs": 300, "nodes": 8, "gpus_per_node": 8}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_the_llm_mix_is_replayed_whole_nodes_on_the_replay_clusters_shape(tmp_path):
+    """bench/replay.py --llm SEED: the LLM-era mix drawn for --nodes x --gpus-per-node, one trace per
+    seed; every multi-node job of it asks Slurm for whole nodes of that shape."""
+    from pal_eval.replay.sitting import input_traces
+
+    traces = list(input_traces(_replay_args(llm=[1, 2], llm_jobs=200), tmp_path))
+    assert [len(t.jobs) for t in traces] == [200, 200]
+    assert traces[0].name != traces[1].name and "8x8" in traces[0].name
+    plan = plan_replay(traces[0], seconds_per_hour=30, estimate=parse_runtime_estimate("uniform:1:5:42"),
+                       nodes=8, gpus_per_node=8)
+    wide = [r for r in plan.jobs if r.job.num_gpus > 8]
+    assert wide and all(r.gpus_per_node == 8 and r.nodes * 8 == r.job.num_gpus for r in wide)
+
+
+@pytest.mark.parametrize(("kw", "match"), [({"llm": [1], "trace": ["x.csv"]}, "not both"),
+                                           ({"llm": [1], "llm_jobs": 0}, "--llm-jobs")])
+def test_llm_replay_inputs_that_make_no_sense_are_refused(tmp_path, kw, match):
+    from pal_eval.replay.sitting import input_traces
+
+    with pytest.raises(ValueError, match=match):
+        list(input_traces(_replay_args(**kw), tmp_path))

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from pal_eval.replay.repeat import (
 from pal_eval.replay.summary import print_aggregate
 from pal_slurm.errors import PalError
 from pal_slurm.simulate.estimates import RuntimeEstimate
+from pal_slurm.simulate.traces import Trace
 
 #: where bench/replay.py says what went wrong
 WHO = "bench/replay.py"
@@ -104,17 +106,14 @@ def inputs(args: argparse.Namespace, artifact: Path) -> Inputs | str:
     """The plans of every trace and repetition, or what is wrong with the inputs, in words."""
     from pal_slurm.simulate.estimates import parse_runtime_estimate
     from pal_slurm.simulate.shake import SHAKE_S, shaken
-    from pal_slurm.simulate.trace_files import read_trace_file
 
-    traces = args.trace or [sia_philly(artifact, w) for w in (1, 4)]
     names = [a.strip() for a in args.arms.split(",") if a.strip()]
     shake_s = SHAKE_S if args.shake_s is None else args.shake_s
     try:
         arms = checked_arms(args, names, shake_s)
         estimate = parse_runtime_estimate(args.estimate)
         plans = []
-        for path in traces:
-            trace = read_trace_file(path)
+        for trace in input_traces(args, artifact):
             if args.jobs:
                 trace = first_jobs(trace, args.jobs)
             if args.cap_hours is not None:
@@ -126,6 +125,25 @@ def inputs(args: argparse.Namespace, artifact: Path) -> Inputs | str:
     except (PalError, ValueError, OSError) as exc:
         return str(exc)
     return Inputs(plans, arms, estimate, shake_s)
+
+
+def input_traces(args: argparse.Namespace, artifact: Path) -> Iterator[Trace]:
+    """The traces a sitting replays: --trace files, or the LLM-era mix drawn for the replay
+    cluster's shape with each --llm seed (not both), or the artifact's workload-1 and -4."""
+    from pal_slurm.simulate.llm_workload import generate_llm
+    from pal_slurm.simulate.trace_files import read_trace_file
+
+    seeds = getattr(args, "llm", None) or []
+    if seeds and args.trace:
+        raise ValueError("--trace and --llm: replay either trace files or the generated LLM-era mix, not both")
+    if seeds:
+        if args.llm_jobs < 1:
+            raise ValueError(f"--llm-jobs must be at least 1, got {args.llm_jobs}")
+        for seed in seeds:
+            yield generate_llm(args.llm_jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, seed=seed)
+        return
+    for path in args.trace or [sia_philly(artifact, w) for w in (1, 4)]:
+        yield read_trace_file(path)
 
 
 def checked_arms(args: argparse.Namespace, names: list[str], shake_s: float) -> list[Arm]:
