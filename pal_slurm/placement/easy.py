@@ -108,12 +108,7 @@ class ChoiceMemo:
             key = self._key(tag, job, state)
             if key in self._memo:
                 return self._memo[key]
-        hidden = tuple(np.flatnonzero(held & state.mask).tolist())
-        state.take(hidden)
-        try:
-            return self.choose(tag, job, state, ctx)
-        finally:
-            state.release(hidden)
+        return self.choose(tag, job, state.without(held), ctx)
 
     def clear(self) -> None:
         """The decision took GPUs: every remembered answer may be stale."""
