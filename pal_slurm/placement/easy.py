@@ -63,9 +63,13 @@ def by_time_limit(ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], penalt
     return time_limit_s(job)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Reservation:
-    """The promise to the blocked head: the GPUs it is expected to start on, and when."""
+    """The promise to the blocked head: the GPUs it is expected to start on, and when.
+
+    Hashed by identity: it tags the choices remembered off its GPUs (ChoiceMemo), asked for
+    every job weighed past the head, and hashing the ids of a whole-node head's thousands
+    of GPUs each time cost more than most of those choices."""
 
     shadow: float  # the head's expected start; inf when some release time is unknown
     held: np.ndarray  # GPU mask of the head's expected GPUs (all False: nothing held)
@@ -302,7 +306,7 @@ class EasyBackfill(Policy):
                                  f"({end:.0f} <= {booking.shadow:.0f})")
         if not booking.held[list(choice.gpus)].any():
             return noted(choice, f"backfilled past {head.id}: keeps off the GPUs it expects")
-        other = memo.choose_off(("off-reserved", booking.gpus), job, state, ctx, booking.held)
+        other = memo.choose_off(("off-reserved", booking), job, state, ctx, booking.held)
         if other is None:
             return None
         return noted(other, lambda: f"backfilled past {head.id} on GPUs it will not need "
