@@ -110,7 +110,7 @@ class GuardedChooser:
         if quiet_table(tab, ctx.noise):
             return _first_fit(ff, lambda: f"class {tab.key}'s factors lie within the noise ({ctx.noise:.0%})")
         pv = tab.pv_list
-        ff_pace = max(pv[g] for g in ff.gpus)
+        ff_pace = max(map(pv.__getitem__, ff.gpus))
         # the best pace any set of this size could have (the class's fastest GPU, then the
         # free ones): if first fit is within the noise of it, no search can find a saving
         if within_noise(fastest(tab), ff_pace, ctx.noise):
@@ -122,7 +122,7 @@ class GuardedChooser:
         alt = self._neutral(job, ff.gpus, state, tab, ff_pace / (1.0 + ctx.noise))
         if alt is None:
             return _first_fit(ff, lambda: "no faster set leaves the free GPUs as whole as first fit does")
-        alt_pace = max(pv[g] for g in alt)
+        alt_pace = max(map(pv.__getitem__, alt))
         if within_noise(alt_pace, ff_pace, ctx.noise):
             return _first_fit(ff, lambda: f"the fastest neutral set (pace {alt_pace:.3f}) is within the noise of "
                                           f"first fit's ({ff_pace:.3f})")
