@@ -80,10 +80,14 @@ class FirstFit(ShapedChooser):
         return self.pick_split(job, cand, state, ctx, job.gpus_per_node, job.gpus // job.gpus_per_node)
 
     def first_fit_choice(self, ix: ClusterIndex, job: JobRequest, gpus: Sequence[int] | np.ndarray) -> Choice:
-        chosen = as_gpus(gpus)
         tab = ix.table(job.job_class)
-        nodes = (len({ix.node_list[g] for g in chosen}) if len(chosen) < NUMPY_AT
-                 else int(np.unique(ix.node_of[np.asarray(chosen, dtype=np.int64)]).size))
+        if len(gpus) < NUMPY_AT:
+            chosen = as_gpus(gpus)
+            nodes = len({ix.node_list[g] for g in chosen})
+        else:  # nodes counted on the array, not on the tuple of hundreds of ids made from it
+            ids = np.asarray(gpus, dtype=np.int64)
+            chosen = as_gpus(ids)
+            nodes = int(np.count_nonzero(np.bincount(ix.node_of[ids])))
         return Choice(gpus=chosen, why=lambda: f"{self.label}: {self.rule}; {describe_gpus(ix, tab, chosen)}",
                       alternatives=((chosen, float(nodes)),), first_fit=True)
 
