@@ -39,6 +39,7 @@ saving that justified it (the Assignment's reason, `first_fit` flag).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -167,16 +168,13 @@ class GuardedChooser:
         none, or (a shortcut) when no such set can have a pace below `worth`."""
         ix = state.index
         counts = state.node_counts(job.allowed_nodes)
-        take: dict[int, int] = {}
-        for g in ff:
-            v = ix.node_list[g]
-            take[v] = take.get(v, 0) + 1
+        take = Counter(map(ix.node_list.__getitem__, ff))  # node -> GPUs first fit takes there, in its order
         if job.same_slots and len(take) > 1:
             return self._neutral_same_slots(job, take, counts, state, tab, worth)
         mat = self._pv_views(ix, tab)[1]
         # only nodes that could replace one of first fit's: between the fewest GPUs it takes
         # on a node and the most free GPUs one of its nodes has
-        rows = np.flatnonzero((counts >= min(take.values())) & (counts <= max(int(counts[v]) for v in take)))
+        rows = np.flatnonzero((counts >= min(take.values())) & (counts <= int(counts[list(take)].max())))
         free = _free_matrix(ix, state, rows)
         sub = np.where(free, mat[rows], np.inf)
         sub.sort(axis=1)
@@ -207,7 +205,7 @@ class GuardedChooser:
         ix = state.index
         pv_tab, mat = self._pv_views(ix, tab)
         per = next(iter(take.values()))
-        limit = max(int(counts[v]) for v in take)
+        limit = int(counts[list(take)].max())
         ok_nodes = (counts >= per) & (counts <= limit)
         # any slot set's pace on a node is at least that node's per-th best free GPU, so
         # the len(take)-th best of those bounds every same-slot choice from below
