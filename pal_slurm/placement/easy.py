@@ -82,7 +82,7 @@ class Reservation:
     @classmethod
     def of(cls, ix: ClusterIndex, shadow: float, gpus: tuple[int, ...]) -> "Reservation":
         held = np.zeros(ix.n, dtype=bool)
-        held[list(gpus)] = True
+        held[np.fromiter(gpus, dtype=np.int64, count=len(gpus))] = True
         return cls(shadow=shadow, held=held, gpus=gpus)
 
 
