@@ -93,9 +93,12 @@ class FirstFit(ShapedChooser):
 
 
 def first_free_slots(ix: ClusterIndex, state: FreeState, nodes: np.ndarray, per_node: int) -> np.ndarray:
-    """The `per_node` lowest free GPU ids of each of `nodes`, node by node in their order: what
-    listing each node's free GPUs and taking the first `per_node` gives."""
+    """The `per_node` lowest free GPU ids of each of `nodes` (each with at least that many
+    free), node by node in their order: what listing each node's free GPUs and taking the
+    first `per_node` gives."""
     gid = ix.slot_ids[nodes]
+    if per_node == gid.shape[1]:  # whole nodes: each has all its slots free, in slot order
+        return gid.ravel()
     free = np.where(gid >= 0, state.mask[np.maximum(gid, 0)], False)
     first = np.argsort(~free, axis=1, kind="stable")[:, :per_node]
     return np.take_along_axis(gid, first, axis=1).ravel()
