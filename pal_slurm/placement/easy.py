@@ -32,6 +32,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -62,9 +63,13 @@ def by_time_limit(ix: ClusterIndex, job: JobRequest, gpus: Sequence[int], penalt
     return time_limit_s(job)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Reservation:
-    """The promise to the blocked head: the GPUs it is expected to start on, and when."""
+    """The promise to the blocked head: the GPUs it is expected to start on, and when.
+
+    Hashed by identity: it tags the choices remembered off its GPUs (ChoiceMemo), asked for
+    every job weighed past the head, and hashing the ids of a whole-node head's thousands
+    of GPUs each time cost more than most of those choices."""
 
     shadow: float  # the head's expected start; inf when some release time is unknown
     held: np.ndarray  # GPU mask of the head's expected GPUs (all False: nothing held)
@@ -77,7 +82,7 @@ class Reservation:
     @classmethod
     def of(cls, ix: ClusterIndex, shadow: float, gpus: tuple[int, ...]) -> "Reservation":
         held = np.zeros(ix.n, dtype=bool)
-        held[list(gpus)] = True
+        held[np.fromiter(gpus, dtype=np.int64, count=len(gpus))] = True
         return cls(shadow=shadow, held=held, gpus=gpus)
 
 
@@ -107,12 +112,7 @@ class ChoiceMemo:
             key = self._key(tag, job, state)
             if key in self._memo:
                 return self._memo[key]
-        hidden = tuple(np.flatnonzero(held & state.mask).tolist())
-        state.take(hidden)
-        try:
-            return self.choose(tag, job, state, ctx)
-        finally:
-            state.release(hidden)
+        return self.choose(tag, job, state.without(held), ctx)
 
     def clear(self) -> None:
         """The decision took GPUs: every remembered answer may be stale."""
@@ -179,6 +179,37 @@ def releases_of(snapshot: Snapshot, ctx: PlacementContext, placed: Sequence[tupl
             if end is None or end == math.inf:
                 yield math.inf, gpus
     yield from (r for r in mine if r[0] == math.inf)
+
+
+def from_enough_gpus(state: FreeState, job: JobRequest,
+                     releases: Iterator[tuple[float, Sequence[int]]]) -> Iterator[tuple[float, Sequence[int]]]:
+    """`releases` from the first one after which `state` could have `job.gpus` GPUs free on
+    the job's allowed nodes (counting every GPU released as newly free and allowed); the
+    ones before it freed in `state` at once, and all of them when there is no such release.
+
+    Why: a reservation frees release after release and asks could_fit after each, and
+    could_fit needs that many free GPUs; before that release it cannot hold, so freeing
+    those releases together leaves `state` as freeing them one by one would, without a
+    numpy update and a could_fit per release (a whole-node head on a site of thousands of
+    nodes waits for hundreds of releases, and this bound is seldom more than a few short
+    of the release it first fits after)."""
+    short = job.gpus - state.free_on(job.allowed_nodes)
+    skipped: list[Sequence[int]] = []
+    for end, gpus in releases:
+        short -= len(gpus)
+        if short <= 0:
+            _release_all(state, skipped)
+            yield end, gpus
+            yield from releases
+            return
+        skipped.append(gpus)
+    _release_all(state, skipped)
+
+
+def _release_all(state: FreeState, releases: Sequence[Sequence[int]]) -> None:
+    """Free the GPUs of all `releases` in one update."""
+    if releases:
+        state.release(np.fromiter(chain.from_iterable(releases), dtype=np.int64))
 
 
 @dataclass(frozen=True)
@@ -254,7 +285,8 @@ class EasyBackfill(Policy):
         """When the head can start and on which GPUs the chooser would put it then."""
         later = state.copy()
         planner = self.planner or self.chooser
-        for end, gpus in releases_of(snapshot, ctx, placed, state.index, self.estimate):
+        releases = releases_of(snapshot, ctx, placed, state.index, self.estimate)
+        for end, gpus in from_enough_gpus(later, head, releases):
             later.release(gpus)
             if later.could_fit(head):
                 seen = planner.choose(head, later, ctx)
@@ -274,7 +306,7 @@ class EasyBackfill(Policy):
                                  f"({end:.0f} <= {booking.shadow:.0f})")
         if not booking.held[list(choice.gpus)].any():
             return noted(choice, f"backfilled past {head.id}: keeps off the GPUs it expects")
-        other = memo.choose_off(("off-reserved", booking.gpus), job, state, ctx, booking.held)
+        other = memo.choose_off(("off-reserved", booking), job, state, ctx, booking.held)
         if other is None:
             return None
         return noted(other, lambda: f"backfilled past {head.id} on GPUs it will not need "

@@ -80,18 +80,25 @@ class FirstFit(ShapedChooser):
         return self.pick_split(job, cand, state, ctx, job.gpus_per_node, job.gpus // job.gpus_per_node)
 
     def first_fit_choice(self, ix: ClusterIndex, job: JobRequest, gpus: Sequence[int] | np.ndarray) -> Choice:
-        chosen = as_gpus(gpus)
         tab = ix.table(job.job_class)
-        nodes = (len({ix.node_list[g] for g in chosen}) if len(chosen) < NUMPY_AT
-                 else int(np.unique(ix.node_of[np.asarray(chosen, dtype=np.int64)]).size))
+        if len(gpus) < NUMPY_AT:
+            chosen = as_gpus(gpus)
+            nodes = len({ix.node_list[g] for g in chosen})
+        else:  # nodes counted on the array, not on the tuple of hundreds of ids made from it
+            ids = np.asarray(gpus, dtype=np.int64)
+            chosen = as_gpus(ids)
+            nodes = int(np.count_nonzero(np.bincount(ix.node_of[ids])))
         return Choice(gpus=chosen, why=lambda: f"{self.label}: {self.rule}; {describe_gpus(ix, tab, chosen)}",
                       alternatives=((chosen, float(nodes)),), first_fit=True)
 
 
 def first_free_slots(ix: ClusterIndex, state: FreeState, nodes: np.ndarray, per_node: int) -> np.ndarray:
-    """The `per_node` lowest free GPU ids of each of `nodes`, node by node in their order: what
-    listing each node's free GPUs and taking the first `per_node` gives."""
+    """The `per_node` lowest free GPU ids of each of `nodes` (each with at least that many
+    free), node by node in their order: what listing each node's free GPUs and taking the
+    first `per_node` gives."""
     gid = ix.slot_ids[nodes]
+    if per_node == gid.shape[1]:  # whole nodes: each has all its slots free, in slot order
+        return gid.ravel()
     free = np.where(gid >= 0, state.mask[np.maximum(gid, 0)], False)
     first = np.argsort(~free, axis=1, kind="stable")[:, :per_node]
     return np.take_along_axis(gid, first, axis=1).ravel()

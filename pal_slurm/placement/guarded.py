@@ -39,6 +39,7 @@ saving that justified it (the Assignment's reason, `first_fit` flag).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -110,7 +111,7 @@ class GuardedChooser:
         if quiet_table(tab, ctx.noise):
             return _first_fit(ff, lambda: f"class {tab.key}'s factors lie within the noise ({ctx.noise:.0%})")
         pv = tab.pv_list
-        ff_pace = max(pv[g] for g in ff.gpus)
+        ff_pace = max(map(pv.__getitem__, ff.gpus))
         # the best pace any set of this size could have (the class's fastest GPU, then the
         # free ones): if first fit is within the noise of it, no search can find a saving
         if within_noise(fastest(tab), ff_pace, ctx.noise):
@@ -122,7 +123,7 @@ class GuardedChooser:
         alt = self._neutral(job, ff.gpus, state, tab, ff_pace / (1.0 + ctx.noise))
         if alt is None:
             return _first_fit(ff, lambda: "no faster set leaves the free GPUs as whole as first fit does")
-        alt_pace = max(pv[g] for g in alt)
+        alt_pace = max(map(pv.__getitem__, alt))
         if within_noise(alt_pace, ff_pace, ctx.noise):
             return _first_fit(ff, lambda: f"the fastest neutral set (pace {alt_pace:.3f}) is within the noise of "
                                           f"first fit's ({ff_pace:.3f})")
@@ -167,16 +168,13 @@ class GuardedChooser:
         none, or (a shortcut) when no such set can have a pace below `worth`."""
         ix = state.index
         counts = state.node_counts(job.allowed_nodes)
-        take: dict[int, int] = {}
-        for g in ff:
-            v = ix.node_list[g]
-            take[v] = take.get(v, 0) + 1
+        take = Counter(map(ix.node_list.__getitem__, ff))  # node -> GPUs first fit takes there, in its order
         if job.same_slots and len(take) > 1:
             return self._neutral_same_slots(job, take, counts, state, tab, worth)
         mat = self._pv_views(ix, tab)[1]
         # only nodes that could replace one of first fit's: between the fewest GPUs it takes
         # on a node and the most free GPUs one of its nodes has
-        rows = np.flatnonzero((counts >= min(take.values())) & (counts <= max(int(counts[v]) for v in take)))
+        rows = np.flatnonzero((counts >= min(take.values())) & (counts <= int(counts[list(take)].max())))
         free = _free_matrix(ix, state, rows)
         sub = np.where(free, mat[rows], np.inf)
         sub.sort(axis=1)
@@ -207,7 +205,7 @@ class GuardedChooser:
         ix = state.index
         pv_tab, mat = self._pv_views(ix, tab)
         per = next(iter(take.values()))
-        limit = max(int(counts[v]) for v in take)
+        limit = int(counts[list(take)].max())
         ok_nodes = (counts >= per) & (counts <= limit)
         # any slot set's pace on a node is at least that node's per-th best free GPU, so
         # the len(take)-th best of those bounds every same-slot choice from below

@@ -225,6 +225,18 @@ class FreeState:
                 self.count[self.index.node_of[g]] += 1
                 self.n_free += 1
 
+    def without(self, hidden: np.ndarray) -> "FreeState":
+        """A copy with the GPUs of the boolean mask `hidden` no longer free: what `take` of
+        the free ones among them leaves, in a few array operations however many they are (a
+        whole-node reservation hides thousands of GPUs from every job weighed past it)."""
+        gone = hidden & self.mask
+        twin = self.copy()
+        twin.mask[gone] = False
+        twin.count -= np.bincount(self.index.node_of[gone], minlength=self.count.size)
+        twin.n_free -= int(np.count_nonzero(gone))
+        twin._cand = {}
+        return twin
+
     def copy(self) -> "FreeState":
         twin = object.__new__(FreeState)
         twin.index = self.index

@@ -76,7 +76,7 @@ class _Goal:
         one_node = job.one_node or ((job.gpus_per_node or job.gpus) == job.gpus and job.gpus <= ix.max_gpus_per_node)
         return cls(pv=tab.pv, pv_list=tab.pv_list,
                    finish_now=now + estimated_runtime(ix, job, choice.gpus, ctx.locality_penalty),
-                   worst_now=max(tab.pv_list[g] for g in choice.gpus),
+                   worst_now=max(map(tab.pv_list.__getitem__, choice.gpus)),
                    could_gather=one_node and spans_nodes(ix.node_list, choice.gpus),
                    floor=job.remaining_s * float(tab.pv.min()) * (1.0 if one_node else ctx.locality_penalty),
                    margin=margin_fraction * job.remaining_s)
@@ -136,7 +136,7 @@ class BetterLater:
             if best is not None and end + goal.floor >= best[0]:
                 break  # releases come in time order: from here on none can finish before `best`
             later.release(gpus)
-            if not gpus or not (goal.could_gather or min(pv_list[g] for g in gpus) < goal.worst_now):
+            if not gpus or not (goal.could_gather or min(map(pv_list.__getitem__, gpus)) < goal.worst_now):
                 continue
             looked += 1
             if looked > self.lookahead:
@@ -187,7 +187,7 @@ class NoiseGated:
         if quiet_table(tab, ctx.noise):
             return None
         pv = tab.pv_list
-        if within_noise(fastest(tab), max(pv[g] for g in choice.gpus), ctx.noise):
+        if within_noise(fastest(tab), max(map(pv.__getitem__, choice.gpus)), ctx.noise):
             return None  # already as fast as any GPU of the class, within the noise
         return self.inner.search(job, choice, state, snapshot, ctx, memo, budget,
                                  max(self.inner.margin, ctx.noise))
