@@ -26,6 +26,7 @@ import fcntl
 import logging
 import os
 import socket
+import time
 from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,13 +80,21 @@ class FileLock:
         self._fd = fd
         return True
 
-    def holder(self) -> str:
-        """Who holds the lock, as its holder wrote it ("pid N on host"); "" when unknown."""
-        try:
-            with open(self.path, encoding="utf-8", errors="replace") as fh:
-                return fh.read(200).strip()
-        except OSError:
-            return ""
+    def holder(self, wait_s: float = 0.5) -> str:
+        """Who holds the lock, as its holder wrote it ("pid N on host"); "" when unknown.
+
+        A holder writes its name just after it takes the lock, so a placer started at the same
+        moment can find the file still empty: an empty file is read again for up to `wait_s`."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                with open(self.path, encoding="utf-8", errors="replace") as fh:
+                    text = fh.read(200).strip()
+            except OSError:
+                return ""
+            if text or time.monotonic() >= deadline:
+                return text
+            time.sleep(0.02)
 
     def release(self) -> None:
         if self._fd is None:

@@ -40,6 +40,26 @@ def test_a_second_file_lock_is_refused_and_names_the_holder(tmp_path: Path) -> N
     second.release()
 
 
+def test_a_holder_that_has_not_written_its_name_yet_is_waited_for_briefly(tmp_path: Path) -> None:
+    """Two placers started together: the second can read the lock file between the first's
+    flock and its write. holder() reads an empty file again, so the standby still names the
+    holder; a file that stays empty gives "" once the wait is over."""
+    import threading
+
+    path = tmp_path / "placer.lock"
+    path.write_text("")
+    writer = threading.Timer(0.1, lambda: path.write_text("pid 4242 on ctl1\n"))
+    writer.start()
+    try:
+        assert FileLock(str(path)).holder() == "pid 4242 on ctl1"
+    finally:
+        writer.join()
+    path.write_text("")
+    started = time.monotonic()
+    assert FileLock(str(path)).holder(wait_s=0.1) == ""
+    assert time.monotonic() - started >= 0.1
+
+
 def test_a_killed_holder_leaves_no_lock_behind(tmp_path: Path) -> None:
     path = str(tmp_path / "placer.lock")
     proc = subprocess.Popen([sys.executable, "-c", HOLD, path], stdout=subprocess.PIPE, text=True)

@@ -81,7 +81,9 @@ other_suites() {
 }
 
 [ -n "$SUITE" ] || SUITE="$(other_suites | head -n 1)"
-other_suites | grep -qx -- "$SUITE" ||
+# grep without -q reads its input to the end: -q exits at the first match, and under pipefail the
+# printf still writing the next line then fails the pipeline with SIGPIPE (seen: trixie refused)
+other_suites | grep -x -- "$SUITE" >/dev/null ||
     die "release '$SUITE' is not tested on this Debian $(host_major) host (these are: $(other_suites | paste -sd' ' -))"
 
 # each release its own ports: its cluster runs beside the host's and the other chroot's

@@ -564,7 +564,7 @@ start_rest() {
     # slurmdbd.  22.05 names it by version (newest: v0.0.38); 23.02+ has openapi/slurmctld and
     # serves the versions of its data_parser plugins (24.11: v0.0.40-42; 26.05: v0.0.42-45).
     # api: the newest.
-    if find /usr/lib/*/slurm-wlm -maxdepth 1 -name openapi_slurmctld.so 2>/dev/null | grep -q .; then
+    if find /usr/lib/*/slurm-wlm -maxdepth 1 -name openapi_slurmctld.so 2>/dev/null | grep . >/dev/null; then
         plugin=openapi/slurmctld
         api="$(find /usr/lib/*/slurm-wlm -maxdepth 1 -name 'data_parser_v0_0_*.so' 2>/dev/null |
             sed -n 's/.*data_parser_v0_0_\([0-9]*\)\.so$/\1/p' | sort -n | tail -n 1)"
@@ -651,7 +651,7 @@ wait_nodes() {
         done
         # Nodes left down/drained by an earlier run come back once their slurmd registers.
         if [ "$resumed" -eq 0 ] && [ "$waited" -ge 10 ] &&
-            printf '%s\n' "$states" | awk '$2 ~ /^(down|drain|drained|draining)/' | grep -q .; then
+            printf '%s\n' "$states" | awk '$2 ~ /^(down|drain|drained|draining)/' | grep . >/dev/null; then
             printf '%s\n' "$states" | awk '$2 ~ /^(down|drain|drained|draining)/ {print $1}' | while read -r node; do
                 timeout 10 scontrol update nodename="$node" state=resume >/dev/null 2>&1 || true
             done
