@@ -130,7 +130,8 @@ def _added_wait(r: dict[str, Any]) -> str | None:
 @click.pass_obj
 def simulate(app: AppContext, traces: tuple[Path, ...], trace_format: str, synthetic_jobs: int | None,
              workload: str | None, offered_load: float | None, skip_invalid: bool, cluster_shape: str | None,
-             variability: str, variability_model: str | None, drain_baseline: bool, version: int | None, policy_spec: str, order: str, mode: str,
+             variability: str, variability_model: str | None, drain_baseline: bool, version: int | None,
+             policy_spec: str, order: str, mode: str,
              round_seconds: float, locality_penalty: float, seed: int, baseline: str, runtime_estimate: str,
              fmt: str, plot_path: Path | None) -> None:
     """Replay job traces under placement policies and compare JCT, makespan and utilization.

@@ -119,13 +119,11 @@ class OnePlacer:
 
     def __init__(self, file_lock: FileLock, db_lock: Any = None, runner: Any = None, check_s: float = 30.0,
                  clock: Any = None) -> None:
-        import time as _time
-
         self.file = file_lock
         self.db = db_lock
         self.runner = runner
         self.check_s = check_s
-        self._clock = clock or _time.monotonic
+        self._clock = clock or time.monotonic
         self._next_check = float("-inf")
         #: None: not asked yet or no answer; True: held here; False: held by another session
         self.db_held: bool | None = None if db_lock is not None else True
@@ -164,11 +162,9 @@ class OnePlacer:
                 pass
             return self.placing
         self.check(force=True)
-        import time as _time
-
-        end = _time.monotonic() + wait_db_s
-        while self.db_held is None and _time.monotonic() < end:
-            _time.sleep(0.05)
+        end = time.monotonic() + wait_db_s
+        while self.db_held is None and time.monotonic() < end:
+            time.sleep(0.05)
         if self.db_held is None:
             log.warning("database lock %r not confirmed within %.0f s; placing on the file lock %s alone until "
                         "the database answers", getattr(self.db, "name", "?"), wait_db_s, self.file.path)
