@@ -17,8 +17,10 @@
 #              today's shape: PAL_EVAL_SHAPE (NODESxGPUS, default 16x4), PAL_EVAL_LLM (a seed: the
 #              LLM-era mix drawn for that shape instead of the trace, run times not capped),
 #              PAL_EVAL_LLM_JOBS (300), PAL_EVAL_LAMBDA (the replay's default, 1.7; the matrix
-#              at 8-GPU nodes uses 1.0). E.g. PAL_EVAL_SHAPE=8x8 PAL_EVAL_LLM=2 PAL_EVAL_LAMBDA=1.0
-#              PAL_EVAL_HISTORY= bench/evaluate.sh eval-8x8 wide quiet
+#              at 8-GPU nodes uses 1.0), PAL_EVAL_BF_RESOLUTION (the replay clusters'
+#              bf_resolution, real seconds; default Slurm's 60 s compressed:
+#              1 at k = 30). E.g. PAL_EVAL_SHAPE=8x8
+#              PAL_EVAL_LLM=2 PAL_EVAL_LAMBDA=1.0 PAL_EVAL_HISTORY= bench/evaluate.sh eval-8x8 wide quiet
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,6 +45,7 @@ fi
 common+=(--nodes "${shape%x*}" --gpus-per-node "${shape#*x}" --seconds-per-hour "${PAL_EVAL_K:-30}"
          --reps "${PAL_EVAL_REPS:-3}")
 [ -z "${PAL_EVAL_LAMBDA:-}" ] || common+=(--lambda "$PAL_EVAL_LAMBDA")
+[ -z "${PAL_EVAL_BF_RESOLUTION:-}" ] || common+=(--bf-resolution "$PAL_EVAL_BF_RESOLUTION")
 # the clusters: name, slurmctld port, first slurmd port
 declare -A ctld=([a]=16957 [b]=16977 [c]=16997) node=([a]=17401 [b]=17501 [c]=17601)
 

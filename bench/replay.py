@@ -112,6 +112,10 @@ def main() -> int:
                     help="predict the results stored by earlier sittings again with this simulator, on the inputs "
                          "of their runs (latencies measured, runtimes learned); the measurements are kept. For a "
                          "model change after the runs: the summary then compares today's model with them")
+    ap.add_argument("--bf-resolution", type=int, default=None, metavar="SECONDS",
+                    help="the replay cluster's sched/backfill bf_resolution, real seconds (default: Slurm's 60 s "
+                         "compressed like every other time, 60 x k / 3600, at least 1; 60: Slurm's own, two "
+                         "trace hours at k = 30, while the simulator plans to the second)")
     ap.add_argument("--keep-cluster", action="store_true", help="leave the replay cluster running at the end")
     ap.add_argument("--cluster-dir", default=CLUSTER_DIR, help="the replay cluster's state directory")
     ap.add_argument("--ctld-port", type=int, default=CTLD_PORT, help="its slurmctld port (slurmrestd: +2000)")

@@ -230,3 +230,25 @@ def test_llm_replay_inputs_that_make_no_sense_are_refused(tmp_path, kw, match):
 
     with pytest.raises(ValueError, match=match):
         list(input_traces(_replay_args(**kw), tmp_path))
+
+
+@pytest.mark.parametrize(("bf", "k", "extra"), [(None, 30, "bf_resolution=1"), (None, 300, "bf_resolution=5"),
+                                               (60, 30, "bf_resolution=60"), (3600, 30, "bf_resolution=3600")])
+def test_the_replay_cluster_plans_on_slurms_grid_compressed_unless_told(bf, k, extra):
+    """Without --bf-resolution the replay cluster's SchedulerParameters get Slurm's 60 s compressed like
+    every other time (60 x k / 3600, at least 1); with it, what was asked for."""
+    from pal_eval.replay.sitting import _sched_extra, checked_arms
+
+    args = _replay_args(bf_resolution=bf, seconds_per_hour=k, fleet="wide", arms="slurm", history=None, reps=1,
+                        cap_hours=None)
+    assert _sched_extra(args) == extra
+    assert [a.value for a in checked_arms(args, ["slurm"], 0.0)] == ["slurm"]
+
+
+@pytest.mark.parametrize("bf", [0, -5, 3601])
+def test_a_bf_resolution_outside_slurms_range_is_refused_before_a_cluster_starts(bf):
+    from pal_eval.replay.sitting import checked_arms
+
+    args = _replay_args(bf_resolution=bf, fleet="wide", arms="slurm", history=None, reps=1, cap_hours=None)
+    with pytest.raises(ValueError, match="--bf-resolution must be 1-3600"):
+        checked_arms(args, ["slurm"], 0.0)

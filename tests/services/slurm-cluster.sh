@@ -42,6 +42,8 @@
 #   PAL_TEST_SLURM_REST_PORT  slurmrestd port on 127.0.0.1; default PAL_TEST_SLURM_CTLD_PORT + 2000
 #   PAL_TEST_SLURM_CONF_EXTRA lines appended to slurm.conf (a replay's cluster adds
 #                             OverTimeLimit=UNLIMITED); a change restarts the cluster on start
+#   PAL_TEST_SLURM_SCHED_EXTRA options appended to SchedulerParameters, comma-separated
+#                             (bench/replay.py --bf-resolution adds bf_resolution=N); likewise
 #   PAL_TEST_SLURM_USER       slurmctld's SlurmUser; default slurm (the user Debian's packages
 #                             create, as on a production controller) where it exists, else root.
 #                             Not root: state/ and pal/ are that user's (slurmctld writes the one,
@@ -276,7 +278,7 @@ GresTypes=gpu
 JobSubmitPlugins=lua
 PlugStackConfig=$ETC/plugstack.conf
 SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=1,sched_min_interval=100000
+SchedulerParameters=sched_interval=2,bf_interval=1,sched_min_interval=100000${PAL_TEST_SLURM_SCHED_EXTRA:+,$PAL_TEST_SLURM_SCHED_EXTRA}
 SchedulerTimeSlice=30
 MessageTimeout=10
 SlurmctldTimeout=30

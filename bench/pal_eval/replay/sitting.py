@@ -162,6 +162,9 @@ def checked_arms(args: argparse.Namespace, names: list[str], shake_s: float) -> 
 
         with args.history.open(encoding="utf-8", errors="replace") as f:
             read_history(f, source=str(args.history))
+    bf = getattr(args, "bf_resolution", None)
+    if bf is not None and not 1 <= bf <= 3600:
+        raise ValueError(f"--bf-resolution must be 1-3600 real seconds (Slurm's range), got {bf}")
     if args.reps < 1:
         raise ValueError(f"--reps must be at least 1, got {args.reps}")
     if args.cap_hours is not None and not args.cap_hours > 0:
@@ -169,6 +172,21 @@ def checked_arms(args: argparse.Namespace, names: list[str], shake_s: float) -> 
     if shake_s < 0:
         raise ValueError(f"--shake-s must be >= 0 trace seconds, got {shake_s:g}")
     return arms
+
+
+def bf_resolution_s(args: argparse.Namespace) -> int:
+    """The replay cluster's bf_resolution, real seconds: --bf-resolution, else Slurm's default 60 s
+    compressed like every other time (60 x k / 3600, at least Slurm's minimum of 1): sched/backfill
+    plans on that grid, and Slurm's own 60 s at k = 30 would be a grid of 2 trace hours."""
+    bf = getattr(args, "bf_resolution", None)
+    if bf is not None:
+        return int(bf)
+    return max(1, round(60.0 * args.seconds_per_hour / 3600.0))
+
+
+def _sched_extra(args: argparse.Namespace) -> str:
+    """SchedulerParameters the replay cluster adds to the test cluster's (tests/services/slurm-cluster.sh)."""
+    return f"bf_resolution={bf_resolution_s(args)}"
 
 
 def start_cluster(args: argparse.Namespace, out: Path) -> ReplayCluster | None:
@@ -181,7 +199,8 @@ def start_cluster(args: argparse.Namespace, out: Path) -> ReplayCluster | None:
     inv.write_text(json.dumps(inventory(args.nodes, args.gpus_per_node, PREFIX, args.node_port), indent=1))
     env = {**os.environ, "PAL_TEST_SLURM_DIR": args.cluster_dir, "PAL_TEST_SLURM_CTLD_PORT": str(args.ctld_port),
            "PAL_TEST_SLURM_NODE_PORT": str(args.node_port), "PAL_TEST_SLURM_INVENTORY": str(inv), "PAL_TEST_SLURM_REST": "0",
-           "PAL_TEST_SLURM_CONF_EXTRA": "OverTimeLimit=UNLIMITED", "PAL_PYTHON": sys.executable}
+           "PAL_TEST_SLURM_CONF_EXTRA": "OverTimeLimit=UNLIMITED", "PAL_PYTHON": sys.executable,
+           "PAL_TEST_SLURM_SCHED_EXTRA": _sched_extra(args)}
     t = time.time()
     start = test_cluster.start(env, timeout=None)
     if start.returncode != 0:
@@ -191,8 +210,8 @@ def start_cluster(args: argparse.Namespace, out: Path) -> ReplayCluster | None:
     slurm_env = test_cluster.exports(env)
     version = subprocess.run(["sinfo", "--version"], env={**os.environ, **slurm_env}, capture_output=True,
                              text=True, check=False).stdout.strip()
-    print(f"replay cluster: {args.nodes} x {args.gpus_per_node} fake GPUs, {version}, up in {time.time() - t:.0f} s "
-          f"({args.cluster_dir})", flush=True)
+    print(f"replay cluster: {args.nodes} x {args.gpus_per_node} fake GPUs, {version}, bf_resolution "
+          f"{bf_resolution_s(args)} s, up in {time.time() - t:.0f} s ({args.cluster_dir})", flush=True)
     handle = ClusterHandle(env=slurm_env, state_file=Path(args.cluster_dir) / "pal" / "filter-state",
                            kill_switch=Path(args.cluster_dir) / "pal" / "filter-disabled")
     return ReplayCluster(env, handle, version)
