@@ -244,12 +244,23 @@ def _class_runs(a: _Arrays, c: int, n_gpu: int) -> tuple[Runs, np.ndarray]:
     return runs, fp_global
 
 
+def _group_sum(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group, the sum of its values added in sorted order: the same bits in any input order."""
+    out = np.zeros(n_groups)
+    if values.size:
+        order = np.lexsort((values, groups))
+        counts = np.bincount(groups, minlength=n_groups)
+        has = counts > 0
+        out[has] = np.add.reduceat(values[order], (np.cumsum(counts) - counts)[has])
+    return out
+
+
 def _estimates(fit: Fit, runs: Runs, cls: str, gpu_names: list[str], s: PassiveSettings) -> list[PassiveEstimate]:
     paced_runs = fit.pacer >= 0
     who = fit.pacer[paced_runs]
     log_pace = np.log(fit.pace[paced_runs])
     paced = np.bincount(who, minlength=runs.n_gpu)
-    hours = np.bincount(who, weights=runs.t[paced_runs], minlength=runs.n_gpu) / 3600.0
+    hours = _group_sum(runs.t[paced_runs], who, runs.n_gpu) / 3600.0
     centre = np.log(fit.factor)
     mad = group_median(np.abs(log_pace - centre[who]), who, runs.n_gpu)
     out = []
