@@ -48,9 +48,9 @@ from types import MappingProxyType
 
 import numpy as np
 
-from pal_slurm.classification.passive_fit import Fit, FitSettings, Runs, group_median, polish
+from pal_slurm.classification.passive_fit import Fit, FitSettings, Runs, bounds, group_median, polish
 
-__all__ = ["SKIP_REASONS", "JobRun", "PassiveEstimate", "PassiveResult", "PassiveSettings", "estimate"]
+__all__ = ["SKIP_REASONS", "JobRun", "PassiveBound", "PassiveEstimate", "PassiveResult", "PassiveSettings", "estimate"]
 
 SKIP_NO_GPUS = "no GPUs"
 SKIP_RUNTIME_NOT_NUMBER = "run time not a finite number"
@@ -131,17 +131,39 @@ class PassiveEstimate:
     gpu_hours: float
 
 
+@dataclass(frozen=True, slots=True)
+class PassiveBound:
+    """A GPU that ran jobs of the class but got no estimate: it never clearly set a job's pace.
+    `upper`: the median pace of the runs it was in (its factor is at most about this);
+    `always_with`: the other GPUs that were in every one of those runs. A GPU that always runs in
+    the same company (Slurm's first fit gives a node's 2-GPU jobs the same two slots, a whole-node
+    job all eight) cannot be told apart from it by run times: a high `upper` with company says one
+    of them is slow, and the benchmark says which."""
+
+    gpu: str
+    job_class: str
+    upper: float
+    jobs: int
+    always_with: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class PassiveResult:
-    """Estimates sorted by (GPU, class); skipped rows by reason; fingerprint -> typical-GPU time (s)."""
+    """Estimates sorted by (GPU, class); skipped rows by reason; fingerprint -> typical-GPU time (s);
+    the GPUs without an estimate, with what bounds them, sorted like the estimates."""
 
     estimates: tuple[PassiveEstimate, ...]
     skipped: Mapping[str, int]
     baselines: Mapping[str, float]
+    bounds: tuple[PassiveBound, ...] = ()
 
     def of(self, gpu: str, job_class: str) -> PassiveEstimate | None:
         """The estimate of `gpu` for `job_class`, None when it has none."""
         return next((e for e in self.estimates if e.gpu == gpu and e.job_class == job_class), None)
+
+    def bound_of(self, gpu: str, job_class: str) -> PassiveBound | None:
+        """What bounds `gpu` for `job_class` where it has no estimate, None otherwise."""
+        return next((b for b in self.bounds if b.gpu == gpu and b.job_class == job_class), None)
 
 
 @dataclass
@@ -275,6 +297,15 @@ def _estimates(fit: Fit, runs: Runs, cls: str, gpu_names: list[str], s: PassiveS
     return out
 
 
+def _bounds(fit: Fit, runs: Runs, cls: str, gpu_names: list[str], s: PassiveSettings) -> list[PassiveBound]:
+    paced = np.bincount(fit.pacer[fit.pacer >= 0], minlength=runs.n_gpu)
+    gpus = np.flatnonzero((runs.jobs > 0) & (paced < max(s.min_paced, 1)))
+    upper, company = bounds(fit, runs, gpus)
+    return [PassiveBound(gpu=gpu_names[g], job_class=cls, upper=float(u), jobs=int(runs.jobs[g]),
+                         always_with=tuple(gpu_names[h] for h in mates.tolist() if h != g))
+            for g, u, mates in zip(gpus.tolist(), upper.tolist(), company)]
+
+
 def estimate(runs: Iterable[JobRun], settings: PassiveSettings = PassiveSettings()) -> PassiveResult:
     """Every GPU's passive factor per job class from finished runs (module doc), with the
     baselines it was measured against and the rows it skipped."""
@@ -285,6 +316,7 @@ def estimate(runs: Iterable[JobRun], settings: PassiveSettings = PassiveSettings
     gpu_names = sorted(tab.gpus)
     fp_names = list(tab.fps)
     estimates: list[PassiveEstimate] = []
+    bounded: list[PassiveBound] = []
     baselines: dict[str, float] = {}
     for cls_name, c in tab.classes.items():
         class_runs, fp_ids = _class_runs(a, c, len(gpu_names))
@@ -292,8 +324,10 @@ def estimate(runs: Iterable[JobRun], settings: PassiveSettings = PassiveSettings
             continue
         fit = polish(class_runs, settings.fit)
         estimates += _estimates(fit, class_runs, cls_name, gpu_names, settings)
+        bounded += _bounds(fit, class_runs, cls_name, gpu_names, settings)
         baselines.update((fp_names[k], float(b)) for k, b in zip(fp_ids.tolist(), fit.baseline.tolist()))
     estimates.sort(key=lambda e: (e.gpu, e.job_class))
+    bounded.sort(key=lambda b: (b.gpu, b.job_class))
     skipped = {r: tab.skipped[r] for r in SKIP_REASONS if tab.skipped[r]}
     return PassiveResult(estimates=tuple(estimates), skipped=MappingProxyType(skipped),
-                         baselines=MappingProxyType(dict(sorted(baselines.items()))))
+                         baselines=MappingProxyType(dict(sorted(baselines.items()))), bounds=tuple(bounded))

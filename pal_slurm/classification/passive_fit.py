@@ -13,14 +13,17 @@ medians); the max is handled by attribution, each iteration:
 1. every run's model pace q_r = max f over its GPUs, and its *unit*, the GPU with that f (the
    lowest id on a tie: never the input order);
 2. baselines: each (fingerprint, unit) pair casts one vote, the median of its runs' t_r / q_r,
-   and b_k = the median of the votes of units whose factor lies in the typical band. One vote
-   per GPU: a recurring job that keeps landing on one GPU must not make that GPU its baseline.
-   Typical units only: a slow (or broken) GPU never moves a baseline, so its evidence cannot move
-   any other GPU's estimate;
+   and b_k = the median of the votes of units whose factor is *known* (rests on runs the GPU
+   paced; at the start, on one-GPU runs) and lies in the typical band; of all its units where a
+   fingerprint has no such vote. One vote per GPU: a recurring job that keeps landing on one GPU
+   must not make that GPU its baseline. Known units only: a starting point is a guess, and a job
+   paced by a guess says little about its fingerprint. Typical units only: a slow (or broken)
+   GPU never moves a baseline, so its evidence cannot move any other GPU's estimate;
 3. paces p_r = t_r / b_k; a run's pace is attributed to its unit when the unit's factor exceeds
    every other GPU's of the run by more than the margin (always, for one GPU); otherwise the run
    is evidence for nobody: its GPUs' factors are only bounded above by it;
-4. f_g = the median pace of the runs attributed to g (kept where none is), then every factor is
+4. f_g = the median pace of the runs attributed to g (a GPU attributed none keeps its starting
+   point: it still ranks the GPU for attribution, but casts no vote), then every factor is
    divided by the median factor of the GPUs with enough evidence, so 1.0 is the typical GPU.
 
 Iteration starts from a bootstrap: baselines from the raw times (units: each run's lowest GPU
@@ -39,7 +42,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["Fit", "FitSettings", "Runs", "group_median", "polish"]
+__all__ = ["Fit", "FitSettings", "Runs", "bounds", "group_median", "polish"]
 
 #: largest change of a typical GPU's log factor between iterations that counts as converged
 TOLERANCE = 1e-9
@@ -71,6 +74,11 @@ class Runs:
     @cached_property
     def single(self) -> np.ndarray:
         return self.sizes == 1
+
+    @cached_property
+    def seg(self) -> np.ndarray:
+        """Per membership (entry of `idx`), its run."""
+        return np.repeat(np.arange(self.t.size), self.sizes)
 
     @cached_property
     def jobs(self) -> np.ndarray:
@@ -160,32 +168,56 @@ def _bootstrap(runs: Runs, s: FitSettings) -> np.ndarray:
     return f / _typical_scale(f, evidence, s.min_paced, runs.jobs > 0)
 
 
-def _step(f: np.ndarray, runs: Runs, s: FitSettings) -> Fit:
-    """One iteration (steps 1-4 of the module doc), from factors `f`."""
+def _step(f: np.ndarray, known: np.ndarray, runs: Runs, s: FitSettings) -> Fit:
+    """One iteration (steps 1-4 of the module doc), from factors `f`, of which `known` rest on
+    runs the GPU paced (the others are starting points)."""
     top, unit, second = _top_two(f, runs)
     pacer = np.where(top > second * (1.0 + s.margin), unit, -1)
-    base = _baselines(runs.t / top, runs, unit, _in_band(f, s.typical_band))
+    base = _baselines(runs.t / top, runs, unit, known & _in_band(f, s.typical_band))
     pace = runs.t / base[runs.fp]
     paced = pacer >= 0
+    evidence = np.bincount(pacer[paced], minlength=runs.n_gpu)
     new = group_median(pace[paced], pacer[paced], runs.n_gpu)
     f_new = np.where(np.isnan(new), f, new)
-    scale = _typical_scale(f_new, np.bincount(pacer[paced], minlength=runs.n_gpu), s.min_paced, runs.jobs > 0)
+    scale = _typical_scale(f_new, evidence, s.min_paced, runs.jobs > 0)
     return Fit(factor=f_new / scale, baseline=base * scale, pace=pace / scale, pacer=pacer, iterations=0)
 
 
 def polish(runs: Runs, s: FitSettings) -> Fit:
     """The fit of one class's runs (module doc). Factors of GPUs in no run are NaN."""
     f = _bootstrap(runs, s)
+    known = np.bincount(runs.idx[runs.starts[runs.single]], minlength=runs.n_gpu) > 0
     fit, last_pacer = None, None
     for it in range(1, max(1, s.max_iterations) + 1):
-        fit = _step(f, runs, s)
+        fit = _step(f, known, runs, s)
         typical = _in_band(f, s.typical_band) & (runs.jobs > 0)
         moved = np.abs(np.log(fit.factor[typical] / f[typical]))
         done = last_pacer is not None and np.array_equal(fit.pacer, last_pacer) and \
             (moved.size == 0 or float(moved.max()) <= TOLERANCE)
         f, last_pacer = fit.factor, fit.pacer
+        known = np.bincount(fit.pacer[fit.pacer >= 0], minlength=runs.n_gpu) > 0
         if done:
             break
     assert fit is not None
     factor = np.where(runs.jobs > 0, fit.factor, np.nan)
     return Fit(factor=factor, baseline=fit.baseline, pace=fit.pace, pacer=fit.pacer, iterations=it)
+
+
+def bounds(fit: Fit, runs: Runs, gpus: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """For GPUs the fit could not resolve: per GPU of `gpus`, the median pace of every run it was
+    in (its factor is at most about this) and the GPUs that were in every one of those runs, itself
+    included (the company it never ran without: run times cannot tell them apart)."""
+    wanted = np.zeros(runs.n_gpu, dtype=bool)
+    wanted[gpus] = True
+    member = wanted[runs.idx]
+    upper = group_median(fit.pace[runs.seg[member]], runs.idx[member], runs.n_gpu)[gpus]
+    order = np.argsort(runs.idx, kind="stable")
+    first = np.searchsorted(runs.idx[order], np.arange(runs.n_gpu + 1))
+    company = []
+    for g in gpus.tolist():
+        mine = runs.seg[order[first[g]:first[g + 1]]]
+        sizes = runs.sizes[mine]
+        offset = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        ids, seen = np.unique(runs.idx[np.repeat(runs.starts[mine], sizes) + offset], return_counts=True)
+        company.append(ids[seen == mine.size])
+    return upper, company

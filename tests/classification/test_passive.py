@@ -206,3 +206,23 @@ def test_gpu_hours_count_the_paced_runs() -> None:
     res = estimate(runs)
     x = res.of("x", "A")
     assert x is not None and x.paced == 4 and x.gpu_hours == pytest.approx(4.06)
+
+
+def test_gpus_that_always_ran_together_get_a_bound_not_an_estimate() -> None:
+    """a (1.5x) and b (typical) only ever ran as a pair: no run time can tell which is slow, so
+    neither gets an estimate; both get the pair's pace as a bound, each naming the other."""
+    truth = {"a": 1.5, "b": 1.0, "c": 1.0, "d": 1.06, "e": 0.95, "f": 1.0}
+    runs = []
+    for j in range(20):
+        for g in "cdef":
+            runs.append(JobRun(f"s{g}{j}", "single", "A", (g,), 100.0 * truth[g] * (1 + 0.002 * (j % 5)), 0.0))
+        for pair in (("a", "b"), ("c", "d"), ("e", "f")):
+            t = 300.0 * max(truth[g] for g in pair) * (1 + 0.002 * (j % 4))
+            runs.append(JobRun(f"p{''.join(pair)}{j}", "pair", "A", pair, t, 0.0))
+    res = estimate(runs)
+    assert res.of("a", "A") is None and res.of("b", "A") is None
+    a, b = res.bound_of("a", "A"), res.bound_of("b", "A")
+    assert a is not None and b is not None
+    assert (a.always_with, b.always_with, a.jobs) == (("b",), ("a",), 20)
+    assert a.upper == b.upper == pytest.approx(1.5, rel=0.02)
+    assert res.of("d", "A").paced == 40  # type: ignore[union-attr]
