@@ -106,7 +106,7 @@ class PassiveSettings:
     z: float = 1.96
     margin: float = 0.02
     typical_band: float = 0.15
-    max_iterations: int = 30
+    max_iterations: int = 8
 
     @property
     def fit(self) -> FitSettings:

@@ -30,8 +30,11 @@ Iteration starts from a bootstrap: baselines from the raw times (units: each run
 id) and each GPU's median pace over its one-GPU runs, or over every run it was in where it had
 none (an upper bound, but one that puts a GPU slow in every job at the top of its jobs). It stops
 when no attribution changes and no typical factor moves by more than `TOLERANCE` on a log scale,
-or after `max_iterations`. The stopping test reads typical GPUs only, for the same reason as
-step 2: a slow GPU's own data must not decide when the others' estimates stop.
+or after `max_iterations` (8): the estimates settle within a few iterations (on the accuracy
+bench the figures of 6 and 30 iterations agree to 0.03 %), but on sparse data the attribution of
+the few runs whose top two GPUs sit at the margin can keep flipping, so a fixed point is not
+always reached. The stopping test reads typical GPUs only, for the same reason as step 2: a slow
+GPU's own data must not decide when the others' estimates stop.
 """
 
 from __future__ import annotations
