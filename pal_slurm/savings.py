@@ -73,6 +73,10 @@ class JobAccount:
     alternative_factor: float | None
     saved_gpu_h: float | None
     version: int | None
+    #: the job's fingerprint and time limit: passive speed compares runs of one fingerprint, and a
+    #: run time beyond the limit is impossible (None: unknown, as in rows stored before they were kept)
+    fingerprint: str | None = None
+    time_limit_s: float | None = None
 
     @property
     def accounted(self) -> bool:

@@ -30,6 +30,8 @@ GRANT SELECT ON job_history TO pal_placer;
 GRANT SELECT, UPDATE ("user", name, command, fingerprint, first_seen), INSERT ON job_identities TO pal_placer;
 GRANT SELECT (id, slurm_job_id, outcome, started_at, ended_at), UPDATE (started_at, ended_at), INSERT ON placements TO pal_placer;
 GRANT SELECT (id), INSERT ON job_accounting TO pal_placer;
+GRANT SELECT (gpu_uuid, kind, detail, cleared_at) ON gpu_flags TO pal_placer;
+GRANT SELECT ON gpu_passive_speed TO pal_placer;
 GRANT USAGE ON SEQUENCE job_identities_id_seq, placements_id_seq, job_accounting_id_seq TO pal_placer;
 GRANT SELECT ON alembic_version TO pal_node;
 GRANT SELECT, UPDATE (last_seen), INSERT ON nodes TO pal_node;
@@ -69,4 +71,5 @@ CREATE POLICY pal_placer__select ON job_profiles FOR SELECT TO pal_placer USING 
 ALTER TABLE gpu_flags ENABLE ROW LEVEL SECURITY;
 CREATE POLICY pal_node__select ON gpu_flags FOR SELECT TO pal_node USING (node = pal_node_name());
 CREATE POLICY pal_node__insert ON gpu_flags FOR INSERT TO pal_node WITH CHECK (node = pal_node_name());
+CREATE POLICY pal_placer__select ON gpu_flags FOR SELECT TO pal_placer USING (true);
 COMMIT;

@@ -372,5 +372,31 @@ CREATE INDEX ix_job_history_started_at ON job_history (started_at);
 
 UPDATE alembic_version SET version_num='0007' WHERE alembic_version.version_num = '0006';
 
+-- Running upgrade 0007 -> 0008
+
+ALTER TABLE job_accounting ADD COLUMN fingerprint VARCHAR(16);
+
+ALTER TABLE job_accounting ADD COLUMN time_limit_s DOUBLE PRECISION;
+
+CREATE TABLE gpu_passive_speed (
+    id SERIAL NOT NULL, 
+    gpu_id INTEGER NOT NULL, 
+    job_class VARCHAR(16) NOT NULL, 
+    factor DOUBLE PRECISION NOT NULL, 
+    low DOUBLE PRECISION NOT NULL, 
+    high DOUBLE PRECISION NOT NULL, 
+    jobs INTEGER NOT NULL, 
+    paced INTEGER NOT NULL, 
+    gpu_hours DOUBLE PRECISION NOT NULL, 
+    computed_at TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
+    CONSTRAINT pk_gpu_passive_speed PRIMARY KEY (id), 
+    CONSTRAINT fk_gpu_passive_speed_gpu_id_gpus FOREIGN KEY(gpu_id) REFERENCES gpus (id), 
+    CONSTRAINT uq_gpu_passive_speed_gpu_id_job_class UNIQUE (gpu_id, job_class)
+);
+
+CREATE INDEX ix_gpu_passive_speed_gpu_id ON gpu_passive_speed (gpu_id);
+
+UPDATE alembic_version SET version_num='0008' WHERE alembic_version.version_num = '0007';
+
 COMMIT;
 

@@ -1,5 +1,6 @@
 """`pal gpus`: one row per GPU Slurm schedules, its slowdown factors and its action; `--actions`
-the outlier GPUs alone, `--explain GPU` one GPU on both scales (its subcommand: `pal gpus drain`)."""
+the outlier GPUs alone, `--explain GPU` one GPU on both scales, `--passive` the factors its jobs
+give beside the benchmark's (its subcommands: `pal gpus drain`, `pal gpus learn`)."""
 
 from __future__ import annotations
 
@@ -82,22 +83,22 @@ def holds_slot(row: dict[str, Any]) -> bool:
 @click.option("--explain", "explain", metavar="GPU",
               help="One GPU on both scales: PerfVar and slowdown factor per benchmark, and the rule between "
                    "them (GPU: its UUID, the short id tables show, or NODE:SLOT).")
+@click.option("--passive", "passive", is_flag=True,
+              help="Beside each benchmark factor, the passive one its finished jobs' run times give (`pal gpus "
+                   "learn`): factor [95 % interval] and the jobs it paced; > or < where it is slower or faster "
+                   "than the benchmark beyond both uncertainties; and the GPU's open flags (fail-slow, clock drift).")
 @wide_option
 @click.pass_context
 def gpus(ctx: click.Context, fmt: str, models: tuple[str, ...], nodes: tuple[str, ...], version: int | None,
-         only_actions: bool, all_identities: bool, explain: str | None, wide: bool) -> None:
+         only_actions: bool, all_identities: bool, explain: str | None, passive: bool, wide: bool) -> None:
     """One row per GPU at a slot (the fleet Slurm schedules), each node's GPUs in slot order: node,
     slot (the device minor its GRES type names), GPU, slowdown factor per job class (sf; ! =
     outlier), the outlier's action, last profiled (--wide: full UUID, model, bins, PerfVars). `pal gpus drain` drains the nodes of severely slow or failing GPUs
-    (a dry run unless --apply)."""
+    (a dry run unless --apply); `pal gpus learn` learns each GPU's speed from its finished jobs
+    (--passive shows it)."""
     if ctx.invoked_subcommand is not None:
-        given = [f"--{n}" for n, v in (("model", models), ("node", nodes), ("version", version),
-                                       ("actions", only_actions), ("all-identities", all_identities),
-                                       ("explain", explain), ("wide", wide)) if v] + \
-                (["--format"] if fmt != "table" else [])
-        if given:  # `pal gpus --node X drain --apply` must not drain every node
-            raise click.UsageError(f"{', '.join(given)} before `{ctx.invoked_subcommand}` would be ignored: "
-                                   f"put the options after it (`pal gpus {ctx.invoked_subcommand} --help`)")
+        _nothing_before(ctx.invoked_subcommand, fmt, model=models, node=nodes, version=version, actions=only_actions,
+                        all_identities=all_identities, explain=explain, passive=passive, wide=wide)
         return
     app = ctx.find_object(AppContext)
     assert app is not None
@@ -131,6 +132,9 @@ def gpus(ctx: click.Context, fmt: str, models: tuple[str, ...], nodes: tuple[str
     at_slot = {id(r) for r in slotted}
     rows = sorted((r for r in chosen if id(r) in at_slot), key=_in_slot_order)
     extra = sorted((r for r in chosen if id(r) not in at_slot), key=_in_slot_order)
+    if passive:
+        _show_passive(rows + extra, fmt, wide)
+        return
     if fmt != "table":
         emit_rows(rows + extra, _gpu_columns(rows + extra, True), fmt)
         return
@@ -143,6 +147,15 @@ def gpus(ctx: click.Context, fmt: str, models: tuple[str, ...], nodes: tuple[str
                         "replaced); not scheduled by Slurm as such")
     elif apart and not nodes and not models:
         prose(f"{len(apart)} GPU identities that hold no slot are not shown (--all-identities lists them)")
+
+
+def _nothing_before(sub: str, fmt: str, **given: Any) -> None:
+    """`pal gpus --node X drain --apply` must not drain every node: an option of `pal gpus` given
+    before its subcommand is refused (UsageError), never ignored."""
+    names = [f"--{n.replace('_', '-')}" for n, v in given.items() if v] + (["--format"] if fmt != "table" else [])
+    if names:
+        raise click.UsageError(f"{', '.join(names)} before `{sub}` would be ignored: "
+                               f"put the options after it (`pal gpus {sub} --help`)")
 
 
 def _quietly(fn: Any, *args: Any) -> Any:
@@ -211,3 +224,46 @@ def _show_actions(app: AppContext, models: tuple[str, ...], nodes: tuple[str, ..
         return
     emit_rows(actions, cols, fmt, wide=wide, title="Outlier GPUs: what to do (docs/admin-guide.md, \"Outliers\")",
               legend="PerfVar: measured on that benchmark, the GPU's median time over its model's median GPU's.")
+
+
+#: Under `pal gpus --passive`.
+PASSIVE_LEGEND = ("sf X: the benchmark's slowdown factor for class X; passive X: the factor its finished jobs' run "
+                  "times give (`pal gpus learn`), [its 95 % interval], n = the jobs whose pace it set; > slower, "
+                  "< faster than the benchmark beyond both uncertainties; - = no estimate (too few jobs it paced). "
+                  "flags: open re-profiling requests (fail-slow: its jobs ran slower than its benchmark for long "
+                  "enough; clock-drift: the node agent saw its clock under load below its profile).")
+
+
+def _passive_cell(r: dict[str, Any], c: str) -> str | None:
+    p = r.get("passive", {}).get(c)
+    if p is None:
+        return None
+    mark = {"slower": " >", "faster": " <"}.get(p["disagrees"] or "", "")
+    return f"{fmt_num(p['factor'])} [{fmt_num(p['low'])}-{fmt_num(p['high'])}] n={p['paced']}{mark}"
+
+
+def _show_passive(rows: list[dict[str, Any]], fmt: str, wide: bool) -> None:
+    """`pal gpus --passive`: benchmark and passive factor side by side, and the open flags."""
+    if fmt == "json":
+        emit_json([{k: r.get(k) for k in ("node", "slot", "uuid", "model")} |
+                   {"slowdown": {c: v.get("slowdown") for c, v in r["classes"].items()},
+                    "passive": r.get("passive", {}), "flags": r.get("flags", {})} for r in rows])
+        return
+    classes = sorted({c for r in rows for c in r["classes"]} | {c for r in rows for c in r.get("passive", {})})
+    ids = short_ids(r["uuid"] for r in rows)
+    columns = [Column("node", lambda r: r["node"] or "unknown", wrap=False),
+               Column("slot", lambda r: r.get("slot"), "right"),
+               Column("GPU", lambda r: r["uuid"] if wide or fmt == "csv" else ids[r["uuid"]], wrap=False)]
+    for c in classes:
+        columns.append(Column(f"sf {c}", lambda r, c=c: (r["classes"].get(c) or {}).get("slowdown"), "right"))
+        if fmt == "csv":
+            for k in ("factor", "low", "high", "paced", "jobs", "gpu_hours", "disagrees"):
+                columns.append(Column(f"passive {c} {k}", lambda r, c=c, k=k: (r.get("passive", {}).get(c) or {}).get(k),
+                                      "right"))
+        else:
+            columns.append(Column(f"passive {c}", lambda r, c=c: _passive_cell(r, c), "right"))
+    columns.append(Column("flags", lambda r: " ".join(k.replace("_", "-") for k in r.get("flags", {})) or None))
+    learned = [p["computed_at"] for r in rows for p in r.get("passive", {}).values()]
+    emit_rows(rows, columns, fmt, wide=wide, legend=PASSIVE_LEGEND,
+              title=f"{len(rows)} GPUs: benchmark and passive slowdown factors" +
+                    (f" (learned {max(learned)[:16]})" if learned else " (nothing learned yet: run `pal gpus learn`)"))

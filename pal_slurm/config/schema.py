@@ -84,6 +84,19 @@ class ClassificationConfig(_Section):
     #: measures) or "pal-artifact" (the PAL artifact's profiles): pal_slurm/benchmark_sets.py
     benchmark_set: Literal["profiler", "pal-artifact"] = Field(
         default=DEFAULT_SET, description="the default [job_classes] and [report] compute_benchmarks")
+    #: passive speed, each GPU's factor learned from its finished jobs' run times (`pal gpus learn`,
+    #: docs/classification.md): off (not learned), flag (learned, shown, and fail-slow GPUs flagged
+    #: for re-profiling) or use (also placed by, where a GPU's evidence suffices)
+    passive: Literal["off", "flag", "use"] = "flag"
+    passive_window_days: float = Field(default=30.0, gt=0, description="finished jobs of the last N days count")
+    passive_min_paced: int = Field(default=3, ge=1, description="jobs a GPU must have paced for an estimate")
+    passive_use_min_paced: int = Field(default=10, ge=1, description="passive = use: jobs a GPU must have paced "
+                                                                    "before placement takes its passive factor")
+    #: the benchmark factor's own uncertainty (relative) when a passive estimate is set beside it
+    benchmark_noise: float = Field(default=0.02, ge=0, lt=1)
+    failslow_ratio: float = Field(default=1.3, gt=1, description="the slowdown fail-slow flags look for")
+    failslow_threshold: float = Field(default=12.0, gt=0, description="the CUSUM's threshold (log-likelihood)")
+    failslow_sigma: float = Field(default=0.05, gt=0, description="run-to-run noise of a job's log run time")
 
     @field_validator("run_ratio")
     @classmethod

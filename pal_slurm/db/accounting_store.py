@@ -78,7 +78,8 @@ def _row(r: JobAccount) -> dict[str, object]:
             "n_gpus": len(r.gpus), "slowest_gpus": r.slowest_text(), "started_at": r.started_at,
             "ended_at": r.ended_at, "runtime_s": r.runtime_s, "slowdown": r.factor, "tax_gpu_h": r.tax_gpu_h,
             "alternative": r.alternative, "alternative_slowdown": r.alternative_factor,
-            "saved_gpu_h": r.saved_gpu_h, "classification_version": r.version}
+            "saved_gpu_h": r.saved_gpu_h, "classification_version": r.version, "fingerprint": r.fingerprint,
+            "time_limit_s": r.time_limit_s}
 
 
 def load_cells(engine: Engine, since: datetime | None = None,

@@ -10,7 +10,8 @@ identities instead:
 - **the placer** (`pal_placer`, on the controller): reads the classification, the class rules
   and the runtime history (job profiles, job history, job identities, job sensitivity), and
   writes what pal_slurm.placer writes: `placements` (its audit records and their start/end
-  marks), `job_accounting`, `job_identities`. Nothing else.
+  marks), `job_accounting`, `job_identities`. Nothing else. (The passive speed and the GPU flags
+  it reads are written by `pal gpus learn`, an admin command: the owner, and by the nodes.)
 - **the GPU nodes** (group `pal_node`, one login `pal_node_<node>` per node: the node's name as
   pal-slurm stores it, its Slurm node name): `pal agent` and `pal profile run|inventory` insert
   the node's own measurements (its node row, its GPUs, profile runs and benchmark failures of
@@ -93,6 +94,10 @@ PLACER_GRANTS: tuple[Grant, ...] = (
     Grant("placements", select=("id", "slurm_job_id", "outcome", "started_at", "ended_at"), insert=True,
           update=("started_at", "ended_at"), why="placer.audit.AuditSink.flush: records and start/end marks"),
     Grant("job_accounting", select=("id",), insert=True, why="db.accounting_store.AccountingSink.flush"),
+    Grant("gpu_flags", select=("gpu_uuid", "kind", "detail", "cleared_at"),
+          why="db.passive_store.open_flags: the metrics exporter's pal_gpu_flag (report.service.with_passive)"),
+    Grant("gpu_passive_speed", select=ALL,
+          why="db.passive_store.load_passive: the metrics exporter; placement by it ([classification] passive = use)"),
 )
 
 #: pal agent (agent.job_profile_store), pal profile run|inventory (profiler.run_store,

@@ -1,5 +1,5 @@
 """Prometheus metrics of the controller's placer: per GPU its factor per class, bin and
-outlier action; per partition the variability tax and the saving as counters.
+outlier action, its passive factor (`pal gpus learn`) and open flags; per partition the variability tax and the saving as counters.
 
 Labels match dcgm-exporter's so a site can join the two: `Hostname` (the node), `gpu` (the
 device minor number, dcgm-exporter's GPU index) and `UUID`; plus `class` (A-D), `action`,
@@ -43,6 +43,10 @@ class GpuFacts:
     slowdown: dict[str, float | None]  # class -> factor
     bins: dict[str, int | None]  # class -> bin index
     action: str | None  # the outlier's graded action, None for a regular GPU
+    #: class -> the passive factor its finished jobs give (`pal gpus learn`), where it has one
+    passive: dict[str, float] = field(default_factory=dict)
+    #: its open flags' kinds (fail_slow, clock_drift)
+    flags: tuple[str, ...] = ()
 
 
 @dataclass
@@ -105,6 +109,12 @@ class PlacerMetrics(Collector):
                                  labels=[*labels, "class"])
         action = GaugeMetricFamily("pal_gpu_outlier_action", "1 for an outlier GPU's graded action "
                                    "(placement, re-profile, drain; pal gpus --actions)", labels=[*labels, "action"])
+        passive = GaugeMetricFamily("pal_gpu_slowdown_passive", "Slowdown factor of the GPU for a job class as its "
+                                    "finished jobs' run times give it (pal gpus learn; beside pal_gpu_slowdown)",
+                                    labels=[*labels, "class"])
+        flag = GaugeMetricFamily("pal_gpu_flag", "1 for each open re-profiling request of the GPU (fail_slow: its "
+                                 "jobs ran slower than its benchmark; clock_drift: the node agent's clocks)",
+                                 labels=[*labels, "kind"])
         for g in st.gpus:
             base = [g.hostname, "" if g.minor is None else str(g.minor), g.uuid]
             for cls, f in sorted(g.slowdown.items()):
@@ -115,7 +125,11 @@ class PlacerMetrics(Collector):
                     bins.add_metric([*base, cls], b)
             if g.action:
                 action.add_metric([*base, g.action], 1)
-        yield from (factor, bins, action)
+            for cls, f in sorted(g.passive.items()):
+                passive.add_metric([*base, cls], f)
+            for kind in g.flags:
+                flag.add_metric([*base, kind], 1)
+        yield from (factor, bins, action, passive, flag)
         tax = CounterMetricFamily("pal_variability_tax_gpu_hours", "GPU-hours finished jobs lost to "
                                   "slower-than-typical GPUs", labels=["partition", "mode"])
         saved = CounterMetricFamily("pal_saved_gpu_hours", "GPU-hours the placer's choice saved (enforce: against "
@@ -182,7 +196,9 @@ def gpu_facts(rows: Sequence[dict[str, Any]], minors: dict[str, int | None]) -> 
     """GpuFacts from `pal gpus` rows (pal_slurm.report.data.gpu_rows, with actions) and UUID -> minor."""
     return [GpuFacts(hostname=str(r.get("node") or ""), minor=minors.get(r["uuid"]), uuid=str(r["uuid"]),
                      slowdown={c: v.get("slowdown") for c, v in r["classes"].items()},
-                     bins={c: v.get("bin") for c, v in r["classes"].items()}, action=r.get("action"))
+                     bins={c: v.get("bin") for c, v in r["classes"].items()}, action=r.get("action"),
+                     passive={c: float(v["factor"]) for c, v in (r.get("passive") or {}).items()},
+                     flags=tuple(sorted(r.get("flags") or {})))
             for r in rows]
 
 

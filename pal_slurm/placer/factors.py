@@ -9,9 +9,10 @@ loaded does the daemon release jobs unchanged. The daemon reads it on its databa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,17 +41,36 @@ class Factors:
         return cls(by_slot={}, version=None, loaded_at=0.0)
 
 
-def load_factors(engine: Engine, classes: Sequence[str], *, loaded_at: float | None = None) -> Factors:
+def load_factors(engine: Engine, classes: Sequence[str], *, loaded_at: float | None = None,
+                 passive_min_paced: int | None = None) -> Factors:
     """Read the latest classification (the loader the simulator uses too); GPUs without a
     node or minor number cannot be steered and are skipped. A schema behind this pal is an
     error here (its placements could not be recorded): the daemon then places nothing and
     says to run `pal db upgrade`. `loaded_at`: the time to stamp (the cache's clock; now when
-    not given)."""
+    not given). `passive_min_paced` ([classification] passive = use): a GPU's passive factor
+    replaces its benchmark factor for a class where it paced at least that many jobs."""
     require_current(engine)
     with session_scope(engine) as session:
         stored = load_variability(session, classes)
-    out = {(v.node, int(v.minor)): v for v in stored.gpus if v.node is not None and v.minor is not None}
+        passive = None
+        if passive_min_paced is not None:
+            from pal_slurm.db.passive_store import load_passive
+
+            passive = load_passive(session)
+    gpus = stored.gpus if passive is None else [with_passive(v, passive.get(v.uuid or "", {}), passive_min_paced or 1)
+                                                for v in stored.gpus]
+    out = {(v.node, int(v.minor)): v for v in gpus if v.node is not None and v.minor is not None}
     return Factors(by_slot=out, version=stored.version, loaded_at=time.time() if loaded_at is None else loaded_at)
+
+
+def with_passive(gpu: GpuVariability, passive: Mapping[str, Any], min_paced: int) -> GpuVariability:
+    """`gpu` placed by its passive factor for each class whose estimate rests on at least
+    `min_paced` jobs it paced; its benchmark factor elsewhere (pure). The PerfVar is left: it is
+    what the simulator slows progress by, a measurement, not a ranking."""
+    use = {c: float(p.factor) for c, p in passive.items() if c in gpu.slowdown and p.paced >= min_paced}
+    if not use:
+        return gpu
+    return dataclasses.replace(gpu, slowdown={**gpu.slowdown, **use})
 
 
 class FactorCache:
@@ -58,8 +78,10 @@ class FactorCache:
     factors and try again within 10 s."""
 
     def __init__(self, engine_factory: Any, refresh_s: float = 60.0, classes: Sequence[str] = ("A", "B", "C", "D"),
-                 clock: Callable[[], float] = time.time, runner: Runner | None = None) -> None:
+                 clock: Callable[[], float] = time.time, runner: Runner | None = None,
+                 passive_min_paced: int | None = None) -> None:
         self._engine_factory = engine_factory
+        self.passive_min_paced = passive_min_paced
         self.classes = tuple(classes)
         self.refresh_s = refresh_s
         self._cache: Refreshed[Factors] = Refreshed(self._load, refresh_s, initial=Factors.empty(), clock=clock,
@@ -83,7 +105,8 @@ class FactorCache:
         return self._cache.settled
 
     def _load(self, now: float) -> Factors:
-        loaded = load_factors(self._engine_factory(), self.classes, loaded_at=now)
+        loaded = load_factors(self._engine_factory(), self.classes, loaded_at=now,
+                              passive_min_paced=self.passive_min_paced)
         if loaded.version != self.factors.version:
             log.info("classes loaded: version %s, %d steerable GPUs", loaded.version, len(loaded.by_slot))
         return loaded

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from pal_slurm.jobs.fingerprint import fingerprint
 from pal_slurm.placement.decide import decide
 from pal_slurm.placement.model import Decision, PlacementContext, Snapshot
 from pal_slurm.placement.orders import QueueOrder
@@ -146,7 +147,8 @@ def account(job: SlurmJob, job_class: str, gpus: Sequence[tuple[str, int]], star
                       runtime_s=runtime, factor=factor, tax_gpu_h=tax,
                       alternative=alternative.kind if alternative is not None else None,
                       alternative_factor=alt_factor, saved_gpu_h=saved,
-                      version=version if alternative is None or alternative.version is None else alternative.version)
+                      version=version if alternative is None or alternative.version is None else alternative.version,
+                      fingerprint=fingerprint(job.user, job.name, job.command), time_limit_s=job.time_limit_s)
 
 
 def placer_alternatives(view: View, planned: Planned, decision: Decision,

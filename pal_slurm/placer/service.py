@@ -78,7 +78,9 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
     backend = make_backend(pc.slurm_backend, rest_url=pc.rest_url, rest_api=pc.rest_api,
                            timeout=pc.command_timeout_s)
     runner = DbWorker().start().submit if background_db else None
-    factors = FactorCache(engine, refresh_s=pc.classes_refresh_s, classes=list(cfg.job_classes), runner=runner)
+    factors = FactorCache(engine, refresh_s=pc.classes_refresh_s, classes=list(cfg.job_classes), runner=runner,
+                          passive_min_paced=cfg.classification.passive_use_min_paced
+                          if cfg.classification.passive == "use" else None)
     rules = ClassRules(engine, pc.classes_refresh_s, cfg.jobs.default_class, runner=runner)
 
     def identities(jobs: Any) -> None:

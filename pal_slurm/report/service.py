@@ -52,7 +52,31 @@ def load_gpu_rows(engine: Engine, version: int | None = None, cfg: PalConfig | N
 
     stored = _stored(engine, version)
     actions = None if cfg is None else grade_outliers(stored, cfg.report.policy(), datetime.now(UTC))
-    return gpu_rows(stored, actions)
+    return with_passive(engine, gpu_rows(stored, actions), cfg)
+
+
+def with_passive(engine: Engine, rows: list[dict[str, Any]], cfg: PalConfig | None = None) -> list[dict[str, Any]]:
+    """Each GPU row with its passive estimates (`passive`: class -> factor, interval, evidence and
+    `disagrees`: slower/faster than the benchmark beyond both uncertainties, or None) and its open
+    flags (`flags`: kind -> detail; the agent's clock drift, passive fail-slow)."""
+    from pal_slurm.classification.failslow import disagreement
+    from pal_slurm.classification.passive import PassiveEstimate
+    from pal_slurm.db.passive_store import load_passive, open_flags
+
+    noise = cfg.classification.benchmark_noise if cfg is not None else 0.02
+    with session_scope(engine) as session:
+        passive, flags = load_passive(session), open_flags(session)
+    for r in rows:
+        mine = passive.get(r["uuid"], {})
+        r["passive"] = {}
+        for cls, p in sorted(mine.items()):
+            bench = (r["classes"].get(cls) or {}).get("slowdown")
+            r["passive"][cls] = {**p.as_dict(), "benchmark": bench,
+                                 "disagrees": None if bench is None else
+                                 disagreement(PassiveEstimate(r["uuid"], cls, p.factor, p.low, p.high, p.jobs, p.paced,
+                                                              p.gpu_hours), bench * (1 - noise), bench * (1 + noise))}
+        r["flags"] = dict(sorted(flags.get(r["uuid"], {}).items()))
+    return rows
 
 
 def load_stored(engine: Engine, version: int | None = None) -> cstore.StoredClassification:

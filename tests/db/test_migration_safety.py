@@ -27,7 +27,7 @@ from pal_slurm.db.engine import make_engine
 from pal_slurm.db.models import Base
 from pal_slurm.errors import DatabaseError
 
-REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007"]
+REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008"]
 
 
 @pytest.fixture

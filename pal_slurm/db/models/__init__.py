@@ -16,6 +16,7 @@ from pal_slurm.db.models.classification import (
     ClassificationResult,
     ClassificationRun,
     GpuClass,
+    GpuPassiveSpeed,
     JobClass,
 )
 from pal_slurm.db.models.placements import JobAccounting, Placement
@@ -24,7 +25,7 @@ from pal_slurm.db.models.jobs import ClassRule, GpuFlag, JobHistory, JobIdentity
 __all__ = [
     "NAMING", "Base", "UtcDateTime", "utcnow",
     "Benchmark", "BenchmarkFailure", "Gpu", "Node", "ProfileRun",
-    "ClassificationBin", "ClassificationResult", "ClassificationRun", "GpuClass", "JobClass",
+    "ClassificationBin", "ClassificationResult", "ClassificationRun", "GpuClass", "GpuPassiveSpeed", "JobClass",
     "JobAccounting", "Placement",
     "ClassRule", "GpuFlag", "JobHistory", "JobIdentity", "JobProfile", "JobSensitivity",
 ]

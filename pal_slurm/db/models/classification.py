@@ -97,3 +97,25 @@ class GpuClass(Base):
     profiled: Mapped[bool] = mapped_column(Boolean)
 
     __table_args__ = (UniqueConstraint("run_id", "gpu_id", "job_class"),)
+
+
+class GpuPassiveSpeed(Base):
+    """One GPU's slowdown for a job class as its finished jobs' run times give it (`pal gpus
+    learn`, migration 0008): the passive estimate beside the benchmark factor, with its
+    evidence and uncertainty. One row per physical GPU and class, replaced by each learn."""
+
+    __tablename__ = "gpu_passive_speed"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"), index=True)
+    job_class: Mapped[str] = mapped_column(String(16))
+    factor: Mapped[float] = mapped_column(Double)
+    #: the uncertainty interval (pal_slurm.classification.passive says which)
+    low: Mapped[float] = mapped_column(Double)
+    high: Mapped[float] = mapped_column(Double)
+    #: finished jobs that ran on it, and those whose pace it is taken to have set
+    jobs: Mapped[int] = mapped_column(Integer)
+    paced: Mapped[int] = mapped_column(Integer)
+    gpu_hours: Mapped[float] = mapped_column(Double)
+    computed_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    __table_args__ = (UniqueConstraint("gpu_id", "job_class"),)

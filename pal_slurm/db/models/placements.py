@@ -74,3 +74,8 @@ class JobAccounting(Base):
     alternative_slowdown: Mapped[float | None] = mapped_column(Double)
     saved_gpu_h: Mapped[float | None] = mapped_column(Double)
     classification_version: Mapped[int | None] = mapped_column(Integer)
+    #: the job's fingerprint (pal_slurm.jobs.fingerprint) and time limit (migration 0008): what
+    #: passive speed (pal_slurm.classification.passive) compares runs of the same work by, and
+    #: the limit beyond which a run time is impossible; NULL in rows written before 0008
+    fingerprint: Mapped[str | None] = mapped_column(String(16))
+    time_limit_s: Mapped[float | None] = mapped_column(Double)

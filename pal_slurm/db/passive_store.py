@@ -1,0 +1,189 @@
+"""Passive speed in the database: the ledger's finished jobs out as runs, per-GPU estimates and
+fail-slow flags in (`pal gpus learn`), the stored estimates out for every view.
+
+Why here: pal_slurm.classification.passive and .failslow are pure; this adapter is where a
+ledger row's slot ("node:minor", what Slurm allocated) becomes one physical GPU. A slot whose GPU
+was replaced holds two GPU rows; each run goes to the GPU that held the slot when the run
+started (`slot_holder`), so a new GPU never inherits the old one's run times ("one physical GPU,
+one row").
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.orm import Session
+
+from pal_slurm.classification.failslow import FailSlowFlag
+from pal_slurm.classification.passive import JobRun, PassiveEstimate, PassiveResult
+from pal_slurm.db.batches import chunks
+from pal_slurm.db.models import Gpu, GpuFlag, GpuPassiveSpeed, JobAccounting, Node
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FAIL_SLOW", "LedgerRuns", "SlotGpu", "StoredPassive", "load_passive", "load_runs", "open_fail_slow",
+           "open_flags", "save_estimates", "slot_holder"]
+
+#: gpu_flags.kind of a passive fail-slow flag (the agent's clock flags are "clock_drift")
+FAIL_SLOW = "fail_slow"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotGpu:
+    """One GPU row at a slot: its id, UUID and when it was first seen (epoch seconds)."""
+
+    gpu_id: int
+    uuid: str
+    node: str
+    minor: int
+    first_seen: float
+
+
+def slot_holder(holders: Sequence[SlotGpu], started_at: float) -> SlotGpu:
+    """The GPU that held a slot when a run started: the latest first seen at or before the start;
+    the earliest one for a run that started before any was seen (the first inventory came later
+    than the first jobs). `holders`: one slot's GPUs sorted by first_seen, at least one."""
+    i = bisect.bisect_right([h.first_seen for h in holders], started_at)
+    return holders[max(i - 1, 0)]
+
+
+@dataclass(frozen=True)
+class LedgerRuns:
+    """The runs of the ledger keyed by GPU UUID, and what could not be used, by reason."""
+
+    runs: tuple[JobRun, ...]
+    gpus: Mapping[str, SlotGpu]  # UUID -> its row
+    unusable: Mapping[str, int]
+
+
+def _slots(session: Session) -> dict[tuple[str, int], list[SlotGpu]]:
+    rows = session.execute(select(Gpu.id, Gpu.uuid, Node.name, Gpu.minor_number, Gpu.first_seen)
+                           .join(Node, Gpu.node_id == Node.id).where(Gpu.minor_number.is_not(None)))
+    out: dict[tuple[str, int], list[SlotGpu]] = {}
+    for gid, uuid, node, minor, first in rows:
+        seen = first.timestamp() if first is not None else 0.0
+        out.setdefault((node, int(minor)), []).append(SlotGpu(gid, uuid, node, int(minor), seen))
+    for holders in out.values():
+        holders.sort(key=lambda h: (h.first_seen, h.gpu_id))
+    return out
+
+
+def _epoch(t: datetime) -> float:
+    return t.timestamp()  # UtcDateTime reads timezone-aware UTC
+
+
+def load_runs(session: Session, since: datetime | None = None) -> LedgerRuns:
+    """Every finished job of the ledger (since `since`) that names its fingerprint, as a run on
+    the physical GPUs that held its slots. A job with a slot no GPU row holds is counted, not
+    guessed at (`pal profile inventory` on its node names it)."""
+    slots = _slots(session)
+    q = select(JobAccounting.slurm_job_id, JobAccounting.fingerprint, JobAccounting.job_class, JobAccounting.gpus,
+               JobAccounting.runtime_s, JobAccounting.started_at, JobAccounting.ended_at,
+               JobAccounting.time_limit_s).order_by(JobAccounting.ended_at, JobAccounting.id)
+    if since is not None:
+        q = q.where(JobAccounting.ended_at >= since)
+    runs: list[JobRun] = []
+    used: dict[str, SlotGpu] = {}
+    unusable: dict[str, int] = {}
+    for job_id, fp, cls, gpus, runtime, started, ended, limit in session.execute(q.execution_options(yield_per=10_000)):
+        if not fp:
+            unusable["no fingerprint (stored before it was kept)"] = \
+                unusable.get("no fingerprint (stored before it was kept)", 0) + 1
+            continue
+        start = _epoch(started)
+        keys: list[str] = []
+        for g in gpus or ():
+            try:
+                holders = slots.get((str(g["node"]), int(g["minor"])))
+            except (KeyError, TypeError, ValueError):
+                holders = None
+            if not holders:
+                keys = []
+                break
+            h = slot_holder(holders, start)
+            used[h.uuid] = h
+            keys.append(h.uuid)
+        if not keys:
+            unusable["a GPU at a slot no GPU row holds"] = unusable.get("a GPU at a slot no GPU row holds", 0) + 1
+            continue
+        runs.append(JobRun(job_id=str(job_id), fingerprint=fp, job_class=cls, gpus=tuple(keys),
+                           runtime_s=float(runtime), ended_at=_epoch(ended),
+                           time_limit_s=None if limit is None else float(limit)))
+    return LedgerRuns(tuple(runs), used, unusable)
+
+
+def save_estimates(session: Session, result: PassiveResult, gpus: Mapping[str, SlotGpu], now: datetime) -> int:
+    """Replace the stored estimates by `result`'s (keyed by UUID, as `load_runs` gives them);
+    the number stored."""
+    session.execute(delete(GpuPassiveSpeed))
+    rows = [{"gpu_id": gpus[e.gpu].gpu_id, "job_class": e.job_class, "factor": e.factor, "low": e.low,
+             "high": e.high, "jobs": e.jobs, "paced": e.paced, "gpu_hours": e.gpu_hours, "computed_at": now}
+            for e in result.estimates if e.gpu in gpus]
+    for part in chunks(rows, 1000):
+        session.execute(insert(GpuPassiveSpeed), list(part))
+    return len(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPassive:
+    """One stored estimate, as the views read it."""
+
+    factor: float
+    low: float
+    high: float
+    jobs: int
+    paced: int
+    gpu_hours: float
+    computed_at: datetime
+
+    def as_dict(self) -> dict[str, object]:
+        return {"factor": self.factor, "low": self.low, "high": self.high, "jobs": self.jobs,
+                "paced": self.paced, "gpu_hours": self.gpu_hours, "computed_at": self.computed_at.isoformat()}
+
+
+def load_passive(session: Session) -> dict[str, dict[str, StoredPassive]]:
+    """UUID -> class -> the stored estimate."""
+    out: dict[str, dict[str, StoredPassive]] = {}
+    q = select(Gpu.uuid, GpuPassiveSpeed).join(Gpu, Gpu.id == GpuPassiveSpeed.gpu_id)
+    for uuid, p in session.execute(q):
+        out.setdefault(uuid, {})[p.job_class] = StoredPassive(p.factor, p.low, p.high, p.jobs, p.paced, p.gpu_hours,
+                                                              p.computed_at)
+    return out
+
+
+def open_flags(session: Session) -> dict[str, dict[str, str]]:
+    """UUID -> kind -> detail of its open GPU flags (the agent's clock drift, passive fail-slow)."""
+    out: dict[str, dict[str, str]] = {}
+    for uuid, kind, detail in session.execute(select(GpuFlag.gpu_uuid, GpuFlag.kind, GpuFlag.detail)
+                                              .where(GpuFlag.cleared_at.is_(None))):
+        out.setdefault(uuid, {})[kind] = detail or ""
+    return out
+
+
+def flag_detail(flag: FailSlowFlag) -> str:
+    """What a fail-slow flag says (gpu_flags.detail), operator's words."""
+    return (f"class {flag.job_class}: its last {len(flag.jobs)} job(s) ran at {flag.passive_factor:.3f} where its "
+            f"benchmark says {flag.benchmark_factor:.3f} (CUSUM {flag.cusum:.1f}); re-profile it")
+
+
+def open_fail_slow(session: Session, flags: Iterable[FailSlowFlag], gpus: Mapping[str, SlotGpu],
+                   now: datetime) -> list[FailSlowFlag]:
+    """Open one `fail_slow` flag per flagged GPU that has none open; the flags opened."""
+    already = {u for u, kinds in open_flags(session).items() if FAIL_SLOW in kinds}
+    opened: list[FailSlowFlag] = []
+    for f in flags:
+        if f.gpu in already or f.gpu not in gpus:
+            continue
+        already.add(f.gpu)
+        session.add(GpuFlag(gpu_uuid=f.gpu, node=gpus[f.gpu].node, kind=FAIL_SLOW, expected_mhz=None,
+                            observed_mhz=None, detail=flag_detail(f)[:4000],
+                            flagged_at=datetime.fromtimestamp(f.at, UTC)))
+        opened.append(f)
+    if opened:
+        log.info("opened %d fail-slow flag(s)", len(opened))
+    return opened
