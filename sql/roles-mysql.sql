@@ -31,9 +31,9 @@ GRANT SELECT (`fingerprint`, `slurm_job_id`, `started_at`, `duration_s`) ON `pal
 GRANT SELECT ON `pal`.`job_history` TO 'pal_placer'@'%';
 GRANT SELECT, UPDATE (`user`, `name`, `command`, `fingerprint`, `first_seen`), INSERT ON `pal`.`job_identities` TO 'pal_placer'@'%';
 GRANT SELECT (`id`, `slurm_job_id`, `outcome`, `started_at`, `ended_at`), UPDATE (`started_at`, `ended_at`), INSERT ON `pal`.`placements` TO 'pal_placer'@'%';
-GRANT SELECT (`id`), INSERT ON `pal`.`job_accounting` TO 'pal_placer'@'%';
-GRANT SELECT (`gpu_uuid`, `kind`, `detail`, `cleared_at`) ON `pal`.`gpu_flags` TO 'pal_placer'@'%';
-GRANT SELECT ON `pal`.`gpu_passive_speed` TO 'pal_placer'@'%';
+GRANT SELECT (`id`, `slurm_job_id`, `fingerprint`, `job_class`, `gpus`, `runtime_s`, `started_at`, `ended_at`, `time_limit_s`), INSERT ON `pal`.`job_accounting` TO 'pal_placer'@'%';
+GRANT SELECT (`id`, `gpu_uuid`, `node`, `kind`, `detail`, `flagged_at`, `cleared_at`), UPDATE (`cleared_at`), INSERT ON `pal`.`gpu_flags` TO 'pal_placer'@'%';
+GRANT SELECT, INSERT, DELETE ON `pal`.`gpu_passive_speed` TO 'pal_placer'@'%';
 GRANT SELECT ON `pal`.`alembic_version` TO `pal_node`;
 GRANT SELECT, UPDATE (`last_seen`), INSERT ON `pal`.`nodes` TO `pal_node`;
 GRANT SELECT, UPDATE (`node_id`, `nvml_index`, `minor_number`, `pci_bus_id`, `model`, `serial`, `memory_mib`, `first_seen`, `last_seen`, `state`, `power_limit_w`, `driver_version`, `cuda_version`, `vbios_version`, `ecc_corrected`, `ecc_uncorrected`, `retired_pages`, `inventoried_at`), INSERT ON `pal`.`gpus` TO `pal_node`;

@@ -41,7 +41,7 @@ def learn_cmd(app: AppContext, apply: bool, days: float | None, fmt: str) -> Non
     if fmt == "json":
         emit_json({"applied": out.applied, "runs": out.runs, "skipped": skipped, "estimates": len(out.result.estimates),
                    "stored": out.stored, "bounded_only": len(out.result.bounds), "fail_slow": flags,
-                   "notes": list(out.notes)})
+                   "cleared": [{"gpu": u, "kind": k} for u, k in out.cleared], "notes": list(out.notes)})
         return
     gpus = {e.gpu for e in out.result.estimates}
     prose(f"{out.runs} finished job(s) read; {len(out.result.estimates)} estimate(s) of {len(gpus)} GPU(s); "
@@ -62,6 +62,8 @@ def learn_cmd(app: AppContext, apply: bool, days: float | None, fmt: str) -> Non
                   fmt, title="Fail-slow: jobs ran slower than the benchmark factor says (re-profile these)")
     else:
         prose("no GPU caught fail-slow")
+    for uuid, kind in out.cleared:
+        prose(f"cleared the {kind.replace('_', '-')} flag of {uuid}: profiled again since it was raised")
     if out.applied:
         prose(f"stored {out.stored} estimate(s); `pal gpus --passive` shows them")
     else:

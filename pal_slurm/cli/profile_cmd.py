@@ -340,11 +340,17 @@ def _render_run(res: Any, fmt: str) -> None:
 @click.option("--run-args", metavar="ARGS", default="",
               help="Extra arguments for `pal profile run`, split like a shell would (no shell runs), "
                    "e.g. '--benchmarks gemm --passes 5'.")
+@click.option("--flagged", is_flag=True,
+              help="Only the nodes of GPUs with an open flag (fail-slow from `pal gpus learn`, clock drift from "
+                   "the node agent), one node at a time (--dependency=singleton): re-profiling them clears the flags "
+                   "at the next `pal gpus learn --apply`.")
 @click.option("--dry-run", is_flag=True, help="Print the sbatch commands; submit nothing.")
 @text_format_option
-def submit_(nodes: str | None, partition: str | None, reservation: str | None, account: str | None,
-            qos: str | None, nice: int, time_limit: str, gpus_per_node: int | None, out_pattern: str,
-            chdir: str | None, pal_command: str | None, run_args: str, dry_run: bool, fmt: str) -> None:
+@click.pass_context
+def submit_(ctx: click.Context, nodes: str | None, partition: str | None, reservation: str | None,
+            account: str | None, qos: str | None, nice: int, time_limit: str, gpus_per_node: int | None,
+            out_pattern: str, chdir: str | None, pal_command: str | None, run_args: str, flagged: bool, dry_run: bool,
+            fmt: str) -> None:
     """Submit one exclusive, low-priority profiling job per GPU node (sbatch). Each job runs
     `pal profile run --backend auto` on its node, with all its GPUs, and stores the results.
     """
@@ -359,8 +365,15 @@ def submit_(nodes: str | None, partition: str | None, reservation: str | None, a
         raise PalError(f"--run-args: {exc}") from exc
     opts = SubmitOptions(partition=partition, reservation=reservation, account=account, qos=qos, nice=nice,
                          time_limit=time_limit, output=out_pattern, chdir=chdir, extra_run_args=extra,
+                         one_at_a_time=flagged, **({"job_name": "pal-reprofile"} if flagged else {}),
                          **({"pal_command": (pal_command,)} if pal_command else {}))
-    results = submit_jobs(opts, nodes=parse_names(nodes), gpus_per_node=gpus_per_node, dry_run=dry_run)
+    asked = parse_names(nodes)
+    if flagged:
+        asked = _flagged_nodes(ctx, asked)
+        if not asked:
+            click.echo("no GPU has an open flag" + (" on those nodes" if nodes else "") + ": nothing to re-profile")
+            return
+    results = submit_jobs(opts, nodes=asked, gpus_per_node=gpus_per_node, dry_run=dry_run)
     if fmt == "json":
         emit_json([r.as_dict() for r in results])
     else:
@@ -374,3 +387,19 @@ def submit_(nodes: str | None, partition: str | None, reservation: str | None, a
     failed = [r for r in results if r.error]
     if failed and len(failed) == len(results):
         raise PalError(f"no profiling job submitted (first error: {failed[0].error})")
+
+
+def _flagged_nodes(ctx: click.Context, asked: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The nodes of GPUs with an open flag (of `asked`, when given), in Slurm's node order."""
+    from pal_slurm.db.engine import session_scope
+    from pal_slurm.db.migrate import require_current
+    from pal_slurm.db.models import GpuFlag
+    from pal_slurm.slurm.gresconf import natural_key
+    from sqlalchemy import select
+
+    app = ctx.find_object(AppContext)
+    assert app is not None
+    require_current(app.engine)
+    with session_scope(app.engine) as session:
+        found = set(session.scalars(select(GpuFlag.node).where(GpuFlag.cleared_at.is_(None))))
+    return tuple(sorted((n for n in found if n and (not asked or n in asked)), key=natural_key))

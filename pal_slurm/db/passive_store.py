@@ -16,17 +16,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from pal_slurm.classification.failslow import FailSlowFlag
 from pal_slurm.classification.passive import JobRun, PassiveEstimate, PassiveResult
 from pal_slurm.db.batches import chunks
-from pal_slurm.db.models import Gpu, GpuFlag, GpuPassiveSpeed, JobAccounting, Node
+from pal_slurm.db.models import Gpu, GpuFlag, GpuPassiveSpeed, JobAccounting, Node, ProfileRun
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FAIL_SLOW", "LedgerRuns", "SlotGpu", "StoredPassive", "load_passive", "load_runs", "open_fail_slow",
+__all__ = ["FAIL_SLOW", "LedgerRuns", "clear_reprofiled", "SlotGpu", "StoredPassive", "load_passive", "load_runs", "open_fail_slow",
            "open_flags", "save_estimates", "slot_holder"]
 
 #: gpu_flags.kind of a passive fail-slow flag (the agent's clock flags are "clock_drift")
@@ -187,3 +187,24 @@ def open_fail_slow(session: Session, flags: Iterable[FailSlowFlag], gpus: Mappin
     if opened:
         log.info("opened %d fail-slow flag(s)", len(opened))
     return opened
+
+
+def clear_reprofiled(session: Session, now: datetime) -> list[tuple[str, str]]:
+    """Clear every open flag (any kind) of a GPU profiled again after the flag was raised: the
+    re-profile answered it, and the GPU's class now rests on the new runs (if it is still slow,
+    the classification says so; if its jobs still run slower than that, it is flagged again).
+    The (UUID, kind) cleared."""
+    last = dict(session.execute(select(Gpu.uuid, func.max(ProfileRun.started_at))
+                                .join(ProfileRun, ProfileRun.gpu_id == Gpu.id).group_by(Gpu.uuid)).all())
+    cleared: list[tuple[str, str]] = []
+    ids: list[int] = []
+    # by column (the placer's login reads these columns of gpu_flags, not the agent's clocks)
+    for fid, uuid, kind, flagged in session.execute(select(GpuFlag.id, GpuFlag.gpu_uuid, GpuFlag.kind,
+                                                           GpuFlag.flagged_at).where(GpuFlag.cleared_at.is_(None))):
+        profiled = last.get(uuid)
+        if profiled is not None and profiled > flagged:
+            ids.append(fid)
+            cleared.append((uuid, kind))
+    for part in chunks(ids, 1000):
+        session.execute(update(GpuFlag).where(GpuFlag.id.in_(list(part))).values(cleared_at=now))
+    return cleared

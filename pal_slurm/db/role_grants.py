@@ -10,8 +10,9 @@ identities instead:
 - **the placer** (`pal_placer`, on the controller): reads the classification, the class rules
   and the runtime history (job profiles, job history, job identities, job sensitivity), and
   writes what pal_slurm.placer writes: `placements` (its audit records and their start/end
-  marks), `job_accounting`, `job_identities`. Nothing else. (The passive speed and the GPU flags
-  it reads are written by `pal gpus learn`, an admin command: the owner, and by the nodes.)
+  marks), `job_accounting`, `job_identities`; and what `pal gpus learn` (pal-gpus-learn.service,
+  on the controller with the placer's login) learns from that ledger: `gpu_passive_speed` and the
+  fail-slow `gpu_flags` (opening them, clearing those a re-profile answered). Nothing else.
 - **the GPU nodes** (group `pal_node`, one login `pal_node_<node>` per node: the node's name as
   pal-slurm stores it, its Slurm node name): `pal agent` and `pal profile run|inventory` insert
   the node's own measurements (its node row, its GPUs, profile runs and benchmark failures of
@@ -82,7 +83,8 @@ PLACER_GRANTS: tuple[Grant, ...] = (
     Grant("gpu_classes", select=ALL, why="classification_store.load_classification"),
     Grant("gpus", select=ALL, why="load_variability (minor numbers), the metrics exporter"),
     Grant("nodes", select=ALL, why="classification_store.load_classification (node names)"),
-    Grant("profile_runs", select=ALL, why="the metrics exporter's clocks (report.service.load_gpu_rows)"),
+    Grant("profile_runs", select=ALL, why="the metrics exporter's clocks (report.service.load_gpu_rows); pal gpus "
+          "learn: when each GPU was last profiled (services.passive)"),
     Grant("class_rules", select=ALL, why="db.class_rules_store.load_class_rules"),
     Grant("job_sensitivity", select=ALL, why="db.class_rules_store.load_class_rules (learned classes)"),
     Grant("job_profiles", select=("fingerprint", "slurm_job_id", "started_at", "duration_s"),
@@ -93,11 +95,17 @@ PLACER_GRANTS: tuple[Grant, ...] = (
     # `id`: an ORM insert of one row reads its new key back (INSERT ... RETURNING id)
     Grant("placements", select=("id", "slurm_job_id", "outcome", "started_at", "ended_at"), insert=True,
           update=("started_at", "ended_at"), why="placer.audit.AuditSink.flush: records and start/end marks"),
-    Grant("job_accounting", select=("id",), insert=True, why="db.accounting_store.AccountingSink.flush"),
-    Grant("gpu_flags", select=("gpu_uuid", "kind", "detail", "cleared_at"),
-          why="db.passive_store.open_flags: the metrics exporter's pal_gpu_flag (report.service.with_passive)"),
-    Grant("gpu_passive_speed", select=ALL,
-          why="db.passive_store.load_passive: the metrics exporter; placement by it ([classification] passive = use)"),
+    Grant("job_accounting", select=("id", "slurm_job_id", "fingerprint", "job_class", "gpus", "runtime_s", "started_at",
+                                    "ended_at", "time_limit_s"), insert=True,
+          why="db.accounting_store.AccountingSink.flush; pal gpus learn reads the runs (db.passive_store.load_runs), "
+              "never who ran them (user, account, partition)"),
+    Grant("gpu_flags", select=("id", "gpu_uuid", "node", "kind", "detail", "flagged_at", "cleared_at"), insert=True,
+          update=("cleared_at",),
+          why="db.passive_store: the metrics exporter's pal_gpu_flag; pal gpus learn (pal-gpus-learn.service, the "
+              "placer's login) opens fail-slow flags and clears those a re-profile answered"),
+    Grant("gpu_passive_speed", select=ALL, insert=True, delete=True,
+          why="db.passive_store: the metrics exporter and placement by it ([classification] passive = use); "
+              "pal gpus learn replaces the estimates"),
 )
 
 #: pal agent (agent.job_profile_store), pal profile run|inventory (profiler.run_store,

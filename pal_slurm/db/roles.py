@@ -142,6 +142,8 @@ def _postgresql(database: str, nodes: Sequence[str], names: RoleNames) -> list[s
         f"WHERE schemaname = 'public' AND left(policyname, strpos(policyname, '__') + 1) IN ({ours}) LOOP "
         "EXECUTE format('DROP POLICY %I ON %I', p.policyname, p.tablename); END LOOP; END $$")
     placer_reads = {g.table for g in PLACER_GRANTS if g.select}
+    placer_inserts = {g.table for g in PLACER_GRANTS if g.insert}
+    placer_updates = {g.table for g in PLACER_GRANTS if g.update}
     for rule in NODE_ROWS:
         t, own = q(rule.table), _pg_own(rule)
         out.append(f"ALTER TABLE {t} ENABLE ROW LEVEL SECURITY")
@@ -156,6 +158,11 @@ def _postgresql(database: str, nodes: Sequence[str], names: RoleNames) -> list[s
                        f"USING ({using}) WITH CHECK ({own})")
         if rule.table in placer_reads:
             out.append(f"CREATE POLICY {pol(names.placer, 'select')} ON {t} FOR SELECT TO {placer} USING (true)")
+        if rule.table in placer_inserts:  # the controller's rows name any node (pal gpus learn's flags)
+            out.append(f"CREATE POLICY {pol(names.placer, 'insert')} ON {t} FOR INSERT TO {placer} WITH CHECK (true)")
+        if rule.table in placer_updates:
+            out.append(f"CREATE POLICY {pol(names.placer, 'update')} ON {t} FOR UPDATE TO {placer} "
+                       "USING (true) WITH CHECK (true)")
     for n in nodes:
         login = q(node_login(n, "postgresql", names))
         out.append(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "

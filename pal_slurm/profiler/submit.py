@@ -55,6 +55,9 @@ class SubmitOptions:
     pal_command: tuple[str, ...] = (sys.executable, "-m", "pal_slurm")
     run_args: tuple[str, ...] = ("--backend", "auto")  # what `pal profile run` gets
     extra_run_args: tuple[str, ...] = field(default=())  # appended: later options win
+    #: one node at a time (re-profiling flagged GPUs while users run): the jobs share one name and
+    #: Slurm's `--dependency=singleton` starts each only after the one before it ended
+    one_at_a_time: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.nice <= 2147483645:
@@ -108,6 +111,8 @@ def sbatch_argv(node: str, gpus: int, opts: SubmitOptions, job_script: Path = JO
     argv = ["sbatch", "--parsable", f"--job-name={opts.job_name}", f"--nodelist={node}", "--nodes=1",
             "--ntasks=1", "--exclusive", f"--gres=gpu:{gpus}", f"--nice={opts.nice}", f"--time={opts.time_limit}",
             f"--output={opts.output}", f"--export={','.join(JOB_EXPORT)}"]
+    if opts.one_at_a_time:
+        argv.append("--dependency=singleton")
     for flag, value in (("--partition", opts.partition), ("--reservation", opts.reservation),
                         ("--account", opts.account), ("--qos", opts.qos), ("--chdir", opts.chdir)):
         if value:

@@ -23,7 +23,14 @@ from pal_slurm.config.schema import PalConfig
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.migrate import require_current
 from pal_slurm.db.models import Gpu, GpuFlag, ProfileRun
-from pal_slurm.db.passive_store import FAIL_SLOW, LedgerRuns, load_runs, open_fail_slow, save_estimates
+from pal_slurm.db.passive_store import (
+    FAIL_SLOW,
+    LedgerRuns,
+    clear_reprofiled,
+    load_runs,
+    open_fail_slow,
+    save_estimates,
+)
 from pal_slurm.db.variability_store import load_variability
 from pal_slurm.errors import PalError
 from pal_slurm.placement.model import JOB_CLASSES
@@ -46,6 +53,7 @@ class LearnOutcome:
     applied: bool = False
     gpus: Mapping[str, tuple[str, int]] = field(default_factory=dict)  # UUID -> (node, minor)
     notes: tuple[str, ...] = ()
+    cleared: tuple[tuple[str, str], ...] = ()  # (UUID, kind) of the flags a re-profile answered
 
 
 def passive_settings(cfg: PalConfig) -> PassiveSettings:
@@ -125,8 +133,11 @@ def learn(engine: Engine, cfg: PalConfig, *, now: datetime | None = None, days: 
     if not apply:
         return LearnOutcome(len(ledger.runs), ledger.unusable, result, flags, gpus=gpus, notes=tuple(notes))
     with session_scope(engine) as session:
+        cleared = tuple(clear_reprofiled(session, now))
+    with session_scope(engine) as session:
         stored = save_estimates(session, result, ledger.gpus, now)
         opened = tuple(open_fail_slow(session, flags, ledger.gpus, now))
     log.info("passive speed: %d estimate(s) from %d run(s); %d fail-slow flag(s) opened", stored, len(ledger.runs),
              len(opened))
-    return LearnOutcome(len(ledger.runs), ledger.unusable, result, flags, opened, stored, True, gpus, tuple(notes))
+    return LearnOutcome(len(ledger.runs), ledger.unusable, result, flags, opened, stored, True, gpus, tuple(notes),
+                        cleared)

@@ -115,8 +115,12 @@ def _nothing_beyond_it(roles: RoleDb) -> None:
     assert "denied" in refused(placer, "DELETE FROM placements")
     assert "denied" in refused(placer, "DELETE FROM job_accounting")
     assert "denied" in refused(placer, "SELECT * FROM job_accounting")
+    assert "denied" in refused(placer, "DELETE FROM gpu_flags")
+    assert "denied" in refused(placer, "UPDATE gpu_flags SET kind = 'x'")
+    assert "denied" in refused(placer, "UPDATE gpu_passive_speed SET factor = 1.0")
     user = '"user"' if roles.kind == "postgres" else "`user`"
     assert "denied" in refused(placer, f"SELECT {user} FROM job_profiles")
+    assert "denied" in refused(placer, f"SELECT {user} FROM job_accounting")
 
 
 def test_the_placer_does_what_the_placer_does_as_pal_placer(roles: RoleDb, tmp_path: Path) -> None:
@@ -133,6 +137,23 @@ def test_the_placer_does_what_the_placer_does_as_pal_placer(roles: RoleDb, tmp_p
     # the metrics exporter's reads (start_metrics) and the advisory lock, as pal_placer
     rows = load_gpu_rows(roles.placer, None, cfg)
     assert len(rows) == 16
+
+    # pal gpus learn (pal-gpus-learn.service runs it with the placer's login): reads the runs of the
+    # ledger, replaces the passive estimates, opens and clears flags
+    from pal_slurm.services.passive import learn
+
+    learned = learn(roles.placer, cfg, apply=True)
+    assert learned.applied
+    from pal_slurm.classification.failslow import FailSlowFlag
+    from pal_slurm.db.passive_store import SlotGpu, clear_reprofiled, open_fail_slow
+
+    uuid, node = rows[0]["uuid"], rows[0]["node"]
+    flag = FailSlowFlag(gpu=uuid, job_class="A", at=0.0, cusum=13.0, jobs=("1",), passive_factor=1.4,
+                        benchmark_factor=1.0)
+    with session_scope(roles.placer) as s:  # a flag of any node's GPU, raised before its profile runs
+        assert open_fail_slow(s, [flag], {uuid: SlotGpu(1, uuid, node, 0, 0.0)}, datetime.now(UTC)) == [flag]
+    with session_scope(roles.placer) as s:
+        assert clear_reprofiled(s, datetime.now(UTC)) == [(uuid, "fail_slow")]
     lock = AdvisoryLock(roles.placer)
     assert lock.acquire() and lock.held
     lock.release()

@@ -217,3 +217,40 @@ def test_the_metrics_carry_the_passive_factor_and_the_open_flags() -> None:
     assert 'pal_gpu_slowdown_passive{Hostname="n1",UUID="GPU-1",class="A",gpu="0"} 1.31' in text
     assert 'pal_gpu_flag{Hostname="n1",UUID="GPU-1",gpu="0",kind="fail_slow"} 1.0' in text
     assert "GPU-2" not in "".join(line for line in text.splitlines() if line.startswith("pal_gpu_slowdown_passive"))
+
+
+def test_a_flagged_gpu_is_reprofiled_one_node_at_a_time_and_its_flag_cleared_by_the_new_runs(tmp_path: Path) -> None:
+    """`pal profile submit --flagged` submits for the flagged GPUs' nodes only, chained with
+    --dependency=singleton; once the GPU has profile runs newer than its flag, the next
+    `pal gpus learn --apply` clears it (and its CUSUM starts again from the new runs)."""
+    from pal_slurm.db.engine import make_engine
+    from pal_slurm.db.models import Benchmark, ProfileRun
+
+    from pal_slurm.demo.cluster_gpus import make_db
+
+    url = make_db(tmp_path)
+    engine = make_engine(url)
+    factors = _ledger(engine, slow=None)
+    slow = sorted(factors)[9]
+    _ledger_more(engine, factors, slow, n=16)
+    run = CliRunner()
+    assert run.invoke(cli, ["--db", url, "gpus", "learn", "--days", "3650", "--apply"]).exit_code == 0
+    sub = run.invoke(cli, ["--db", url, "profile", "submit", "--flagged", "--dry-run", "--gpus-per-node", "4"])
+    assert sub.exit_code == 0, sub.output
+    lines = sub.stdout.splitlines()
+    assert len(lines) == 1 and f"--nodelist={slow[0]}" in lines[0] and "--dependency=singleton" in lines[0]
+    assert "--job-name=pal-reprofile" in lines[0]
+    none = run.invoke(cli, ["--db", url, "profile", "submit", "--flagged", "--dry-run", "--nodes", "elsewhere"])
+    assert none.exit_code == 0 and "nothing to re-profile" in none.stdout
+    with session_scope(engine) as session:  # the re-profile: a run newer than the flag
+        uuid = session.scalar(select(GpuFlag.gpu_uuid))
+        gpu = session.scalar(select(Gpu).where(Gpu.uuid == uuid))
+        bench = session.scalars(select(Benchmark)).first()
+        session.add(ProfileRun(run_key="reprofile-1", gpu_id=gpu.id, benchmark_id=bench.id,
+                               started_at=datetime.now(UTC), score=1.0, unit=bench.unit, lower_is_better=True,
+                               source="test"))
+    out = json.loads(run.invoke(cli, ["--db", url, "gpus", "learn", "--days", "3650", "--apply", "--format",
+                                      "json"]).stdout)
+    assert out["cleared"] == [{"gpu": uuid, "kind": FAIL_SLOW}] and out["fail_slow"] == []
+    with session_scope(engine) as session:
+        assert session.scalar(select(GpuFlag.cleared_at)) is not None
