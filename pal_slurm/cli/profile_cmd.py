@@ -367,12 +367,9 @@ def submit_(ctx: click.Context, nodes: str | None, partition: str | None, reserv
                          time_limit=time_limit, output=out_pattern, chdir=chdir, extra_run_args=extra,
                          one_at_a_time=flagged, **({"job_name": "pal-reprofile"} if flagged else {}),
                          **({"pal_command": (pal_command,)} if pal_command else {}))
-    asked = parse_names(nodes)
-    if flagged:
-        asked = _flagged_nodes(ctx, asked)
-        if not asked:
-            click.echo("no GPU has an open flag" + (" on those nodes" if nodes else "") + ": nothing to re-profile")
-            return
+    asked = _flagged_nodes(ctx, parse_names(nodes)) if flagged else parse_names(nodes)
+    if flagged and not asked:
+        return click.echo("no GPU has an open flag" + (" on those nodes" if nodes else "") + ": nothing to re-profile")
     results = submit_jobs(opts, nodes=asked, gpus_per_node=gpus_per_node, dry_run=dry_run)
     if fmt == "json":
         emit_json([r.as_dict() for r in results])
@@ -389,17 +386,14 @@ def submit_(ctx: click.Context, nodes: str | None, partition: str | None, reserv
         raise PalError(f"no profiling job submitted (first error: {failed[0].error})")
 
 
+
 def _flagged_nodes(ctx: click.Context, asked: tuple[str, ...] | None) -> tuple[str, ...]:
     """The nodes of GPUs with an open flag (of `asked`, when given), in Slurm's node order."""
     from pal_slurm.db.engine import session_scope
     from pal_slurm.db.migrate import require_current
-    from pal_slurm.db.models import GpuFlag
-    from pal_slurm.slurm.gresconf import natural_key
-    from sqlalchemy import select
+    from pal_slurm.db.passive_store import flagged_nodes
 
-    app = ctx.find_object(AppContext)
-    assert app is not None
-    require_current(app.engine)
-    with session_scope(app.engine) as session:
-        found = set(session.scalars(select(GpuFlag.node).where(GpuFlag.cleared_at.is_(None))))
-    return tuple(sorted((n for n in found if n and (not asked or n in asked)), key=natural_key))
+    engine = ctx.find_object(AppContext).engine  # type: ignore[union-attr]
+    require_current(engine)
+    with session_scope(engine) as session:
+        return tuple(n for n in flagged_nodes(session) if not asked or n in asked)

@@ -143,3 +143,10 @@ def show_report(data: dict[str, Any], *, wide: bool = False) -> None:
                   title="Outlier GPUs: what to do (docs/admin-guide.md, \"Outliers\")")
     else:
         prose("no outliers")
+    passive = data.get("passive") or {}
+    if passive.get("estimates"):
+        slower = sum(d["disagrees"] == "slower" for d in passive["disagreements"])
+        fail_slow = sum(f["kind"] == "fail_slow" for f in passive["flags"])
+        prose(f"passive speed (learned {str(passive['learned_at'])[:16]}): {passive['estimates']} GPU x class "
+              f"estimates; {slower} slower than the benchmark beyond both uncertainties; {fail_slow} fail-slow "
+              "flag(s) open (`pal gpus --passive`)")

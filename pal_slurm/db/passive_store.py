@@ -26,7 +26,7 @@ from pal_slurm.db.models import Gpu, GpuFlag, GpuPassiveSpeed, JobAccounting, No
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FAIL_SLOW", "LedgerRuns", "clear_reprofiled", "SlotGpu", "StoredPassive", "load_passive", "load_runs", "open_fail_slow",
+__all__ = ["FAIL_SLOW", "LedgerRuns", "clear_reprofiled", "flagged_nodes", "SlotGpu", "StoredPassive", "load_passive", "load_runs", "open_fail_slow",
            "open_flags", "save_estimates", "slot_holder"]
 
 #: gpu_flags.kind of a passive fail-slow flag (the agent's clock flags are "clock_drift")
@@ -208,3 +208,11 @@ def clear_reprofiled(session: Session, now: datetime) -> list[tuple[str, str]]:
     for part in chunks(ids, 1000):
         session.execute(update(GpuFlag).where(GpuFlag.id.in_(list(part))).values(cleared_at=now))
     return cleared
+
+
+def flagged_nodes(session: Session) -> list[str]:
+    """The nodes of GPUs with an open flag, in Slurm's node order (n2 before n10)."""
+    from pal_slurm.slurm.gresconf import natural_key
+
+    found = set(session.scalars(select(GpuFlag.node).where(GpuFlag.cleared_at.is_(None))))
+    return sorted((n for n in found if n), key=natural_key)

@@ -141,33 +141,40 @@ def _postgresql(database: str, nodes: Sequence[str], names: RoleNames) -> list[s
         "DO $$ DECLARE p record; BEGIN FOR p IN SELECT policyname, tablename FROM pg_policies "
         f"WHERE schemaname = 'public' AND left(policyname, strpos(policyname, '__') + 1) IN ({ours}) LOOP "
         "EXECUTE format('DROP POLICY %I ON %I', p.policyname, p.tablename); END LOOP; END $$")
-    placer_reads = {g.table for g in PLACER_GRANTS if g.select}
-    placer_inserts = {g.table for g in PLACER_GRANTS if g.insert}
-    placer_updates = {g.table for g in PLACER_GRANTS if g.update}
     for rule in NODE_ROWS:
-        t, own = q(rule.table), _pg_own(rule)
-        out.append(f"ALTER TABLE {t} ENABLE ROW LEVEL SECURITY")
-        pol = lambda role, cmd: q(f"{role}__{cmd}")  # noqa: E731
-        out.append(f"CREATE POLICY {pol(names.node, 'select')} ON {t} FOR SELECT TO {node} "
-                   f"USING ({own if rule.read_own else 'true'})")
-        out.append(f"CREATE POLICY {pol(names.node, 'insert')} ON {t} FOR INSERT TO {node} WITH CHECK ({own})")
-        if any(g.table == rule.table and g.update for g in NODE_GRANTS):
-            # a GPU no node holds yet (imported without one) may be claimed; never one of another node
-            using = f"{own} OR node_id IS NULL" if rule.kind == "node_id" else own
-            out.append(f"CREATE POLICY {pol(names.node, 'update')} ON {t} FOR UPDATE TO {node} "
-                       f"USING ({using}) WITH CHECK ({own})")
-        if rule.table in placer_reads:
-            out.append(f"CREATE POLICY {pol(names.placer, 'select')} ON {t} FOR SELECT TO {placer} USING (true)")
-        if rule.table in placer_inserts:  # the controller's rows name any node (pal gpus learn's flags)
-            out.append(f"CREATE POLICY {pol(names.placer, 'insert')} ON {t} FOR INSERT TO {placer} WITH CHECK (true)")
-        if rule.table in placer_updates:
-            out.append(f"CREATE POLICY {pol(names.placer, 'update')} ON {t} FOR UPDATE TO {placer} "
-                       "USING (true) WITH CHECK (true)")
+        out += _pg_row_policies(rule, names)
     for n in nodes:
         login = q(node_login(n, "postgresql", names))
         out.append(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
                    f"{_literal(node_login(n, 'postgresql', names))}) THEN CREATE ROLE {login} LOGIN; END IF; END $$")
         out.append(f"GRANT {node} TO {login}")
+    return out
+
+
+def _pg_row_policies(rule: RowRule, names: RoleNames) -> list[str]:
+    """Row-level security of one table a node writes its own rows of: the node's policies, and the
+    placer's where it reads or writes the table too (the controller's rows name any node)."""
+    q = lambda n: _quote("postgresql", n)  # noqa: E731
+    placer, node = q(names.placer), q(names.node)
+    pol = lambda role, cmd: q(f"{role}__{cmd}")  # noqa: E731
+    t, own = q(rule.table), _pg_own(rule)
+    out = [f"ALTER TABLE {t} ENABLE ROW LEVEL SECURITY",
+           f"CREATE POLICY {pol(names.node, 'select')} ON {t} FOR SELECT TO {node} "
+           f"USING ({own if rule.read_own else 'true'})",
+           f"CREATE POLICY {pol(names.node, 'insert')} ON {t} FOR INSERT TO {node} WITH CHECK ({own})"]
+    if any(g.table == rule.table and g.update for g in NODE_GRANTS):
+        # a GPU no node holds yet (imported without one) may be claimed; never one of another node
+        using = f"{own} OR node_id IS NULL" if rule.kind == "node_id" else own
+        out.append(f"CREATE POLICY {pol(names.node, 'update')} ON {t} FOR UPDATE TO {node} "
+                   f"USING ({using}) WITH CHECK ({own})")
+    mine = [g for g in PLACER_GRANTS if g.table == rule.table]
+    if any(g.select for g in mine):
+        out.append(f"CREATE POLICY {pol(names.placer, 'select')} ON {t} FOR SELECT TO {placer} USING (true)")
+    if any(g.insert for g in mine):
+        out.append(f"CREATE POLICY {pol(names.placer, 'insert')} ON {t} FOR INSERT TO {placer} WITH CHECK (true)")
+    if any(g.update for g in mine):
+        out.append(f"CREATE POLICY {pol(names.placer, 'update')} ON {t} FOR UPDATE TO {placer} "
+                   "USING (true) WITH CHECK (true)")
     return out
 
 

@@ -264,3 +264,20 @@ def _rule(item: Mapping[str, Any], method: str) -> str:
                 f"{fmt_num(item['bin_centroid'])} = {fmt_num(theta)}; factor = that / {a} = {fmt_num(sf)}")
     return (f"its bin's factor (method {method}): bin centroid {fmt_num(item['bin_centroid'])} / {a} = "
             f"{fmt_num(item['bin_slowdown'])}")
+
+
+def passive_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The report's `passive` part, from `pal gpus` rows with their passive estimates and flags
+    (report.service.with_passive): how many GPU x class estimates there are and when they were
+    learned; the GPUs whose passive factor disagrees with the benchmark beyond both uncertainties,
+    slowest first; and the open flags (fail-slow, clock drift)."""
+    estimates = [(r, c, p) for r in rows for c, p in (r.get("passive") or {}).items()]
+    disagree = [{"uuid": r["uuid"], "node": r.get("node"), "slot": r.get("slot"), "job_class": c,
+                 "benchmark_slowdown": p["benchmark"], "passive_slowdown": p["factor"], "low": p["low"],
+                 "high": p["high"], "paced": p["paced"], "jobs": p["jobs"], "disagrees": p["disagrees"]}
+                for r, c, p in estimates if p.get("disagrees")]
+    disagree.sort(key=lambda d: (-(d["passive_slowdown"] / (d["benchmark_slowdown"] or 1.0)), d["uuid"]))
+    flags = [{"uuid": r["uuid"], "node": r.get("node"), "slot": r.get("slot"), "kind": k, "detail": d}
+             for r in rows for k, d in sorted((r.get("flags") or {}).items())]
+    learned = max((p["computed_at"] for _r, _c, p in estimates), default=None)
+    return {"estimates": len(estimates), "learned_at": learned, "disagreements": disagree, "flags": flags}

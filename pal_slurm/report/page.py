@@ -75,6 +75,19 @@ def _savings_section(savings: dict[str, Any] | None) -> str:
     return "\n".join(parts)
 
 
+def _passive_section(passive: dict[str, Any] | None) -> str:
+    """Passive speed: what the GPUs' own jobs say, beside the benchmark (`pal gpus learn`)."""
+    head = '<h2 id="passive">Passive speed</h2>'
+    if not passive or not passive.get("estimates"):
+        return (head + '<p class="note">Nothing learned yet: <code>pal gpus learn --apply</code> (or '
+                "pal-gpus-learn.timer) learns each GPU's factor from its finished jobs' run times.</p>"
+                + tables.passive_tables(passive or {}))
+    text = (f"{passive['estimates']} GPU × class estimates, learned {escape(str(passive['learned_at'])[:16])}; "
+            f"{len(passive['disagreements'])} disagree with the benchmark beyond both uncertainties; "
+            f"{len(passive['flags'])} open flag(s).")
+    return head + f"<p>{text}</p>" + tables.passive_tables(passive)
+
+
 def _figure(title: str, anchor: str, caption: str, img: str, note: str) -> str:
     parts = [f'<h2 id="{anchor}">{title}</h2>']
     if img:
@@ -114,7 +127,7 @@ def render_html(stored: StoredClassification, report: dict[str, Any]) -> str:
         "slowdown is the bin's factor used for placement.</p>",
         '<nav><a href="#summary">Summary</a><a href="#classes">Job classes</a><a href="#outliers">Outliers</a>'
         '<a href="#dist">Distributions</a><a href="#nodes">Nodes</a><a href="#clocks">Clocks</a>'
-        '<a href="#unprofiled">Unprofiled</a><a href="#savings">Variability tax</a>'
+        '<a href="#unprofiled">Unprofiled</a><a href="#savings">Variability tax</a><a href="#passive">Passive speed</a>'
         '<a href="#params">Parameters</a></nav>',
         f'<div class="cards">{_cards(stored, report, models)}</div>',
         *_sections(stored, report),
@@ -183,6 +196,7 @@ def _sections(stored: StoredClassification, report: dict[str, Any]) -> list[str]
         '<h2 id="unprofiled">Unprofiled GPUs</h2>',
         tables.unprofiled_table(stored),
         _savings_section(report.get("savings")),
+        _passive_section(report.get("passive")),
     ]
 
 

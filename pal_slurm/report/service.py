@@ -31,7 +31,16 @@ def _stored(engine: Engine, version: int | None) -> cstore.StoredClassification:
 def load_report(engine: Engine, cfg: PalConfig, version: int | None = None) -> dict[str, Any]:
     from pal_slurm.report.data import build_report
 
-    return build_report(_stored(engine, version), policy=cfg.report.policy(), identity=identity_summary(engine))
+    stored = _stored(engine, version)
+    report = build_report(stored, policy=cfg.report.policy(), identity=identity_summary(engine))
+    return {**report, "passive": _passive_part(engine, stored, cfg)}
+
+
+def _passive_part(engine: Engine, stored: cstore.StoredClassification, cfg: PalConfig) -> dict[str, Any]:
+    """The report's `passive`: each GPU's passive factors set beside the classification shown."""
+    from pal_slurm.report.data import gpu_rows, passive_summary
+
+    return passive_summary(with_passive(engine, gpu_rows(stored), cfg))
 
 
 def load_actions(engine: Engine, cfg: PalConfig, version: int | None = None) -> list[GpuAction]:
@@ -104,6 +113,7 @@ def load_for_html(engine: Engine, cfg: PalConfig,
 
     stored = _stored(engine, version)
     report = build_report(stored, policy=cfg.report.policy(), identity=identity_summary(engine))
+    report = {**report, "passive": _passive_part(engine, stored, cfg)}
     tax = load_savings(engine, cfg, since="7d", by="partition")
     return stored, report if tax is None else {**report, "savings": tax}
 

@@ -265,3 +265,31 @@ def savings_gpu_table(gpus: Sequence[dict[str, Any]]) -> str:
         f"<td>{escape(g['jobs'])}</td><td>{escape(g['action'] or '–')}</td></tr>" for g in gpus)
     return (f"<p>GPUs responsible for the most loss (their action: <code>pal gpus --actions</code>)</p>"
             f"<table>{head}{body}</table>")
+
+
+def passive_tables(passive: dict[str, Any]) -> str:
+    """The passive-speed section's tables: GPUs whose jobs disagree with their benchmark, and the
+    open flags (the report's `passive`)."""
+    parts = []
+    rows = passive.get("disagreements", [])
+    if rows:
+        head = ("<tr><th>node</th><th>GPU</th><th>UUID</th><th>class</th><th>benchmark sf</th><th>passive sf</th>"
+                "<th>95 % interval</th><th>jobs paced</th><th></th></tr>")
+        body = "".join(
+            f"<tr><td>{escape(d['node'] or '–')}</td><td>{escape(d['slot'] if d['slot'] is not None else '–')}</td>"
+            f"<td>{escape(d['uuid'])}</td><td>{escape(d['job_class'])}</td>"
+            f"<td>{escape(fmt_num(d['benchmark_slowdown']))}</td><td>{escape(fmt_num(d['passive_slowdown']))}</td>"
+            f"<td>{escape(fmt_num(d['low']))}–{escape(fmt_num(d['high']))}</td><td>{escape(d['paced'])}</td>"
+            f"<td>{escape(d['disagrees'])}</td></tr>" for d in rows)
+        parts.append("<p>GPUs whose jobs ran slower or faster than their benchmark factor, beyond both "
+                     f"uncertainties</p><table>{head}{body}</table>")
+    flags = passive.get("flags", [])
+    if flags:
+        head = "<tr><th>node</th><th>GPU</th><th>UUID</th><th>flag</th><th>detail</th></tr>"
+        body = "".join(
+            f"<tr><td>{escape(f['node'] or '–')}</td><td>{escape(f['slot'] if f['slot'] is not None else '–')}</td>"
+            f"<td>{escape(f['uuid'])}</td><td>{escape(f['kind'].replace('_', '-'))}</td>"
+            f"<td>{escape(f['detail'])}</td></tr>" for f in flags)
+        parts.append("<p>Open re-profiling requests (<code>pal profile submit --flagged</code>)</p>"
+                     f"<table>{head}{body}</table>")
+    return "".join(parts)

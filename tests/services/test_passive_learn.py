@@ -254,3 +254,29 @@ def test_a_flagged_gpu_is_reprofiled_one_node_at_a_time_and_its_flag_cleared_by_
     assert out["cleared"] == [{"gpu": uuid, "kind": FAIL_SLOW}] and out["fail_slow"] == []
     with session_scope(engine) as session:
         assert session.scalar(select(GpuFlag.cleared_at)) is not None
+
+
+def test_the_report_and_the_html_show_what_the_jobs_say_beside_the_benchmark(tmp_path: Path) -> None:
+    from pal_slurm.db.engine import make_engine
+    from pal_slurm.demo.cluster_gpus import make_db
+
+    url = make_db(tmp_path)
+    engine = make_engine(url)
+    run = CliRunner()
+    empty = json.loads(run.invoke(cli, ["--db", url, "report", "--format", "json"]).stdout)["passive"]
+    assert empty == {"estimates": 0, "learned_at": None, "disagreements": [], "flags": []}
+    factors = _ledger(engine, slow=None)
+    slow = sorted(factors)[4]
+    _ledger_more(engine, factors, slow, n=16)
+    assert run.invoke(cli, ["--db", url, "gpus", "learn", "--days", "3650", "--apply"]).exit_code == 0
+    data = json.loads(run.invoke(cli, ["--db", url, "report", "--format", "json"]).stdout)["passive"]
+    assert data["estimates"] == 16 and [(d["node"], d["slot"], d["disagrees"]) for d in data["disagreements"]] == \
+        [(slow[0], slow[1], "slower")]
+    assert [(f["node"], f["slot"], f["kind"]) for f in data["flags"]] == [(slow[0], slow[1], FAIL_SLOW)]
+    table = run.invoke(cli, ["--db", url, "report"], terminal_width=200).stdout
+    assert "16 GPU x class estimates; 1 slower than the benchmark" in table and "1 fail-slow flag(s) open" in table
+    html = tmp_path / "r.html"
+    assert run.invoke(cli, ["--db", url, "report", "--html", str(html)]).exit_code == 0
+    page = html.read_text()
+    assert '<h2 id="passive">Passive speed</h2>' in page and "<td>fail-slow</td>" in page
+    assert "16 GPU × class estimates" in page
