@@ -86,6 +86,25 @@ def test_observe_tax_and_saving_are_gpu_hours_beyond_typical_and_beyond_the_plac
     assert not ledger.running and not ledger.choices
 
 
+def test_a_finished_job_keeps_its_fingerprint_and_time_limit_for_passive_speed() -> None:
+    """Runs of the same work (user, name, command) share a fingerprint across job ids; the limit
+    tells an impossible run time from a real one (pal_slurm.classification.passive)."""
+    from pal_slurm.jobs.fingerprint import fingerprint
+
+    ledger = Ledger(mode="observe")
+    recs = []
+    for jid in ("1", "2"):
+        j = running(job(jid, command="/home/alice/train.sh", time_limit_s=7200.0), "n1", (0,), NOW)
+        ledger.cycle([j], by_slot(["n1"]), NOW + 5, 7, lambda _j: "A")
+        recs += ledger.cycle([], by_slot(["n1"]), NOW + 65, 7, lambda _j: "A")
+    assert [r.fingerprint for r in recs] == [fingerprint("alice", "j", "/home/alice/train.sh")] * 2
+    assert [r.time_limit_s for r in recs] == [7200.0, 7200.0]
+    other = running(job("3", command="/home/alice/eval.sh"), "n1", (0,), NOW)
+    ledger.cycle([other], by_slot(["n1"]), NOW + 5, 7, lambda _j: "A")
+    [rec] = ledger.cycle([], by_slot(["n1"]), NOW + 65, 7, lambda _j: "A")
+    assert rec.fingerprint != recs[0].fingerprint and rec.time_limit_s is None
+
+
 def test_enforce_saving_is_what_first_fit_would_have_cost() -> None:
     ledger = Ledger(mode="enforce")
     ledger.chose("1", Alternative("first-fit", "A", 1.3, 7))
