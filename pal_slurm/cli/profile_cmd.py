@@ -340,16 +340,17 @@ def _render_run(res: Any, fmt: str) -> None:
 @click.option("--run-args", metavar="ARGS", default="",
               help="Extra arguments for `pal profile run`, split like a shell would (no shell runs), "
                    "e.g. '--benchmarks gemm --passes 5'.")
-@click.option("--flagged", is_flag=True,
-              help="Only the nodes of GPUs with an open flag (fail-slow from `pal gpus learn`, clock drift from "
-                   "the node agent), one node at a time (--dependency=singleton): re-profiling them clears the flags "
-                   "at the next `pal gpus learn --apply`.")
+@click.option("--gpus", "gpus", metavar="FLAGGED|NODE:SLOT,...",
+              help="Re-profile these GPUs' nodes, one node at a time (--dependency=singleton): FLAGGED = every GPU "
+                   "with an open flag (fail-slow, clock drift); each node is profiled whole and exclusively, as "
+                   "a benchmark beside users' jobs would measure them too. `pal gpus learn --apply` then clears "
+                   "the flags the new runs answer.")
 @click.option("--dry-run", is_flag=True, help="Print the sbatch commands; submit nothing.")
 @text_format_option
 @click.pass_context
 def submit_(ctx: click.Context, nodes: str | None, partition: str | None, reservation: str | None,
             account: str | None, qos: str | None, nice: int, time_limit: str, gpus_per_node: int | None,
-            out_pattern: str, chdir: str | None, pal_command: str | None, run_args: str, flagged: bool, dry_run: bool,
+            out_pattern: str, chdir: str | None, pal_command: str | None, run_args: str, gpus: str | None, dry_run: bool,
             fmt: str) -> None:
     """Submit one exclusive, low-priority profiling job per GPU node (sbatch). Each job runs
     `pal profile run --backend auto` on its node, with all its GPUs, and stores the results.
@@ -365,10 +366,15 @@ def submit_(ctx: click.Context, nodes: str | None, partition: str | None, reserv
         raise PalError(f"--run-args: {exc}") from exc
     opts = SubmitOptions(partition=partition, reservation=reservation, account=account, qos=qos, nice=nice,
                          time_limit=time_limit, output=out_pattern, chdir=chdir, extra_run_args=extra,
-                         one_at_a_time=flagged, **({"job_name": "pal-reprofile"} if flagged else {}),
+                         one_at_a_time=gpus is not None, **({"job_name": "pal-reprofile"} if gpus else {}),
                          **({"pal_command": (pal_command,)} if pal_command else {}))
-    asked = _flagged_nodes(ctx, parse_names(nodes)) if flagged else parse_names(nodes)
-    if flagged and not asked:
+    if gpus is not None:
+        from pal_slurm.services.passive import reprofile_nodes
+
+        asked = reprofile_nodes(ctx.find_object(AppContext).engine, gpus, parse_names(nodes))  # type: ignore[union-attr]
+    else:
+        asked = parse_names(nodes)
+    if gpus is not None and not asked:
         return click.echo("no GPU has an open flag" + (" on those nodes" if nodes else "") + ": nothing to re-profile")
     results = submit_jobs(opts, nodes=asked, gpus_per_node=gpus_per_node, dry_run=dry_run)
     if fmt == "json":
@@ -386,14 +392,3 @@ def submit_(ctx: click.Context, nodes: str | None, partition: str | None, reserv
         raise PalError(f"no profiling job submitted (first error: {failed[0].error})")
 
 
-
-def _flagged_nodes(ctx: click.Context, asked: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The nodes of GPUs with an open flag (of `asked`, when given), in Slurm's node order."""
-    from pal_slurm.db.engine import session_scope
-    from pal_slurm.db.migrate import require_current
-    from pal_slurm.db.passive_store import flagged_nodes
-
-    engine = ctx.find_object(AppContext).engine  # type: ignore[union-attr]
-    require_current(engine)
-    with session_scope(engine) as session:
-        return tuple(n for n in flagged_nodes(session) if not asked or n in asked)

@@ -290,6 +290,6 @@ def passive_tables(passive: dict[str, Any]) -> str:
             f"<tr><td>{escape(f['node'] or '–')}</td><td>{escape(f['slot'] if f['slot'] is not None else '–')}</td>"
             f"<td>{escape(f['uuid'])}</td><td>{escape(f['kind'].replace('_', '-'))}</td>"
             f"<td>{escape(f['detail'])}</td></tr>" for f in flags)
-        parts.append("<p>Open re-profiling requests (<code>pal profile submit --flagged</code>)</p>"
+        parts.append("<p>Open re-profiling requests (<code>pal profile submit --gpus FLAGGED</code>)</p>"
                      f"<table>{head}{body}</table>")
     return "".join(parts)

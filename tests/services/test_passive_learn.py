@@ -220,7 +220,7 @@ def test_the_metrics_carry_the_passive_factor_and_the_open_flags() -> None:
 
 
 def test_a_flagged_gpu_is_reprofiled_one_node_at_a_time_and_its_flag_cleared_by_the_new_runs(tmp_path: Path) -> None:
-    """`pal profile submit --flagged` submits for the flagged GPUs' nodes only, chained with
+    """`pal profile submit --gpus FLAGGED` submits for the flagged GPUs' nodes only, chained with
     --dependency=singleton; once the GPU has profile runs newer than its flag, the next
     `pal gpus learn --apply` clears it (and its CUSUM starts again from the new runs)."""
     from pal_slurm.db.engine import make_engine
@@ -235,13 +235,18 @@ def test_a_flagged_gpu_is_reprofiled_one_node_at_a_time_and_its_flag_cleared_by_
     _ledger_more(engine, factors, slow, n=16)
     run = CliRunner()
     assert run.invoke(cli, ["--db", url, "gpus", "learn", "--days", "3650", "--apply"]).exit_code == 0
-    sub = run.invoke(cli, ["--db", url, "profile", "submit", "--flagged", "--dry-run", "--gpus-per-node", "4"])
+    sub = run.invoke(cli, ["--db", url, "profile", "submit", "--gpus", "FLAGGED", "--dry-run", "--gpus-per-node", "4"])
     assert sub.exit_code == 0, sub.output
     lines = sub.stdout.splitlines()
     assert len(lines) == 1 and f"--nodelist={slow[0]}" in lines[0] and "--dependency=singleton" in lines[0]
     assert "--job-name=pal-reprofile" in lines[0]
-    none = run.invoke(cli, ["--db", url, "profile", "submit", "--flagged", "--dry-run", "--nodes", "elsewhere"])
+    none = run.invoke(cli, ["--db", url, "profile", "submit", "--gpus", "flagged", "--dry-run", "--nodes", "elsewhere"])
     assert none.exit_code == 0 and "nothing to re-profile" in none.stdout
+    named = run.invoke(cli, ["--db", url, "profile", "submit", "--gpus", f"{slow[0]}:{slow[1]}", "--dry-run",
+                             "--gpus-per-node", "4"])
+    assert named.exit_code == 0 and f"--nodelist={slow[0]}" in named.stdout and len(named.stdout.splitlines()) == 1
+    bad = run.invoke(cli, ["--db", url, "profile", "submit", "--gpus", "nosuch:9", "--dry-run"])
+    assert bad.exit_code != 0 and "Traceback" not in bad.output and "no GPU 'nosuch:9'" in bad.output
     with session_scope(engine) as session:  # the re-profile: a run newer than the flag
         uuid = session.scalar(select(GpuFlag.gpu_uuid))
         gpu = session.scalar(select(Gpu).where(Gpu.uuid == uuid))
