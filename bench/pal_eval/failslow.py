@@ -9,8 +9,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pal_eval.recurring import EPOCH0, Workload, draw_fingerprints, gpu_keys, job_runs, simulate, trace_of
+from pal_eval.recurring import (
+    EPOCH0,
+    Fingerprint,
+    Workload,
+    draw_fingerprints,
+    gpu_keys,
+    job_runs,
+    simulate,
+    trace_of,
+)
 from pal_eval.targets import Targets
+from pal_slurm.classification.failslow import FailSlowSettings, Observation, detect
+from pal_slurm.classification.passive import JobRun, estimate
+from pal_slurm.placement.model import Cluster
+from pal_slurm.simulate.fleets import parametric_from_spec
 
 #: the classes a GPU that turns slow is slowed for (clock-bound work; class D's memory-bound work is not)
 SLOWED_CLASSES = ("A", "B", "C")
@@ -24,10 +37,10 @@ class Setup:
     """One seed's fleet, fingerprints, benchmark and the baselines learned on a training run."""
 
     seed: int
-    cluster: object
-    fingerprints: list
-    benchmark: dict  # class -> GPU key -> benchmark factor
-    baselines: dict  # fingerprint -> typical-GPU time (s)
+    cluster: Cluster
+    fingerprints: list[Fingerprint]
+    benchmark: dict[str, dict[str, float]]  # class -> GPU key -> benchmark factor
+    baselines: dict[str, float]  # fingerprint -> typical-GPU time (s)
 
 
 @dataclass(frozen=True)
@@ -41,9 +54,6 @@ class Delay:
 def setup(nodes: int, gpus_per_node: int, workload: Workload, seed: int, bench_noise: float) -> Setup:
     """The wide fleet of `seed`, its benchmark (each class's PerfVar x lognormal(`bench_noise`): what a
     profile run measured) and the baselines `estimate` learns from a stable run of the workload."""
-    from pal_slurm.classification.passive import estimate
-    from pal_slurm.simulate.fleets import parametric_from_spec
-
     cluster = parametric_from_spec("wide", nodes, gpus_per_node, seed).fleet
     rng = np.random.default_rng(seed + 7)
     keys = gpu_keys(cluster)
@@ -55,48 +65,43 @@ def setup(nodes: int, gpus_per_node: int, workload: Workload, seed: int, bench_n
     return Setup(seed, cluster, fps, benchmark, dict(learned.baselines))
 
 
-def observations(s: Setup, runs, since: float = -np.inf) -> list:  # type: ignore[no-untyped-def]
+def observations(s: Setup, runs: list[JobRun], since: float = -np.inf) -> list[Observation]:
     """The runs that started at or after `since` (simulated seconds), as monitor observations;
     those of a fingerprint the training run learned no baseline for are left out."""
-    from pal_slurm.classification.failslow import Observation
-
     start = EPOCH0 + since
     return [Observation(r, s.baselines[r.fingerprint], s.benchmark[r.job_class]) for r in runs
             if r.fingerprint in s.baselines and r.ended_at - r.runtime_s >= start]
 
 
-def stable(s: Setup, workload: Workload, arrivals: int, settings) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+def stable(s: Setup, workload: Workload, arrivals: int, settings: FailSlowSettings) -> tuple[int, float]:
     """(flags, GPU-days) over a stable run of fresh arrivals."""
-    from pal_slurm.classification.failslow import detect
-
-    trace = trace_of(s.fingerprints, workload, s.cluster.size, arrivals)  # type: ignore[attr-defined]
+    trace = trace_of(s.fingerprints, workload, s.cluster.size, arrivals)
     runs = job_runs(trace, simulate(trace, s.cluster), s.cluster)
     span_days = (max(r.ended_at for r in runs) - EPOCH0) / 86400.0
     flags = detect(observations(s, runs), settings)
-    return len(flags), s.cluster.size * span_days  # type: ignore[attr-defined]
+    return len(flags), s.cluster.size * span_days
 
 
-def slowed_cluster(cluster, victims: list[int], ratio: float):  # type: ignore[no-untyped-def]
+def slowed_cluster(cluster: Cluster, victims: list[int], ratio: float) -> Cluster:
+    """`cluster` with the `victims` GPUs `ratio` x slower for the SLOWED_CLASSES."""
     perfvar = {c: tuple(v * ratio if (g in victims and c in SLOWED_CLASSES) else v for g, v in enumerate(pv))
                for c, pv in cluster.perfvar.items()}
     return dataclasses.replace(cluster, perfvar=perfvar)
 
 
 def turning_slow(s: Setup, workload: Workload, arrivals: int, victims: int, onset_days: float,
-                 ratio: float, settings) -> tuple[list[Delay], tuple[int, int]]:  # type: ignore[no-untyped-def]
+                 ratio: float, settings: FailSlowSettings) -> tuple[list[Delay], tuple[int, int]]:
     """`victims` healthy GPUs on distinct nodes run `ratio` x slower; the monitor starts at the
     onset and sees the jobs that start from then on. Each victim's delay, and the flags on other
     GPUs (all of them; those not raised together with a slowed GPU)."""
-    from pal_slurm.classification.failslow import detect
-
     cluster = s.cluster
     rng = np.random.default_rng(arrivals)
-    healthy_nodes = [n for n, gpus in enumerate(cluster.node_gpus)  # type: ignore[attr-defined]
-                     if all(cluster.perfvar["A"][g] < 1.3 for g in gpus)]  # type: ignore[attr-defined]
+    healthy_nodes = [n for n, gpus in enumerate(cluster.node_gpus)
+                     if all(cluster.perfvar["A"][g] < 1.3 for g in gpus)]
     chosen = rng.choice(healthy_nodes, victims, replace=False)
-    ids = [int(rng.choice(cluster.node_gpus[n])) for n in chosen]  # type: ignore[attr-defined]
+    ids = [int(rng.choice(cluster.node_gpus[n])) for n in chosen]
     slow = slowed_cluster(cluster, ids, ratio)
-    trace = trace_of(s.fingerprints, workload, cluster.size, arrivals)  # type: ignore[attr-defined]
+    trace = trace_of(s.fingerprints, workload, cluster.size, arrivals)
     runs = job_runs(trace, simulate(trace, slow), slow)
     onset = onset_days * 86400.0
     obs = observations(s, runs, since=onset)
@@ -116,7 +121,7 @@ def turning_slow(s: Setup, workload: Workload, arrivals: int, victims: int, onse
 
 
 def run(nodes: int, gpus_per_node: int, workload: Workload, seeds: list[int], victims: int, onset_days: float,
-        ratio: float, bench_noise: float, settings) -> int:  # type: ignore[no-untyped-def]
+        ratio: float, bench_noise: float, settings: FailSlowSettings) -> int:
     print(f"recurring workload: {workload}; wide fleet {nodes} x {gpus_per_node}; benchmark = PerfVar x lognormal "
           f"{bench_noise:g}; baselines learned on a stable training run; slurm-backfill; monitor {settings}")
     flags, gpu_days, delays, stray, alone = 0, 0.0, [], 0, 0
@@ -136,26 +141,25 @@ def run(nodes: int, gpus_per_node: int, workload: Workload, seeds: list[int], vi
 
 
 def report(flags: int, gpu_days: float, delays: list[Delay], stray: tuple[int, int]) -> int:
-    got = [d for d in delays if d.jobs is not None]
+    got = [(d, d.jobs, d.hours) for d in delays if d.jobs is not None and d.hours is not None]
     rate = 1000.0 * flags / gpu_days
     print(f"\n(a) stable fleet: {flags} false flag(s) in {gpu_days:.0f} GPU-days = {rate:.2f} per 1,000 GPU-days")
+    jobs, hours = [j for _, j, _ in got], [h for _, _, h in got]
     if got:
-        jobs = [d.jobs for d in got]
-        hours = [d.hours for d in got]
         print(f"(b) {len(got)} of {len(delays)} slowed GPUs flagged; jobs' ends to the flag: median "
               f"{statistics.median(jobs):g}, worst {max(jobs)}; hours after the onset: median "
-              f"{statistics.median(hours):.1f}, worst {max(hours):.1f}")  # type: ignore[type-var]
-    print(f"    flags on GPUs not slowed: {stray[0]}, of which {stray[0] - stray[1]} raised together with a slowed GPU "
-          f"(mates its jobs could not tell apart from it) and {stray[1]} on their own")
-    busy = [d for d in got if d.ends_24h >= 3]
-    if busy:
-        print(f"    the {len(busy)} flagged GPUs with >= 3 job ends in the first 24 h (a flag needs at least 3 jobs): "
-              f"worst {max(d.hours for d in busy):.1f} h, {max(d.jobs for d in busy)} jobs; the other "  # type: ignore[type-var]
-              f"{len(got) - len(busy)} ended 0-2 jobs in that day (long jobs: the flag waits for job ends)")
+              f"{statistics.median(hours):.1f}, worst {max(hours):.1f}")
+        print(f"    flags on GPUs not slowed: {stray[0]}, of which {stray[0] - stray[1]} raised together with a "
+              f"slowed GPU (mates its jobs could not tell apart from it) and {stray[1]} on their own")
+        busy = [(j, h) for d, j, h in got if d.ends_24h >= 3]
+        print(f"    the {len(busy)} flagged GPUs with >= 3 job ends in the first 24 h (a flag needs at least 3 "
+              f"jobs): worst {max(h for _, h in busy):.1f} h, {max(j for j, _ in busy)} jobs; the other "
+              f"{len(got) - len(busy)} ended 0-2 jobs in that day (long jobs: a flag waits for job ends)" if busy
+              else "    no flagged GPU had 3 job ends in the first 24 h")
     targets = Targets()
     targets.check("false flags per 1,000 GPU-days (stable fleet)", rate, "<=", FALSE_FLAGS_TARGET, digits=2)
     targets.state(len(got) == len(delays), f"every slowed GPU flagged: {len(got)} of {len(delays)}")
     if got:
-        targets.check("worst jobs' ends to the flag", max(d.jobs for d in got), "<=", JOBS_TARGET, digits=0)  # type: ignore[type-var]
-        targets.check("worst hours to the flag", max(d.hours for d in got), "<=", HOURS_TARGET, "h", digits=1)  # type: ignore[type-var]
+        targets.check("worst jobs' ends to the flag", max(jobs), "<=", JOBS_TARGET, digits=0)
+        targets.check("worst hours to the flag", max(hours), "<=", HOURS_TARGET, "h", digits=1)
     return targets.exit_status()

@@ -58,7 +58,8 @@ from typing import Literal
 
 from pal_slurm.classification.passive import JobRun, PassiveEstimate
 
-__all__ = ["COMPUTE_CLASSES", "FailSlowFlag", "FailSlowMonitor", "FailSlowSettings", "Observation", "detect", "disagreement"]
+__all__ = ["COMPUTE_CLASSES", "FailSlowFlag", "FailSlowMonitor", "FailSlowSettings", "Observation", "detect",
+           "disagreement"]
 
 IGNORED_UNUSABLE = "run time or baseline not a positive number"
 IGNORED_LIMIT = "reached or beyond its time limit"
