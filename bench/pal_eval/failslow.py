@@ -4,6 +4,7 @@ slow (bench/failslow.py)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -137,10 +138,11 @@ def run(nodes: int, gpus_per_node: int, workload: Workload, seeds: list[int], vi
               ", ".join(f"{x.gpu} {x.jobs} jobs/{x.hours:.1f} h" if x.jobs is not None else f"{x.gpu} NEVER"
                         for x in d) + f"; flags on other GPUs after the onset: {extra} ({lone} not raised together "
               "with a slowed GPU)")
-    return report(flags, gpu_days, delays, (stray, alone))
+    return report(flags, gpu_days, delays, (stray, alone), math.ceil(settings.threshold / settings.max_step))
 
 
-def report(flags: int, gpu_days: float, delays: list[Delay], stray: tuple[int, int]) -> int:
+def report(flags: int, gpu_days: float, delays: list[Delay], stray: tuple[int, int], need: int) -> int:
+    """The figures over every seed, and the targets; `need`: the fewest jobs that can raise a flag."""
     got = [(d, d.jobs, d.hours) for d in delays if d.jobs is not None and d.hours is not None]
     rate = 1000.0 * flags / gpu_days
     print(f"\n(a) stable fleet: {flags} false flag(s) in {gpu_days:.0f} GPU-days = {rate:.2f} per 1,000 GPU-days")
@@ -151,11 +153,11 @@ def report(flags: int, gpu_days: float, delays: list[Delay], stray: tuple[int, i
               f"{statistics.median(hours):.1f}, worst {max(hours):.1f}")
         print(f"    flags on GPUs not slowed: {stray[0]}, of which {stray[0] - stray[1]} raised together with a "
               f"slowed GPU (mates its jobs could not tell apart from it) and {stray[1]} on their own")
-        busy = [(j, h) for d, j, h in got if d.ends_24h >= 3]
-        print(f"    the {len(busy)} flagged GPUs with >= 3 job ends in the first 24 h (a flag needs at least 3 "
-              f"jobs): worst {max(h for _, h in busy):.1f} h, {max(j for j, _ in busy)} jobs; the other "
-              f"{len(got) - len(busy)} ended 0-2 jobs in that day (long jobs: a flag waits for job ends)" if busy
-              else "    no flagged GPU had 3 job ends in the first 24 h")
+        busy = [(j, h) for d, j, h in got if d.ends_24h >= need]
+        print(f"    the {len(busy)} flagged GPUs with >= {need} job ends in the first 24 h (a flag needs at least "
+              f"{need} jobs): worst {max(h for _, h in busy):.1f} h, {max(j for j, _ in busy)} jobs; the other "
+              f"{len(got) - len(busy)} ended fewer jobs in that day (long jobs: a flag waits for job ends)" if busy
+              else f"    no flagged GPU had {need} job ends in the first 24 h")
     targets = Targets()
     targets.check("false flags per 1,000 GPU-days (stable fleet)", rate, "<=", FALSE_FLAGS_TARGET, digits=2)
     targets.state(len(got) == len(delays), f"every slowed GPU flagged: {len(got)} of {len(delays)}")

@@ -108,7 +108,8 @@ def run_seed(nodes: int, gpus_per_node: int, workload: Workload, seed: int, min_
           f"bounds only {len(result.bounds)}, baselines {len(result.baselines)}")
     acc = accuracy(result, cluster, runs, min_jobs)
     print(f"class {CLASS}, GPUs with >= {min_jobs} finished jobs: {acc.eligible}; with an estimate {acc.resolved}; "
-          f"the others always ran in one company (GPUs incl. itself -> count): {dict(sorted(acc.company.items()))}")
+          f"the others by the company they never ran without (its size, the GPU included -> GPUs; 1: none, but never "
+          f"clearly the slowest of a job): {dict(sorted(acc.company.items()))}")
     print(f"over the {acc.resolved} estimated: Spearman vs true factor {acc.spearman:.3f}, |error| median "
           f"{acc.mae:.2%}, p90 {acc.p90:.2%}, worst {acc.worst:.2%}")
     for line in acc.outliers:

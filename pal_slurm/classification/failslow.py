@@ -24,7 +24,9 @@ runs, leads its mates of the moment, whose other jobs clear them. When ``S >= th
 flag is raised for the job's GPUs over h whose uncapped sum is within `company_margin` of the job's
 largest: the likely culprits, several only when run times cannot tell them apart (a node that only
 runs whole-node jobs: they share every job), each flag naming the others (`with_gpus`). Once a GPU
-is flagged it explains the slow jobs it is in: they add nothing more to its mates.
+is flagged it is taken to run at its slowed pace (its benchmark factor x r) in the jobs after: the
+slow jobs it is in are then expected, and are evidence against a mate only where they run slower
+still.
 
 A flag names the GPU, the class of the job that crossed h, when, S, the jobs since S last stood at
 0, the median pace they ran at and the benchmark factor.
@@ -179,12 +181,11 @@ class FailSlowMonitor:
             self.ignored[why] += 1
             return []
         pace = run.runtime_s / baseline_s
-        evidence = self._evidence(pace, [float(benchmark[g]) for g in gpus], gpus)
-        explained = any(g in self._open for g, _, _ in evidence)
+        # a flagged GPU is taken to run at its slowed pace: the slow jobs it is in are expected
+        factors = [float(benchmark[g]) * (self.settings.slow_ratio if g in self._open else 1.0) for g in gpus]
+        evidence = self._evidence(pace, factors, gpus)
         for g, _, llr in evidence:
-            if llr <= 0.0 or not explained or g in self._open:
-                track = self._tracks.setdefault(g, _Track())
-                track.add(llr, self.settings.max_step, run.job_id, pace)
+            self._tracks.setdefault(g, _Track()).add(llr, self.settings.max_step, run.job_id, pace)
         return self._flags(run, evidence)
 
     def _evidence(self, pace: float, factors: list[float], gpus: list[str]) -> list[tuple[str, float, float]]:
@@ -196,13 +197,13 @@ class FailSlowMonitor:
 
     def _flags(self, run: JobRun, evidence: list[tuple[str, float, float]]) -> list[FailSlowFlag]:
         """Flags for the GPUs over the threshold, not flagged yet, whose uncapped evidence is within
-        `company_margin` of the most suspected of the job's GPUs: the job's likely culprits, named
+        `company_margin` of the most suspected of the job's GPUs not flagged yet: its likely culprits, named
         together when run times cannot tell them apart."""
         tracks = {g: self._tracks.get(g, _Track()) for g, _, _ in evidence}
         over = [(g, f) for g, f, _ in evidence if tracks[g].s >= self.settings.threshold and g not in self._open]
         if not over:
             return []
-        top = max(t.raw for t in tracks.values())
+        top = max(t.raw for g, t in tracks.items() if g not in self._open)
         culprits = [(g, f) for g, f in over if tracks[g].raw >= top - self.settings.company_margin]
         flags = []
         for g, f in culprits:

@@ -87,8 +87,9 @@ def test_a_job_whose_pace_the_gpu_cannot_set_gives_it_no_evidence() -> None:
     mon = FailSlowMonitor()
     for k in range(10):
         mon.observe(JobRun(f"p{k}", "fp", "A", ("fast", "slow"), 3600.0 * 1.2 * 1.3, float(k)), 3600.0, BENCH)
-    assert mon.statistic("fast") == 0.0
-    assert mon.statistic("slow") > 0.0, "the job is evidence against the mate that does set it"
+        if k == 1:
+            assert mon.statistic("slow") > 0.0, "the job is evidence against the mate that does set it"
+        assert mon.statistic("fast") == 0.0
     assert list(mon.open_flags) == ["slow"]
 
 
