@@ -89,6 +89,16 @@ class FailSlowSettings:
     company_margin: float = 4.0
     classes: tuple[str, ...] = COMPUTE_CLASSES
 
+    def __post_init__(self) -> None:
+        checks = {"slow_ratio": math.isfinite(self.slow_ratio) and self.slow_ratio > 1,
+                  "sigma": math.isfinite(self.sigma) and self.sigma > 0,
+                  "threshold": math.isfinite(self.threshold) and self.threshold > 0,
+                  "max_step": self.max_step > 0, "company_margin": self.company_margin >= 0}
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"FailSlowSettings: {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)} out of range "
+                             "(slow_ratio > 1; sigma, threshold, max_step > 0; company_margin >= 0)")
+
 
 @dataclass(frozen=True, slots=True)
 class FailSlowFlag:
@@ -151,7 +161,7 @@ def _shifts(factors: list[float], ratio: float) -> list[float]:
 
 
 class FailSlowMonitor:
-    """The CUSUMs of every GPU and class, fed finished jobs in end-time order (module doc)."""
+    """The CUSUM of every GPU, fed finished jobs in end-time order (module doc)."""
 
     def __init__(self, settings: FailSlowSettings = FailSlowSettings()) -> None:
         self.settings = settings
@@ -223,7 +233,7 @@ class FailSlowMonitor:
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in (t, b)):
             return IGNORED_UNUSABLE
         limit = run.time_limit_s
-        if limit is not None and math.isfinite(limit) and limit > 0 and t >= limit:
+        if isinstance(limit, (int, float)) and math.isfinite(limit) and limit > 0 and t >= limit:
             return IGNORED_LIMIT  # killed at its limit: its time is a lower bound, not a pace
         if not all(isinstance(benchmark.get(g), (int, float)) and math.isfinite(benchmark[g]) and benchmark[g] > 0
                    for g in gpus):

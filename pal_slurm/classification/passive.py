@@ -112,6 +112,16 @@ class PassiveSettings:
     typical_band: float = 0.15
     max_iterations: int = 8
 
+    def __post_init__(self) -> None:
+        checks = {"min_paced": self.min_paced >= 1, "time_limit_grace_s": self.time_limit_grace_s >= 0,
+                  "noise_floor": self.noise_floor >= 0, "min_sigma": self.min_sigma >= 0, "z": self.z > 0,
+                  "margin": self.margin >= 0, "typical_band": self.typical_band > 0,
+                  "max_iterations": self.max_iterations >= 1}
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"PassiveSettings: {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)} out of range "
+                             "(min_paced, max_iterations >= 1; z, typical_band > 0; the rest >= 0)")
+
     @property
     def fit(self) -> FitSettings:
         return FitSettings(margin=self.margin, typical_band=self.typical_band, min_paced=self.min_paced,

@@ -196,3 +196,10 @@ def test_one_statistic_per_gpu_over_the_compute_classes_and_class_d_is_left_out(
     assert [(f.gpu, f.job_class, f.jobs) for f in raised] == [("g0", "C", ("jA", "jB", "jC"))]
     assert mon.observe(JobRun("jD", "fp", "D", ("g1",), 3600.0 * 3, 9.0), 3600.0, BENCH) == []
     assert mon.statistic("g1") == 0.0 and mon.ignored[IGNORED_CLASS] == 1
+
+
+@pytest.mark.parametrize("knob", [{"slow_ratio": 1.0}, {"sigma": 0.0}, {"threshold": -1.0}, {"max_step": 0.0},
+                                  {"sigma": math.nan}, {"company_margin": -1.0}])
+def test_settings_out_of_range_are_refused(knob: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="FailSlowSettings"):
+        FailSlowSettings(**knob)  # type: ignore[arg-type]
