@@ -117,7 +117,7 @@ sql: venv
 # missed (bench/pal_eval/targets.py). All of them run; `make bench` then fails naming every one that missed
 # a target or failed. bench/placer_latency.py runs last, on the Slurm test cluster (root).
 BENCHES := cli_startup import_speed placement_speed fidelity lambda_sweep sim_speed agent_overhead \
-           profile_recovery placer_cycle history_refresh
+           profile_recovery placer_cycle history_refresh passive_accuracy passive_speed
 bench: venv
 	@failed=""; \
 	for b in $(BENCHES); do \

@@ -10,6 +10,9 @@ import numpy as np
 
 from pal_eval.recurring import Workload, draw_fingerprints, gpu_keys, job_runs, simulate, trace_of
 from pal_eval.targets import Targets
+from pal_slurm.classification.passive import JobRun, PassiveResult, estimate
+from pal_slurm.placement.model import Cluster
+from pal_slurm.simulate.fleets import parametric_from_spec
 
 #: the class whose factors are the truth compared against
 CLASS = "A"
@@ -51,7 +54,7 @@ class Accuracy:
     suspects: int  # healthy GPUs without an estimate whose jobs ran at >= SEEN_SLOW
 
 
-def accuracy(result, cluster, runs, min_jobs: int) -> Accuracy:  # type: ignore[no-untyped-def]
+def accuracy(result: PassiveResult, cluster: Cluster, runs: list[JobRun], min_jobs: int) -> Accuracy:
     """Class-A figures over the GPUs with at least `min_jobs` finished class-A jobs."""
     keys = gpu_keys(cluster)
     truth = dict(zip(keys, cluster.pv(CLASS)))
@@ -87,9 +90,6 @@ def accuracy(result, cluster, runs, min_jobs: int) -> Accuracy:  # type: ignore[
 
 
 def run_seed(nodes: int, gpus_per_node: int, workload: Workload, seed: int, min_jobs: int) -> Accuracy:
-    from pal_slurm.classification.passive import estimate
-    from pal_slurm.simulate.fleets import parametric_from_spec
-
     t0 = time.perf_counter()
     fleet = parametric_from_spec("wide", nodes, gpus_per_node, seed)
     cluster = fleet.fleet
@@ -108,7 +108,8 @@ def run_seed(nodes: int, gpus_per_node: int, workload: Workload, seed: int, min_
           f"bounds only {len(result.bounds)}, baselines {len(result.baselines)}")
     acc = accuracy(result, cluster, runs, min_jobs)
     print(f"class {CLASS}, GPUs with >= {min_jobs} finished jobs: {acc.eligible}; with an estimate {acc.resolved}; "
-          f"the others always ran in one company (GPUs incl. itself -> count): {dict(sorted(acc.company.items()))}")
+          f"the others by the company they never ran without (its size, the GPU included -> GPUs; 1: none, but never "
+          f"clearly the slowest of a job): {dict(sorted(acc.company.items()))}")
     print(f"over the {acc.resolved} estimated: Spearman vs true factor {acc.spearman:.3f}, |error| median "
           f"{acc.mae:.2%}, p90 {acc.p90:.2%}, worst {acc.worst:.2%}")
     for line in acc.outliers:

@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from pal_eval.targets import Targets
+from pal_slurm.classification.passive import JobRun, estimate
 
 TARGET_S = 30.0
 TARGET_MB = 1024.0
@@ -34,11 +35,9 @@ def _gpu_sets(rng: np.random.Generator, n: int, nodes: int, gpn: int) -> list[tu
     return out
 
 
-def synthetic_runs(n_runs: int, nodes: int, gpus_per_node: int, fingerprints: int, seed: int):  # type: ignore[no-untyped-def]
+def synthetic_runs(n_runs: int, nodes: int, gpus_per_node: int, fingerprints: int, seed: int) -> list[JobRun]:
     """`n_runs` JobRun rows: recurring fingerprints (each of one class and size), GPU factors
     lognormal 5 % with 1 % at 1.5x, run time = base x the slowest GPU's factor x lognormal 2.5 %."""
-    from pal_slurm.classification.passive import JobRun
-
     rng = np.random.default_rng(seed)
     n_gpu = nodes * gpus_per_node
     factor = np.exp(rng.normal(0.0, 0.05, n_gpu))
@@ -63,8 +62,6 @@ def rss_mb() -> float:
 
 
 def run(n_runs: int, nodes: int, gpus_per_node: int, fingerprints: int, target_s: float, target_mb: float) -> int:
-    from pal_slurm.classification.passive import estimate
-
     t0 = time.perf_counter()
     runs = synthetic_runs(n_runs, nodes, gpus_per_node, fingerprints, seed=1)
     gc.collect()

@@ -6,16 +6,25 @@ Passive speed needs what sites have and the repository's traces lack: the same w
 again (a fingerprint). So a few hundred *fingerprints* are drawn once per seed, each resubmitted
 as a Poisson process; each run's work is its fingerprint's base time x run-to-run noise.
 
-| parameter | value | source |
-|---|---|---|
-| job sizes (share of fingerprints) | 1 GPU 45 %, 2 15 %, 4 15 %, 8 (one node) 15 %, whole 8-GPU nodes x 2 or 4 10 % | the LLM-era mix's single-node sizes (pal_slurm.simulate.llm_workload: 1, 2, 4, 8 GPUs), its whole-node multi-node jobs at a share of our choice |
-| job class (share of fingerprints) | A 40 %, B 30 %, C 20 %, D 10 % | our choice: class A, the one the fleet's truth is read in, gets the most evidence |
-| base run time | lognormal, median 1 h, p90 6 h, clipped to 5 min - 24 h | our choice, between the LLM-era mix's evaluation and fine-tuning jobs and its pretraining |
-| popularity | fingerprint k (in draw order) submitted with weight 1 / (k + 1)^0.7 | our choice: a few fingerprints recur often, many rarely |
-| run-to-run noise | lognormal, sigma 2.5 % of a run's work | the middle of the 2-3 % run-to-run spread the brief of this benchmark sets |
-| time limit | base x U[1.6, 3], whole minutes | users pad limits (docs/simulation.md: U[1, 5]); at least 1.6 so that a run on a 1.5x GPU still ends inside it |
-| odd runs (`odd_share`, off by default) | that share of runs x U[1.2, 2], the GPU not to blame | a job slowed by I/O or its input: the heavy tail a real stream has |
-| arrivals | Poisson; rate gives the offered load (GPU-seconds asked at nominal speed / the cluster's) | as the LLM-era mix |
+The parameters, and where each comes from:
+
+- job sizes, as shares of fingerprints: 1 GPU 45 %, 2 15 %, 4 15 %, 8 (one node) 15 %, whole 8-GPU
+  nodes x 2 6 % and x 4 4 %: the LLM-era mix's single-node sizes (pal_slurm.simulate.llm_workload:
+  1, 2, 4, 8 GPUs) and its whole-node multi-node jobs, at shares of our choice;
+- job class, as shares of fingerprints: A 40 %, B 30 %, C 20 %, D 10 % (our choice: class A, the
+  one the fleet's truth is read in, gets the most evidence);
+- base run time: lognormal, median 1 h, p90 6 h, clipped to 5 min - 24 h (our choice, between the
+  LLM-era mix's evaluation and fine-tuning jobs and its pretraining);
+- popularity: fingerprint k (in draw order) is submitted with weight 1 / (k + 1)^0.7 (our choice:
+  a few fingerprints recur often, many rarely);
+- run-to-run noise: lognormal, sigma 2.5 % of a run's work (the middle of the 2-3 % run-to-run
+  spread this benchmark is specified with);
+- time limit: base x U[1.6, 3], whole minutes (users pad their limits, docs/simulation.md uses
+  U[1, 5]; at least 1.6 so that a run on a 1.5x GPU still ends inside it);
+- odd runs (`odd_share`, off by default): that share of runs x U[1.2, 2], the GPU not to blame (a
+  job slowed by I/O or its input: the heavy tail a real stream has);
+- arrivals: Poisson, the rate giving the offered load (GPU-seconds asked at nominal speed over the
+  cluster's), as the LLM-era mix.
 
 The simulation: the event simulator (pal_slurm.simulate.event) under `slurm-backfill` (Slurm's first
 fit, blind to variability, so a GPU's jobs are drawn without regard to its speed), FIFO, the time
@@ -32,6 +41,10 @@ import numpy as np
 
 from pal_slurm.classification.passive import JobRun
 from pal_slurm.placement.model import Cluster
+from pal_slurm.placement.policies import get_policy
+from pal_slurm.simulate.estimates import parse_runtime_estimate
+from pal_slurm.simulate.event import EventOptions, simulate_events
+from pal_slurm.simulate.result import SimResult
 from pal_slurm.simulate.traces import Trace, TraceJob
 
 __all__ = ["Fingerprint", "Workload", "draw_fingerprints", "gpu_keys", "job_runs", "simulate", "trace_of"]
@@ -103,12 +116,8 @@ def trace_of(fps: list[Fingerprint], w: Workload, n_gpus: int, seed: int) -> Tra
     return Trace(name=f"recurring-seed{seed}", jobs=jobs)
 
 
-def simulate(trace: Trace, cluster: Cluster):  # type: ignore[no-untyped-def]
+def simulate(trace: Trace, cluster: Cluster) -> SimResult:
     """The trace under slurm-backfill (module doc); the simulator's result."""
-    from pal_slurm.placement.policies import get_policy
-    from pal_slurm.simulate.estimates import parse_runtime_estimate
-    from pal_slurm.simulate.event import EventOptions, simulate_events
-
     opts = EventOptions(order="fifo", locality_penalty=1.0, runtime_estimate=parse_runtime_estimate("limit"))
     return simulate_events(trace, cluster, get_policy("slurm-backfill"), opts)
 
@@ -118,7 +127,7 @@ def gpu_keys(cluster: Cluster) -> list[str]:
     return [f"{cluster.node_names[g.node]}:{g.slot}" for g in cluster.gpus]
 
 
-def job_runs(trace: Trace, result, cluster: Cluster) -> list[JobRun]:  # type: ignore[no-untyped-def]
+def job_runs(trace: Trace, result: SimResult, cluster: Cluster) -> list[JobRun]:
     """The finished jobs as passive rows, in end-time order (ties: job id)."""
     keys = gpu_keys(cluster)
     by_id = {j.job_id: j for j in trace.jobs}

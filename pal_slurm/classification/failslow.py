@@ -2,35 +2,48 @@
 of finished jobs (docs/classification.md, "Passive speed and fail-slow flags"). Pure: jobs in,
 flags out; the caller owns the clock, the store and what a flag leads to.
 
-**The test, per GPU and job class: a CUSUM of log-likelihood ratios** (Page's CUSUM). A job of
-fingerprint baseline b (its typical-GPU time) on GPUs G with benchmark factors B has log pace
+**The test, per GPU: a CUSUM of log-likelihood ratios** (Page's CUSUM). A job of fingerprint
+baseline b (its typical-GPU time) on GPUs G with benchmark factors B for its class has log pace
 ``y = ln(runtime / b)``. Under H0 every GPU runs at its benchmark, so the job's expected log pace
 is ``m0 = ln max_G B``; under H1(g) GPU g runs `slow_ratio` (r) times slower, so it is
 ``m1 = ln max(r B_g, max_{h != g} B_h)``. With Gaussian noise of `sigma` on the log pace, the
 job's evidence for H1(g) is
 
-    llr = (d / sigma^2) (y - m0 - d / 2),   d = m1 - m0,
+    llr = (d / sigma^2) (y - m0 - d / 2),   d = m1 - m0.
 
-capped at `max_step`. A job whose pace g's slowdown would not change (``d = 0``: a slower mate
-sets it either way) gives g no evidence at all. One slow job is evidence for every GPU whose
-slowdown could explain it (it cannot say which); only the GPU that is slow in every job it runs
-keeps gaining, while its mates of the moment meet healthy jobs elsewhere. g's statistic is ``S = max(0, S + llr)``, and
-``S >= threshold`` (h) raises a flag naming the GPU, class, when, S, the jobs since S last stood
-at 0 and the median pace they ran at beside the benchmark factor.
+A job whose pace g's slowdown would not change (``d = 0``: a slower mate sets it either way) gives
+g no evidence at all. g's statistic is ``S = max(0, S + min(llr, max_step))``, one per GPU over the
+jobs of every watched class (`classes`: the compute classes A-C, whose jobs a lower clock slows;
+class D's memory-bound jobs are left out, they would clear a GPU that is slow for the others).
+
+**Multi-GPU jobs.** A job at its expected pace clears every GPU whose slowdown it would have shown.
+A slow job is evidence for each GPU whose slowdown could explain it, in proportion to how well it
+does (the LLR is largest for the GPU whose H1 predicts the observed pace): under a single slow GPU,
+each GPU's sum is the log-likelihood of "this one is slow", so the slowed GPU, slow in every job it
+runs, leads its mates of the moment, whose other jobs clear them. When ``S >= threshold`` (h) a
+flag is raised for the job's GPUs over h whose uncapped sum is within `company_margin` of the job's
+largest: the likely culprits, several only when run times cannot tell them apart (a node that only
+runs whole-node jobs: they share every job), each flag naming the others (`with_gpus`). Once a GPU
+is flagged it is taken to run at its slowed pace (its benchmark factor x r) in the jobs after: the
+slow jobs it is in are then expected, and are evidence against a mate only where they run slower
+still.
+
+A flag names the GPU, the class of the job that crossed h, when, S, the jobs since S last stood at
+0, the median pace they ran at and the benchmark factor.
 
 **Threshold, false flags and delay (the ARL trade-off).** For an uncapped LLR CUSUM the mean
 number of evidence-bearing jobs between false flags on a healthy GPU is at least e^h (Wald's
 bound; capping from above only lengthens it), and the mean delay after a change is about
 (h + overshoot) / KL jobs, KL = d^2 / (2 sigma^2) per job (Lorden). So false flags fall
 exponentially in h while the delay grows linearly. The cap sets the delay's floor and the
-robustness: no fewer than ceil(h / max_step) jobs can raise a flag, so one job slow for reasons
-not the GPU's (I/O, a bad input) cannot. Defaults: r = 1.3; sigma = 0.05 (run-to-run noise of
-2-3 % plus the baseline's and the benchmark's errors, rounded up); h = 12, max_step = 4: at
-least three jobs, each at least 4 LLR units of evidence, and e^12 ~ 160,000 evidence-bearing
-jobs between false flags under the model. A one-GPU job on a GPU 1.3x slow carries KL = 13.8
-(capped at 4), so three such jobs flag it. bench/failslow.py measures both sides: false flags
-per 1,000 GPU-days on a stable simulated fleet, and job ends and hours to a flag after a GPU
-turns 1.3x slow.
+robustness: no fewer than ceil(h / max_step) jobs can raise a flag, so one or two jobs slow for
+reasons not the GPU's (I/O, a bad input) cannot. Defaults: r = 1.3; sigma = 0.05 (run-to-run
+noise of 2-3 % plus the baseline's and the benchmark's errors, rounded up); h = 12, max_step = 4:
+at least three jobs, and e^12 ~ 160,000 evidence-bearing jobs between false flags under the model.
+A one-GPU job on a GPU 1.3x slow carries KL = 13.8 (capped at 4), so three such jobs flag it; in
+a job where the GPU is not the slowest by benchmark its slowdown shows less, and it takes more.
+bench/failslow.py measures both sides (docs/classification.md has the figures): with h = 8 a
+GPU is flagged a job sooner, and two odd jobs in a row on one GPU (or one company) flag it.
 
 One flag per GPU stays open until `FailSlowMonitor.clear`, which also restarts the GPU's
 statistics from 0: a drained and repaired GPU must earn a new flag with new evidence.
@@ -47,12 +60,18 @@ from typing import Literal
 
 from pal_slurm.classification.passive import JobRun, PassiveEstimate
 
-__all__ = ["FailSlowFlag", "FailSlowMonitor", "FailSlowSettings", "Observation", "detect", "disagreement"]
+__all__ = ["COMPUTE_CLASSES", "FailSlowFlag", "FailSlowMonitor", "FailSlowSettings", "Observation", "detect",
+           "disagreement"]
 
 IGNORED_UNUSABLE = "run time or baseline not a positive number"
 IGNORED_LIMIT = "reached or beyond its time limit"
 IGNORED_NO_GPUS = "no GPUs"
 IGNORED_NO_BENCHMARK = "a GPU without a benchmark factor"
+IGNORED_CLASS = "a class not watched"
+#: the classes whose jobs a slowed GPU slows: those profiled by a compute benchmark (ResNet-50,
+#: BERT); class D's memory-bound work hardly sees a lower clock (pal_slurm.simulate.fleets does
+#: the same with its outliers)
+COMPUTE_CLASSES = ("A", "B", "C")
 #: jobs remembered per GPU and class while its statistic is above 0 (a flag names at most these)
 MAX_JOBS = 64
 
@@ -60,20 +79,34 @@ MAX_JOBS = 64
 @dataclass(frozen=True, slots=True)
 class FailSlowSettings:
     """Knobs of the monitor (module doc): the slowdown to detect, the noise of a job's log pace,
-    the threshold h and the cap on one job's evidence, both in log-likelihood units."""
+    the threshold h, the cap on one job's evidence and how far below the most suspected GPU of a
+    job another's evidence may lie and still be flagged with it, all three in log-likelihood units."""
 
     slow_ratio: float = 1.3
     sigma: float = 0.05
     threshold: float = 12.0
     max_step: float = 4.0
-    time_limit_grace_s: float = 60.0
+    company_margin: float = 4.0
+    classes: tuple[str, ...] = COMPUTE_CLASSES
+
+    def __post_init__(self) -> None:
+        checks = {"slow_ratio": math.isfinite(self.slow_ratio) and self.slow_ratio > 1,
+                  "sigma": math.isfinite(self.sigma) and self.sigma > 0,
+                  "threshold": math.isfinite(self.threshold) and self.threshold > 0,
+                  "max_step": self.max_step > 0, "company_margin": self.company_margin >= 0}
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"FailSlowSettings: {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)} out of range "
+                             "(slow_ratio > 1; sigma, threshold, max_step > 0; company_margin >= 0)")
 
 
 @dataclass(frozen=True, slots=True)
 class FailSlowFlag:
     """A GPU caught slow for a class: `at` the end of the job that crossed the threshold, `cusum`
     the statistic then, `jobs` the jobs since it last stood at 0 (the newest `MAX_JOBS`),
-    `passive_factor` the median pace those jobs ran at, `benchmark_factor` what the benchmark says."""
+    `passive_factor` the median pace those jobs ran at, `benchmark_factor` what the benchmark says,
+    `with_gpus` the GPUs flagged by the same job on evidence equal to this one's (run times could
+    not tell them apart: one of them is slow, the benchmark says which)."""
 
     gpu: str
     job_class: str
@@ -82,6 +115,7 @@ class FailSlowFlag:
     jobs: tuple[str, ...]
     passive_factor: float
     benchmark_factor: float
+    with_gpus: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +130,20 @@ class Observation:
 
 @dataclass
 class _Track:
-    """One GPU and class: its statistic and the jobs (id, pace) since it last stood at 0."""
+    """One GPU: its statistic (capped steps), the uncapped sum of the same steps, and
+    the jobs (id, pace), all since the statistic last stood at 0."""
 
     s: float = 0.0
+    raw: float = 0.0
     jobs: deque[tuple[str, float]] = field(default_factory=lambda: deque(maxlen=MAX_JOBS))
 
-    def add(self, llr: float, job_id: str, pace: float) -> None:
-        self.s = max(0.0, self.s + llr)
+    def add(self, llr: float, cap: float, job_id: str, pace: float) -> None:
+        self.s = max(0.0, self.s + min(llr, cap))
         if self.s == 0.0:
+            self.raw = 0.0
             self.jobs.clear()
         else:
+            self.raw += llr
             self.jobs.append((job_id, pace))
 
 
@@ -123,11 +161,11 @@ def _shifts(factors: list[float], ratio: float) -> list[float]:
 
 
 class FailSlowMonitor:
-    """The CUSUMs of every GPU and class, fed finished jobs in end-time order (module doc)."""
+    """The CUSUM of every GPU, fed finished jobs in end-time order (module doc)."""
 
     def __init__(self, settings: FailSlowSettings = FailSlowSettings()) -> None:
         self.settings = settings
-        self._tracks: dict[tuple[str, str], _Track] = {}
+        self._tracks: dict[str, _Track] = {}
         self._open: dict[str, FailSlowFlag] = {}
         self.ignored: Counter[str] = Counter()
 
@@ -136,14 +174,13 @@ class FailSlowMonitor:
         """GPU -> its open flag."""
         return dict(self._open)
 
-    def statistic(self, gpu: str, job_class: str) -> float:
-        track = self._tracks.get((gpu, job_class))
+    def statistic(self, gpu: str) -> float:
+        track = self._tracks.get(gpu)
         return track.s if track else 0.0
 
     def clear(self, gpu: str) -> FailSlowFlag | None:
         """Close `gpu`'s flag (returned, None if it had none) and restart its statistics from 0."""
-        for key in [k for k in self._tracks if k[0] == gpu]:
-            del self._tracks[key]
+        self._tracks.pop(gpu, None)
         return self._open.pop(gpu, None)
 
     def observe(self, run: JobRun, baseline_s: float, benchmark: Mapping[str, float]) -> list[FailSlowFlag]:
@@ -154,32 +191,49 @@ class FailSlowMonitor:
             self.ignored[why] += 1
             return []
         pace = run.runtime_s / baseline_s
-        factors = [float(benchmark[g]) for g in gpus]
+        # a flagged GPU is taken to run at its slowed pace: the slow jobs it is in are expected
+        factors = [float(benchmark[g]) * (self.settings.slow_ratio if g in self._open else 1.0) for g in gpus]
+        evidence = self._evidence(pace, factors, gpus)
+        for g, _, llr in evidence:
+            self._tracks.setdefault(g, _Track()).add(llr, self.settings.max_step, run.job_id, pace)
+        return self._flags(run, evidence)
+
+    def _evidence(self, pace: float, factors: list[float], gpus: list[str]) -> list[tuple[str, float, float]]:
+        """(GPU, benchmark factor, LLR) of each GPU whose slowdown would change the job's pace."""
         y = math.log(pace) - math.log(max(factors))
         var = self.settings.sigma ** 2
+        return [(g, f, d / var * (y - d / 2.0))
+                for g, f, d in zip(gpus, factors, _shifts(factors, self.settings.slow_ratio)) if d > 0.0]
+
+    def _flags(self, run: JobRun, evidence: list[tuple[str, float, float]]) -> list[FailSlowFlag]:
+        """Flags for the GPUs over the threshold, not flagged yet, whose uncapped evidence is within
+        `company_margin` of the most suspected of the job's GPUs not flagged yet: its likely culprits, named
+        together when run times cannot tell them apart."""
+        tracks = {g: self._tracks.get(g, _Track()) for g, _, _ in evidence}
+        over = [(g, f) for g, f, _ in evidence if tracks[g].s >= self.settings.threshold and g not in self._open]
+        if not over:
+            return []
+        top = max(t.raw for g, t in tracks.items() if g not in self._open)
+        culprits = [(g, f) for g, f in over if tracks[g].raw >= top - self.settings.company_margin]
         flags = []
-        for g, f, d in zip(gpus, factors, _shifts(factors, self.settings.slow_ratio)):
-            if d <= 0.0:
-                continue  # g's slowdown would not change this job's pace: no evidence either way
-            llr = min(d / var * (y - d / 2.0), self.settings.max_step)
-            track = self._tracks.setdefault((g, run.job_class), _Track())
-            track.add(llr, run.job_id, pace)
-            if track.s >= self.settings.threshold and g not in self._open:
-                flag = FailSlowFlag(gpu=g, job_class=run.job_class, at=run.ended_at, cusum=track.s,
-                                    jobs=tuple(j for j, _ in track.jobs),
-                                    passive_factor=median(p for _, p in track.jobs), benchmark_factor=f)
-                self._open[g] = flag
-                flags.append(flag)
+        for g, f in culprits:
+            t = tracks[g]
+            flags.append(FailSlowFlag(gpu=g, job_class=run.job_class, at=run.ended_at, cusum=t.s,
+                                      jobs=tuple(j for j, _ in t.jobs), passive_factor=median(p for _, p in t.jobs),
+                                      benchmark_factor=f, with_gpus=tuple(h for h, _ in culprits if h != g)))
+            self._open[g] = flags[-1]
         return flags
 
     def _unusable(self, run: JobRun, baseline_s: float, benchmark: Mapping[str, float], gpus: list[str]) -> str | None:
         t, b = run.runtime_s, baseline_s
+        if run.job_class not in self.settings.classes:
+            return IGNORED_CLASS
         if not gpus:
             return IGNORED_NO_GPUS
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in (t, b)):
             return IGNORED_UNUSABLE
         limit = run.time_limit_s
-        if limit is not None and math.isfinite(limit) and limit > 0 and t >= limit:
+        if isinstance(limit, (int, float)) and math.isfinite(limit) and limit > 0 and t >= limit:
             return IGNORED_LIMIT  # killed at its limit: its time is a lower bound, not a pace
         if not all(isinstance(benchmark.get(g), (int, float)) and math.isfinite(benchmark[g]) and benchmark[g] > 0
                    for g in gpus):

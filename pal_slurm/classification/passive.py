@@ -15,8 +15,11 @@ max attribution) gives each run's pace to the GPU currently estimated slowest of
 when that estimate beats every other GPU's of the job by more than `PassiveSettings.margin`; a run
 whose top two are closer is evidence for nobody (it still shapes its fingerprint's baseline).
 Why: giving a 16-GPU job's pace to all 16 GPUs would call 15 typical GPUs slow whenever one is, and
-giving it to a guessed one among near-equals would bias that one upward by the gap. A GPU that only
-ever runs in jobs with a clearly slower mate gets no estimate: nothing says how fast it is.
+giving it to a guessed one among near-equals would bias that one upward by the gap. A GPU that never
+clearly set a job's pace gets no estimate but a `PassiveBound`: the median pace of its runs (its factor
+is at most about this) and the GPUs it never ran without. Slurm's first fit gives a node's small jobs
+the same slots again and again, and a whole-node job all of them: GPUs that always run together cannot
+be told apart by run times, only bounded together.
 
 **Uncertainty** (`low`, `high`: about 95 %, ``z = 1.96``): the median of n paces on a log scale has
 a standard error of about 1.2533 x sigma / sqrt(n), sigma from the MAD of the GPU's own log paces
@@ -25,10 +28,10 @@ the half-width is z x sqrt(se^2 + noise_floor^2), the floor standing for what th
 more runs do not average away (the baselines' own error, drift).
 
 **Isolation.** One GPU's evidence moves only that GPU's estimate: a GPU outside the typical band
-never votes on a baseline, every other statistic is a median, and ties go by GPU name, never by
-input order. Exactly: making a GPU that is already outside the band and paces every job it runs
-slower, or giving it more runs of its fingerprints, leaves every other GPU's estimate unchanged to
-the bit (tests/classification/test_passive.py).
+never votes on a baseline (nor does one whose factor is only a starting point), every other statistic
+is a median, and ties go by GPU name, never by input order. Exactly: making a GPU that is already
+outside the band and paces every job it runs slower, or giving it more runs of its fingerprints,
+leaves every other GPU's estimate unchanged to the bit (tests/classification/test_passive.py).
 
 Rows that cannot be a run of finished work are skipped and counted by reason (`SKIP_REASONS`),
 never raised on: a run time that is not a positive number, one beyond the time limit + grace, one
@@ -50,7 +53,8 @@ import numpy as np
 
 from pal_slurm.classification.passive_fit import Fit, FitSettings, Runs, bounds, group_median, polish
 
-__all__ = ["SKIP_REASONS", "JobRun", "PassiveBound", "PassiveEstimate", "PassiveResult", "PassiveSettings", "estimate"]
+__all__ = ["SKIP_REASONS", "JobRun", "PassiveBound", "PassiveEstimate", "PassiveResult", "PassiveSettings",
+           "estimate"]
 
 SKIP_NO_GPUS = "no GPUs"
 SKIP_RUNTIME_NOT_NUMBER = "run time not a finite number"
@@ -107,6 +111,16 @@ class PassiveSettings:
     margin: float = 0.02
     typical_band: float = 0.15
     max_iterations: int = 8
+
+    def __post_init__(self) -> None:
+        checks = {"min_paced": self.min_paced >= 1, "time_limit_grace_s": self.time_limit_grace_s >= 0,
+                  "noise_floor": self.noise_floor >= 0, "min_sigma": self.min_sigma >= 0, "z": self.z > 0,
+                  "margin": self.margin >= 0, "typical_band": self.typical_band > 0,
+                  "max_iterations": self.max_iterations >= 1}
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"PassiveSettings: {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)} out of range "
+                             "(min_paced, max_iterations >= 1; z, typical_band > 0; the rest >= 0)")
 
     @property
     def fit(self) -> FitSettings:

@@ -10,11 +10,13 @@ fingerprint k on GPUs G_r takes its fingerprint's typical-GPU time b_k times the
 slowest GPU. Without the max it is Tukey's two-way median polish (alternate row and column
 medians); the max is handled by attribution, each iteration:
 
-1. every run's model pace q_r = max f over its GPUs, and its *unit*, the GPU with that f (the
-   lowest id on a tie: never the input order);
+1. every run's *unit*, the GPU with the largest f (the lowest id on a tie: never the input
+   order), and its model pace q_r: the largest *known* factor of its GPUs (one resting on runs
+   the GPU paced; at the start, on one-GPU runs), or where some of its GPUs are not known, at
+   least the median of the largest of that many typical GPUs (a whole node nobody resolved);
 2. baselines: each (fingerprint, unit) pair casts one vote, the median of its runs' t_r / q_r,
-   and b_k = the median of the votes of units whose factor is *known* (rests on runs the GPU
-   paced; at the start, on one-GPU runs) and lies in the typical band; of all its units where a
+   and b_k = the median of the votes of units whose factor is known and lies in the typical
+   band; of all its units where a
    fingerprint has no such vote. One vote per GPU: a recurring job that keeps landing on one GPU
    must not make that GPU its baseline. Known units only: a starting point is a guess, and a job
    paced by a guess says little about its fingerprint. Typical units only: a slow (or broken)
@@ -171,12 +173,29 @@ def _bootstrap(runs: Runs, s: FitSettings) -> np.ndarray:
     return f / _typical_scale(f, evidence, s.min_paced, runs.jobs > 0)
 
 
+def _model_pace(f: np.ndarray, known: np.ndarray, typical: np.ndarray, runs: Runs) -> np.ndarray:
+    """Per run, the pace the model expects: the largest known factor of its GPUs, or, where it ran
+    on u GPUs whose factor is not known, at least the median of the largest of u typical GPUs
+    (the known typical factors' quantile 0.5^(1/u)): what a whole node nobody resolved most likely
+    runs at, rather than the starting point's guess."""
+    q = np.maximum.reduceat(np.where(known, f, 0.0)[runs.idx], runs.starts)
+    unknown = np.add.reduceat((~known)[runs.idx].astype(np.int64), runs.starts)
+    pool = f[typical]
+    if not pool.size:
+        return np.maximum(q, np.where(unknown > 0, 1.0, 0.0))
+    counts = np.unique(unknown[unknown > 0])
+    prior = np.zeros(int(unknown.max()) + 1)
+    prior[counts] = np.quantile(pool, 0.5 ** (1.0 / counts))
+    return np.maximum(q, prior[unknown])
+
+
 def _step(f: np.ndarray, known: np.ndarray, runs: Runs, s: FitSettings) -> Fit:
     """One iteration (steps 1-4 of the module doc), from factors `f`, of which `known` rest on
     runs the GPU paced (the others are starting points)."""
     top, unit, second = _top_two(f, runs)
     pacer = np.where(top > second * (1.0 + s.margin), unit, -1)
-    base = _baselines(runs.t / top, runs, unit, known & _in_band(f, s.typical_band))
+    typical = known & _in_band(f, s.typical_band)
+    base = _baselines(runs.t / _model_pace(f, known, typical, runs), runs, unit, typical)
     pace = runs.t / base[runs.fp]
     paced = pacer >= 0
     evidence = np.bincount(pacer[paced], minlength=runs.n_gpu)

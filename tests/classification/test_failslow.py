@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pal_slurm.classification.failslow import (
+    IGNORED_CLASS,
     IGNORED_LIMIT,
     IGNORED_NO_BENCHMARK,
     FailSlowMonitor,
@@ -23,7 +24,7 @@ from pal_slurm.classification.failslow import (
 )
 from pal_slurm.classification.passive import JobRun, PassiveEstimate
 
-BENCH = {"g0": 1.0, "g1": 0.95, "g2": 1.08, "g3": 0.9, "fast": 0.8, "slow": 1.2}
+BENCH = {"g0": 1.0, "g1": 0.95, "g2": 1.08, "g3": 0.9, "fast": 0.8, "slow": 1.2, "twin": 1.0}
 
 
 def stream(jobs: int, *, turns_slow: str | None = None, at: int = 0, ratio: float = 1.3, noise: float = 0.025,
@@ -42,7 +43,7 @@ def stream(jobs: int, *, turns_slow: str | None = None, at: int = 0, ratio: floa
 def test_a_stable_fleet_raises_no_flag() -> None:
     mon = FailSlowMonitor()
     assert mon.observe_all(stream(20_000)) == []
-    assert max(mon.statistic(g, "A") for g in ("g0", "g1", "g2", "g3")) < FailSlowSettings().threshold / 3
+    assert max(mon.statistic(g) for g in ("g0", "g1", "g2", "g3")) < FailSlowSettings().threshold / 3
 
 
 def test_a_gpu_turning_slow_is_flagged_within_a_few_of_its_jobs() -> None:
@@ -77,7 +78,7 @@ def test_a_healthy_job_between_two_odd_ones_starts_the_count_again() -> None:
     mon = FailSlowMonitor()
     for k, pace in enumerate((3.0, 3.0, 1.0, 3.0, 3.0)):
         assert mon.observe(JobRun(f"j{k}", "fp", "A", ("g0",), pace * 3600.0, float(k)), 3600.0, BENCH) == []
-    assert mon.statistic("g0", "A") == 8.0
+    assert mon.statistic("g0") == 8.0
 
 
 def test_a_job_whose_pace_the_gpu_cannot_set_gives_it_no_evidence() -> None:
@@ -86,8 +87,9 @@ def test_a_job_whose_pace_the_gpu_cannot_set_gives_it_no_evidence() -> None:
     mon = FailSlowMonitor()
     for k in range(10):
         mon.observe(JobRun(f"p{k}", "fp", "A", ("fast", "slow"), 3600.0 * 1.2 * 1.3, float(k)), 3600.0, BENCH)
-    assert mon.statistic("fast", "A") == 0.0
-    assert mon.statistic("slow", "A") > 0.0, "the job is evidence against the mate that does set it"
+        if k == 1:
+            assert mon.statistic("slow") > 0.0, "the job is evidence against the mate that does set it"
+        assert mon.statistic("fast") == 0.0
     assert list(mon.open_flags) == ["slow"]
 
 
@@ -99,11 +101,11 @@ def test_a_mate_near_the_top_thins_the_evidence() -> None:
     alone.observe(JobRun("a", "fp", "A", ("g0",), 3600.0 * 1.3, 1.0), 3600.0, BENCH)
     paired.observe(JobRun("b", "fp", "A", ("g0", "g2"), 3600.0 * 1.3, 1.0), 3600.0, BENCH)
     d_alone, d_paired = math.log(1.3), math.log(1.3 / 1.08)
-    assert alone.statistic("g0", "A") == pytest.approx(d_alone ** 2 / (2 * 0.05 ** 2))
-    assert paired.statistic("g0", "A") == pytest.approx(d_paired ** 2 / (2 * 0.05 ** 2))
+    assert alone.statistic("g0") == pytest.approx(d_alone ** 2 / (2 * 0.05 ** 2))
+    assert paired.statistic("g0") == pytest.approx(d_paired ** 2 / (2 * 0.05 ** 2))
     # one job cannot tell which GPU slowed it: g2 at 1.3x would explain it too; only the GPU slow
     # in every job it runs keeps gaining
-    assert paired.statistic("g2", "A") > 0.0
+    assert paired.statistic("g2") > 0.0
 
 
 def test_one_open_flag_per_gpu_until_cleared_then_fresh_evidence() -> None:
@@ -113,7 +115,7 @@ def test_one_open_flag_per_gpu_until_cleared_then_fresh_evidence() -> None:
     assert [f.gpu for f in flags] == ["g0"], "one flag, however long the GPU stays slow"
     cleared = mon.clear("g0")
     assert cleared == flags[0] and mon.open_flags == {}
-    assert mon.statistic("g0", "A") == 0.0
+    assert mon.statistic("g0") == 0.0
     again = []
     for o in slow[200:]:
         got = mon.observe(o.run, o.baseline_s, o.benchmark)
@@ -133,7 +135,7 @@ def test_unusable_jobs_are_ignored_and_counted() -> None:
     assert mon.observe(JobRun("w", "fp", "A", ("g0",), 100.0, 4.0), 0.0, BENCH) == []
     assert mon.ignored[IGNORED_NO_BENCHMARK] == 1 and mon.ignored[IGNORED_LIMIT] == 1
     assert sum(mon.ignored.values()) == 4
-    assert mon.statistic("g0", "A") == 0.0
+    assert mon.statistic("g0") == 0.0
 
 
 def test_detect_reads_jobs_in_end_time_order() -> None:
@@ -150,3 +152,54 @@ def test_disagreement_only_beyond_both_intervals() -> None:
     assert disagreement(estimate_of(1.10, 1.04, 1.16), 1.0, 1.05) is None, "the intervals overlap"
     assert disagreement(estimate_of(0.85, 0.80, 0.90), 0.95, 1.02) == "faster"
     assert disagreement(estimate_of(1.0, 0.97, 1.03), 0.96, 1.04) is None
+
+
+def test_the_slowed_gpu_leads_the_mates_its_other_jobs_clear() -> None:
+    """g0 turns slow and runs pairs with g1, g2 or g3 in turn, and one-GPU jobs: only g0 is flagged,
+    alone; its mates' own jobs clear them."""
+    rng = np.random.default_rng(4)
+    mon, flags = FailSlowMonitor(), []
+    for j in range(60):
+        mate = ("g1", "g2", "g3")[j % 3]
+        for gpus in (("g0", mate), (mate,)):
+            pace = max(BENCH[g] * (1.3 if g == "g0" else 1.0) for g in gpus) * float(np.exp(rng.normal(0, 0.02)))
+            flags += mon.observe(JobRun(f"{j}{gpus}", "fp", "A", gpus, 3600.0 * pace, float(j)), 3600.0, BENCH)
+    assert [(f.gpu, f.with_gpus) for f in flags] == [("g0", ())]
+
+
+def test_gpus_that_always_run_together_are_flagged_together() -> None:
+    """g0 and its twin (both at 1.0) only ever run as a pair and g0 turns slow: run times cannot
+    tell which, so both are named, each with the other. Beside g3 (0.9) instead, the pace 1.3
+    is what g0's slowdown predicts and not g3's (1.17), and g0 alone is flagged."""
+    for mate, named in (("twin", [("g0", ("twin",)), ("twin", ("g0",))]), ("g3", [("g0", ())])):
+        mon, flags = FailSlowMonitor(), []
+        for j in range(5):
+            flags += mon.observe(JobRun(f"p{j}", "fp", "A", ("g0", mate), 3600.0 * 1.3, float(j)), 3600.0, BENCH)
+        assert sorted((f.gpu, f.with_gpus) for f in flags) == named
+
+
+def test_a_flagged_gpu_explains_the_slow_jobs_it_is_in() -> None:
+    mon = FailSlowMonitor()
+    for j in range(3):
+        mon.observe(JobRun(f"s{j}", "fp", "A", ("g0",), 3600.0 * 1.3, float(j)), 3600.0, BENCH)
+    assert list(mon.open_flags) == ["g0"]
+    for j in range(10):
+        mon.observe(JobRun(f"p{j}", "fp", "A", ("g0", "g1"), 3600.0 * 1.3, 10.0 + j), 3600.0, BENCH)
+    assert mon.statistic("g1") == 0.0 and list(mon.open_flags) == ["g0"]
+
+
+def test_one_statistic_per_gpu_over_the_compute_classes_and_class_d_is_left_out() -> None:
+    mon = FailSlowMonitor()
+    raised = []
+    for j, cls in enumerate("ABC"):
+        raised += mon.observe(JobRun(f"j{cls}", "fp", cls, ("g0",), 3600.0 * 1.3, float(j)), 3600.0, BENCH)
+    assert [(f.gpu, f.job_class, f.jobs) for f in raised] == [("g0", "C", ("jA", "jB", "jC"))]
+    assert mon.observe(JobRun("jD", "fp", "D", ("g1",), 3600.0 * 3, 9.0), 3600.0, BENCH) == []
+    assert mon.statistic("g1") == 0.0 and mon.ignored[IGNORED_CLASS] == 1
+
+
+@pytest.mark.parametrize("knob", [{"slow_ratio": 1.0}, {"sigma": 0.0}, {"threshold": -1.0}, {"max_step": 0.0},
+                                  {"sigma": math.nan}, {"company_margin": -1.0}])
+def test_settings_out_of_range_are_refused(knob: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="FailSlowSettings"):
+        FailSlowSettings(**knob)  # type: ignore[arg-type]

@@ -226,3 +226,12 @@ def test_gpus_that_always_ran_together_get_a_bound_not_an_estimate() -> None:
     assert (a.always_with, b.always_with, a.jobs) == (("b",), ("a",), 20)
     assert a.upper == b.upper == pytest.approx(1.5, rel=0.02)
     assert res.of("d", "A").paced == 40  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("knob", [{"min_paced": 0}, {"z": 0.0}, {"typical_band": 0.0}, {"margin": -0.1},
+                                  {"max_iterations": 0}, {"noise_floor": math.nan}])
+def test_settings_out_of_range_are_refused(knob: dict[str, float]) -> None:
+    from pal_slurm.classification.passive import PassiveSettings
+
+    with pytest.raises(ValueError, match="out of range"):
+        PassiveSettings(**knob)  # type: ignore[arg-type]
