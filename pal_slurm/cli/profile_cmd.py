@@ -369,7 +369,7 @@ def submit_(ctx: click.Context, nodes: str | None, partition: str | None, reserv
                          one_at_a_time=gpus is not None, **({"job_name": "pal-reprofile"} if gpus else {}),
                          **({"pal_command": (pal_command,)} if pal_command else {}))
     if gpus is not None:
-        from pal_slurm.services.passive import reprofile_nodes
+        from pal_slurm.cli.reprofile import reprofile_nodes
 
         asked = reprofile_nodes(ctx.find_object(AppContext).engine, gpus, parse_names(nodes))  # type: ignore[union-attr]
     else:
