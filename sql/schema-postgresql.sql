@@ -378,6 +378,8 @@ ALTER TABLE job_accounting ADD COLUMN fingerprint VARCHAR(16);
 
 ALTER TABLE job_accounting ADD COLUMN time_limit_s DOUBLE PRECISION;
 
+ALTER TABLE job_history ADD COLUMN node_list VARCHAR(1024);
+
 CREATE TABLE gpu_passive_speed (
     id SERIAL NOT NULL, 
     gpu_id INTEGER NOT NULL, 

@@ -21,6 +21,7 @@ __all__ = ["HistoryImport", "HistoryReader", "check_source", "delete_history", "
            "runtime_rule"]
 
 _MAX_SOURCE, _MAX_USER, _MAX_NAME = 128, 128, 255
+_MAX_NODE_LIST = 1024
 _BATCH = 500
 
 
@@ -70,7 +71,7 @@ def import_history(session: Session, history: HistoryFile, source: str,
         known.add((j.job_id, j.started_at))
         session.add(JobHistory(source=source, slurm_job_id=j.job_id, user=j.user[:_MAX_USER], name=j.name[:_MAX_NAME],
                                started_at=j.started_at, elapsed_s=j.elapsed_s, state=j.state, gpus=j.gpus,
-                               nodes=j.nodes, imported_at=when))
+                               nodes=j.nodes, node_list=j.node_list if 0 < len(j.node_list) <= _MAX_NODE_LIST else None, imported_at=when))
         added += 1
         by_state[j.state] = by_state.get(j.state, 0) + 1
     session.flush()

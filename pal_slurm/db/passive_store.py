@@ -14,7 +14,7 @@ import bisect
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from pal_slurm.classification.failslow import FailSlowFlag
 from pal_slurm.classification.passive import JobRun, PassiveEstimate, PassiveResult
 from pal_slurm.db.batches import chunks
-from pal_slurm.db.models import Gpu, GpuFlag, GpuPassiveSpeed, JobAccounting, Node, ProfileRun
+from pal_slurm.db.models import Gpu, GpuFlag, GpuPassiveSpeed, JobAccounting, JobHistory, Node, ProfileRun
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +77,11 @@ def _epoch(t: datetime) -> float:
     return t.timestamp()  # UtcDateTime reads timezone-aware UTC
 
 
-def load_runs(session: Session, since: datetime | None = None) -> LedgerRuns:
+def load_runs(session: Session, since: datetime | None = None, history_class: str | None = None) -> LedgerRuns:
     """Every finished job of the ledger (since `since`) that names its fingerprint, as a run on
     the physical GPUs that held its slots. A job with a slot no GPU row holds is counted, not
-    guessed at (`pal profile inventory` on its node names it)."""
+    guessed at (`pal profile inventory` on its node names it). With `history_class`, also the
+    imported sacct history's whole-node jobs (`_history_runs`), of that class."""
     slots = _slots(session)
     q = select(JobAccounting.slurm_job_id, JobAccounting.fingerprint, JobAccounting.job_class, JobAccounting.gpus,
                JobAccounting.runtime_s, JobAccounting.started_at, JobAccounting.ended_at,
@@ -114,7 +115,50 @@ def load_runs(session: Session, since: datetime | None = None) -> LedgerRuns:
         runs.append(JobRun(job_id=str(job_id), fingerprint=fp, job_class=cls, gpus=tuple(keys),
                            runtime_s=float(runtime), ended_at=_epoch(ended),
                            time_limit_s=None if limit is None else float(limit)))
+    if history_class is not None:
+        _history_runs(session, since, history_class, slots, {r.job_id for r in runs}, runs, used, unusable)
     return LedgerRuns(tuple(runs), used, unusable)
+
+
+def _history_runs(session: Session, since: datetime | None, job_class: str,
+                  slots: Mapping[tuple[str, int], Sequence[SlotGpu]], seen: set[str], runs: list[JobRun],
+                  used: dict[str, SlotGpu], unusable: dict[str, int]) -> None:
+    """The imported sacct history's COMPLETED jobs that took whole nodes: sacct names the nodes,
+    not the GPUs, so only a job that held every GPU of its nodes says which GPUs set its pace. Its
+    work is keyed by user and job name (sacct has no command line), its class is `job_class` (the
+    configured default: sacct does not say), and a job the placer's ledger has is not read twice."""
+    from pal_slurm.slurm.hostlist import expand_nodes
+
+    per_node: dict[str, list[tuple[str, int]]] = {}
+    for node, minor in slots:
+        per_node.setdefault(node, []).append((node, minor))
+    q = select(JobHistory.slurm_job_id, JobHistory.source, JobHistory.user, JobHistory.name, JobHistory.started_at,
+               JobHistory.elapsed_s, JobHistory.gpus, JobHistory.node_list).where(
+        JobHistory.state == "COMPLETED", JobHistory.node_list.is_not(None), JobHistory.gpus.is_not(None))
+    if since is not None:
+        q = q.where(JobHistory.started_at >= since - timedelta(days=31))
+    for job_id, source, user, name, started, elapsed, gpus, node_list in session.execute(q):
+        ended = started + timedelta(seconds=float(elapsed))
+        if (since is not None and ended < since) or str(job_id) in seen:
+            continue
+        try:
+            nodes = expand_nodes(node_list)
+        except ValueError:
+            nodes = []
+        slot_keys = [k for n in nodes for k in sorted(per_node.get(n, []))]
+        if not nodes or any(n not in per_node for n in nodes) or len(slot_keys) != gpus:
+            _count(unusable, "sacct history: not whole nodes (its GPUs are not named)")
+            continue
+        holders = [slot_holder(slots[k], started.timestamp()) for k in slot_keys]
+        for h in holders:
+            used[h.uuid] = h
+        runs.append(JobRun(job_id=f"{source}:{job_id}", fingerprint=f"sacct:{user}\0{name}", job_class=job_class,
+                           gpus=tuple(h.uuid for h in holders), runtime_s=float(elapsed),
+                           ended_at=ended.timestamp()))
+
+
+def _count(counts: dict[str, int], reason: str) -> None:
+    counts[reason] = counts.get(reason, 0) + 1
 
 
 def save_estimates(session: Session, result: PassiveResult, gpus: Mapping[str, SlotGpu], now: datetime) -> int:

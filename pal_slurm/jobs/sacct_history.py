@@ -67,6 +67,9 @@ class HistoryJob:
     gpus: int | None  # None: the file has no AllocTRES
     nodes: int | None  # None: the file has neither NNodes nor NodeList
     line: int
+    #: the NodeList as sacct wrote it (a Slurm hostlist; "" when the file has none): passive speed
+    #: learns from a job that took whole nodes, whose GPUs it names (pal_slurm.db.passive_store)
+    node_list: str = ""
 
 
 @dataclass(frozen=True)
@@ -220,8 +223,10 @@ def _job(get: Callable[[str], str], job_id: str, line: int, *, has_tres: bool) -
             nodes = count_hosts(get("nodelist")) or None
         except ValueError as exc:
             raise _RowError(f"NodeList {get('nodelist')!r}: {exc}") from None
+    node_list = get("nodelist").strip()
     return HistoryJob(job_id=job_id, user=user, name=get("jobname"), started_at=started, elapsed_s=elapsed,
-                      state=state, gpus=gpus, nodes=nodes, line=line)
+                      state=state, gpus=gpus, nodes=nodes, line=line,
+                      node_list="" if node_list.lower() in ("none assigned", "(null)") else node_list)
 
 
 # --------------------------------------------------------------------------- writing

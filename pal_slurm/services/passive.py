@@ -122,7 +122,7 @@ def learn(engine: Engine, cfg: PalConfig, *, now: datetime | None = None, days: 
     window = days if days is not None else cfg.classification.passive_window_days
     since = now - timedelta(days=window)
     with session_scope(engine) as session:
-        ledger = load_runs(session, since)
+        ledger = load_runs(session, since, history_class=cfg.jobs.default_class)
     result = estimate(ledger.runs, passive_settings(cfg))
     bench = _benchmark_factors(engine)
     notes = []

@@ -285,3 +285,34 @@ def test_the_report_and_the_html_show_what_the_jobs_say_beside_the_benchmark(tmp
     page = html.read_text()
     assert '<h2 id="passive">Passive speed</h2>' in page and "<td>fail-slow</td>" in page
     assert "16 GPU × class estimates" in page
+
+
+def test_the_sacct_history_counts_where_a_job_took_whole_nodes(engine: Engine, tmp_path: Path) -> None:
+    """sacct names a job's nodes, not its GPUs: a COMPLETED job that held every GPU of its nodes
+    is a run on those GPUs (keyed by user and job name, the default class); a job on part of a
+    node, or one the ledger has, is not read (the first counted)."""
+    from pal_slurm.db.history_store import import_history
+    from pal_slurm.jobs.sacct_history import read_history
+
+    _classified(engine, tmp_path)
+    factors = load_factors(engine, CLASSES).by_slot
+    node = sorted(factors)[0][0]
+    per_node = sum(1 for n, _m in factors if n == node)
+    lines = ["JobID|JobName|User|Submit|Start|End|Elapsed|State|AllocTRES|NodeList",
+             f"11|train|bob|2026-11-30T10:00:00|2026-11-30T10:00:00|2026-11-30T11:00:00|01:00:00|COMPLETED|"
+             f"cpu=8,gres/gpu={per_node}|{node}",
+             f"12|eval|bob|2026-11-30T10:00:00|2026-11-30T10:00:00|2026-11-30T10:30:00|00:30:00|COMPLETED|"
+             f"cpu=1,gres/gpu=1|{node}",
+             f"13|train|bob|2026-11-30T12:00:00|2026-11-30T12:00:00|2026-11-30T12:10:00|00:10:00|FAILED|"
+             f"cpu=8,gres/gpu={per_node}|{node}"]
+    with session_scope(engine) as session:
+        import_history(session, read_history(lines, source="test"), "test")
+    with session_scope(engine) as session:
+        got = load_runs(session, NOW - timedelta(days=30), history_class="A")
+        none = load_runs(session, NOW - timedelta(days=30))
+    [run] = got.runs
+    uuids = {factors[(n, m)].uuid for n, m in factors if n == node}
+    assert run.job_id == "test:11" and set(run.gpus) == uuids and run.job_class == "A"
+    assert run.runtime_s == 3600.0 and run.fingerprint.startswith("sacct:bob")
+    assert got.unusable == {"sacct history: not whole nodes (its GPUs are not named)": 1}
+    assert none.runs == () and none.unusable == {}

@@ -115,6 +115,9 @@ class JobHistory(Base):
     gpus: Mapped[int | None] = mapped_column(Integer)
     #: from NNodes or NodeList; NULL when the export had neither
     nodes: Mapped[int | None] = mapped_column(Integer)
+    #: the NodeList, a Slurm hostlist (migration 0008): passive speed reads a job that took whole
+    #: nodes; NULL when the export had none (or it was longer than 1024 characters)
+    node_list: Mapped[str | None] = mapped_column(String(1024))
     imported_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
     __table_args__ = (UniqueConstraint("source", "slurm_job_id", "started_at"),)

@@ -1,5 +1,5 @@
-"""passive speed: each finished job's fingerprint and time limit in job_accounting, and the
-per-GPU speed learned from them (gpu_passive_speed; pal gpus learn)
+"""passive speed: each finished job's fingerprint and time limit in job_accounting, the sacct
+history's node list, and the per-GPU speed learned from them (gpu_passive_speed; pal gpus learn)
 
 Revision ID: 0008
 Revises: 0007
@@ -29,6 +29,8 @@ def upgrade() -> None:
     with op.batch_alter_table('job_accounting', schema=None) as batch_op:
         add_column(batch_op, 'job_accounting', sa.Column('fingerprint', sa.String(length=16), nullable=True))
         add_column(batch_op, 'job_accounting', sa.Column('time_limit_s', sa.Double(), nullable=True))
+    with op.batch_alter_table('job_history', schema=None) as batch_op:
+        add_column(batch_op, 'job_history', sa.Column('node_list', sa.String(length=1024), nullable=True))
     create_table('gpu_passive_speed',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('gpu_id', sa.Integer(), nullable=False),
@@ -53,6 +55,8 @@ def downgrade() -> None:
     with op.batch_alter_table('gpu_passive_speed', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_gpu_passive_speed_gpu_id'))
     op.drop_table('gpu_passive_speed')
+    with op.batch_alter_table('job_history', schema=None) as batch_op:
+        batch_op.drop_column('node_list')
     with op.batch_alter_table('job_accounting', schema=None) as batch_op:
         batch_op.drop_column('time_limit_s')
         batch_op.drop_column('fingerprint')
