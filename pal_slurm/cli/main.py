@@ -20,7 +20,7 @@ import click
 
 from pal_slurm import __version__
 from pal_slurm.cli import classify_cmd, config_cmd, db_cmd, demo_cmd, profile_cmd, report_cmd, simulate_cmd
-from pal_slurm.cli import drain_cmd, fairness_cmd, gpus_cmd, learn_cmd
+from pal_slurm.cli import drain_cmd, fairness_cmd, gpus_cmd, learn_cmd, quarantine_cmd
 from pal_slurm.cli import slurm_cmd
 from pal_slurm.cli import agent_cmd, jobs_cmd
 from pal_slurm.cli import placer_cmd, savings_cmd
@@ -177,6 +177,8 @@ report_cmd.report.add_command(fairness_cmd.fairness_cmd)
 report_cmd.report.add_command(savings_cmd.savings)
 gpus_cmd.gpus.add_command(drain_cmd.drain_cmd)
 gpus_cmd.gpus.add_command(learn_cmd.learn_cmd)
+for _command in (quarantine_cmd.quarantine_cmd, quarantine_cmd.release_cmd, quarantine_cmd.quarantined_cmd):
+    gpus_cmd.gpus.add_command(_command)
 cli.add_command(slurm_cmd.slurm)
 cli.add_command(agent_cmd.agent)
 cli.add_command(jobs_cmd.jobs)

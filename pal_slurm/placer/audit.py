@@ -1,4 +1,6 @@
-"""Every placement decision goes to the `placements` table; `pal explain` reads it back.
+"""Every placement decision goes to the `placements` table; `pal explain` reads it back. So does
+an administrator's GPU action (`pal gpus quarantine`/`release --apply`: `Record.gpu_action`,
+written at once by `record_now`).
 
 Why a sink with a buffer: auditing must never stop placement. When the database is down
 the records wait in a bounded in-memory queue (oldest dropped, counted) and are written
@@ -25,6 +27,9 @@ from pal_slurm.slurm.model import SlurmJob
 
 log = logging.getLogger(__name__)
 
+#: the outcomes of an administrator's action on a GPU slot (`Record.gpu_action`)
+GPU_ACTIONS = ("quarantined", "quarantine-released")
+
 
 def gpu_entry(node: str, minor: int, slowdown: float, gres_type: str | None = None) -> dict[str, Any]:
     """One GPU of a record, built the one way every outcome (and the demo's observe week) builds
@@ -46,7 +51,9 @@ class Record:
     gpus: list[dict[str, Any]]
     alternatives: list[Any] | None
     reason: str
-    outcome: str  # applied | released-unchanged | failed | observe | waiting | replanned | restored
+    #: applied | released-unchanged | failed | observe | waiting | replanned | restored; an
+    #: administrator's GPU action (policy `admin`): quarantined | quarantine-released
+    outcome: str
     decided_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     applied_at: datetime | None = None
     user: str | None = None
@@ -100,6 +107,17 @@ class Record:
         """Observe mode: where the job would have been placed (nothing written)."""
         return cls._of(job, "observe", policy=policy, job_class=job_class, version=version, gpus=gpus,
                        reason=reason, decided_at=at)
+
+    @classmethod
+    def gpu_action(cls, job_id: str, outcome: str, *, gpu: dict[str, Any], reason: str, at: datetime,
+                   user: str) -> Record:
+        """An administrator's action on one GPU slot, not a placement (`pal gpus quarantine
+        --apply`: outcome `quarantined`; `pal gpus release --apply`: `quarantine-released`):
+        the holder job it went through, the slot, the reason, who."""
+        if outcome not in GPU_ACTIONS:
+            raise ValueError(f"not a GPU action outcome: {outcome!r}")
+        return cls(job_id=job_id, policy="admin", job_class=None, version=None, gpus=[gpu], alternatives=None,
+                   reason=reason, outcome=outcome, decided_at=at, applied_at=at, user=user or None)
 
     def confirmed(self, at: datetime) -> Record:
         """This placement, read back from Slurm as written."""
@@ -172,13 +190,7 @@ class AuditSink:
             with session_scope(self._engine_factory()) as session:
                 # one bulk INSERT: a busy cycle records hundreds of decisions
                 if batch:
-                    session.execute(insert(Placement), [
-                        {"slurm_job_id": r.job_id, "policy": r.policy, "job_class": r.job_class,
-                         "classification_version": r.version, "gpus": r.gpus, "alternatives": r.alternatives,
-                         "reason": r.reason[:4000], "outcome": r.outcome, "decided_at": r.decided_at,
-                         "applied_at": r.applied_at, "user": (r.user or None) and r.user[:128],
-                         "account": (r.account or None) and r.account[:128], "submitted_at": r.submitted_at}
-                        for r in batch])
+                    session.execute(insert(Placement), [_row(r) for r in batch])
                 for m in marks:
                     col = getattr(Placement, m.column)
                     session.execute(update(Placement).where(Placement.slurm_job_id == m.job_id,
@@ -197,6 +209,22 @@ class AuditSink:
             return 0
         self.last_error = None
         return len(batch)
+
+
+def _row(r: Record) -> dict[str, Any]:
+    """A record as its placements row."""
+    return {"slurm_job_id": r.job_id, "policy": r.policy, "job_class": r.job_class,
+            "classification_version": r.version, "gpus": r.gpus, "alternatives": r.alternatives,
+            "reason": r.reason[:4000], "outcome": r.outcome, "decided_at": r.decided_at,
+            "applied_at": r.applied_at, "user": (r.user or None) and r.user[:128],
+            "account": (r.account or None) and r.account[:128], "submitted_at": r.submitted_at}
+
+
+def record_now(engine: Engine, record: Record) -> None:
+    """Write one record at once (a command's, not the daemon's: nothing waits in memory after
+    the command ends); the database's error is raised."""
+    with session_scope(engine) as session:
+        session.execute(insert(Placement), [_row(record)])
 
 
 def placements_for(engine: Engine, job_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:

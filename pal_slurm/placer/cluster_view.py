@@ -9,7 +9,8 @@ and parse caches are what keep a cycle over 1,000 held jobs and 1,250 nodes fast
 Rules (docs/admin-guide.md, "What the placer touches"):
 - Only GPUs whose GRES carries per-slot types are steerable; a node without them is not in the view.
 - GPUs promised to jobs we released that have not started yet count as taken, so two
-  jobs are never steered onto one slot. A job that waits for something other than GPUs
+  jobs are never steered onto one slot; so do GPUs a holder job waits for (a GPU going out of
+  service: `pal gpus quarantine`). A job that waits for something other than GPUs
   (a begin time, a dependency, a hold) keeps its placement, but not its slots.
 - A GPU we know nothing about gets the worst factor of its class: unknown GPUs must not
   attract sensitive jobs (placement.variability.worst_factor, the rule the simulator's
@@ -31,6 +32,7 @@ from pal_slurm.slurm.gresconf import natural_key as _natural
 from pal_slurm.slurm.gresconf import slot_of_type
 from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from pal_slurm.slurm.quarantine_model import is_holder
 from pal_slurm.slurm.tres import parsed_gres_alloc, parsed_tres
 
 
@@ -215,7 +217,9 @@ NOT_WAITING_FOR_RESOURCES = frozenset({"BeginTime", "Dependency", "DependencyNev
 
 def promised_slots(jobs: Iterable[SlurmJob], now: float | None = None) -> set[tuple[str, str]]:
     """(node, type) of every pending job we placed and released which waits for its GPUs
-    (not for a begin time or a dependency: 16 such jobs would otherwise block 16 GPUs).
+    (not for a begin time or a dependency: 16 such jobs would otherwise block 16 GPUs), and of
+    every holder job waiting to take its GPU out of service (`pal gpus quarantine`: it takes the
+    slot before any other job once the job on it ends).
 
     A job we released shows reason BeginTime until slurmctld's next pass looks at it, although
     its begin time (now, at the release) has passed: with `now`, such a job is taken as waiting
@@ -223,7 +227,7 @@ def promised_slots(jobs: Iterable[SlurmJob], now: float | None = None) -> set[tu
     the same GPUs to another job, which then could not start until it was re-planned.)"""
     out: set[tuple[str, str]] = set()
     for job in jobs:
-        if not (job.pending and is_placed_by_pal(job)):
+        if not (job.pending and (is_placed_by_pal(job) or is_holder(job))):
             continue
         if job.state_reason in NOT_WAITING_FOR_RESOURCES and not (
                 job.state_reason == "BeginTime" and now is not None and job.begin_time is not None

@@ -263,6 +263,22 @@ class CliBackend:
             return None
         return {node: gres for hosts, gres in groups.items() for node in expand_nodes(hosts)}
 
+    def pending_jobs(self) -> list[SlurmJob]:
+        """Every pending job, GPU or not (`jobs` reads only the placer's): what a GPU taken out of
+        service is checked against (pal_slurm.slurm.quarantine_shapes), a whole-node CPU job too.
+        Read strictly (a separator in a job's own text cannot shift its fields); a pending array
+        is one record."""
+        layout = parse_squeue.Layout.new(self.version()).strictly()
+        out = self._squeue(["squeue", "--all", "--noheader", "--states=PENDING"], SQUEUE_FORMAT2=layout.format(),
+                           SLURM_TIME_FORMAT="%s", TZ="UTC")
+        try:
+            records = list(layout.records(out))
+        except parse_squeue.SlurmFormatError as exc:
+            raise SlurmError(str(exc)) from exc
+        if not layout.has("excluded_nodes"):
+            self._add_exclusions(records, full=True)
+        return [parse_squeue.job_from_fields(r) for r in records]
+
     def nodes(self) -> list[SlurmNode]:
         if self.version() >= (23, 2):
             doc = parse_json.load(self._run(["scontrol", "show", "node", "--json"]), "scontrol show node --json")

@@ -144,7 +144,8 @@ def test_json_is_an_alias_of_format_json_everywhere() -> None:
                and {"--json", "--format"} - {o for p in c.params for o in p.opts}
                # actions that print one line of what they did, SQL, and JSON itself
                and path not in {("db", "upgrade"), ("db", "sql"), ("db", "roles"), ("jobs", "rule", "delete"),
-                                ("jobs", "rule", "export"), ("gpus", "drain")}]
+                                ("jobs", "rule", "export"), ("gpus", "drain"),
+                                ("gpus", "quarantine"), ("gpus", "release")}]
     assert not missing, f"commands without --format/--json: {missing}"
 
 

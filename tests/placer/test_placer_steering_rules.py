@@ -87,6 +87,18 @@ def test_promised_slots_of_released_jobs_are_not_free() -> None:
     assert holds.original_request(promised) == ("tres_per_node", "gres:gpu:1") and holds.placed_at(promised) == 5.0
 
 
+def test_the_slot_a_waiting_quarantine_holder_takes_is_not_free() -> None:
+    """`pal gpus quarantine` on a busy GPU: its holder job waits for the job on it and takes it
+    next (top priority); a job placed there meanwhile would wait behind it."""
+    tag = "pal: quarantine slot=n2:3 type=v100_g3 at=5 by=root: ECC"
+    holder = job("9", tpn="gres:gpu:v100_g3:1", required_nodes="n2", state_reason="Resources", admin_comment=tag)
+    g = {(s.node, s.minor): i for i, s in enumerate(cluster_view.build_view(FOUR, [], factors(SF), CLASSES).slots)}
+    assert g[("n2", 3)] not in cluster_view.build_view(FOUR, [holder], factors(SF), CLASSES, NOW).free
+    # the same job without an administrator's tag is a user's and promises nothing
+    assert g[("n2", 3)] in cluster_view.build_view(FOUR, [replace(holder, admin_comment="")], factors(SF),
+                                                   CLASSES, NOW).free
+
+
 def test_gpus_slurm_is_about_to_start_or_just_started_a_job_on_are_not_free() -> None:
     """Two reads a cycle takes can lag behind Slurm (seen in the replay: a 16-GPU job placed on the
     GPUs of one released a cycle earlier waited 120 s until it was re-planned):

@@ -10,7 +10,7 @@
 # beside the host's cluster and beside each other) and the same tests (pytest -m slurm
 # tests/slurm), with pal-slurm installed in a venv of the chroot's own Python.
 #
-# Usage: tests/services/other-slurm.sh [--suite RELEASE] {install|test [PYTEST ARGS...]|stop|status|suites}
+# Usage: tests/services/other-slurm.sh [--suite RELEASE] {install|test [PYTEST ARGS...]|run CMD [ARGS...]|stop|status|suites}
 #
 #   install  debootstrap the release into $ROOT (once), install Python, Slurm, munge,
 #            Lua and a compiler in it (slurm-cluster.sh install, run inside), and pal-slurm in
@@ -18,6 +18,8 @@
 #   test     mount /proc, /sys, /dev, a fresh /run and the repository into the chroot, start
 #            its test cluster (slurmrestd too), run the Slurm tests there, then stop the
 #            cluster and unmount whatever the outcome; exit status: pytest's
+#   run      as `test`, but runs CMD (a path in the repository, or a command of the chroot) in the
+#            repository with the cluster's environment instead of pytest; exit status: CMD's
 #   stop     stop the chroot's cluster and unmount (after an interrupted `test`); idempotent
 #   status   the chroot's release, Slurm version and mounts
 #   suites   the releases this host tests, one a line: the other stable release first, then sid
@@ -223,7 +225,9 @@ cluster_stop() {
     inside env $(cluster_env) bash "$REPO/tests/services/slurm-cluster.sh" stop || true
 }
 
-cmd_test() {
+# mount, make sure the chroot's pal-slurm is this checkout's, start the cluster (stopped and
+# unmounted again on exit)
+cluster_up() {
     [ -x "$ROOT$VENV/bin/python" ] || die "the chroot is not installed: run '$0 install' first"
     do_mount
     # jobs import pal_slurm through the venv's editable install, not the test's working directory:
@@ -240,6 +244,21 @@ cmd_test() {
     trap 'cluster_stop; do_umount' EXIT
     # shellcheck disable=SC2046
     inside env $(cluster_env) bash "$REPO/tests/services/slurm-cluster.sh" start
+}
+
+cmd_run() {
+    [ "$#" -gt 0 ] || die "run needs a command"
+    cluster_up
+    log "run: $(slurm_in): $*"
+    local rc=0
+    # shellcheck disable=SC2046,SC2016  # the inner script's $1 and $(...) are the inner bash's
+    inside env $(cluster_env) bash -c \
+        'cd "$1" && shift && eval "$(bash tests/services/slurm-cluster.sh env)" && exec "$@"' _ "$REPO" "$@" || rc=$?
+    return "$rc"
+}
+
+cmd_test() {
+    cluster_up
     # test paths among the arguments narrow the run, as they do pytest's on the host; else tests/slurm
     local a where=tests/slurm
     for a in "$@"; do
@@ -275,6 +294,7 @@ cmd_status() {
 case "${1:-}" in
     install) cmd_install ;;
     test) shift; cmd_test "$@" ;;
+    run) shift; cmd_run "$@" ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     suites) other_suites ;;

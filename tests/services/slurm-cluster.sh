@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Slurm cluster on this one machine, for the pal-slurm Slurm tests and `pal demo --slurm`.
 #
-# Usage: tests/services/slurm-cluster.sh {install|start|stop|restart|status|env|restart-ctld}
+# Usage: tests/services/slurm-cluster.sh {install|start|stop|restart|status|env|restart-ctld|restart-slurmd NODE}
 #
 #   install       apt-get install the Slurm/munge/Lua/compiler packages that are missing
 #                 (Debian 12 Slurm 22.05, Debian 13 24.11, sid 26.05; needs root or sudo -n)
@@ -12,6 +12,8 @@
 #   stop          stop every daemon this script started (by recorded PID); idempotent
 #   restart       stop, then start
 #   restart-ctld  restart only slurmctld (jobs and slurmd carry on), wait until it answers
+#   restart-slurmd NODE  restart one node's slurmd (its running jobs carry on), wait until it
+#                 registers again and every node is up
 #   status        say which daemons run and show the nodes (exit 0 only if all are up)
 #   env           print `export SLURM_CONF=...` and `export PAL_TEST_SLURM_DIR=...` (use with eval),
 #                 and `export PAL_TEST_SLURM_REST_URL=...` and `..._REST_API=v0.0.N` (the newest
@@ -846,6 +848,16 @@ cmd_restart_ctld() {
     log "slurmctld restarted (pid $(recorded_pid slurmctld || echo '?'))"
 }
 
+cmd_restart_slurmd() {
+    local node="$1"
+    node_names "$ETC/nodes.conf" | grep -x -- "$node" >/dev/null || die "no node '$node' in $ETC/nodes.conf"
+    recorded_pid "slurmd-$node" >/dev/null || die "slurmd for $node is not running (run '$0 start')"
+    stop_pid "slurmd-$node"
+    start_slurmd "$node"
+    wait_nodes "$(node_names "$ETC/nodes.conf" | wc -l)"
+    log "slurmd $node restarted (pid $(recorded_pid "slurmd-$node" || echo '?'))"
+}
+
 cmd_status() {
     local rc=0 node pid
     if pid="$(recorded_pid slurmctld)"; then
@@ -882,12 +894,13 @@ cmd_env() {
 }
 
 usage() {
-    echo "usage: $0 {install|start|stop|restart|status|env|restart-ctld}" >&2
+    echo "usage: $0 {install|start|stop|restart|status|env|restart-ctld|restart-slurmd NODE}" >&2
 }
 
 main() {
-    if [ "$#" -ne 1 ]; then usage; exit 2; fi
+    if [ "$#" -ne 1 ] && ! { [ "$#" -eq 2 ] && [ "$1" = restart-slurmd ]; }; then usage; exit 2; fi
     case "$1" in
+        restart-slurmd) cmd_restart_slurmd "${2:?}" ;;
         install) cmd_install ;;
         start) cmd_start ;;
         stop) cmd_stop ;;

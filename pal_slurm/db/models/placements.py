@@ -32,7 +32,8 @@ class Placement(Base):
     gpus: Mapped[list[Any]] = mapped_column(JSON)
     alternatives: Mapped[list[Any] | None] = mapped_column(JSON)
     reason: Mapped[str] = mapped_column(Text)
-    #: applied | released-unchanged | failed | observe | waiting | replanned | restored
+    #: applied | released-unchanged | failed | observe | waiting | replanned | restored; an
+    #: administrator's GPU action (policy `admin`, `pal gpus quarantine`): quarantined | quarantine-released
     outcome: Mapped[str] = mapped_column(String(32))
     decided_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     applied_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
