@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
+from pal_slurm.classification import failslow
 from pal_slurm.classification.failslow import FailSlowFlag, FailSlowSettings, Observation, detect
 from pal_slurm.classification.passive import PassiveResult, PassiveSettings, estimate
 from pal_slurm.config.schema import PalConfig
@@ -95,21 +96,9 @@ def _starts(engine: Engine) -> dict[str, float]:
 
 def observations(ledger: LedgerRuns, result: PassiveResult, bench: Mapping[str, Mapping[str, float]],
                  starts: Mapping[str, float]) -> list[Observation]:
-    """The runs the fail-slow monitor reads: those with a baseline, every GPU of them with a
-    benchmark factor for the class, all of them started after each GPU's start (pure)."""
-    out = []
-    for run in ledger.runs:
-        base = result.baselines.get(run.fingerprint)
-        if base is None:
-            continue
-        factors = {g: bench.get(g, {}).get(run.job_class) for g in run.gpus}
-        if any(f is None for f in factors.values()):
-            continue
-        begun = run.ended_at - run.runtime_s
-        if any(begun < starts.get(g, 0.0) for g in run.gpus):
-            continue
-        out.append(Observation(run, base, {g: float(f) for g, f in factors.items() if f is not None}))
-    return out
+    """The runs the fail-slow monitor reads (`failslow.observations`: those with a baseline, every
+    GPU of them with a benchmark factor for the class, all of them started after each GPU's start)."""
+    return failslow.observations(ledger.runs, result.baselines, bench, starts)
 
 
 def learn(engine: Engine, cfg: PalConfig, *, now: datetime | None = None, days: float | None = None,
