@@ -22,15 +22,12 @@ event there:
                scheduler knows of them
 
 An event is a job seen, a job's GPUs free again, a backfill pass falling due, a running job
-outliving its learned runtime, the last two only while a pass could place something, or a
-drifting fleet's change. Running
-jobs never move (sticky semantics, whatever the policy's own round-mode behaviour). A job's run
-time is its nominal run time x the largest raw PerfVar of its class over its GPUs (a synchronous
-job runs at its slowest GPU's pace) x the locality penalty when it spans nodes.
-
-Without a drifting fleet the cluster is both what the policy ranks by and what slows a job; with
-one (`simulate_events(..., drift=...)`), the drift says both as they change, the cluster given is
-the fleet at t = 0, and each job's pace is worked out again whenever one of its GPUs changes.
+outliving its learned runtime (the last two only while a pass could place something), or a
+drifting fleet's change. Running jobs never move (sticky semantics, whatever the policy's own
+round-mode behaviour). A job's run time is its nominal run time x the largest raw PerfVar of its
+class over its GPUs (a synchronous job runs at its slowest GPU's pace) x the locality penalty
+when it spans nodes. The cluster is what the policy ranks by and what slows a job; with a
+drifting fleet (`drift=`) the drift says both as they change (pal_slurm.simulate.pacing).
 """
 
 from __future__ import annotations
@@ -41,7 +38,7 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 from pal_slurm.placement import cost
 from pal_slurm.placement.decide import decide as decide_placements
@@ -51,6 +48,7 @@ from pal_slurm.placement.orders import QueueOrder, get_order
 from pal_slurm.placement.policies import Policy
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics, variability_gpu_s
+from pal_slurm.simulate.pacing import Drift, PacedJobs
 from pal_slurm.simulate.result import SimResult
 from pal_slurm.simulate.running import RunningJobs
 from pal_slurm.simulate.tax import best_free_tax, unavoidable_tax
@@ -101,58 +99,6 @@ class EventOptions:
     def seen_at(self, job: TraceJob) -> float:
         """When the scheduler sees `job`: at its submission, after the hold where its class is held."""
         return job.submit_time + (0.0 if job.job_class in self.unheld_classes else self.visible_after_s)
-
-
-class Drift(Protocol):
-    """A fleet whose GPUs change speed during a run, and what the policy believes of it
-    (pal_slurm.simulate.drift.Drifting): the simulator asks it for the truth, tells it what
-    ended, and places by its belief."""
-
-    @property
-    def believed(self) -> Cluster:
-        """The cluster the policy ranks by now."""
-        ...
-
-    def next_change(self) -> float:
-        """The next moment the truth or the belief may change (inf: never)."""
-        ...
-
-    def advance(self, now: float) -> tuple[frozenset[int], bool]:
-        """Apply what is due by `now`: the GPUs whose true pace changed, and whether the belief moved."""
-        ...
-
-    def pace(self, job_class: str | None, gpus: Sequence[int]) -> float:
-        """The true pace of a job of `job_class` on `gpus` now: their slowest true PerfVar."""
-        ...
-
-    def finished(self, job: TraceJob, gpus: tuple[int, ...], start: float, end: float) -> None:
-        """A job's work ended (what a site's accounting records of it)."""
-        ...
-
-
-@dataclass
-class Pacing:
-    """A running job's progress on a drifting fleet: since `since` it runs at `pace` (x `locality`)
-    with `left_s` of nominal work to do, to end at `end` (its entry in the heap of ends); `tax` and
-    `signed` what it paid before (GPU-seconds)."""
-
-    since: float
-    left_s: float
-    pace: float
-    locality: float
-    end: float
-    tax: float = 0.0
-    signed: float = 0.0
-
-    def charge(self, now: float, gpus: int, *, final: bool = False) -> None:
-        """The work done since `since` (all that was left, when the job ends: `final`), charged at
-        its pace (the tax per stretch of one pace, as round mode charges each round)."""
-        done = self.left_s if final else min(self.left_s, (now - self.since) / (self.pace * self.locality))
-        extra = variability_gpu_s(gpus, done, self.pace)
-        self.tax += max(0.0, extra)
-        self.signed += extra
-        self.left_s -= done
-        self.since = now
 
 
 #: called with every decision (snapshot, queue, whether it was a backfill pass, decision):
@@ -230,8 +176,7 @@ class State:
     passes: Passes = field(default_factory=Passes)
     decision: Decision | None = None  # this event's decision
     believed: Cluster | None = None  # what the policy ranks by (None: the run's cluster)
-    pacing: dict[str, Pacing] = field(default_factory=dict)  # drifting fleets: running jobs' progress
-    seq: dict[str, int] = field(default_factory=dict)  # drifting fleets: each running job's start order
+    paced: PacedJobs | None = None  # a drifting fleet's running jobs, their progress at a changing pace
 
 
 def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: EventOptions = EventOptions(),
@@ -240,7 +185,8 @@ def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: Eve
     """`trace` on `cluster` under `policy`; with `drift`, on a fleet whose GPUs change speed (the
     module doc)."""
     run = Run.of(trace, cluster, policy, options, progress, on_decision, drift)
-    s = State(running=RunningJobs(options.release_latency_s), free=set(range(cluster.size)))
+    s = State(running=RunningJobs(options.release_latency_s), free=set(range(cluster.size)),
+              paced=None if drift is None else PacedJobs(drift, options.locality_penalty, cluster.node_of))
     while s.seen < len(run.jobs) or s.freeing:
         s.now = next_event(run, s)
         for stage in STAGES:
@@ -268,14 +214,11 @@ def ends(run: Run, s: State) -> bool:
     release = run.options.release_latency_s
     while s.freeing and s.freeing[0][0] <= s.now:
         t, _, job_id = heapq.heappop(s.freeing)
-        if run.drift is not None and not _current_end(s, job_id, t):
-            continue
+        if s.paced is not None and not s.paced.current(job_id, t):
+            continue  # an end the job's pace moved
         gpus = s.running.finish(job_id)
         s.free.update(gpus)
-        s.outcomes[job_id] = _outcome(run.by_id[job_id], gpus, s.started[job_id], s.now - release, run.cluster,
-                                      s.pacing.pop(job_id, None))
-        if run.drift is not None:
-            run.drift.finished(run.by_id[job_id], gpus, s.started[job_id], s.now - release)
+        s.outcomes[job_id] = _outcome(run.by_id[job_id], gpus, s.started[job_id], s.now - release, run.cluster, s.paced)
         s.passes.freed = s.passes.backfill_dirty = True
         if run.progress is not None:
             run.progress(len(s.outcomes))
@@ -286,13 +229,15 @@ def drift(run: Run, s: State) -> bool:
     """A drifting fleet as of now: the running jobs on GPUs whose pace changed run their remaining
     work at the new pace (their GPUs free again at the new end); a moved belief is a new cluster
     for the next pass."""
-    if run.drift is None:
+    if run.drift is None or s.paced is None:
         return True
     changed, moved = run.drift.advance(s.now)
     if changed:
         for job_id, gpus in list(s.running.gpus.items()):
-            if job_id in s.pacing and not changed.isdisjoint(gpus):
-                _repace(run.drift, s, run.by_id[job_id], gpus)
+            if not changed.isdisjoint(gpus) and (moved_end := s.paced.repace(run.by_id[job_id], gpus, s.now)):
+                end, before = moved_end
+                s.busy_gpu_s += (end - before) * len(gpus)
+                heapq.heappush(s.freeing, (end, s.paced.seq[job_id], job_id))
     if moved:
         s.believed = run.drift.believed
         s.passes.freed = s.passes.backfill_dirty = True  # the factors a pass ranks by moved
@@ -356,10 +301,10 @@ def start(run: Run, s: State) -> bool:
         job = run.by_id[a.job_id]
         s.free.difference_update(a.gpus)
         began = s.started[a.job_id] = s.now + opts.start_latency_s
-        if run.drift is None:
+        if s.paced is None:
             dur = runtime_s(job, a.gpus, run.cluster, opts.locality_penalty)
         else:
-            dur = _drift_start(run, run.drift, s, job, a.gpus, began)
+            dur = s.paced.start(job, a.gpus, began, seq=len(s.started))
         s.busy_gpu_s += dur * len(a.gpus)
         seen_start = began - opts.start_lead_s  # Slurm's StartTime
         s.running.start(a.job_id, a.gpus, opts.runtime_estimate.running(job, seen_start, dur), seen_at=seen_start,
@@ -380,39 +325,6 @@ def start(run: Run, s: State) -> bool:
 STAGES: tuple[Callable[[Run, State], bool], ...] = (ends, drift, view, arrivals, decide, start)
 
 
-# -- a drifting fleet: a running job's pace follows its GPUs' ---------------------------------
-def _drift_start(run: Run, drift: Drift, s: State, job: TraceJob, gpus: tuple[int, ...], began: float) -> float:
-    """The job's run time at its GPUs' true pace now (cost.runtime_s's model), its progress kept."""
-    locality = run.options.locality_penalty if cost.spans_nodes(run.cluster.node_of, gpus) else 1.0
-    pace = drift.pace(job.job_class, gpus)
-    dur = job.nominal_runtime_s * pace * locality
-    s.pacing[job.job_id] = Pacing(since=began, left_s=job.nominal_runtime_s, pace=pace, locality=locality,
-                                  end=began + dur)
-    s.seq[job.job_id] = len(s.started)
-    return dur
-
-
-def _repace(drift: Drift, s: State, job: TraceJob, gpus: tuple[int, ...]) -> None:
-    """`job`'s remaining work at its GPUs' new pace: a new end, the GPU time it holds moved."""
-    p = s.pacing[job.job_id]
-    pace = drift.pace(job.job_class, gpus)
-    if pace == p.pace:
-        return  # a GPU of the job changed, not the slowest one
-    p.charge(s.now, len(gpus))
-    p.pace = pace
-    end = s.now + p.left_s * p.pace * p.locality
-    s.busy_gpu_s += (end - p.end) * len(gpus)
-    p.end = end
-    heapq.heappush(s.freeing, (end, s.seq[job.job_id], job.job_id))
-
-
-def _current_end(s: State, job_id: str, t: float) -> bool:
-    """Whether an end `t` popped from the heap is `job_id`'s current one: an end its pace moved
-    stays in the heap and is passed over when it comes up."""
-    p = s.pacing.get(job_id)
-    return p is not None and t == p.end
-
-
 # -- the run's result -----------------------------------------------------------------------
 def result(run: Run, s: State) -> SimResult:
     """The outcomes in trace order and their figures."""
@@ -427,16 +339,15 @@ def result(run: Run, s: State) -> SimResult:
 
 
 def _outcome(job: TraceJob, gpus: tuple[int, ...], start: float, finish: float, cluster: Cluster,
-             pacing: Pacing | None = None) -> JobOutcome:
+             paced: PacedJobs | None = None) -> JobOutcome:
     """A finished job, with the variability tax of the GPUs it ran on: its pace is the one
     `runtime_s` charged it (the slowest of its GPUs), fixed for the whole run; on a drifting fleet
-    (`pacing`) each stretch of one pace is charged at it, clipped at 0 stretch by stretch."""
-    if pacing is None:
+    (`paced`) each stretch of one pace is charged at it (PacedJobs.finish), and the fleet is told."""
+    if paced is None:
         signed = variability_gpu_s(len(gpus), job.nominal_runtime_s, max(cluster.pv(job.job_class)[g] for g in gpus))
         tax = max(0.0, signed)
     else:
-        pacing.charge(finish, len(gpus), final=True)
-        tax, signed = pacing.tax, pacing.signed
+        tax, signed = paced.finish(job, gpus, start, finish)
     return JobOutcome(job.job_id, job.num_gpus, job.submit_time, start, finish, gpu_ids=gpus,
                       job_class=job.job_class, nominal_s=job.nominal_runtime_s, tax_gpu_s=tax,
                       variability_gpu_s_signed=signed)
