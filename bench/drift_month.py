@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What passive speed buys on a drifting fleet: one simulated month, Slurm, the benchmark snapshot, passive speed and the oracle.
+"""What passive speed buys on a drifting fleet: one simulated month, four arms, the same drift.
 
 A parametric wide fleet (pal_slurm.simulate.fleets, preset "wide"; 32 x 8 GPUs by default) runs a
 month of the recurring workload (bench/pal_eval/recurring.py: a few hundred fingerprints resubmitted
@@ -17,7 +17,8 @@ when the fail-slow flag caught it, after how many of its jobs.
 Usage: bench/drift_month.py [--nodes 32] [--gpus-per-node 8] [--fleet wide] [--seed 1] [--days 30]
                             [--load 0.8] [--fingerprints 300] [--share 0.05] [--factor 1.3]
                             [--recover-share 0.5] [--window-days 14] [--use-min-paced 10]
-                            [--reprofile-delay-h 2] [--arms slurm,snapshot,passive,oracle[,passive-all-runs]]
+                            [--reprofile-delay-h 2]
+                            [--arms slurm,snapshot,passive,oracle[,passive-all-runs,flags-only,factors-only]]
 """
 
 from __future__ import annotations

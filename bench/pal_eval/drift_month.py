@@ -10,8 +10,12 @@ the policy and what it ranks by (pal_slurm.simulate.drift, pal_slurm.simulate.le
   (`PassiveBelief`), its fail-slow flags re-profiled after a delay;
 - oracle: pal-guard on the true factors at every moment, every drifted GPU re-profiled the same
   delay after its drift: the floor of what knowing the fleet can give.
-- passive-all-runs (only when asked for): passive, with every run of the window counting for a GPU
-  as `pal gpus learn` has it, also those begun before the GPU's latest re-profile.
+- on request, variants of passive (`VARIANTS`): passive-paced, every passive factor resting on
+  enough paced jobs placed by (the placer's rule), not only those that disagree with the benchmark;
+  passive-all-runs, every run of the window counting for a GPU as `pal gpus learn` has it, also
+  those begun before the GPU's latest re-profile; flags-only, placement never takes a passive factor
+  (only the fail-slow flags and their re-profiles act); factors-only, no fail-slow monitor
+  (placement by passive factors alone, nothing re-profiled, nothing repaired).
 
 The tax is the variability tax of pal_slurm.simulate.tax, charged at the TRUE pace of each stretch
 of a job's run; "removed" is (tax_snapshot - tax_passive) / (tax_snapshot - tax_oracle).
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pal_eval.recurring import Workload, draw_fingerprints, trace_of
 from pal_eval.targets import Targets
@@ -29,7 +33,12 @@ from pal_eval.targets import Targets
 HOUR = 3600.0
 TARGET = 0.80
 ARMS = ("slurm", "snapshot", "passive", "oracle")
-EXTRA_ARMS = ("passive-all-runs",)
+#: the passive arm and its variants: what each changes of the learner's settings
+VARIANTS: dict[str, dict[str, object]] = {
+    "passive": {}, "passive-paced": {"use": "paced"}, "passive-all-runs": {"since_profile": False},
+    "flags-only": {"use_min_paced": 10**9}, "factors-only": {"flags": False},
+}
+EXTRA_ARMS = tuple(k for k in VARIANTS if k not in ARMS)
 
 
 @dataclass(frozen=True)
@@ -67,15 +76,14 @@ def _arm(name: str, setup: Setup, cluster, trace, spec) -> Arm:  # type: ignore[
     from pal_slurm.simulate.learning import LearnSettings, PassiveBelief
 
     fleet = TrueFleet.of(cluster, spec)
-    learn = LearnSettings(every_s=setup.every_h * HOUR, window_s=setup.window_days * 24 * HOUR,
-                          use_min_paced=setup.use_min_paced, reprofile_delay_s=setup.reprofile_delay_h * HOUR,
-                          since_profile=name != "passive-all-runs")
+    learn = replace(LearnSettings(every_s=setup.every_h * HOUR, window_s=setup.window_days * 24 * HOUR,
+                                  use_min_paced=setup.use_min_paced, reprofile_delay_s=setup.reprofile_delay_h * HOUR),
+                    **VARIANTS.get(name, {}))  # type: ignore[arg-type]
     beliefs: dict[str, Callable[[], object]] = {
         "slurm": lambda: FixedBelief(cluster), "snapshot": lambda: FixedBelief(cluster),
         "oracle": lambda: OracleBelief(fleet, setup.reprofile_delay_h * HOUR),
-        "passive": lambda: PassiveBelief(cluster, learn), "passive-all-runs": lambda: PassiveBelief(cluster, learn),
     }
-    belief = beliefs[name]()
+    belief = beliefs[name]() if name in beliefs else PassiveBelief(cluster, learn)
     # as bench/pal_eval/recurring.simulate: FIFO, the time limits as the estimates, no locality
     # penalty (every fingerprint keeps one shape, so a penalty would only scale its baseline)
     opts = EventOptions(order="fifo", locality_penalty=1.0, runtime_estimate=parse_runtime_estimate("limit"))
@@ -83,6 +91,14 @@ def _arm(name: str, setup: Setup, cluster, trace, spec) -> Arm:  # type: ignore[
     t0 = time.perf_counter()
     result = simulate_events(trace, cluster, policy, opts, drift=Drifting(fleet, belief))  # type: ignore[arg-type]
     return Arm(name, result, belief, fleet, time.perf_counter() - t0)
+
+
+def drift_tax(result, cluster) -> float:  # type: ignore[no-untyped-def]
+    """The part of a run's tax the drift added: its tax less what each job would have paid on its
+    GPUs at their speed of t = 0 (GPU-seconds)."""
+    static = sum(max(0.0, o.gpus * o.nominal_s * (max(cluster.pv(o.job_class)[g] for g in o.gpu_ids) - 1.0))
+                 for o in result.outcomes)
+    return float(result.metrics.tax_gpu_s - static)
 
 
 def _h(seconds: float) -> str:
@@ -129,7 +145,11 @@ def detection(arm: Arm, keys: Sequence[str], setup: Setup) -> list[str]:
                f"(range {min(counts)}-{max(counts)})" if delays else ""))
     tail = (f"  flags on GPUs running at their speed of t = 0: {n_flags} ({len(gpus)} GPUs on {len(nodes)} nodes; "
             f"the re-profile measured them as they were)")
-    return [head, *lines, tail]
+    visits = {(keys[f.gpu].split(":")[0], f.reprofiled_at) for f in belief.flags  # type: ignore[attr-defined]
+              if f.reprofiled_at is not None}
+    cost = (f"  re-profiles: {sum(f.reprofiled_at is not None for f in belief.flags)} GPUs in "  # type: ignore[attr-defined]
+            f"{len(visits)} node visits (the profiling jobs' own node time is not simulated)")
+    return [head, *lines, tail, cost]
 
 
 def run(setup: Setup, arms: Sequence[str]) -> int:
@@ -163,20 +183,25 @@ def run(setup: Setup, arms: Sequence[str]) -> int:
         bm = base.result.metrics if base else None  # type: ignore[attr-defined]
         ratio = (f"{m.avg_jct_s / bm.avg_jct_s:6.3f}  {m.makespan_s / bm.makespan_s:6.3f}" if bm else "   -        -")
         print(f"{name:<17} avg JCT {m.avg_jct_s / HOUR:6.3f} h  makespan {m.makespan_s / HOUR:6.1f} h  vs Slurm "
-              f"{ratio}  tax {m.tax_gpu_s / HOUR:8.0f} GPU-h ({m.tax_share:5.2%} of GPU time)  [{a.wall_s:.0f} s]",
-              flush=True)
+              f"{ratio}  tax {m.tax_gpu_s / HOUR:6.0f} GPU-h ({m.tax_share:5.2%} of GPU time), the drift's "
+              f"{drift_tax(a.result, cluster) / HOUR:5.0f}  [{a.wall_s:.0f} s]", flush=True)
     targets = Targets()
     print()
     if {"snapshot", "passive", "oracle"} <= set(done):
         tax = {k: v.result.metrics.tax_gpu_s for k, v in done.items()}  # type: ignore[attr-defined]
         gap = tax["snapshot"] - tax["oracle"]
         print(f"the drift's avoidable tax (snapshot - oracle): {gap / HOUR:.0f} GPU-h")
-        for name in [k for k in done if k.startswith("passive")]:
+        learners = [k for k in done if k not in ("slurm", "snapshot", "oracle")]
+        own = {k: drift_tax(v.result, cluster) for k, v in done.items()}
+        own_gap = own["snapshot"] - own["oracle"]
+        for name in learners:
             share = (tax["snapshot"] - tax[name]) / gap if gap > 0 else float("nan")
-            print(f"  {name}: removes {(tax['snapshot'] - tax[name]) / HOUR:.0f} GPU-h of it, a share of {share:.3f}")
+            part = (own["snapshot"] - own[name]) / own_gap if own_gap > 0 else float("nan")
+            print(f"  {name}: removes {(tax['snapshot'] - tax[name]) / HOUR:.0f} GPU-h of it, a share of {share:.3f} "
+                  f"(of the tax the drift itself added: {part:.3f})")
         print()
         keys = gpu_keys(cluster)
-        for name in [k for k in done if k.startswith("passive")]:
+        for name in [k for k in learners if k != "factors-only"]:
             print(f"{name}: fail-slow flags")
             for line in detection(done[name], keys, setup):
                 print(line)

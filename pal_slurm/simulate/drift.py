@@ -35,7 +35,8 @@ from pal_slurm.placement.model import JOB_CLASSES, Cluster
 from pal_slurm.simulate.fleets import COMPUTE_CLASSES
 from pal_slurm.simulate.traces import TraceJob
 
-__all__ = ["Belief", "DriftSpec", "Drifting", "FixedBelief", "OracleBelief", "Slowdown", "TrueFleet", "draw", "with_factors"]
+__all__ = ["Belief", "DriftSpec", "Drifting", "FixedBelief", "OracleBelief", "Slowdown", "TrueFleet", "draw",
+           "with_factors"]
 
 HOUR = 3600.0
 

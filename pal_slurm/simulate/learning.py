@@ -32,6 +32,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pal_slurm.classification import failslow
 from pal_slurm.classification.failslow import FailSlowSettings
@@ -48,13 +49,21 @@ DAY = 24 * HOUR
 @dataclass(frozen=True)
 class LearnSettings:
     """The timer, the window, the rule placement takes passive factors by, the re-profile's delay,
-    and the estimator's and the monitor's own knobs (the product's defaults)."""
+    and the estimator's and the monitor's own knobs (the product's defaults). `flags`: run the
+    fail-slow monitor and re-profile what it flags (off: placement by passive factors alone).
+    `use`: which passive factors placement takes, "disagree" (those resting on `use_min_paced`
+    paced jobs that disagree with the benchmark beyond both uncertainties: `failslow.disagreement`
+    with the benchmark's relative uncertainty `benchmark_noise`, as `pal report` marks them) or
+    "paced" (every one resting on `use_min_paced` paced jobs: the placer's rule)."""
 
     every_s: float = HOUR
     window_s: float = 14 * DAY
     use_min_paced: int = 10
     reprofile_delay_s: float = 2 * HOUR
     since_profile: bool = True
+    flags: bool = True
+    use: Literal["disagree", "paced"] = "disagree"
+    benchmark_noise: float = 0.02
     passive: PassiveSettings = field(default_factory=PassiveSettings)
     failslow: FailSlowSettings = field(default_factory=FailSlowSettings)
 
@@ -135,7 +144,8 @@ class PassiveBelief:
             self.runs.popleft()
         bench = {k: {c: v[g] for c, v in self._bench.items()} for g, k in enumerate(self.keys)}
         result = self.result = estimate(self._evidence(), s.passive)
-        flags = failslow.detect(failslow.observations(self.runs, result.baselines, bench, self.profiled), s.failslow)
+        flags = (failslow.detect(failslow.observations(self.runs, result.baselines, bench, self.profiled), s.failslow)
+                 if s.flags else [])
         for f in flags:
             g = self.index[f.gpu]
             if g not in self._pending:
@@ -156,10 +166,16 @@ class PassiveBelief:
     def _place_by(self, result: PassiveResult) -> bool:
         """Placement's factors: passive where a GPU paced enough jobs of the class, else the
         benchmark's; True when they moved."""
+        s = self.settings
         believed = {c: list(v) for c, v in self._bench.items()}
         for e in result.estimates:
-            if e.paced >= self.settings.use_min_paced and e.job_class in believed:
-                believed[e.job_class][self.index[e.gpu]] = e.factor
+            if e.paced < s.use_min_paced or e.job_class not in believed:
+                continue
+            g = self.index[e.gpu]
+            bench = self._bench[e.job_class][g]
+            if s.use == "paced" or failslow.disagreement(e, bench * (1 - s.benchmark_noise),
+                                                          bench * (1 + s.benchmark_noise)):
+                believed[e.job_class][g] = e.factor
         frozen = {c: tuple(v) for c, v in believed.items()}
         if frozen == self._believed:
             return False
