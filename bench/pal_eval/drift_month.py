@@ -171,8 +171,9 @@ def run(setup: Setup, arms: Sequence[str]) -> int:
           f"{w.days:g} days at {w.load:.0%} offered load; {len(drifted)} GPUs ({setup.share:.0%}) turn "
           f"{setup.factor:g}x slower for classes {', '.join(spec.classes)} at moments spread over the month, "
           f"{sum(d.recovers for d in drifted)} of them fixable by a re-profile", flush=True)
-    print(f"passive arm: every {setup.every_h:g} h, the last {setup.window_days:g} days of finished jobs; passive "
-          f"factor where a GPU paced >= {setup.use_min_paced} jobs of the class; a flagged GPU re-profiled "
+    print(f"passive arm: every {setup.every_h:g} h, the last {setup.window_days:g} days of finished jobs (a GPU's "
+          f"since its latest profile); its passive factor where it paced >= {setup.use_min_paced} jobs of the class "
+          f"and disagrees with the benchmark beyond both uncertainties; a flagged GPU re-profiled "
           f"{setup.reprofile_delay_h:g} h later (the oracle: {setup.reprofile_delay_h:g} h after its drift)\n",
           flush=True)
     done: dict[str, Arm] = {}
