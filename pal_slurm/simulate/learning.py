@@ -8,9 +8,10 @@ fail-slow CUSUM (`failslow.observations` and `detect`, stateless over the window
 benchmark factors. Then:
 
 - **placement's factors**: a GPU's passive factor replaces its benchmark factor for a class where
-  it paced at least `use_min_paced` jobs of it (`[classification] passive_use_min_paced`, the rule
-  of pal_slurm.placer.factors.with_passive), the benchmark's elsewhere. It replaces the PerfVar,
-  which is what pal-guard ranks by (and the slowdown factor, which the artifact's policies rank by);
+  it paced at least `use_min_paced` jobs of it (`[classification] passive_use_min_paced`) and, by
+  default (`use = "disagree"`), disagrees with the benchmark beyond both uncertainties; the
+  benchmark's elsewhere. It replaces the PerfVar, which is what pal-guard ranks by (and the
+  slowdown factor, which the artifact's policies rank by);
 - **fail-slow flags**: a GPU newly flagged is re-profiled `reprofile_delay_s` later (`pal profile
   submit --flagged`; the profiling job's own time on the node is not simulated): its benchmark
   factors become what it measures then, after the repair of a fixable GPU
@@ -19,10 +20,15 @@ benchmark factors. Then:
 What it reads of the run: the finished jobs (`observe`: fingerprint, class, GPUs, run time, time
 limit, as accounting records them) and, at a re-profile, that GPU's truth. Nothing else.
 
-`since_profile` (on by default) is the one rule here that `pal gpus learn` lacks: a GPU's runs
-that began before its latest profile are not evidence of its speed now (its fail-slow CUSUM
-already starts there). Without it a re-profiled GPU keeps the passive factor of its old runs
-for up to a window: a repaired GPU looks slow, a GPU that turned slow looks as it was.
+Two rules here are not `pal gpus learn`'s and the placer's (docs/simulation.md measures both ways):
+
+- `use = "disagree"`: the placer (pal_slurm.placer.factors.with_passive) takes every passive factor
+  resting on enough paced jobs ("paced"), trading a precise benchmark for a noisier estimate on
+  every healthy GPU; here a passive factor places only where the benchmark is contradicted;
+- `since_profile`: a GPU's runs that began before its latest profile are not evidence of its speed
+  now (its fail-slow CUSUM already starts there). Without it a re-profiled GPU keeps the passive
+  factor of its old runs for up to a window: a repaired GPU looks slow, a GPU that turned slow
+  looks as it was.
 """
 
 from __future__ import annotations
