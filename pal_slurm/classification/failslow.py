@@ -61,7 +61,7 @@ from typing import Literal
 from pal_slurm.classification.passive import JobRun, PassiveEstimate
 
 __all__ = ["COMPUTE_CLASSES", "FailSlowFlag", "FailSlowMonitor", "FailSlowSettings", "Observation", "detect",
-           "disagreement"]
+           "disagreement", "observations"]
 
 IGNORED_UNUSABLE = "run time or baseline not a positive number"
 IGNORED_LIMIT = "reached or beyond its time limit"
@@ -246,6 +246,27 @@ class FailSlowMonitor:
         for o in sorted(observations, key=lambda o: o.run.ended_at):
             flags += self.observe(o.run, o.baseline_s, o.benchmark)
         return flags
+
+
+def observations(runs: Iterable[JobRun], baselines: Mapping[str, float], bench: Mapping[str, Mapping[str, float]],
+                 starts: Mapping[str, float]) -> list[Observation]:
+    """The runs the monitor reads: those whose fingerprint has a baseline (`PassiveResult.baselines`)
+    and every GPU of which has a benchmark factor for the run's class (`bench`: GPU -> class ->
+    factor), each GPU's run begun at or after its start (`starts`: GPU -> when its runs count
+    against its benchmark, its last profile or the clearing of its last flag; 0 where absent)."""
+    out = []
+    for run in runs:
+        base = baselines.get(run.fingerprint)
+        if base is None:
+            continue
+        factors = {g: bench.get(g, {}).get(run.job_class) for g in run.gpus}
+        if any(f is None for f in factors.values()):
+            continue
+        begun = run.ended_at - run.runtime_s
+        if any(begun < starts.get(g, 0.0) for g in run.gpus):
+            continue
+        out.append(Observation(run, base, {g: float(f) for g, f in factors.items() if f is not None}))
+    return out
 
 
 def detect(observations: Iterable[Observation], settings: FailSlowSettings = FailSlowSettings()) -> list[FailSlowFlag]:

@@ -80,7 +80,8 @@ def build_placer(cfg: PalConfig, engine: Callable[[], Engine], *, mode: str | No
     runner = DbWorker().start().submit if background_db else None
     factors = FactorCache(engine, refresh_s=pc.classes_refresh_s, classes=list(cfg.job_classes), runner=runner,
                           passive_min_paced=cfg.classification.passive_use_min_paced
-                          if cfg.classification.passive == "use" else None)
+                          if cfg.classification.passive == "use" else None,
+                          benchmark_noise=cfg.classification.benchmark_noise)
     rules = ClassRules(engine, pc.classes_refresh_s, cfg.jobs.default_class, runner=runner)
 
     def identities(jobs: Any) -> None:

@@ -17,8 +17,10 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
+from pal_slurm.classification import failslow
 from pal_slurm.classification.failslow import FailSlowFlag, FailSlowSettings, Observation, detect
 from pal_slurm.classification.passive import PassiveResult, PassiveSettings, estimate
+from pal_slurm.classification.passive_use import since_profile
 from pal_slurm.config.schema import PalConfig
 from pal_slurm.db.engine import session_scope
 from pal_slurm.db.migrate import require_current
@@ -76,15 +78,19 @@ def _benchmark_factors(engine: Engine) -> dict[str, dict[str, float]]:
     return {g.uuid: dict(g.slowdown) for g in stored.gpus if g.uuid is not None}
 
 
-def _starts(engine: Engine) -> dict[str, float]:
+def _last_profiles(engine: Engine) -> dict[str, float]:
+    """UUID -> when its latest profile run started (epoch seconds)."""
+    with session_scope(engine) as session:
+        return {uuid: last.timestamp() for uuid, last in session.execute(
+            select(Gpu.uuid, func.max(ProfileRun.started_at)).join(ProfileRun, ProfileRun.gpu_id == Gpu.id)
+            .group_by(Gpu.uuid)) if last is not None}
+
+
+def _starts(engine: Engine, profiled: Mapping[str, float]) -> dict[str, float]:
     """UUID -> from when its runs count against its benchmark: its last profile run, or the
     clearing of its last fail-slow flag, whichever is later (a re-profiled GPU starts afresh)."""
-    out: dict[str, float] = {}
+    out: dict[str, float] = dict(profiled)
     with session_scope(engine) as session:
-        for uuid, last in session.execute(select(Gpu.uuid, func.max(ProfileRun.started_at))
-                                          .join(ProfileRun, ProfileRun.gpu_id == Gpu.id).group_by(Gpu.uuid)):
-            if last is not None:
-                out[uuid] = last.timestamp()
         for uuid, cleared in session.execute(select(GpuFlag.gpu_uuid, func.max(GpuFlag.cleared_at))
                                              .where(GpuFlag.kind == FAIL_SLOW, GpuFlag.cleared_at.is_not(None))
                                              .group_by(GpuFlag.gpu_uuid)):
@@ -93,23 +99,22 @@ def _starts(engine: Engine) -> dict[str, float]:
     return out
 
 
+def _since_profile(ledger: LedgerRuns, profiled: Mapping[str, float]) -> LedgerRuns:
+    """The ledger without the runs begun before the latest profile of one of their GPUs
+    (classification.passive_use.since_profile), counted."""
+    kept = since_profile(ledger.runs, profiled)
+    dropped = len(ledger.runs) - len(kept)
+    if not dropped:
+        return ledger
+    unusable = {**ledger.unusable, "begun before its GPU's latest profile": dropped}
+    return LedgerRuns(tuple(kept), ledger.gpus, unusable)
+
+
 def observations(ledger: LedgerRuns, result: PassiveResult, bench: Mapping[str, Mapping[str, float]],
                  starts: Mapping[str, float]) -> list[Observation]:
-    """The runs the fail-slow monitor reads: those with a baseline, every GPU of them with a
-    benchmark factor for the class, all of them started after each GPU's start (pure)."""
-    out = []
-    for run in ledger.runs:
-        base = result.baselines.get(run.fingerprint)
-        if base is None:
-            continue
-        factors = {g: bench.get(g, {}).get(run.job_class) for g in run.gpus}
-        if any(f is None for f in factors.values()):
-            continue
-        begun = run.ended_at - run.runtime_s
-        if any(begun < starts.get(g, 0.0) for g in run.gpus):
-            continue
-        out.append(Observation(run, base, {g: float(f) for g, f in factors.items() if f is not None}))
-    return out
+    """The runs the fail-slow monitor reads (`failslow.observations`: those with a baseline, every
+    GPU of them with a benchmark factor for the class, all of them started after each GPU's start)."""
+    return failslow.observations(ledger.runs, result.baselines, bench, starts)
 
 
 def learn(engine: Engine, cfg: PalConfig, *, now: datetime | None = None, days: float | None = None,
@@ -123,12 +128,14 @@ def learn(engine: Engine, cfg: PalConfig, *, now: datetime | None = None, days: 
     since = now - timedelta(days=window)
     with session_scope(engine) as session:
         ledger = load_runs(session, since, history_class=cfg.jobs.default_class)
+    profiled = _last_profiles(engine)
+    ledger = _since_profile(ledger, profiled)
     result = estimate(ledger.runs, passive_settings(cfg))
     bench = _benchmark_factors(engine)
     notes = []
     if not bench:
         notes.append("no classification yet: passive factors are learned, fail-slow needs a benchmark to compare")
-    flags = tuple(detect(observations(ledger, result, bench, _starts(engine)), failslow_settings(cfg)))
+    flags = tuple(detect(observations(ledger, result, bench, _starts(engine, profiled)), failslow_settings(cfg)))
     gpus = {u: (g.node, g.minor) for u, g in ledger.gpus.items()}
     if not apply:
         return LearnOutcome(len(ledger.runs), ledger.unusable, result, flags, gpus=gpus, notes=tuple(notes))

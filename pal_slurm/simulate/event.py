@@ -6,6 +6,9 @@ the placement daemon runs its cycle (placer/cycle.py); a stage that returns Fals
 event there:
 
     ends       jobs whose GPUs are free again: their outcomes, their GPUs back
+    drift      (only with a drifting fleet, simulate/drift.py) the GPUs' true pace and the
+               cluster the policy believes in, as of now: a running job on a GPU whose pace
+               changed runs its remaining work at the new pace
     view       what the scheduler believes of the running jobs now (simulate/running.py, on
                placement/belief.py, the model the daemon's placer/problem.py shares): a job
                whose work has ended is COMPLETING, expected back at its release; a job that
@@ -18,11 +21,13 @@ event there:
     start      the placed jobs start: their GPUs taken, their true run time, what the
                scheduler knows of them
 
-An event is a job seen, a job's GPUs free again, a backfill pass falling due, or a running job
-outliving its learned runtime, the last two only while a pass could place something. Running
-jobs never move (sticky semantics, whatever the policy's own round-mode behaviour). A job's run
-time is its nominal run time x the largest raw PerfVar of its class over its GPUs (a synchronous
-job runs at its slowest GPU's pace) x the locality penalty when it spans nodes.
+An event is a job seen, a job's GPUs free again, a backfill pass falling due, a running job
+outliving its learned runtime (the last two only while a pass could place something), or a
+drifting fleet's change. Running jobs never move (sticky semantics, whatever the policy's own
+round-mode behaviour). A job's run time is its nominal run time x the largest raw PerfVar of its
+class over its GPUs (a synchronous job runs at its slowest GPU's pace) x the locality penalty
+when it spans nodes. The cluster is what the policy ranks by and what slows a job; with a
+drifting fleet (`drift=`) the drift says both as they change (pal_slurm.simulate.pacing).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from pal_slurm.placement.orders import QueueOrder, get_order
 from pal_slurm.placement.policies import Policy
 from pal_slurm.simulate.estimates import EXACT, RuntimeEstimate
 from pal_slurm.simulate.metrics import JobOutcome, run_metrics, variability_gpu_s
+from pal_slurm.simulate.pacing import Drift, PacedJobs
 from pal_slurm.simulate.result import SimResult
 from pal_slurm.simulate.running import RunningJobs
 from pal_slurm.simulate.tax import best_free_tax, unavoidable_tax
@@ -120,10 +126,12 @@ class Run:
     shaped: Callable[[int], int | None]  # GPUs per node of a job of N GPUs, as submitted
     progress: Progress | None = None
     on_decision: DecisionHook | None = None
+    drift: Drift | None = None
 
     @classmethod
     def of(cls, trace: Trace, cluster: Cluster, policy: Policy, options: EventOptions,
-           progress: Progress | None = None, on_decision: DecisionHook | None = None) -> Run:
+           progress: Progress | None = None, on_decision: DecisionHook | None = None,
+           drift: Drift | None = None) -> Run:
         order = get_order(options.order)  # an unknown name fails here, FIFO's included
         ctx = PlacementContext(locality_penalty=options.locality_penalty, rng=random.Random(options.seed),
                                wait_fraction=options.wait_fraction, max_wait_s=options.max_wait_s)
@@ -132,8 +140,11 @@ class Run:
         by_id = {j.job_id: j for j in jobs}
         if len(by_id) != len(jobs):
             raise ValueError(f"{trace.name}: job ids are not unique")
+        if drift is not None and options.release_latency_s > 0:
+            # a COMPLETING job's release is planned from its work's end at its start
+            raise ValueError("a drifting fleet is simulated without a release latency")
         return cls(trace, cluster, policy, options, ctx, None if options.order == "fifo" else order, jobs, by_id,
-                   _shaper(cluster), progress, on_decision)
+                   _shaper(cluster), progress, on_decision, drift)
 
 
 @dataclass
@@ -164,12 +175,18 @@ class State:
     busy_gpu_s: float = 0.0
     passes: Passes = field(default_factory=Passes)
     decision: Decision | None = None  # this event's decision
+    believed: Cluster | None = None  # what the policy ranks by (None: the run's cluster)
+    paced: PacedJobs | None = None  # a drifting fleet's running jobs, their progress at a changing pace
 
 
 def simulate_events(trace: Trace, cluster: Cluster, policy: Policy, options: EventOptions = EventOptions(),
-                    progress: Progress | None = None, on_decision: DecisionHook | None = None) -> SimResult:
-    run = Run.of(trace, cluster, policy, options, progress, on_decision)
-    s = State(running=RunningJobs(options.release_latency_s), free=set(range(cluster.size)))
+                    progress: Progress | None = None, on_decision: DecisionHook | None = None,
+                    drift: Drift | None = None) -> SimResult:
+    """`trace` on `cluster` under `policy`; with `drift`, on a fleet whose GPUs change speed (the
+    module doc)."""
+    run = Run.of(trace, cluster, policy, options, progress, on_decision, drift)
+    s = State(running=RunningJobs(options.release_latency_s), free=set(range(cluster.size)),
+              paced=None if drift is None else PacedJobs(drift, options.locality_penalty, cluster.node_of))
     while s.seen < len(run.jobs) or s.freeing:
         s.now = next_event(run, s)
         for stage in STAGES:
@@ -188,20 +205,42 @@ def next_event(run: Run, s: State) -> float:
                 if run.policy.backfills and s.passes.backfill_dirty and could_place else math.inf)
     outlived = s.running.next_outlived
     learned = max(outlived, s.now) if outlived is not None and could_place else math.inf
-    return min(seen, freed, backfill, learned)
+    changes = max(run.drift.next_change(), s.now) if run.drift is not None else math.inf
+    return min(seen, freed, backfill, learned, changes)
 
 
 # -- the stages, in the order they run ------------------------------------------------------
 def ends(run: Run, s: State) -> bool:
     release = run.options.release_latency_s
     while s.freeing and s.freeing[0][0] <= s.now:
-        _, _, job_id = heapq.heappop(s.freeing)
+        t, _, job_id = heapq.heappop(s.freeing)
+        if s.paced is not None and not s.paced.current(job_id, t):
+            continue  # an end the job's pace moved
         gpus = s.running.finish(job_id)
         s.free.update(gpus)
-        s.outcomes[job_id] = _outcome(run.by_id[job_id], gpus, s.started[job_id], s.now - release, run.cluster)
+        s.outcomes[job_id] = _outcome(run.by_id[job_id], gpus, s.started[job_id], s.now - release, run.cluster, s.paced)
         s.passes.freed = s.passes.backfill_dirty = True
         if run.progress is not None:
             run.progress(len(s.outcomes))
+    return True
+
+
+def drift(run: Run, s: State) -> bool:
+    """A drifting fleet as of now: the running jobs on GPUs whose pace changed run their remaining
+    work at the new pace (their GPUs free again at the new end); a moved belief is a new cluster
+    for the next pass."""
+    if run.drift is None or s.paced is None:
+        return True
+    changed, moved = run.drift.advance(s.now)
+    if changed:
+        for job_id, gpus in list(s.running.gpus.items()):
+            if not changed.isdisjoint(gpus) and (moved_end := s.paced.repace(run.by_id[job_id], gpus, s.now)):
+                end, before = moved_end
+                s.busy_gpu_s += (end - before) * len(gpus)
+                heapq.heappush(s.freeing, (end, s.paced.seq[job_id], job_id))
+    if moved:
+        s.believed = run.drift.believed
+        s.passes.freed = s.passes.backfill_dirty = True  # the factors a pass ranks by moved
     return True
 
 
@@ -243,7 +282,7 @@ def decide(run: Run, s: State) -> bool:
         return False  # nothing a pass could change: same free GPUs, same head of line
     if p.backfill:
         p.next_backfill, p.backfill_dirty = s.now + run.options.backfill_interval_s, False
-    snap = Snapshot(cluster=run.cluster, free=frozenset(s.free), running=s.running.gpus, now=s.now,
+    snap = Snapshot(cluster=s.believed or run.cluster, free=frozenset(s.free), running=s.running.gpus, now=s.now,
                     expected_end=s.running.ends, known_releases=tuple(s.running.releases))
     # the queue is kept in arrival order, which is FIFO's order already
     s.decision = decide_placements(run.policy, run.order, snap, s.waiting, run.ctx, backfill=p.backfill)
@@ -262,7 +301,10 @@ def start(run: Run, s: State) -> bool:
         job = run.by_id[a.job_id]
         s.free.difference_update(a.gpus)
         began = s.started[a.job_id] = s.now + opts.start_latency_s
-        dur = runtime_s(job, a.gpus, run.cluster, opts.locality_penalty)
+        if s.paced is None:
+            dur = runtime_s(job, a.gpus, run.cluster, opts.locality_penalty)
+        else:
+            dur = s.paced.start(job, a.gpus, began, seq=len(s.started))
         s.busy_gpu_s += dur * len(a.gpus)
         seen_start = began - opts.start_lead_s  # Slurm's StartTime
         s.running.start(a.job_id, a.gpus, opts.runtime_estimate.running(job, seen_start, dur), seen_at=seen_start,
@@ -280,7 +322,7 @@ def start(run: Run, s: State) -> bool:
     return True
 
 
-STAGES: tuple[Callable[[Run, State], bool], ...] = (ends, view, arrivals, decide, start)
+STAGES: tuple[Callable[[Run, State], bool], ...] = (ends, drift, view, arrivals, decide, start)
 
 
 # -- the run's result -----------------------------------------------------------------------
@@ -296,12 +338,18 @@ def result(run: Run, s: State) -> SimResult:
                      tax_unavoidable_gpu_s=unavoidable_tax(ordered, cluster, s.shapes))
 
 
-def _outcome(job: TraceJob, gpus: tuple[int, ...], start: float, finish: float, cluster: Cluster) -> JobOutcome:
+def _outcome(job: TraceJob, gpus: tuple[int, ...], start: float, finish: float, cluster: Cluster,
+             paced: PacedJobs | None = None) -> JobOutcome:
     """A finished job, with the variability tax of the GPUs it ran on: its pace is the one
-    `runtime_s` charged it (the slowest of its GPUs), fixed for the whole run."""
-    signed = variability_gpu_s(len(gpus), job.nominal_runtime_s, max(cluster.pv(job.job_class)[g] for g in gpus))
+    `runtime_s` charged it (the slowest of its GPUs), fixed for the whole run; on a drifting fleet
+    (`paced`) each stretch of one pace is charged at it (PacedJobs.finish), and the fleet is told."""
+    if paced is None:
+        signed = variability_gpu_s(len(gpus), job.nominal_runtime_s, max(cluster.pv(job.job_class)[g] for g in gpus))
+        tax = max(0.0, signed)
+    else:
+        tax, signed = paced.finish(job, gpus, start, finish)
     return JobOutcome(job.job_id, job.num_gpus, job.submit_time, start, finish, gpu_ids=gpus,
-                      job_class=job.job_class, nominal_s=job.nominal_runtime_s, tax_gpu_s=max(0.0, signed),
+                      job_class=job.job_class, nominal_s=job.nominal_runtime_s, tax_gpu_s=tax,
                       variability_gpu_s_signed=signed)
 
 
