@@ -174,15 +174,9 @@ def save_estimates(session: Session, result: PassiveResult, gpus: Mapping[str, S
 
 
 @dataclass(frozen=True, slots=True)
-class StoredPassive:
-    """One stored estimate, as the views read it."""
+class StoredPassive(PassiveEstimate):
+    """One stored estimate, as the views read it: the estimate and when it was learned."""
 
-    factor: float
-    low: float
-    high: float
-    jobs: int
-    paced: int
-    gpu_hours: float
     computed_at: datetime
 
     def as_dict(self) -> dict[str, object]:
@@ -195,8 +189,8 @@ def load_passive(session: Session) -> dict[str, dict[str, StoredPassive]]:
     out: dict[str, dict[str, StoredPassive]] = {}
     q = select(Gpu.uuid, GpuPassiveSpeed).join(Gpu, Gpu.id == GpuPassiveSpeed.gpu_id)
     for uuid, p in session.execute(q):
-        out.setdefault(uuid, {})[p.job_class] = StoredPassive(p.factor, p.low, p.high, p.jobs, p.paced, p.gpu_hours,
-                                                              p.computed_at)
+        out.setdefault(uuid, {})[p.job_class] = StoredPassive(uuid, p.job_class, p.factor, p.low, p.high, p.jobs,
+                                                              p.paced, p.gpu_hours, p.computed_at)
     return out
 
 

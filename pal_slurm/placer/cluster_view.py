@@ -31,23 +31,9 @@ from pal_slurm.placer.holds import is_placed_by_pal
 from pal_slurm.slurm.gresconf import natural_key as _natural
 from pal_slurm.slurm.gresconf import slot_of_type
 from pal_slurm.slurm.hostlist import expand_nodes
-from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from pal_slurm.slurm.model import Slot, SlurmJob, SlurmNode
 from pal_slurm.slurm.quarantine_model import is_holder
 from pal_slurm.slurm.tres import parsed_gres_alloc, parsed_tres
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One steerable GPU: node, device minor, and the GRES type that names exactly it."""
-
-    node: str
-    minor: int
-    gres_type: str
-
-    @property
-    def name(self) -> str:
-        """`node:minor`, as the audit and the log name a GPU."""
-        return f"{self.node}:{self.minor}"
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,6 @@ def with_passive(engine: Engine, rows: list[dict[str, Any]], cfg: PalConfig | No
     `disagrees`: slower/faster than the benchmark beyond both uncertainties, or None) and its open
     flags (`flags`: kind -> detail; the agent's clock drift, passive fail-slow)."""
     from pal_slurm.classification.failslow import disagreement
-    from pal_slurm.classification.passive import PassiveEstimate
     from pal_slurm.db.passive_store import load_passive, open_flags
 
     noise = cfg.classification.benchmark_noise if cfg is not None else 0.02
@@ -82,8 +81,7 @@ def with_passive(engine: Engine, rows: list[dict[str, Any]], cfg: PalConfig | No
             bench = (r["classes"].get(cls) or {}).get("slowdown")
             r["passive"][cls] = {**p.as_dict(), "benchmark": bench,
                                  "disagrees": None if bench is None else
-                                 disagreement(PassiveEstimate(r["uuid"], cls, p.factor, p.low, p.high, p.jobs, p.paced,
-                                                              p.gpu_hours), bench * (1 - noise), bench * (1 + noise))}
+                                 disagreement(p, bench * (1 - noise), bench * (1 + noise))}
         r["flags"] = dict(sorted(flags.get(r["uuid"], {}).items()))
     return rows
 

@@ -155,3 +155,17 @@ class SlurmNode:
     @property
     def free_memory_mb(self) -> int:
         return max(self.real_memory_mb - self.alloc_memory_mb, 0)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One steerable GPU: node, device minor, and the GRES type that names exactly it."""
+
+    node: str
+    minor: int
+    gres_type: str
+
+    @property
+    def name(self) -> str:
+        """`node:minor`, as the audit and the log name a GPU."""
+        return f"{self.node}:{self.minor}"

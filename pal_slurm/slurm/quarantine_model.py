@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from pal_slurm.slurm.gresconf import natural_key, slot_of_type
 from pal_slurm.slurm.hostlist import expand_nodes
-from pal_slurm.slurm.model import SlurmJob, SlurmNode
+from pal_slurm.slurm.model import Slot, SlurmJob, SlurmNode
 from pal_slurm.slurm.tres import parsed_gres_alloc, parsed_tres
 
 #: the holder's job name
@@ -57,19 +57,6 @@ class Refused(ValueError):
     """The quarantine or release must not be done; the message says why (one line)."""
 
 
-@dataclass(frozen=True)
-class QSlot:
-    """One GPU slot: its node, its device minor and the GRES type that names exactly it."""
-
-    node: str
-    minor: int
-    gres_type: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.node}:{self.minor}"
-
-
 def parse_gpu(text: str) -> tuple[str, int] | None:
     """`node:minor` -> (node, minor); None for anything else (a UUID, a typo)."""
     m = _GPU.match(text.strip())
@@ -87,7 +74,7 @@ def gpu_count(node: SlurmNode) -> int:
     return sum(u.count for u in parsed_gres_alloc(node.gres) if u.name == "gpu")
 
 
-def find_slot(nodes: Sequence[SlurmNode], node_name: str, minor: int) -> QSlot:
+def find_slot(nodes: Sequence[SlurmNode], node_name: str, minor: int) -> Slot:
     """The slot an administrator named, as Slurm has it; Refused when Slurm has no such slot."""
     by_name = {n.name: n for n in nodes}
     node = by_name.get(node_name)
@@ -101,14 +88,14 @@ def find_slot(nodes: Sequence[SlurmNode], node_name: str, minor: int) -> QSlot:
     if minor not in slots:
         raise Refused(f"{node_name} has no GPU slot {minor} in Slurm (slots: "
                       f"{', '.join(str(m) for m in sorted(slots))})")
-    return QSlot(node_name, minor, slots[minor])
+    return Slot(node_name, minor, slots[minor])
 
 
 @dataclass(frozen=True)
 class QuarantineTag:
     """What the holder's admin comment records: the slot, when, by whom and why."""
 
-    slot: QSlot
+    slot: Slot
     at: int
     by: str
     reason: str = ""
@@ -122,7 +109,7 @@ class QuarantineTag:
         m = _TAG.match((text or "").strip())
         if m is None:
             return None
-        slot = QSlot(m.group("node"), int(m.group("minor")), m.group("type"))
+        slot = Slot(m.group("node"), int(m.group("minor")), m.group("type"))
         return cls(slot, int(m.group("at")), m.group("by"), (m.group("reason") or "").strip())
 
 
@@ -152,7 +139,7 @@ class Holder:
     tagged: bool = True
 
     @property
-    def slot(self) -> QSlot:
+    def slot(self) -> Slot:
         return self.tag.slot
 
     @property
@@ -213,7 +200,7 @@ class SlurmState:
     holders: tuple[Holder, ...]
 
 
-def jobs_on(slot: QSlot, jobs: Iterable[SlurmJob]) -> list[str]:
+def jobs_on(slot: Slot, jobs: Iterable[SlurmJob]) -> list[str]:
     """The running jobs (not holders) that hold the slot now, from their per-node GRES detail."""
     out = []
     for job in jobs:
@@ -236,7 +223,7 @@ def holder_partition(partitions: Sequence[Partition], node: str) -> str:
     return max(fits, key=lambda p: p.tier).name
 
 
-def submit_argv(slot: QSlot, partition: str, tag: QuarantineTag) -> list[str]:
+def submit_argv(slot: Slot, partition: str, tag: QuarantineTag) -> list[str]:
     """The holder's sbatch (argument list; `--parsable` prints the job id)."""
     return ["sbatch", "--parsable", f"--job-name={HOLDER_NAME}", f"--partition={partition}",
             f"--nodelist={slot.node}", "--nodes=1", "--ntasks=1", "--cpus-per-task=1", "--mem=1",
@@ -272,7 +259,7 @@ def job_id_of(sbatch_output: str) -> str:
     return first
 
 
-__all__ = ["HOLDER_NAME", "Holder", "JOB_ID_PLACEHOLDER", "Partition", "QSlot", "QuarantineTag", "Refused",
+__all__ = ["HOLDER_NAME", "Holder", "JOB_ID_PLACEHOLDER", "Partition", "Slot", "QuarantineTag", "Refused",
            "SlurmState", "TAG_HEAD", "clean_reason", "find_slot", "gpu_count", "holder_partition", "holders",
            "is_holder", "job_id_of", "jobs_on", "node_slots", "parse_gpu", "release_argv", "shown", "start_now_argv",
            "submit_argv", "tag_argv"]

@@ -15,7 +15,7 @@ from pal_slurm.slurm import quarantine_shapes
 from pal_slurm.slurm.quarantine_model import (
     JOB_ID_PLACEHOLDER,
     Holder,
-    QSlot,
+    Slot,
     QuarantineTag,
     Refused,
     SlurmState,
@@ -36,7 +36,7 @@ class QuarantinePlan:
     (the slot is out of service already, or going there: then only a holder requeued after a
     node failure is started at once) or `blocked` pending jobs refuse it."""
 
-    slot: QSlot
+    slot: Slot
     partition: str
     tag: QuarantineTag
     #: holders of this slot Slurm shows already (nothing to do)
@@ -95,7 +95,7 @@ def _check_partition(state: SlurmState, name: str, node: str) -> None:
         raise Refused(f"--partition {name} is not UP: its holder job would not start")
 
 
-def _same(a: QSlot, b: QSlot) -> bool:
+def _same(a: Slot, b: Slot) -> bool:
     return (a.node, a.minor) == (b.node, b.minor)
 
 
@@ -103,7 +103,7 @@ def _same(a: QSlot, b: QSlot) -> bool:
 class ReleasePlan:
     """Put `slot` back in service: cancel its holders (none: it is not out of service)."""
 
-    slot: QSlot
+    slot: Slot
     holders: tuple[Holder, ...]
 
     @property

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from pal_slurm.slurm.hostlist import expand_nodes
 from pal_slurm.slurm.model import SlurmJob, SlurmNode
-from pal_slurm.slurm.quarantine_model import Partition, QSlot, gpu_count, node_slots
+from pal_slurm.slurm.quarantine_model import Partition, Slot, gpu_count, node_slots
 from pal_slurm.slurm.tres import parsed_tres
 
 _COMPLEX_FEATURES = set("|[]*(),")
@@ -84,7 +84,7 @@ class ShapeCheck:
 
 
 def check(jobs: Iterable[SlurmJob], nodes: Sequence[SlurmNode], partitions: Sequence[Partition],
-          held_out: Collection[QSlot], new: QSlot, skip: Collection[str] = ()) -> ShapeCheck:
+          held_out: Collection[Slot], new: Slot, skip: Collection[str] = ()) -> ShapeCheck:
     """The pending jobs (`skip`: the holders' own) the new quarantine would block, given the
     slots already held out."""
     world = _World(nodes, partitions)
@@ -106,7 +106,7 @@ def check(jobs: Iterable[SlurmJob], nodes: Sequence[SlurmNode], partitions: Sequ
     return ShapeCheck(tuple(blocked), tuple(unchecked))
 
 
-def _by_node(slots: Iterable[QSlot]) -> dict[str, frozenset[str]]:
+def _by_node(slots: Iterable[Slot]) -> dict[str, frozenset[str]]:
     out: dict[str, set[str]] = {}
     for s in slots:
         out.setdefault(s.node, set()).add(s.gres_type)
@@ -162,7 +162,7 @@ class _World:
                 return False
         return True
 
-    def why(self, job: SlurmJob, need: Need, held: Mapping[str, frozenset[str]], new: QSlot) -> str:
+    def why(self, job: SlurmJob, need: Need, held: Mapping[str, frozenset[str]], new: Slot) -> str:
         wants = need.describe()
         if new.node in expand_nodes(job.required_nodes):
             left = self.room(new.node, held)

@@ -199,13 +199,13 @@ def test_passive_factors_replace_the_benchmark_only_where_they_contradict_it_on_
 
     g = GpuVariability(perfvar={"A": 1.1, "B": 1.0, "C": 1.0}, slowdown={"A": 1.1, "B": 1.0, "C": 1.0}, uuid="u",
                        node="n", minor=0)
-    p = {"A": StoredPassive(1.4, 1.35, 1.45, 20, 12, 3.0, NOW),   # slower beyond both: taken
-         "B": StoredPassive(1.3, 1.2, 1.4, 5, 4, 1.0, NOW),       # too few paced jobs
-         "C": StoredPassive(1.01, 0.99, 1.03, 40, 30, 9.0, NOW),  # agrees with the benchmark
-         "X": StoredPassive(9.0, 9.0, 9.0, 50, 50, 1.0, NOW)}     # a class the GPU has not
+    p = {"A": StoredPassive("u", "A", 1.4, 1.35, 1.45, 20, 12, 3.0, NOW),   # slower beyond both: taken
+         "B": StoredPassive("u", "B", 1.3, 1.2, 1.4, 5, 4, 1.0, NOW),       # too few paced jobs
+         "C": StoredPassive("u", "C", 1.01, 0.99, 1.03, 40, 30, 9.0, NOW),  # agrees with the benchmark
+         "X": StoredPassive("u", "X", 9.0, 9.0, 9.0, 50, 50, 1.0, NOW)}     # a class the GPU has not
     got = with_passive(g, p, min_paced=10)
     assert got.slowdown == {"A": 1.4, "B": 1.0, "C": 1.0} and got.perfvar == {"A": 1.4, "B": 1.0, "C": 1.0}
-    faster = with_passive(g, {"A": StoredPassive(0.9, 0.88, 0.92, 20, 12, 3.0, NOW)}, min_paced=10)
+    faster = with_passive(g, {"A": StoredPassive("u", "A", 0.9, 0.88, 0.92, 20, 12, 3.0, NOW)}, min_paced=10)
     assert faster.perfvar["A"] == 0.9  # faster beyond both: taken too
     assert with_passive(g, {}, 10) is g
 

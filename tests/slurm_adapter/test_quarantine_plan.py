@@ -16,7 +16,7 @@ from pal_slurm.slurm.quarantine_model import (
     HOLDER_NAME,
     Holder,
     Partition,
-    QSlot,
+    Slot,
     QuarantineTag,
     Refused,
     SlurmState,
@@ -52,7 +52,7 @@ def job(job_id: str, state: str = "PENDING", **kw: object) -> SlurmJob:
 NODES = (node("n1"), node("n2"), node("n3"), node("n4"))
 PARTS = (Partition("gpu", frozenset({"n1", "n2", "n3", "n4"}), 1), Partition("high", frozenset({"n3", "n4"}), 10),
          Partition("down", frozenset({"n4"}), 50, up=False))
-SLOT = QSlot("n4", 3, "v100_g3")
+SLOT = Slot("n4", 3, "v100_g3")
 TAG = QuarantineTag(SLOT, 1_800_000_000, "root", "ECC errors")
 
 
@@ -152,7 +152,7 @@ def test_the_commands_are_argument_lists() -> None:
 
 # ---------------------------------------------------------------- which pending jobs it would strand
 
-def blocked(*jobs: SlurmJob, held_out: tuple[QSlot, ...] = (), nodes: tuple[SlurmNode, ...] = NODES) -> list[str]:
+def blocked(*jobs: SlurmJob, held_out: tuple[Slot, ...] = (), nodes: tuple[SlurmNode, ...] = NODES) -> list[str]:
     return [b.job_id for b in check(jobs, nodes, PARTS, held_out, SLOT).blocked]
 
 
@@ -182,7 +182,7 @@ def test_a_job_that_needs_as_many_full_nodes_as_there_are_is_blocked() -> None:
 
 
 def test_only_what_the_new_quarantine_strands_counts() -> None:
-    other = QSlot("n4", 2, "v100_g2")
+    other = Slot("n4", 2, "v100_g2")
     # already unplaceable with n4:2 out of service: not this quarantine's doing
     assert blocked(job("1", required_nodes="n4", tres_per_node="gres:gpu:4"), held_out=(other,)) == []
     assert blocked(job("2", required_nodes="n4", tres_per_node="gres:gpu:3"), held_out=(other,)) == ["2"]
