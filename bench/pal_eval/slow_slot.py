@@ -297,8 +297,10 @@ def report(args: argparse.Namespace, version: str, inp: Inputs, f: dict[str, Any
               f"opened it at h {flag['seen_trace_h']:.1f}; its jobs' pace {flag['passive_factor']:.2f} against its "
               f"benchmark's {flag['benchmark_factor']:.2f}"
               + (f", with {', '.join(flag['with'])}" if flag["with"] else ""))
-    print(f"false flags (other GPUs): {len(f['false_flags'])}"
-          + "".join(f"\n  {x['gpu']} class {x['class']} at h {x['at_trace_h']:.1f}" for x in f["false_flags"]))
+    print(f"false flags (other GPUs): {len(f['false_flags'])}" + "".join(
+        f"\n  {x['gpu']} class {x['class']} by the end of job {x['crossing_job']} at h {x['at_trace_h']:.1f}: "
+        f"its jobs' pace {x['passive_factor']:.2f}, benchmark {x['benchmark_factor']:.2f}"
+        + (f", with {', '.join(x['with'])}" if x["with"] else "") for x in f["false_flags"]))
     print(f"quarantine asked at h {_h(f['asked_h'])}; holder job {f['holder']} took {name} at h {_h(f['holder_h'])}")
     print(f"jobs started on {name}: {slot['before_change']} before the change, {slot['change_to_holder']} from the "
           f"change to the holder, {slot['after_holder']} after it"

@@ -14,6 +14,13 @@ taken at allocation: how far it lies before the script's start is what the simul
 cannot find its GPUs or factors writes the reason and exits 1, so the replay reports it
 instead of inventing a runtime.
 
+The factors file is read once, when the script starts: a file replaced meanwhile (whole, by a
+rename: harness.write_factors) reaches the jobs that start after it (bench/slow_slot.py slows one
+slot so). Arguments: factors file, record directory, trace id, class, work (real seconds),
+penalty; or, for a command line every run of one job shares (harness.sbatch_argv's
+`same_command`), factors file, record directory, class, penalty, with the trace id and the work
+in the environment (RUN_ENV).
+
 Kept light (no numpy, no database): it starts once per job on a busy machine.
 """
 
