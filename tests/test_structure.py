@@ -81,13 +81,14 @@ PURE = (
 
 #: The harness's pure modules, as paths under bench/pal_eval/: the replay's plan, its fleets and
 #: its sacct export (tested without a cluster, and the prediction's inputs), its arms and the
-#: prediction itself.
+#: prediction itself; the slow-slot experiment's workload and checks.
 HARNESS_PURE = (
     "replay/plan.py",
     "replay/fleet.py",
     "replay/history.py",
     "replay/arms.py",
     "replay/prediction.py",
+    "slow_slot_model.py",
 )
 
 #: Imports a pure module may not reach, directly or through the pal_slurm modules it imports,

@@ -47,7 +47,7 @@ from pal_slurm.simulate.event import EventOptions, simulate_events
 from pal_slurm.simulate.result import SimResult
 from pal_slurm.simulate.traces import Trace, TraceJob
 
-__all__ = ["Fingerprint", "Workload", "draw_fingerprints", "gpu_keys", "job_runs", "simulate", "trace_of"]
+__all__ = ["Fingerprint", "Mix", "Workload", "draw_fingerprints", "gpu_keys", "job_runs", "simulate", "trace_of"]
 
 #: (GPUs, GPUs per node or None, share of fingerprints) on 8-GPU nodes
 SIZES = ((1, None, 0.45), (2, None, 0.15), (4, None, 0.15), (8, None, 0.15), (16, 8, 0.06), (32, 8, 0.04))
@@ -81,16 +81,32 @@ class Workload:
     odd_share: float = 0.0
 
 
-def draw_fingerprints(n: int, seed: int) -> list[Fingerprint]:
-    """`n` fingerprints drawn from the table of the module doc."""
+@dataclass(frozen=True)
+class Mix:
+    """What fingerprints are drawn from: sizes (GPUs, GPUs per node or None, share), classes
+    (class, share), the base time's lognormal (median, p90, clipped to min-max, seconds), and the
+    time limit's padding (base x U[lo, hi]). The default is the module doc's table."""
+
+    sizes: tuple[tuple[int, int | None, float], ...] = SIZES
+    classes: tuple[tuple[str, float], ...] = CLASSES
+    median_s: float = MEDIAN_S
+    p90_s: float = P90_S
+    min_s: float = MIN_S
+    max_s: float = MAX_S
+    pad: tuple[float, float] = (1.6, 3.0)
+
+
+def draw_fingerprints(n: int, seed: int, mix: Mix = Mix()) -> list[Fingerprint]:
+    """`n` fingerprints drawn from `mix` (by default the table of the module doc)."""
     rng = np.random.default_rng(seed)
-    sizes = rng.choice(len(SIZES), size=n, p=[s for *_, s in SIZES])
-    classes = rng.choice(len(CLASSES), size=n, p=[p for _, p in CLASSES])
-    sigma = math.log(P90_S / MEDIAN_S) / Z90
-    base = np.clip(MEDIAN_S * np.exp(sigma * rng.standard_normal(n)), MIN_S, MAX_S).round()
-    pad = rng.uniform(1.6, 3.0, n)
-    return [Fingerprint(name=f"fp{k:04d}", job_class=CLASSES[c][0], gpus=SIZES[s][0], gpus_per_node=SIZES[s][1],
-                        base_s=float(b), limit_s=60.0 * math.ceil(b * p / 60.0), weight=(k + 1) ** -ZIPF)
+    sizes = rng.choice(len(mix.sizes), size=n, p=[s for *_, s in mix.sizes])
+    classes = rng.choice(len(mix.classes), size=n, p=[p for _, p in mix.classes])
+    sigma = math.log(mix.p90_s / mix.median_s) / Z90
+    base = np.clip(mix.median_s * np.exp(sigma * rng.standard_normal(n)), mix.min_s, mix.max_s).round()
+    pad = rng.uniform(*mix.pad, n)
+    return [Fingerprint(name=f"fp{k:04d}", job_class=mix.classes[c][0], gpus=mix.sizes[s][0],
+                        gpus_per_node=mix.sizes[s][1], base_s=float(b), limit_s=60.0 * math.ceil(b * p / 60.0),
+                        weight=(k + 1) ** -ZIPF)
             for k, (s, c, b, p) in enumerate(zip(sizes.tolist(), classes.tolist(), base.tolist(), pad.tolist()))]
 
 

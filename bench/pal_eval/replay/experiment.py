@@ -207,9 +207,12 @@ def _arm_report(arm: Arm, plan: ReplayPlan, cluster: Cluster, settings: ArmSetti
 
 @contextmanager
 def arm_running(arm: str, handle: ClusterHandle, *, db_url: str, work_dir: Path, settings: ArmSettings,
-                horizon_s: float, notes: list[str], say: Callable[[str], None]) -> Iterator[None]:
+                horizon_s: float, notes: list[str], say: Callable[[str], None],
+                mode: str = "enforce") -> Iterator[None]:
     """The cluster set up for one arm: plain Slurm (the filter's kill switch on), or the
-    placer enforcing with the filter on; afterwards the filter is off and the placer gone."""
+    placer with the filter on, enforcing (or in `mode` "observe": the filter holds nothing, the
+    placer records what it would do and keeps its ledger); afterwards the filter is off and the
+    placer gone."""
     from pal_slurm.placer.process import PlacerProcess, wait_heartbeat, write_config
 
     if not Arm.of(arm).placed_by_pal:
@@ -217,7 +220,7 @@ def arm_running(arm: str, handle: ClusterHandle, *, db_url: str, work_dir: Path,
         say(f"arm slurm: plain Slurm (filter off: {handle.kill_switch})")
         yield
         return
-    config = write_config(work_dir, db_url, handle.state_file, mode="enforce", interval=settings.placer_interval_s,
+    config = write_config(work_dir, db_url, handle.state_file, mode=mode, interval=settings.placer_interval_s,
                           policy=settings.placer_policy, hold_s=settings.hold_s, max_hold=max(3600.0, 2 * horizon_s + 600),
                           restart_grace_s=0, locality_penalty=settings.locality_penalty,
                           wait_fraction=settings.wait_fraction, jobs={"runtime_min_jobs": settings.history_min_jobs},
@@ -226,15 +229,39 @@ def arm_running(arm: str, handle: ClusterHandle, *, db_url: str, work_dir: Path,
     log.unlink(missing_ok=True)
     placer = PlacerProcess(config, dict(handle.env), log)
     try:
-        wait_heartbeat(handle.state_file, placer)
+        if mode == "enforce":
+            wait_heartbeat(handle.state_file, placer)
+        else:
+            _wait_published(handle.state_file, placer, mode)
         handle.kill_switch.unlink(missing_ok=True)
-        say(f"arm {arm}: pal placer enforcing {settings.placer_policy} (log {log})")
+        say(f"arm {arm}: pal placer {'enforcing' if mode == 'enforce' else mode + 's'} {settings.placer_policy} "
+            f"(log {log})")
         yield
     finally:
         handle.kill_switch.touch()
         rc = placer.stop()
         if rc not in (0, -15):
             notes.append(f"pal placer exited with status {rc} (log {log})")
+
+
+def _wait_published(state_file: Path, placer: Any, mode: str, timeout: float = 30.0) -> None:
+    """Until the placer has published `mode` in the filter's state, written since it started
+    (observe mode publishes no heartbeat: the filter holds nothing)."""
+    from pal_slurm.slurm.filter_state import published_mode
+
+    start = time.time()
+    deadline = start + timeout
+
+    def written() -> bool:
+        try:
+            return state_file.stat().st_mtime >= start - 1.0
+        except OSError:
+            return False
+
+    while not (written() and published_mode(state_file) == mode):
+        if placer.proc.poll() is not None or time.time() > deadline:
+            raise PalError(f"pal placer did not publish mode {mode} in {state_file} (log {placer.log})")
+        time.sleep(0.2)
 
 
 def clear_history(db_url: str) -> int:

@@ -33,6 +33,7 @@ from typing import Any
 
 from pal_slurm.errors import PalError, SlurmError
 from pal_eval.replay.cancel import cancel_all, cancel_note
+from pal_eval.replay.job import RUN_ENV
 from pal_eval.replay.plan import ReplayJob, ReplayPlan
 from pal_slurm.simulate.metrics import JobOutcome, variability_gpu_s
 from pal_slurm.slurm import parse_json
@@ -139,17 +140,23 @@ def job_script(python: str) -> str:
 
 
 def sbatch_argv(job: ReplayJob, *, script: Path, factors: Path, records: Path, logs: Path,
-                locality_penalty: float, partition: str | None = None) -> list[str]:
+                locality_penalty: float, partition: str | None = None, same_command: bool = False) -> list[str]:
     """Plain sbatch: the job's shape, its time limit, its class as a comment (what a user's
-    `--comment=pal:class=X` says; the submit filter reads it), nothing else."""
+    `--comment=pal:class=X` says; the submit filter reads it), nothing else. With `same_command`
+    the run's own values (trace id, work) go in its environment (pal_eval.replay.job.RUN_ENV), so
+    every run of one job name and class has one command line, as a site's recurring job has: what
+    a job's fingerprint (user, name, command) keys."""
     argv = ["sbatch", "--parsable", f"--job-name={job.name}", f"--nodes={job.nodes}", "--ntasks-per-node=1",
             f"--gres=gpu:{job.gpus_per_node}", f"--time={job.limit_min}", f"--output={logs}/%j.out",
             f"--comment=pal:class={job.job.job_class}"]
     if partition:
         argv.append(f"--partition={partition}")
-    argv += [str(script), str(factors), str(records), job.job.job_id, job.job.job_class, f"{job.work_s:.6f}",
-             f"{locality_penalty:g}"]
-    return argv
+    run = [job.job.job_id, f"{job.work_s:.6f}"]
+    if same_command:
+        argv.append("--export=ALL," + ",".join(f"{k}={v}" for k, v in zip(RUN_ENV, run)))
+        return [*argv, str(script), str(factors), str(records), job.job.job_class, f"{locality_penalty:g}"]
+    return [*argv, str(script), str(factors), str(records), run[0], job.job.job_class, run[1],
+            f"{locality_penalty:g}"]
 
 
 def worst_factor(factors: Mapping[str, Mapping[str, Mapping[str, float]]], job_class: str) -> float:
@@ -204,12 +211,20 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+#: a hook `run_arm` calls on every poll with the run so far and the time; False stops the
+#: submissions (the plan's jobs not yet submitted are dropped; those submitted are waited for)
+Tick = Callable[[ArmRun, float], bool]
+
+
 def run_arm(plan: ReplayPlan, *, arm: str, work_dir: Path, factors: Mapping[str, Mapping[str, Mapping[str, float]]],
             locality_penalty: float, env: Mapping[str, str] | None = None, python: str = sys.executable,
             partition: str | None = None, poll_s: float = 0.25, squeue_every_s: float = 2.0,
             overrun: float = OVERRUN, overrun_slack_s: float = 30.0, say: Say | None = None,
-            never_starts_grace_s: float = NEVER_STARTS_GRACE_S) -> ArmRun:
-    """Submit the plan's jobs at their times and wait for all of them (see the module doc)."""
+            never_starts_grace_s: float = NEVER_STARTS_GRACE_S, tick: Tick | None = None,
+            same_command: bool = False) -> ArmRun:
+    """Submit the plan's jobs at their times and wait for all of them (see the module doc);
+    `tick` is called on every poll (an experiment that acts while the arm runs); `same_command`:
+    see `sbatch_argv`."""
     records, logs, script, factors_file = _arm_files(work_dir, python, factors)
     run = ArmRun(arm=arm, t0=time.time())
     by_trace: dict[str, Tracked] = {}
@@ -220,6 +235,8 @@ def run_arm(plan: ReplayPlan, *, arm: str, work_dir: Path, factors: Mapping[str,
         try:
             while pending or any(_active(t) for t in run.jobs):
                 now = time.time()
+                if tick is not None and not tick(run, now):
+                    pending.clear()
                 while pending and now - run.t0 >= pending[0].submit_at_s:
                     job = pending.pop(0)
                     worst = job.work_s * worst_factor(factors, job.job.job_class) * (
@@ -229,7 +246,7 @@ def run_arm(plan: ReplayPlan, *, arm: str, work_dir: Path, factors: Mapping[str,
                     with _interrupts_deferred():
                         t.slurm_id = _sbatch(sbatch_argv(job, script=script, factors=factors_file, records=records,
                                                          logs=logs, locality_penalty=locality_penalty,
-                                                         partition=partition), env)
+                                                         partition=partition, same_command=same_command), env)
                         run.jobs.append(t)
                         by_trace[job.job.job_id] = t
                     now = time.time()
@@ -273,9 +290,22 @@ def _arm_files(work_dir: Path, python: str,
     script = work_dir / "replay-job.py"
     script.write_text(job_script(python), encoding="utf-8")
     script.chmod(0o755)
-    factors_file = work_dir / "factors.json"
-    factors_file.write_text(json.dumps(factors, sort_keys=True), encoding="utf-8")
+    factors_file = factors_path(work_dir)
+    write_factors(factors_file, factors)
     return records, logs, script, factors_file
+
+
+def factors_path(work_dir: Path) -> Path:
+    """The factors file of an arm's folder: every job reads it once, when its script starts."""
+    return work_dir / "factors.json"
+
+
+def write_factors(path: Path, factors: Mapping[str, Mapping[str, Mapping[str, float]]]) -> None:
+    """The factors file written whole or not at all (a file replaced while jobs run: each job
+    starting after the replace reads the new one, none reads half of it)."""
+    from pal_slurm.atomic_write import write_atomically
+
+    write_atomically(path, json.dumps(factors, sort_keys=True))
 
 
 def _job_problems(jobs: Sequence[Tracked]) -> list[str]:

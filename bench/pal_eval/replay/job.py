@@ -14,6 +14,13 @@ taken at allocation: how far it lies before the script's start is what the simul
 cannot find its GPUs or factors writes the reason and exits 1, so the replay reports it
 instead of inventing a runtime.
 
+The factors file is read once, when the script starts: a file replaced meanwhile (whole, by a
+rename: harness.write_factors) reaches the jobs that start after it (bench/slow_slot.py slows one
+slot so). Arguments: factors file, record directory, trace id, class, work (real seconds),
+penalty; or, for a command line every run of one job shares (harness.sbatch_argv's
+`same_command`), factors file, record directory, class, penalty, with the trace id and the work
+in the environment (RUN_ENV).
+
 Kept light (no numpy, no database): it starts once per job on a busy machine.
 """
 
@@ -59,7 +66,14 @@ def my_gpus(job_id: str, tries: int = 5) -> tuple[list[tuple[str, int]], float |
     raise RuntimeError(f"job {job_id}: cannot tell its GPUs ({last})")
 
 
+#: where a run's own values are when its command line is every run's (harness.sbatch_argv's
+#: `same_command`): its trace id and its work (real seconds)
+RUN_ENV = ("PAL_REPLAY_TRACE_ID", "PAL_REPLAY_WORK_S")
+
+
 def run(argv: list[str]) -> int:
+    if len(argv) == 4:  # factors, records, class, penalty; the run's own values in its environment
+        argv = [argv[0], argv[1], os.environ.get(RUN_ENV[0], ""), argv[2], os.environ.get(RUN_ENV[1], ""), argv[3]]
     factors_file, record_dir, trace_id, job_class, work_s, penalty = argv
     job_id = os.environ.get("SLURM_JOB_ID", "")
     record = {"job": job_id, "trace_id": trace_id, "start": T0, "host": os.environ.get("SLURMD_NODENAME", "")}

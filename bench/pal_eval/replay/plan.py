@@ -49,10 +49,13 @@ class ReplayJob:
     submit_at_s: float  # real seconds after the replay's start
     work_s: float  # real seconds on a median GPU, in one node
     limit_min: int  # the --time it asks for, in real minutes
+    #: the Slurm job name, where it is not `job_name` of the trace id (a recurring workload submits
+    #: every run of one work under its fingerprint's name: bench/pal_eval/slow_slot.py)
+    slurm_name: str | None = None
 
     @property
     def name(self) -> str:
-        return job_name(self.job.job_id)
+        return self.slurm_name or job_name(self.job.job_id)
 
 
 @dataclass(frozen=True)
