@@ -9,6 +9,7 @@ jobs is tested on the real cluster (tests/slurm/test_replay.py).
 from __future__ import annotations
 
 import json
+import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -111,13 +112,16 @@ def test_an_interrupted_arm_names_the_jobs_it_could_not_confirm_cancelled(tmp_pa
 
 
 def test_a_ctrl_c_that_lands_while_sbatch_runs_still_cancels_that_job(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch):
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      request: pytest.FixtureRequest):
     """The signal arrives while sbatch runs, after it submitted: the job is on the list the
-    clean-up cancels (a Ctrl-C before its id was recorded left it running on, unwatched). The fake
-    sbatch answers a second after the signal: on a machine loaded by the Slurm suites beside this one,
-    0.3 s was sometimes too short for the interpreter to run the handler while sbatch still ran."""
+    clean-up cancels (a Ctrl-C before its id was recorded left it running on, unwatched). Python's
+    own Ctrl-C handler is put in place first: a test run started in the background by a shell without
+    job control inherits SIGINT ignored, and the harness rightly keeps an ignored signal ignored."""
     monkeypatch.setattr(harness, "_CANCEL_WAIT_S", 0.5)
-    env = fake_slurm(tmp_path, sbatch='kill -INT $PPID; sleep 1; echo 101',
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
+    env = fake_slurm(tmp_path, sbatch='kill -INT $PPID; sleep 0.3; echo 101',
                      scancel='echo "$@" >> "{dir}/scancelled"', squeue="echo '{{\"jobs\": []}}'")
     plan = two_job_plan()
     with pytest.raises(ReplayInterrupted, match=r"^replay arm 'slurm' interrupted: cancelled 1 submitted jobs; "
