@@ -50,6 +50,9 @@ class Delay:
     jobs: int | None  # its jobs' ends up to and including the flag (None: never flagged)
     hours: float | None
     ends_24h: int  # its jobs' ends in the first 24 h after the onset
+    #: hours from the onset to the end of its `need`-th job: the earliest any monitor that needs
+    #: that many jobs could flag it (None: it ended fewer)
+    bound_hours: float | None = None
 
 
 def setup(nodes: int, gpus_per_node: int, workload: Workload, seed: int, bench_noise: float) -> Setup:
@@ -110,12 +113,14 @@ def turning_slow(s: Setup, workload: Workload, arrivals: int, victims: int, onse
     keys = gpu_keys(cluster)
     delays = []
     watched = set(settings.classes)
+    need = math.ceil(settings.threshold / settings.max_step)
     for g in (keys[i] for i in ids):
-        ends = [o.run.ended_at for o in obs if g in o.run.gpus and o.run.job_class in watched]
+        ends = sorted(o.run.ended_at for o in obs if g in o.run.gpus and o.run.job_class in watched)
         early = sum(e - EPOCH0 - onset <= 86400.0 for e in ends)
+        bound = (ends[need - 1] - EPOCH0 - onset) / 3600.0 if len(ends) >= need else None
         f = flags.get(g)
-        delays.append(Delay(g, None, None, early) if f is None else
-                      Delay(g, sum(e <= f.at for e in ends), (f.at - EPOCH0 - onset) / 3600.0, early))
+        delays.append(Delay(g, None, None, early, bound) if f is None else
+                      Delay(g, sum(e <= f.at for e in ends), (f.at - EPOCH0 - onset) / 3600.0, early, bound))
     named = {d.gpu for d in delays}
     alone = sum(1 for g, f in flags.items() if g not in named and not named & set(f.with_gpus))
     return delays, (sum(1 for g in flags if g not in named), alone)
@@ -158,6 +163,15 @@ def report(flags: int, gpu_days: float, delays: list[Delay], stray: tuple[int, i
               f"{need} jobs): worst {max(h for _, h in busy):.1f} h, {max(j for j, _ in busy)} jobs; the other "
               f"{len(got) - len(busy)} ended fewer jobs in that day (long jobs: a flag waits for job ends)" if busy
               else f"    no flagged GPU had {need} job ends in the first 24 h")
+        bounded = [(d, h) for d, _, h in got if d.bound_hours is not None]
+        if bounded:
+            late = [(d, h) for d, h in bounded if h > HOURS_TARGET]
+            beyond = sorted(h - (d.bound_hours or 0.0) for d, h in bounded)
+            print(f"    earliest possible flag (the end of a GPU's {need}th job after the onset): over "
+                  f"{HOURS_TARGET:g} h for {sum(1 for d, _ in bounded if (d.bound_hours or 0) > HOURS_TARGET)} of "
+                  f"{len(bounded)} GPUs; flagged over {HOURS_TARGET:g} h: {len(late)} ("
+                  + ", ".join(f"{d.gpu} at {h:.1f} h, earliest {d.bound_hours:.1f} h" for d, h in late)
+                  + f"); flag after the earliest: median {statistics.median(beyond):.1f} h, worst {beyond[-1]:.1f} h")
     targets = Targets()
     targets.check("false flags per 1,000 GPU-days (stable fleet)", rate, "<=", FALSE_FLAGS_TARGET, digits=2)
     targets.state(len(got) == len(delays), f"every slowed GPU flagged: {len(got)} of {len(delays)}")

@@ -112,12 +112,34 @@ def run_seed(nodes: int, gpus_per_node: int, workload: Workload, seed: int, min_
           f"clearly the slowest of a job): {dict(sorted(acc.company.items()))}")
     print(f"over the {acc.resolved} estimated: Spearman vs true factor {acc.spearman:.3f}, |error| median "
           f"{acc.mae:.2%}, p90 {acc.p90:.2%}, worst {acc.worst:.2%}")
+    print(identifiable(result, cluster, runs, min_jobs))
     for line in acc.outliers:
         print("  outlier " + line)
     print(f"outliers found {acc.found}, missed {acc.missed}; healthy GPUs estimated at >= {SEEN_SLOW}: "
           f"{acc.false_alarms}; healthy GPUs without an estimate whose jobs ran at >= {SEEN_SLOW} (they share "
           f"the outliers' jobs: suspects the benchmark clears): {acc.suspects}")
     return acc
+
+
+def identifiable(result: PassiveResult, cluster: Cluster, runs: list[JobRun], min_jobs: int, alone: int = 3) -> str:
+    """How far the estimates reach what run times can tell: the GPUs with at least `min_jobs`
+    class-A jobs that ran `alone` of them on no other GPU (their speed is in their own run times
+    whatever the estimator) and how many of those got an estimate; and, for the record, Spearman
+    over every such GPU with a bound's upper value standing in for a missing estimate (a job's
+    pace says nothing of its GPUs that were not its slowest)."""
+    keys = gpu_keys(cluster)
+    truth = dict(zip(keys, cluster.pv(CLASS)))
+    jobs = Counter(g for r in runs if r.job_class == CLASS for g in r.gpus)
+    solo = Counter(r.gpus[0] for r in runs if r.job_class == CLASS and len(r.gpus) == 1)
+    eligible = [k for k in keys if jobs[k] >= min_jobs]
+    est = {e.gpu: e.factor for e in result.estimates if e.job_class == CLASS}
+    upper = {b.gpu: b.upper for b in result.bounds if b.job_class == CLASS}
+    ident = [k for k in eligible if solo[k] >= alone]
+    both = [k for k in eligible if k in est or k in upper]
+    rho = spearman(np.array([truth[k] for k in both]), np.array([est.get(k, upper.get(k, 0.0)) for k in both]))
+    return (f"identifiable alone (>= {alone} class-{CLASS} jobs on that GPU only): {len(ident)}, estimated "
+            f"{sum(k in est for k in ident)}; estimated from shared jobs: {sum(k in est for k in eligible) - sum(k in est for k in ident)}; "
+            f"Spearman over all {len(both)} with a bound's upper value for a missing estimate: {rho:.3f}")
 
 
 def run(nodes: int, gpus_per_node: int, workload: Workload, seeds: list[int], min_jobs: int) -> int:

@@ -203,6 +203,9 @@ def _dash(value: Any) -> str:
 @click.option("--benchmarks", "bench_spec", metavar="LIST", default="gemm,stream,train", show_default=True,
               help="Groups (gemm, stream, train) or names (gemm-fp16, gemm-fp32, stream, train-resnet50).")
 @click.option("--gpus", "gpus", metavar="IDX[,IDX...]", help="Only these GPU indices [default: all].")
+@click.option("--minors", "minors", metavar="N[,N...]",
+              help="Only the GPUs with these device minor numbers (/dev/nvidiaN, the slot Slurm's gres.conf "
+                   "names; what a profiling job inside a quarantined slot uses). Not with --gpus.")
 @click.option("--passes", type=Whole(1, 1000), default=None,
               help="Run every benchmark this many times per GPU [default: classification.min_runs].")
 @click.option("--time-budget", type=Real(0.1, 86_400), default=20.0, show_default=True, metavar="S",
@@ -225,7 +228,8 @@ def _dash(value: Any) -> str:
                    "profile is the same whenever it is taken [default: now, with the room's daily temperature swing].")
 @format_option
 @click.pass_obj
-def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None, time_budget: float, timeout: float,
+def run_(app: AppContext, bench_spec: str, gpus: str | None, minors: str | None, passes: int | None,
+         time_budget: float, timeout: float,
          warmup: float, target_spread: float, force: bool, output: Path | None, program_dir: Path | None,
          no_db: bool, sim_start: Any, fmt: str, **kw: Any) -> None:
     """Benchmark this node's GPUs: one program per GPU (CUDA_VISIBLE_DEVICES pinned, hard
@@ -249,10 +253,13 @@ def run_(app: AppContext, bench_spec: str, gpus: str | None, passes: int | None,
         benchmarks=tuple(select_benchmarks(bench_spec)),
         settings=RunSettings(time_budget_s=time_budget, timeout_s=timeout, warmup_s=warmup,
                              target_spread=target_spread),
-        indices=parse_indices(gpus), passes=passes or app.cfg.classification.min_runs, force=force,
+        indices=parse_indices(gpus), minors=parse_indices(minors, "--minors"),
+        passes=passes or app.cfg.classification.min_runs, force=force,
         output=output, program_dir=program_dir,
         sim_start=None if sim_start is None else sim_start.replace(tzinfo=UTC),
     )
+    if gpus and minors:
+        raise click.UsageError("--gpus and --minors both choose GPUs: give one")
     if sim_start is not None and kw.get("backend") != "sim":
         raise click.UsageError("--sim-start applies to --backend sim only")
     backend = open_requested_backend(backend_request(kw))
@@ -343,7 +350,9 @@ def _render_run(res: Any, fmt: str) -> None:
 @click.option("--gpus", "gpus", metavar="FLAGGED|NODE:SLOT,...",
               help="Re-profile these GPUs' nodes, one node at a time (--dependency=singleton): FLAGGED = every GPU "
                    "with an open flag (fail-slow, clock drift); each node is profiled whole and exclusively, as "
-                   "a benchmark beside users' jobs would measure them too. `pal gpus learn --apply` then clears "
+                   "a benchmark beside users' jobs would measure them too. A GPU out of service (`pal gpus "
+                   "quarantine`) is profiled in its own slot instead, which its holder job hands over and takes "
+                   "back; `pal gpus release PASSED` then releases it if it passes. `pal gpus learn --apply` clears "
                    "the flags the new runs answer.")
 @click.option("--dry-run", is_flag=True, help="Print the sbatch commands; submit nothing.")
 @text_format_option
@@ -369,26 +378,21 @@ def submit_(ctx: click.Context, nodes: str | None, partition: str | None, reserv
                          one_at_a_time=gpus is not None, **({"job_name": "pal-reprofile"} if gpus else {}),
                          **({"pal_command": (pal_command,)} if pal_command else {}))
     if gpus is not None:
-        from pal_slurm.cli.reprofile import reprofile_nodes
+        from pal_slurm.cli.slot_profile import reprofile_jobs
 
-        asked = reprofile_nodes(ctx.find_object(AppContext).engine, gpus, parse_names(nodes))  # type: ignore[union-attr]
+        found = reprofile_jobs(ctx.find_object(AppContext), opts, gpus, parse_names(nodes), dry_run)  # type: ignore[arg-type]
+        if found is None:
+            return
+        whole, results = found
+        if whole:
+            results = submit_jobs(opts, nodes=whole, gpus_per_node=gpus_per_node, dry_run=dry_run) + results
     else:
-        asked = parse_names(nodes)
-    if gpus is not None and not asked:
-        return click.echo("no GPU has an open flag" + (" on those nodes" if nodes else "") + ": nothing to re-profile")
-    results = submit_jobs(opts, nodes=asked, gpus_per_node=gpus_per_node, dry_run=dry_run)
+        results = submit_jobs(opts, nodes=parse_names(nodes), gpus_per_node=gpus_per_node, dry_run=dry_run)
     if fmt == "json":
         emit_json([r.as_dict() for r in results])
     else:
         for r in results:
-            if dry_run:
-                click.echo(shlex.join(r.argv))
-            elif r.job_id:
-                click.echo(f"{r.node}: job {r.job_id} ({r.gpus} GPUs)")
-            else:
-                click.echo(f"{r.node}: not submitted: {r.error}", err=True)
+            click.echo(shlex.join(r.argv) if dry_run else r.summary(), err=bool(r.error) and not dry_run)
     failed = [r for r in results if r.error]
     if failed and len(failed) == len(results):
         raise PalError(f"no profiling job submitted (first error: {failed[0].error})")
-
-

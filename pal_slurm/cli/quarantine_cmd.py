@@ -15,7 +15,7 @@ from pal_slurm.errors import InputError
 if TYPE_CHECKING:
     from pal_slurm.slurm.quarantine import QuarantineSlurm
     from pal_slurm.slurm.quarantine_model import Holder
-    from pal_slurm.slurm.quarantine_plan import QuarantinePlan
+    from pal_slurm.slurm.quarantine_plan import QuarantinePlan, ReleasePlan
 
 #: the holder's pending reasons that mean "waits for the slot": anything else is a problem to report
 WAITING_FOR_SLOT = frozenset({"Resources", "Priority", "None"})
@@ -137,21 +137,34 @@ def release_cmd(app: AppContext, gpu: str, apply: bool) -> None:
     """Put a GPU taken out of service with `pal gpus quarantine` back in service: cancel its holder
     job; the slot takes jobs again at once. A dry run unless --apply.
 
-    GPU: NODE:MINOR (the slot `pal gpus` lists), or a GPU UUID the database knows."""
-    from pal_slurm.placer.writer import release_quarantine
-    from pal_slurm.slurm.quarantine_model import Refused, shown
+    GPU: NODE:MINOR (the slot `pal gpus` lists), a GPU UUID the database knows, or PASSED: every
+    GPU out of service that passed a re-profile (`pal profile submit --gpus GPU`, then `pal
+    classify`): the classification in force has runs of it newer than its quarantine and grades
+    it nothing stronger than `placement`; each other one is listed with why it stays out."""
+    from pal_slurm.slurm.quarantine_model import Refused
     from pal_slurm.slurm.quarantine_plan import plan_release
 
+    if gpu.strip().upper() == "PASSED":
+        _release_passed(app, apply)
+        return
     node, minor = _slot_named(app, gpu)
     slurm = _slurm(app)
     try:
         plan = plan_release(slurm.read(), node, minor)
     except Refused as exc:
         raise InputError(f"{node}:{minor}: not released: {exc}") from exc
-    what = f"{plan.slot.name} ({plan.slot.gres_type})"
     if not plan.holders:
-        click.echo(f"{what} is not out of service (no holder job): nothing to release")
+        click.echo(f"{plan.slot.name} ({plan.slot.gres_type}) is not out of service (no holder job): nothing to "
+                   "release")
         return
+    _release(app, slurm, plan, apply)
+
+
+def _release(app: AppContext, slurm: QuarantineSlurm, plan: ReleasePlan, apply: bool, why: str = "") -> None:
+    from pal_slurm.placer.writer import release_quarantine
+    from pal_slurm.slurm.quarantine_model import shown
+
+    what = f"{plan.slot.name} ({plan.slot.gres_type})"
     if not apply:
         for argv in plan.commands:
             click.echo(f"would run: {shown(argv)}")
@@ -161,7 +174,56 @@ def release_cmd(app: AppContext, gpu: str, apply: bool) -> None:
         release_quarantine(slurm, h)
         click.echo(f"released {what}: holder job {h.job_id} cancelled; the slot takes jobs again")
         _audit(app, h.job_id, "quarantine-released", plan.slot, f"released (out of service since {_since(h)}: "
-               f"{h.tag.reason or 'no reason given'})", _by())
+               f"{h.tag.reason or 'no reason given'})" + (f"; {why}" if why else ""), _by())
+
+
+def _utc(t: Any) -> Any:
+    """A stored time as an aware UTC datetime (SQLite and MariaDB give naive ones in UTC)."""
+    from datetime import UTC
+
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def _release_passed(app: AppContext, apply: bool) -> None:
+    """`pal gpus release PASSED`: the verdict on each GPU out of service; the passed ones released."""
+    from datetime import UTC, datetime
+
+    from pal_slurm.classification.release_check import verdict
+    from pal_slurm.report.data import grade_outliers
+    from pal_slurm.report.service import load_stored
+    from pal_slurm.slurm.quarantine_plan import ReleasePlan
+
+    slurm = _slurm(app)
+    state = slurm.read()
+    if not state.holders:
+        click.echo("no GPU is out of service (no holder job in Slurm): nothing to release")
+        return
+    stored = load_stored(app.engine)
+    actions = grade_outliers(stored, app.cfg.report.policy(), datetime.now(UTC))
+    slots: dict[tuple[str, int], list[Any]] = {}
+    for r in stored.results:
+        if r.node and r.slot is not None:
+            slots.setdefault((r.node, r.slot), []).append(r)
+    by_slot: dict[tuple[str, int], list[Holder]] = {}
+    for h in state.holders:
+        by_slot.setdefault((h.slot.node, h.slot.minor), []).append(h)
+    for (node, minor), mine in sorted(by_slot.items()):
+        rows = slots.get((node, minor), [])
+        uuids = {r.uuid for r in rows}
+        since = datetime.fromtimestamp(min(h.tag.at for h in mine), UTC)
+        if len(uuids) != 1:
+            v = None
+            why = ("the classification in force knows no GPU in that slot" if not uuids else
+                   f"the classification in force has {len(uuids)} GPUs in that slot")
+        else:
+            v = verdict([None if r.last_profiled is None else _utc(r.last_profiled) for r in rows], actions.get(next(iter(uuids))), since,
+                        classified_at=_utc(stored.created_at), version=stored.version)
+            why = v.why
+        if v is None or not v.passed:
+            click.echo(f"{node}:{minor} stays out of service: {why}")
+            continue
+        click.echo(f"{node}:{minor} passed: {why}")
+        _release(app, slurm, ReleasePlan(mine[0].slot, tuple(mine)), apply, why=f"passed: {why}")
 
 
 QUARANTINED_COLUMNS = [

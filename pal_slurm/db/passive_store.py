@@ -254,3 +254,13 @@ def flagged_nodes(session: Session) -> list[str]:
 
     found = set(session.scalars(select(GpuFlag.node).where(GpuFlag.cleared_at.is_(None))))
     return sorted((n for n in found if n), key=natural_key)
+
+
+def flagged_slots(session: Session) -> list[tuple[str, str, int | None]]:
+    """(UUID, node, device minor or None) of every GPU with an open flag, in Slurm's node order."""
+    from pal_slurm.slurm.gresconf import natural_key
+
+    rows = session.execute(select(GpuFlag.gpu_uuid, GpuFlag.node, Gpu.minor_number)
+                           .outerjoin(Gpu, Gpu.uuid == GpuFlag.gpu_uuid).where(GpuFlag.cleared_at.is_(None)))
+    found = {(u, n, m) for u, n, m in rows if n}
+    return sorted(found, key=lambda r: (natural_key(r[1]), -1 if r[2] is None else r[2], r[0]))

@@ -24,8 +24,9 @@ records its audit entry. The cycle decides *what* to write (placer/slurm_updates
   mode; ending a hold, giving a job its request back and labelling it in every mode.
 - An administrator's writes go through here too, outside any placer mode: a node drained
   (`drain`), one GPU slot taken out of service and back (`quarantine`, `release_quarantine`,
-  `restart_holder`: a holder job, pal_slurm/slurm/quarantine_model.py); the command that calls
-  them prints what they did and records it.
+  `restart_holder`, `profile_in_slot`: a holder job, pal_slurm/slurm/quarantine_model.py; the
+  single writes in placer/slot_writes.py); the command that calls them prints what they did
+  and records it.
 """
 
 from __future__ import annotations
@@ -39,11 +40,9 @@ from pal_slurm.placer import holds, slurm_updates
 from pal_slurm.placer.audit import Record
 from pal_slurm.placer.job_writes import FAIL_OPEN, GPU_KEYS, STEER, Fields, JobWrites
 from pal_slurm.placer.tag import HELD, PLACED, RELEASED_UNCHANGED, REQUEST_KEYS, Tag, TagTooLong, site_comment
-from pal_slurm.slurm import quarantine_model
 from pal_slurm.slurm.backend import SlurmBackend
 from pal_slurm.slurm.model import SlurmJob
-from pal_slurm.slurm.quarantine import QuarantineSlurm
-from pal_slurm.slurm.quarantine_model import Holder, QuarantineTag
+from pal_slurm.placer.slot_writes import profile_in_slot, quarantine, release_quarantine, restart_holder
 from pal_slurm.slurm.tres import parse_tres
 
 log = logging.getLogger(__name__)
@@ -332,37 +331,5 @@ def drain(backend: SlurmBackend, node: str, reason: str) -> None:
     backend.drain_node(node, reason)
 
 
-def quarantine(slurm: QuarantineSlurm, partition: str, tag: QuarantineTag) -> str:
-    """Take one GPU slot out of service (`pal gpus quarantine --apply`): submit its holder job
-    and tag it (admin comment; no time limit); the holder's job id. A holder whose tag cannot be
-    written is cancelled again and SlurmError raised: untagged, it would end at its partition's
-    time limit and no reader would know it for a quarantine."""
-    log.info("gpu %s: quarantine (%s)", tag.slot.name, tag.reason)
-    job_id = slurm.submit(quarantine_model.submit_argv(tag.slot, partition, tag))
-    try:
-        slurm.tag(job_id, tag)
-    except SlurmError as exc:
-        try:
-            slurm.cancel(job_id)
-        except SlurmError as again:
-            raise SlurmError(f"holder job {job_id} not tagged ({exc}) and not cancelled ({again}): cancel it "
-                             f"by hand (scancel {job_id})") from exc
-        raise SlurmError(f"holder job {job_id} not tagged ({exc}); cancelled again") from exc
-    return job_id
-
-
-def restart_holder(slurm: QuarantineSlurm, holder: Holder) -> None:
-    """A holder requeued after its node failed: eligible now instead of in two minutes (until it
-    runs, its slot takes other jobs)."""
-    log.info("gpu %s: holder job %s requeued; started at once", holder.slot.name, holder.job_id)
-    slurm.start_now(holder.job_id)
-
-
-def release_quarantine(slurm: QuarantineSlurm, holder: Holder) -> None:
-    """Put a quarantined slot back in service (`pal gpus release --apply`): cancel its holder."""
-    log.info("gpu %s: released (holder job %s)", holder.slot.name, holder.job_id)
-    slurm.cancel(holder.job_id)
-
-
-__all__ = ["Writer", "carries_intent", "drain", "quarantine", "release_quarantine", "restart_holder", "user_has",
-           "whole"]
+__all__ = ["Writer", "carries_intent", "drain", "profile_in_slot", "quarantine", "release_quarantine", "restart_holder",
+           "user_has", "whole"]

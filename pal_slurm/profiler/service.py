@@ -27,7 +27,7 @@ from pal_slurm.profiler.executors import (
     SimExecutor,
     SubprocessExecutor,
 )
-from pal_slurm.gpu.interface import GpuBackend, InventoryScan, scan_inventory
+from pal_slurm.gpu.interface import GpuBackend, GpuError, InventoryScan, scan_inventory
 from pal_slurm.profiler.inventory import InventoryResult
 from pal_slurm.profiler.runner import ProfileRunResult, run_profile, write_jsonl
 from pal_slurm.gpu.choose import (
@@ -99,6 +99,10 @@ class RunRequest:
     benchmarks: tuple[BenchmarkDef, ...]
     settings: RunSettings = field(default_factory=RunSettings)
     indices: tuple[int, ...] | None = None
+    #: the GPUs by device minor number (/dev/nvidiaN, what Slurm's gres.conf and a quarantined slot
+    #: name), mapped to the backend's indices on the node: inside a job whose devices are
+    #: constrained NVML numbers the visible GPUs from 0, while the minor stays the slot's
+    minors: tuple[int, ...] | None = None
     passes: int = 1
     force: bool = False
     output: Path | None = None  # None: <data_dir>/profiles/<node>-<time>.jsonl
@@ -127,6 +131,24 @@ def default_output(data_dir: Path, nodes: tuple[str, ...], now: datetime | None 
     return data_dir / "profiles" / f"{label}-{stamp}.jsonl"
 
 
+def indices_of_minors(backend: GpuBackend, minors: tuple[int, ...]) -> tuple[int, ...]:
+    """The backend indices of the GPUs with these device minor numbers; PalError naming the minors
+    this node has when one is not among them."""
+    by_minor: dict[int, int] = {}
+    for index in range(backend.device_count()):
+        try:
+            minor = backend.inventory(index).minor_number
+        except GpuError:
+            continue  # a GPU that cannot be read is not the one asked for, or fails in the run itself
+        if minor is not None:
+            by_minor.setdefault(minor, index)
+    missing = [m for m in minors if m not in by_minor]
+    if missing:
+        raise PalError(f"--minors: no GPU with minor number {', '.join(map(str, missing))} on this node (minors: "
+                       f"{', '.join(map(str, sorted(by_minor))) or 'none readable'})")
+    return tuple(by_minor[m] for m in minors)
+
+
 def profile_node(backend: GpuBackend, req: RunRequest, *, data_dir: Path,
                  engine_factory: Callable[[], Engine] | None,
                  progress: Callable[[BenchmarkOutcome], None] | None = None) -> RunOutcome:
@@ -136,7 +158,8 @@ def profile_node(backend: GpuBackend, req: RunRequest, *, data_dir: Path,
     if req.passes < 1:
         raise PalError(f"--passes must be >= 1, got {req.passes}")
     executor = make_executor(backend, req)
-    result = run_profile(backend, executor, req.benchmarks, indices=req.indices, passes=req.passes, force=req.force,
+    indices = req.indices if req.minors is None else indices_of_minors(backend, req.minors)
+    result = run_profile(backend, executor, req.benchmarks, indices=indices, passes=req.passes, force=req.force,
                          progress=progress)
     output = req.output or default_output(data_dir, result.nodes)
     try:

@@ -24,8 +24,8 @@ from subprocess import CompletedProcess
 from pal_slurm.errors import InputError, SlurmError
 from pal_slurm.slurm.command import run_command
 
-__all__ = ["JOB_SCRIPT", "SubmitOptions", "SubmitResult", "gpu_count", "parse_sinfo_gres", "sbatch_argv",
-           "submit_jobs"]
+__all__ = ["JOB_SCRIPT", "SLOT_JOB_NAME", "SubmitOptions", "SubmitResult", "gpu_count", "parse_sinfo_gres",
+           "sbatch_argv", "slot_sbatch_argv", "submit_jobs"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,8 @@ JOB_SCRIPT = Path(__file__).resolve().with_name("profile_job.sh")
 #: reads its own database credentials from its own configuration file
 JOB_EXPORT = ("PAL_CONFIG", "PATH", "HOME", "LANG", "TZ")
 DEFAULT_NICE = 10000
+#: the job name of a profiling job inside a quarantined GPU's slot (`slot_sbatch_argv`)
+SLOT_JOB_NAME = "pal-quarantine-profile"
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 Runner = Callable[..., CompletedProcess[str]]
@@ -121,6 +123,30 @@ def sbatch_argv(node: str, gpus: int, opts: SubmitOptions, job_script: Path = JO
     return argv
 
 
+def slot_sbatch_argv(node: str, minor: int, gres_type: str, partition: str, opts: SubmitOptions,
+                     job_script: Path = JOB_SCRIPT) -> list[str]:
+    """The profiling job of one GPU out of service (`pal gpus quarantine`), run in its slot (pure).
+
+    A whole-node, exclusive job could never start on a node where a holder job keeps a slot, so
+    this one asks for that slot alone: its per-slot GRES type on its node, in the holder's
+    partition, at the holder's priority (`--priority=TOP`), so that when the holder hands the slot
+    over (pal_slurm/placer/writer.py, `profile_in_slot`) this job takes it before any other;
+    `pal profile run --minors MINOR` benchmarks that GPU only. It runs beside the jobs on the
+    node's other GPUs: its figures tell a failing or far too slow GPU from a healthy one, and a
+    whole-node profile after the release ranks it finely."""
+    if not _NODE_NAME.fullmatch(node):
+        raise InputError(f"{node!r} is not a node name")
+    argv = ["sbatch", "--parsable", f"--job-name={SLOT_JOB_NAME}", f"--partition={partition}", f"--nodelist={node}",
+            "--nodes=1", "--ntasks=1", f"--gres=gpu:{gres_type}:1", "--priority=TOP", f"--time={opts.time_limit}",
+            f"--output={opts.output}", f"--export={','.join(JOB_EXPORT)}",
+            f"--comment=pal: quarantine-profile slot={node}:{minor} type={gres_type}"]
+    for flag, value in (("--account", opts.account), ("--qos", opts.qos), ("--chdir", opts.chdir)):
+        if value:
+            argv.append(f"{flag}={value}")
+    return argv + [str(job_script), *opts.pal_command, "profile", "run", *opts.run_args, "--minors", str(minor),
+                   *opts.extra_run_args]
+
+
 @dataclass(frozen=True)
 class SubmitResult:
     node: str
@@ -128,10 +154,21 @@ class SubmitResult:
     argv: list[str]
     job_id: str | None = None
     error: str | None = None
+    #: NODE:MINOR of a GPU out of service profiled in its slot (`slot_sbatch_argv`); None: a whole node
+    slot: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {"node": self.node, "gpus": self.gpus, "job_id": self.job_id, "error": self.error,
-                "argv": self.argv, "command": shlex.join(self.argv)}
+                "slot": self.slot, "argv": self.argv, "command": shlex.join(self.argv)}
+
+    def summary(self) -> str:
+        """One line: the job submitted, or why not."""
+        if self.job_id is None:
+            return f"{self.node}: not submitted: {self.error}"
+        if self.error:
+            return f"{self.node}: job {self.job_id}: {self.error}"
+        where = f", in slot {self.slot} out of service" if self.slot else ""
+        return f"{self.node}: job {self.job_id} ({self.gpus} GPU{'s' if self.gpus != 1 else ''}{where})"
 
 
 def gpu_nodes(partition: str | None, nodes: Sequence[str] | None, *, run: Runner = run_command) -> dict[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,8 +42,8 @@ class Q:
         self.type = f"v100_g{self.minor}"
         self.jobs: list[str] = []
 
-    def pal(self, *args: str) -> Result:
-        return CliRunner().invoke(cli, ["--db", self.url, *args], env={"PAL_CONFIG": ""})
+    def pal(self, *args: str, config: str = "") -> Result:
+        return CliRunner().invoke(cli, ["--db", self.url, *args], env={"PAL_CONFIG": config})
 
     def submit(self, *args: str, seconds: int = 300) -> str:
         job = self.cluster.submit([*args, "--time=5", f"--wrap=sleep {seconds}"])
@@ -221,3 +222,70 @@ def test_a_holder_requeued_by_a_node_failure_is_said_and_started_again(q: Q) -> 
     assert res.exit_code == 0 and "requeued after its node failed, may start now" in res.stdout, res.output
     q.wait(holder, "RUNNING")
     assert q.indices(holder) == (q.minor,)
+
+
+SIM = ["--backend", "sim", "--sim-this-node", "--sim-gpus-per-node", str(GPUS), "--sim-bad-fraction", "0",
+       "--passes", "3"]
+
+
+def _out_of_service_with_a_job_waiting(q: Q, tmp_path: Path) -> tuple[str, list[str], str]:
+    """The node profiled whole an hour ago (simulated runs take minutes of virtual time) and
+    classified, the slot out of service, the node's other slots busy and one more job waiting for
+    a GPU there: (the holder, the busy jobs, the waiting job)."""
+    ago = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 3600))
+    whole = q.pal("profile", "run", "--node", q.node, *SIM, "--sim-start", ago, "--output", str(tmp_path / "w.jsonl"))
+    assert whole.exit_code == 0, whole.output
+    assert q.pal("classify").exit_code == 0
+    holder = _quarantine(q)
+    busy = [q.submit("-w", q.node, "--gres=gpu:1") for _ in range(GPUS - 1)]
+    for job in busy:
+        q.wait(job, "RUNNING")
+    waiting = q.submit("-w", q.node, "--gres=gpu:1")
+    time.sleep(PEND_S)
+    assert q.state(waiting) == "PENDING"
+    return holder, busy, waiting
+
+
+def test_a_quarantined_gpu_is_profiled_in_its_slot_and_released_when_it_passes(q: Q, tmp_path: Path) -> None:
+    """The ladder's last rungs: a GPU out of service is re-profiled in its own slot, which its holder
+    hands over and takes back with no other job getting it meanwhile (a job waits for the node's
+    GPUs all along), and `pal gpus release PASSED` releases it once its new runs are classified."""
+    holder, busy, waiting = _out_of_service_with_a_job_waiting(q, tmp_path)
+    early = q.pal("gpus", "release", "PASSED", "--apply")
+    assert early.exit_code == 0 and f"{q.gpu} stays out of service: no profile run since" in early.stdout, early.output
+    dry = q.pal("profile", "submit", "--gpus", q.gpu, "--dry-run")
+    assert dry.exit_code == 0 and "--job-name=pal-quarantine-profile" in dry.stdout, dry.output
+    assert f"would run: scancel {holder}" in dry.stderr and [h["job"] for h in q.holders()] == [holder]
+    conf = tmp_path / "pal.toml"  # what the profiling job reads: the database of this test
+    conf.write_text(f'[database]\nurl = "{q.url}"\n')
+    out = q.pal("profile", "submit", "--gpus", q.gpu, "--time", "5", "--output", str(q.cluster.out_dir / "%j.out"),
+                "--run-args", shlex.join([*SIM, "--passes", "1", "--output", str(tmp_path / "slot.jsonl")]),
+                config=str(conf))  # one pass: the simulated runs' virtual clock runs ahead of the real one
+    found = re.search(rf"{re.escape(q.node)}: job (\d+) \(1 GPU, in slot {re.escape(q.gpu)} out of service\)",
+                      out.stdout)
+    assert out.exit_code == 0 and found is not None, out.output
+    q.jobs.append(found.group(1))
+    q.wait(found.group(1), "COMPLETED", timeout=120)
+    log = q.cluster.job_output(found.group(1))
+    measured = re.findall(rf"^{re.escape(q.node)}\s+(\d+)\s", log, re.MULTILINE)
+    assert set(measured) == {str(q.minor)} and "stored: 5 runs, 0 failures" in log, log
+    # the new holder took the slot back after the profiling job, before the job waiting for a GPU there
+    deadline = time.monotonic() + 30
+    while not [h for h in q.holders() if h["state"] == "RUNNING"]:
+        assert time.monotonic() < deadline, q.holders()
+        time.sleep(0.5)
+    (now,) = q.holders()
+    assert now["job"] != holder and q.indices(now["job"]) == (q.minor,) and q.state(waiting) == "PENDING"
+    q.gone(busy)
+    q.wait(waiting, "RUNNING")
+    assert q.minor not in q.indices(waiting)
+    assert "run `pal classify`" in q.pal("gpus", "release", "PASSED").stdout
+    assert q.pal("classify").exit_code == 0
+    released = q.pal("gpus", "release", "PASSED", "--apply")
+    assert f"{q.gpu} passed: profiled" in released.stdout, released.output
+    assert f"holder job {now['job']} cancelled" in released.stdout
+    job = q.submit("-w", q.node, f"--gres=gpu:{q.type}:1")
+    q.wait(job, "RUNNING")
+    assert q.indices(job) == (q.minor,)
+    outcomes = [p["outcome"] for p in json.loads(q.pal("placements", "--json").stdout)]
+    assert outcomes == ["quarantine-released", "quarantined", "quarantined"]
