@@ -11,13 +11,26 @@ more), `off` (ignored: the rules and the learned class decide).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
-__all__ = ["POLICIES", "SELF_DECLARED", "choose"]
+__all__ = ["POLICIES", "SELF_DECLARED", "choose", "declared_in_comment"]
 
 POLICIES = ("any", "lower", "off")
 #: the filter's tag sources that a user controls (job_submit.lua: the spank option, the comment)
 SELF_DECLARED = frozenset({"spank", "comment"})
+#: a `pal:class=X` declaration in a job's comment, as job_submit.lua's `class_hint` reads it
+_COMMENT_CLASS = re.compile(r"pal:class=([^\s,;|]*)", re.IGNORECASE)
+
+
+def declared_in_comment(comment: str | None) -> str | None:
+    """The class a user declared in the job's comment (`pal:class=b` -> "B"), as the submit filter
+    reads it; None without one. The filter writes what it read into its tag only when it holds the
+    job: in observe mode (and for a job it lets pass) the comment is the declaration the placer
+    still sees (a `--pal-class` SPANK option is not: Slurm shows no job's SPANK environment)."""
+    m = _COMMENT_CLASS.search(comment or "")
+    value = m.group(1).strip().upper() if m else ""
+    return value if 0 < len(value) <= 8 else None
 
 
 def choose(declared: str, src: str, learned: tuple[str, str], policy: str, order: Sequence[str]) -> tuple[str, str]:

@@ -186,10 +186,12 @@ class ProblemBuilder:
         log.info("job %s (%r, %r): runtime estimate %s (time limit %s)", job.job_id, job.user, job.name, said, limit)
 
     def class_of(self, job: SlurmJob) -> tuple[str, str]:
-        """(class, source): the filter's tag when it names a known class (one the user declared
-        only as `[jobs] user_class` allows: pal_slurm.jobs.user_class), else the rules
-        (`resolve_class`), else the first class."""
+        """(class, source): the filter's tag when it names a known class, or for a job it did not
+        tag a `pal:class=X` comment (either one the user declared only as `[jobs] user_class`
+        allows: pal_slurm.jobs.user_class), else the rules (`resolve_class`), else the first class."""
         cls, src = holds.held_class(job)
+        if holds.tag_of(job) is None and (declared := user_class.declared_in_comment(job.comment)) is not None:
+            cls, src = declared, "comment"  # a job the filter did not tag (observe mode): its user's comment
         if cls.upper() in self.classes:
             if src in user_class.SELF_DECLARED and self.user_class != "any":
                 return user_class.choose(cls.upper(), src, self._resolved(job), self.user_class, self.classes)

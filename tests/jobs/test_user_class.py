@@ -84,3 +84,23 @@ def test_a_held_jobs_class_is_worked_out_again_only_when_the_rules_change(tmp_pa
     table["class"] = "C"
     built = p.problem.build([job_a], [job_a], [node("n1")], factors, 0.0)
     assert asked == ["1", "1"] and built.planned.held["1"].job_class == "C"  # the rules changed: asked again
+
+
+def test_a_job_the_filter_did_not_tag_keeps_the_class_its_comment_declares(tmp_path: Path) -> None:
+    """Observe mode: the filter holds nothing and tags nothing, so the placer (its ledger, whose
+    run times passive speed learns per class) reads a `pal:class=X` comment itself, under the same
+    policy; a tag, where there is one, is what the filter read."""
+    from pal_slurm.jobs.user_class import declared_in_comment
+
+    assert [declared_in_comment(c) for c in ("pal:class=b", "x PAL:CLASS=d; y", "pal:class=", "", None,
+                                             "pal:class=waytoolongname")] == ["B", "D", None, None, None, None]
+    untagged = replace(held("1"), admin_comment="", comment="nightly pal:class=d")
+    p, _b = placer(tmp_path, [untagged], [node("n1")])
+    p.problem.resolve_class = lambda j: ("B", "rule 2")
+    assert p.problem.class_of(untagged) == ("D", "comment")
+    assert p.problem.class_of(replace(untagged, comment="pal:class=a")) == ("B", "rule 2; declared A (comment) "
+                                                                             "more sensitive than B")
+    assert p.problem.class_of(replace(untagged, comment="pal:class=nope")) == ("B", "rule 2")
+    assert p.problem.class_of(replace(untagged, comment="")) == ("B", "rule 2")
+    tagged = replace(untagged, admin_comment="pal:held class=C src=rule:1")
+    assert p.problem.class_of(tagged) == ("C", "rule:1")
