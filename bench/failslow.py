@@ -20,7 +20,8 @@ left out: the delay counts from the onset, on jobs that started after it.
 
 Usage: bench/failslow.py [--seeds 1,2,3] [--victims 8] [--onset-days 7] [--ratio 1.3] [--nodes 64]
                          [--gpus-per-node 8] [--days 14] [--load 0.8] [--noise 0.025] [--odd-share 0]
-                         [--bench-noise 0.01] [--sigma 0.05] [--threshold 12] [--max-step 4]
+                         [--bench-noise 0.01] [--monitor-ratio 1.3] [--max-ratio 2] [--sigma 0.05]
+                         [--threshold 12] [--max-step 4]
 """
 
 from __future__ import annotations
@@ -49,11 +50,16 @@ def main() -> int:
                     help="share of runs slowed x U[1.2, 2] for reasons not the GPU's (default 0)")
     ap.add_argument("--bench-noise", type=float, default=0.01, help="benchmark factors' error, lognormal sigma")
     defaults = FailSlowSettings()
+    ap.add_argument("--monitor-ratio", type=float, default=defaults.slow_ratio,
+                    help="the slowdown the monitor looks for at least (its slow_ratio)")
+    ap.add_argument("--max-ratio", type=float, default=defaults.max_ratio,
+                    help="the largest slowdown it fits (its max_ratio; = --monitor-ratio: a fixed ratio)")
     ap.add_argument("--sigma", type=float, default=defaults.sigma, help="the monitor's noise of a job's log pace")
     ap.add_argument("--threshold", type=float, default=defaults.threshold, help="the monitor's threshold h")
     ap.add_argument("--max-step", type=float, default=defaults.max_step, help="the monitor's cap on one job's LLR")
     args = ap.parse_args()
-    settings = FailSlowSettings(slow_ratio=args.ratio, sigma=args.sigma, threshold=args.threshold,
+    settings = FailSlowSettings(slow_ratio=args.monitor_ratio, max_ratio=args.max_ratio, sigma=args.sigma,
+                                threshold=args.threshold,
                                 max_step=args.max_step)
     workload = Workload(fingerprints=args.fingerprints, days=args.days, load=args.load, noise=args.noise,
                         odd_share=args.odd_share)

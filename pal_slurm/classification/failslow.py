@@ -5,16 +5,23 @@ flags out; the caller owns the clock, the store and what a flag leads to.
 **The test, per GPU: a CUSUM of log-likelihood ratios** (Page's CUSUM). A job of fingerprint
 baseline b (its typical-GPU time) on GPUs G with benchmark factors B for its class has log pace
 ``y = ln(runtime / b)``. Under H0 every GPU runs at its benchmark, so the job's expected log pace
-is ``m0 = ln max_G B``; under H1(g) GPU g runs `slow_ratio` (r) times slower, so it is
-``m1 = ln max(r B_g, max_{h != g} B_h)``. With Gaussian noise of `sigma` on the log pace, the
-job's evidence for H1(g) is
+is ``m0 = ln max_G B``; under H1(g, rho) GPU g runs rho times slower, so it is
+``m1 = ln max(rho B_g, max_{h != g} B_h)``, rho anywhere from `slow_ratio` (r) to `max_ratio` (R)
+and fitted to the job (a generalized likelihood ratio: the H1 closest to the pace,
+``m1* = clamp(y, lo, hi)``, lo and hi its m1 at r and R). With Gaussian noise of `sigma` on the
+log pace, the job's evidence for H1(g) is
 
-    llr = (d / sigma^2) (y - m0 - d / 2),   d = m1 - m0.
+    llr = ((y - m0)^2 - (y - m1*)^2) / (2 sigma^2),
 
-A job whose pace g's slowdown would not change (``d = 0``: a slower mate sets it either way) gives
-g no evidence at all. g's statistic is ``S = max(0, S + min(llr, max_step))``, one per GPU over the
-jobs of every watched class (`classes`: the compute classes A-C, whose jobs a lower clock slows;
-class D's memory-bound jobs are left out, they would clear a GPU that is slow for the others).
+which for a job no slower than r predicts is the fixed-ratio ``(d / sigma^2) (y - m0 - d / 2)``,
+``d = lo - m0``. A job whose pace g's slowdown by r would not change (``d = 0``: a slower mate sets
+it) gives g no evidence at all: only a larger rho could, and a fit unpenalized there would read
+every bit of noise above the expected pace as evidence. Fitting rho matters beside mates: with it
+fixed, a GPU turning 1.5x slow beside a mate of a higher benchmark is explained better by the mate
+at 1.3x, and the mate is flagged instead. g's statistic is ``S = max(0, S + min(llr, max_step))``,
+one per GPU over the jobs of every watched class (`classes`: the compute classes A-C, whose jobs a
+lower clock slows; class D's memory-bound jobs are left out, they would clear a GPU that is slow for
+the others).
 
 **Multi-GPU jobs.** A job at its expected pace clears every GPU whose slowdown it would have shown.
 A slow job is evidence for each GPU whose slowdown could explain it, in proportion to how well it
@@ -24,9 +31,9 @@ runs, leads its mates of the moment, whose other jobs clear them. When ``S >= th
 flag is raised for the job's GPUs over h whose uncapped sum is within `company_margin` of the job's
 largest: the likely culprits, several only when run times cannot tell them apart (a node that only
 runs whole-node jobs: they share every job), each flag naming the others (`with_gpus`). Once a GPU
-is flagged it is taken to run at its slowed pace (its benchmark factor x r) in the jobs after: the
-slow jobs it is in are then expected, and are evidence against a mate only where they run slower
-still.
+is flagged it is taken to run at its slowed pace (its benchmark factor x its flag's jobs' median
+pace over that factor, within [r, R]) in the jobs after: the slow jobs it is in are then expected,
+and are evidence against a mate only where they run slower still.
 
 A flag names the GPU, the class of the job that crossed h, when, S, the jobs since S last stood at
 0, the median pace they ran at and the benchmark factor.
@@ -83,6 +90,8 @@ class FailSlowSettings:
     job another's evidence may lie and still be flagged with it, all three in log-likelihood units."""
 
     slow_ratio: float = 1.3
+    #: the largest slowdown H1 considers (the ratio is fitted within [slow_ratio, max_ratio] per job)
+    max_ratio: float = 2.0
     sigma: float = 0.05
     threshold: float = 12.0
     max_step: float = 4.0
@@ -91,13 +100,14 @@ class FailSlowSettings:
 
     def __post_init__(self) -> None:
         checks = {"slow_ratio": math.isfinite(self.slow_ratio) and self.slow_ratio > 1,
+                  "max_ratio": math.isfinite(self.max_ratio) and self.max_ratio >= self.slow_ratio,
                   "sigma": math.isfinite(self.sigma) and self.sigma > 0,
                   "threshold": math.isfinite(self.threshold) and self.threshold > 0,
                   "max_step": self.max_step > 0, "company_margin": self.company_margin >= 0}
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"FailSlowSettings: {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)} out of range "
-                             "(slow_ratio > 1; sigma, threshold, max_step > 0; company_margin >= 0)")
+                             "(slow_ratio > 1; max_ratio >= slow_ratio; sigma, threshold, max_step > 0; company_margin >= 0)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,16 +157,20 @@ class _Track:
             self.jobs.append((job_id, pace))
 
 
-def _shifts(factors: list[float], ratio: float) -> list[float]:
-    """Per GPU, d = ln max(r f_g, the others' max) - ln max(all): how far its slowdown would move
-    the job's pace (0: not at all)."""
+def _ranges(factors: list[float], low: float, high: float) -> list[tuple[float, float]]:
+    """Per GPU, the log pace its slowdown by `low` and by `high` would give the job, less the
+    expected log pace: (ln max(low f_g, the others' max), the same at `high`) - ln max(all), each
+    at least 0 (a first 0: a slowdown by `low` would not change the job's pace, and the job is no
+    evidence about the GPU: only the range's upper end could, and an unpenalized fit would read
+    every bit of noise above the expected pace as evidence)."""
     top = max(factors)
     first = factors.index(top)
     second = max((f for i, f in enumerate(factors) if i != first), default=-math.inf)
     out = []
     for i, f in enumerate(factors):
         others = second if i == first else top
-        out.append(max(0.0, math.log(max(ratio * f, others)) - math.log(top)))
+        out.append((max(0.0, math.log(max(low * f, others)) - math.log(top)),
+                    max(0.0, math.log(max(high * f, others)) - math.log(top))))
     return out
 
 
@@ -192,18 +206,26 @@ class FailSlowMonitor:
             return []
         pace = run.runtime_s / baseline_s
         # a flagged GPU is taken to run at its slowed pace: the slow jobs it is in are expected
-        factors = [float(benchmark[g]) * (self.settings.slow_ratio if g in self._open else 1.0) for g in gpus]
+        factors = [float(benchmark[g]) * (self._ratio(self._open[g]) if g in self._open else 1.0) for g in gpus]
         evidence = self._evidence(pace, factors, gpus)
         for g, _, llr in evidence:
             self._tracks.setdefault(g, _Track()).add(llr, self.settings.max_step, run.job_id, pace)
         return self._flags(run, evidence)
 
     def _evidence(self, pace: float, factors: list[float], gpus: list[str]) -> list[tuple[str, float, float]]:
-        """(GPU, benchmark factor, LLR) of each GPU whose slowdown would change the job's pace."""
+        """(GPU, benchmark factor, LLR) of each GPU whose slowdown would change the job's pace: the
+        generalized LLR, H1's ratio fitted within [slow_ratio, max_ratio] (module doc)."""
         y = math.log(pace) - math.log(max(factors))
-        var = self.settings.sigma ** 2
-        return [(g, f, d / var * (y - d / 2.0))
-                for g, f, d in zip(gpus, factors, _shifts(factors, self.settings.slow_ratio)) if d > 0.0]
+        two_var = 2.0 * self.settings.sigma ** 2
+        st = self.settings
+        return [(g, f, (y * y - (y - min(max(y, lo), hi)) ** 2) / two_var)
+                for g, f, (lo, hi) in zip(gpus, factors, _ranges(factors, st.slow_ratio, st.max_ratio)) if lo > 0.0]
+
+    def _ratio(self, flag: FailSlowFlag) -> float:
+        """How much slower a flagged GPU is taken to run: its jobs' median pace over its benchmark
+        factor, within [slow_ratio, max_ratio]."""
+        st = self.settings
+        return min(st.max_ratio, max(st.slow_ratio, flag.passive_factor / flag.benchmark_factor))
 
     def _flags(self, run: JobRun, evidence: list[tuple[str, float, float]]) -> list[FailSlowFlag]:
         """Flags for the GPUs over the threshold, not flagged yet, whose uncapped evidence is within

@@ -94,7 +94,9 @@ class ClassificationConfig(_Section):
                                                                     "before placement takes its passive factor")
     #: the benchmark factor's own uncertainty (relative) when a passive estimate is set beside it
     benchmark_noise: float = Field(default=0.02, ge=0, lt=1)
-    failslow_ratio: float = Field(default=1.3, gt=1, description="the slowdown fail-slow flags look for")
+    failslow_ratio: float = Field(default=1.3, gt=1, description="the least slowdown fail-slow flags look for")
+    failslow_max_ratio: float = Field(default=2.0, gt=1, description="the largest slowdown the fail-slow CUSUM fits "
+                                                                     "(= failslow_ratio: a fixed ratio)")
     failslow_threshold: float = Field(default=12.0, gt=0, description="the CUSUM's threshold (log-likelihood)")
     failslow_sigma: float = Field(default=0.05, gt=0, description="run-to-run noise of a job's log run time")
 

@@ -64,7 +64,8 @@ def passive_settings(cfg: PalConfig) -> PassiveSettings:
 
 def failslow_settings(cfg: PalConfig) -> FailSlowSettings:
     c = cfg.classification
-    return FailSlowSettings(slow_ratio=c.failslow_ratio, sigma=c.failslow_sigma, threshold=c.failslow_threshold)
+    return FailSlowSettings(slow_ratio=c.failslow_ratio, max_ratio=max(c.failslow_ratio, c.failslow_max_ratio),
+                            sigma=c.failslow_sigma, threshold=c.failslow_threshold)
 
 
 def _benchmark_factors(engine: Engine) -> dict[str, dict[str, float]]:

@@ -169,13 +169,31 @@ def test_the_slowed_gpu_leads_the_mates_its_other_jobs_clear() -> None:
 
 def test_gpus_that_always_run_together_are_flagged_together() -> None:
     """g0 and its twin (both at 1.0) only ever run as a pair and g0 turns slow: run times cannot
-    tell which, so both are named, each with the other. Beside g3 (0.9) instead, the pace 1.3
-    is what g0's slowdown predicts and not g3's (1.17), and g0 alone is flagged."""
-    for mate, named in (("twin", [("g0", ("twin",)), ("twin", ("g0",))]), ("g3", [("g0", ())])):
-        mon, flags = FailSlowMonitor(), []
+    tell which, so both are named, each with the other. Beside g3 (0.9) the pace 1.3 is g0 slowed
+    1.3x or g3 slowed 1.44x: both within the ratios the monitor fits, so both are named too; a
+    monitor that knows the ratio (max_ratio = slow_ratio) names g0 alone (g3 at 1.3x: 1.17)."""
+    fixed = FailSlowSettings(max_ratio=1.3)
+    for mate, settings, named in (("twin", FailSlowSettings(), [("g0", ("twin",)), ("twin", ("g0",))]),
+                                  ("g3", FailSlowSettings(), [("g0", ("g3",)), ("g3", ("g0",))]),
+                                  ("g3", fixed, [("g0", ())])):
+        mon, flags = FailSlowMonitor(settings), []
         for j in range(5):
             flags += mon.observe(JobRun(f"p{j}", "fp", "A", ("g0", mate), 3600.0 * 1.3, float(j)), 3600.0, BENCH)
         assert sorted((f.gpu, f.with_gpus) for f in flags) == named
+
+
+def test_a_gpu_slower_than_the_ratio_is_not_mistaken_for_a_faster_mate() -> None:
+    """A 0.93 GPU turned 1.5x slow beside a 1.07 mate: the jobs run at 1.395, which the mate at
+    1.3x (1.391) explains as well as the GPU at 1.5x. With the ratio fitted the two are flagged
+    together; with it fixed at 1.3 the mate alone (what the slow-slot run on Slurm 26.05 did: the
+    wrong GPU flagged first, the slot 25 trace hours after its change)."""
+    bench = {"slot": 0.93, "mate": 1.07, "other": 1.0}
+    for settings, named in ((FailSlowSettings(), {"slot", "mate"}), (FailSlowSettings(max_ratio=1.3), {"mate"})):
+        mon, flags = FailSlowMonitor(settings), []
+        for j in range(4):
+            flags += mon.observe(JobRun(f"p{j}", "fp", "A", ("slot", "mate"), 3600.0 * 0.93 * 1.5, float(j)), 3600.0,
+                                 bench)
+        assert {f.gpu for f in flags} == named
 
 
 def test_a_flagged_gpu_explains_the_slow_jobs_it_is_in() -> None:
