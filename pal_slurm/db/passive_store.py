@@ -48,6 +48,8 @@ def slot_holder(holders: Sequence[SlotGpu], started_at: float) -> SlotGpu:
     """The GPU that held a slot when a run started: the latest first seen at or before the start;
     the earliest one for a run that started before any was seen (the first inventory came later
     than the first jobs). `holders`: one slot's GPUs sorted by first_seen, at least one."""
+    if len(holders) == 1:  # most slots: one GPU ever
+        return holders[0]
     i = bisect.bisect_right([h.first_seen for h in holders], started_at)
     return holders[max(i - 1, 0)]
 
@@ -91,10 +93,13 @@ def load_runs(session: Session, since: datetime | None = None, history_class: st
     runs: list[JobRun] = []
     used: dict[str, SlotGpu] = {}
     unusable: dict[str, int] = {}
-    for job_id, fp, cls, gpus, runtime, started, ended, limit in session.execute(q.execution_options(yield_per=10_000)):
+    no_fp = "no fingerprint (stored before it was kept)"
+    no_slot = "a GPU at a slot no GPU row holds"
+    # Core rows (no ORM loading), read in batches: a million rows take seconds, not tens of them
+    for job_id, fp, cls, gpus, runtime, started, ended, limit in session.connection().execute(
+            q.execution_options(stream_results=True, yield_per=10_000)):
         if not fp:
-            unusable["no fingerprint (stored before it was kept)"] = \
-                unusable.get("no fingerprint (stored before it was kept)", 0) + 1
+            unusable[no_fp] = unusable.get(no_fp, 0) + 1
             continue
         start = _epoch(started)
         keys: list[str] = []
@@ -110,7 +115,7 @@ def load_runs(session: Session, since: datetime | None = None, history_class: st
             used[h.uuid] = h
             keys.append(h.uuid)
         if not keys:
-            unusable["a GPU at a slot no GPU row holds"] = unusable.get("a GPU at a slot no GPU row holds", 0) + 1
+            unusable[no_slot] = unusable.get(no_slot, 0) + 1
             continue
         runs.append(JobRun(job_id=str(job_id), fingerprint=fp, job_class=cls, gpus=tuple(keys),
                            runtime_s=float(runtime), ended_at=_epoch(ended),
