@@ -11,7 +11,7 @@ import click
 from pal_slurm.cli.context import AppContext
 from pal_slurm.cli.reprofile import ReprofilePlan, Target
 from pal_slurm.errors import SlurmError
-from pal_slurm.profiler.submit import SubmitOptions, SubmitResult, slot_sbatch_argv
+from pal_slurm.profiler.submit import SLOT_JOB_NAME, SubmitOptions, SubmitResult, slot_sbatch_argv
 from pal_slurm.slurm.quarantine import QuarantineSlurm, SlurmState
 from pal_slurm.slurm.quarantine_model import (
     JOB_ID_PLACEHOLDER,
@@ -52,6 +52,12 @@ def _one(app: AppContext, slurm: QuarantineSlurm, state: SlurmState, t: Target, 
     from pal_slurm.placer.writer import profile_in_slot
 
     slot = h.slot
+    earlier = [j.job_id for j in state.jobs if j.name == SLOT_JOB_NAME and (j.pending or j.running)
+               and f"slot={slot.name} " in f"{j.comment} "]
+    if earlier:  # one submitted before (a run cut short after its first step): not a second one
+        return SubmitResult(slot.node, 1, [], slot=slot.name,
+                            error=f"{slot.name}: not profiled again: profiling job(s) {', '.join(earlier)} for it "
+                                  "already in Slurm (`scancel` them to submit anew)")
     try:
         partition = holder_partition(state.partitions, slot.node)
     except Refused as exc:

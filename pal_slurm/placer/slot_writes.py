@@ -49,7 +49,10 @@ def profile_in_slot(slurm: QuarantineSlurm, holder: Holder, partition: str, prof
     profiling job (holder's priority) and a new holder (same tag, younger) are submitted, then the
     old holder cancelled. Slurm gives the slot to the highest priority, of equal ones the older: the
     profiling job, then the new holder. (profiling job, new holder); a failed step undoes the ones
-    before it (SlurmError), and the old holder keeps the slot."""
+    before it (SlurmError), and the old holder keeps the slot. A cancel that fails may still have
+    been carried out (a timed-out scancel): then only the profiling job is withdrawn and the new holder
+    kept, so that the slot is held whichever way it went (a holder left waiting beside the old one is
+    cancelled with it by `pal gpus release`)."""
     log.info("gpu %s: profiled in its slot (holder job %s hands it over)", holder.slot.name, holder.job_id)
     profile_job = slurm.submit(profile_argv)
     try:
@@ -61,9 +64,9 @@ def profile_in_slot(slurm: QuarantineSlurm, holder: Holder, partition: str, prof
     try:
         slurm.cancel(holder.job_id)
     except SlurmError as exc:
-        _undo(slurm, [new_holder, profile_job], exc)
-        raise SlurmError(f"holder job {holder.job_id} not cancelled ({exc}): profiling job {profile_job} and the new "
-                         f"holder {new_holder} cancelled; it keeps the slot") from exc
+        _undo(slurm, [profile_job], exc)
+        raise SlurmError(f"holder job {holder.job_id} maybe not cancelled ({exc}): profiling job {profile_job} "
+                         f"cancelled; holder job {new_holder} kept, so one of the two holds the slot") from exc
     return profile_job, new_holder
 
 

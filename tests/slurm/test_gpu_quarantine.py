@@ -228,14 +228,19 @@ SIM = ["--backend", "sim", "--sim-this-node", "--sim-gpus-per-node", str(GPUS), 
        "--passes", "3"]
 
 
-def _out_of_service_with_a_job_waiting(q: Q, tmp_path: Path) -> tuple[str, list[str], str]:
-    """The node profiled whole an hour ago (simulated runs take minutes of virtual time) and
-    classified, the slot out of service, the node's other slots busy and one more job waiting for
-    a GPU there: (the holder, the busy jobs, the waiting job)."""
+def _classified(q: Q, tmp_path: Path) -> None:
+    """The node profiled whole an hour ago (simulated runs take minutes of virtual time), classified."""
     ago = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 3600))
     whole = q.pal("profile", "run", "--node", q.node, *SIM, "--sim-start", ago, "--output", str(tmp_path / "w.jsonl"))
     assert whole.exit_code == 0, whole.output
     assert q.pal("classify").exit_code == 0
+
+
+def _out_of_service_with_a_job_waiting(q: Q, tmp_path: Path) -> tuple[str, list[str], str]:
+    """The node profiled whole an hour ago (simulated runs take minutes of virtual time) and
+    classified, the slot out of service, the node's other slots busy and one more job waiting for
+    a GPU there: (the holder, the busy jobs, the waiting job)."""
+    _classified(q, tmp_path)
     holder = _quarantine(q)
     busy = [q.submit("-w", q.node, "--gres=gpu:1") for _ in range(GPUS - 1)]
     for job in busy:
@@ -289,3 +294,22 @@ def test_a_quarantined_gpu_is_profiled_in_its_slot_and_released_when_it_passes(q
     assert q.indices(job) == (q.minor,)
     outcomes = [p["outcome"] for p in json.loads(q.pal("placements", "--json").stdout)]
     assert outcomes == ["quarantine-released", "quarantined", "quarantined"]
+
+
+def test_a_hand_over_cut_short_after_its_first_step_is_not_begun_twice(q: Q, tmp_path: Path) -> None:
+    """A run of `pal profile submit --gpus` that died after submitting the profiling job (it waits
+    behind the holder, which still holds the slot): a second run submits nothing and names that job;
+    the holder keeps the slot throughout."""
+    _classified(q, tmp_path)
+    holder = _quarantine(q)
+    dry = q.pal("profile", "submit", "--gpus", q.gpu, "--dry-run", "--run-args", "--backend sim")
+    first = next(line for line in dry.stdout.splitlines() if "--job-name=pal-quarantine-profile" in line)
+    argv = shlex.split(first)
+    assert argv[0] == "sbatch"
+    left = q.cluster.run(argv, check=True).stdout.strip().split(";")[0]  # the first step, by hand
+    q.jobs.append(left)
+    time.sleep(PEND_S)
+    assert q.state(left) == "PENDING" and q.state(holder) == "RUNNING"
+    again = q.pal("profile", "submit", "--gpus", q.gpu, "--run-args", "--backend sim")
+    assert again.exit_code != 0 and f"profiling job(s) {left} for it already in Slurm" in again.output, again.output
+    assert [h["job"] for h in q.holders()] == [holder] and q.state(holder) == "RUNNING"

@@ -65,11 +65,12 @@ def test_the_hand_over_keeps_the_slot_held_at_every_step() -> None:
     with pytest.raises(SlurmError, match="profiling job 101 cancelled; holder job 77 keeps the slot"):
         profile_in_slot(no_holder, RUNNING, "high", argv)  # type: ignore[arg-type]
     assert ("cancel", "77") not in no_holder.calls and no_holder.calls[-1] == ("cancel", "101")
-    # the old holder cannot be cancelled: both new jobs go, the old holder keeps it
+    # the old holder's cancel fails (it may have been carried out all the same): the profiling job goes, the
+    # new holder stays, so one of the two holds the slot
     stuck = FakeSlurm(fail=4)
-    with pytest.raises(SlurmError, match="holder job 77 not cancelled .* it keeps the slot"):
+    with pytest.raises(SlurmError, match="holder job 77 maybe not cancelled .* holder job 102 kept"):
         profile_in_slot(stuck, RUNNING, "high", argv)  # type: ignore[arg-type]
-    assert stuck.calls[-2:] == [("cancel", "102"), ("cancel", "101")]
+    assert stuck.calls[-1] == ("cancel", "101") and ("cancel", "102") not in stuck.calls
     # and when undoing fails too, the jobs left are named for the operator
     worse = FakeSlurm(fail=2, cancel_fails=True)
     with pytest.raises(SlurmError, match=r"scancel 101"):
