@@ -177,13 +177,6 @@ def _release(app: AppContext, slurm: QuarantineSlurm, plan: ReleasePlan, apply: 
                f"{h.tag.reason or 'no reason given'})" + (f"; {why}" if why else ""), _by())
 
 
-def _utc(t: Any) -> Any:
-    """A stored time as an aware UTC datetime (SQLite and MariaDB give naive ones in UTC)."""
-    from datetime import UTC
-
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
 def _release_passed(app: AppContext, apply: bool) -> None:
     """`pal gpus release PASSED`: the verdict on each GPU out of service; the passed ones released."""
     from datetime import UTC, datetime
@@ -216,8 +209,8 @@ def _release_passed(app: AppContext, apply: bool) -> None:
             why = ("the classification in force knows no GPU in that slot" if not uuids else
                    f"the classification in force has {len(uuids)} GPUs in that slot")
         else:
-            v = verdict([None if r.last_profiled is None else _utc(r.last_profiled) for r in rows], actions.get(next(iter(uuids))), since,
-                        classified_at=_utc(stored.created_at), version=stored.version)
+            v = verdict([r.last_profiled for r in rows], actions.get(next(iter(uuids))), since,
+                        classified_at=stored.created_at, version=stored.version)
             why = v.why
         if v is None or not v.passed:
             click.echo(f"{node}:{minor} stays out of service: {why}")
